@@ -1,0 +1,5 @@
+//! Backoff between attempts (to be written).
+/// Jitter.
+pub enum Jitter {}
+/// Backoff.
+pub struct Backoff;

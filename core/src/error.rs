@@ -1,0 +1,242 @@
+//! Refusals, rejections and settings errors: one type per operation, all small and `Copy`.
+
+use core::fmt;
+
+use crate::Duration;
+
+/// Why a call was refused locally, without reaching the dependency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub enum RefusalReason {
+    /// The breaker is open: the dependency is being left alone for its break.
+    BreakerOpen,
+    /// The breaker is half-open and every probe slot is taken.
+    HalfOpenFull,
+    /// The breaker is ramping back and this call falls in the share it sheds.
+    RampShedding,
+    /// An operator forced the breaker open until it is reset.
+    Isolated,
+    /// The retry budget has no token for this retry.
+    BudgetExhausted,
+    /// A rate limiter has no cell for this call yet.
+    RateLimited,
+    /// The bulkhead has no room for another call in flight.
+    BulkheadFull,
+}
+
+impl RefusalReason {
+    /// A stable, lower-case name for logs and metrics labels.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::BreakerOpen => "breaker_open",
+            RefusalReason::HalfOpenFull => "half_open_full",
+            RefusalReason::RampShedding => "ramp_shedding",
+            RefusalReason::Isolated => "isolated",
+            RefusalReason::BudgetExhausted => "budget_exhausted",
+            RefusalReason::RateLimited => "rate_limited",
+            RefusalReason::BulkheadFull => "bulkhead_full",
+        }
+    }
+}
+
+impl fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A breaker's, budget's or limiter's "no": why, and when asking again may succeed.
+///
+/// `retry_after` counts from the moment of the refusal. [`Duration::MAX`] means "not by the
+/// passing of time" (an isolated breaker waits for an operator's reset). The call driver turns a
+/// `Refused` into a [`Rejection`](crate::Rejection) by adding the guarded pause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Refused {
+    /// Why.
+    pub reason: RefusalReason,
+    /// How long until asking again may be granted.
+    pub retry_after: Duration,
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "refused ({}), retry after {}",
+            self.reason, self.retry_after
+        )
+    }
+}
+
+impl core::error::Error for Refused {}
+
+/// Which setting a [`SettingsError`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+#[allow(missing_docs)] // each variant is the setting of the same name
+pub enum Field {
+    Name,
+    ConsecutiveFailures,
+    FailureMultiple,
+    FailureFloor,
+    FailureBaselineOutcomes,
+    FailureRatio,
+    MinimumFailures,
+    SlowMultiple,
+    SlowBaselineCalls,
+    SlowThreshold,
+    SlowRatio,
+    MinimumCalls,
+    TripWindow,
+    TripBuckets,
+    BaselineWindow,
+    BreakDuration,
+    MaxBreak,
+    BreakFactor,
+    HalfOpenProbes,
+    ProbeSuccesses,
+    RecoveryFraction,
+    RecoveryMin,
+    RecoveryMax,
+    RetryFraction,
+    FloorRate,
+    BackoffBase,
+    ThrottledBase,
+    BackoffFactor,
+    BackoffCap,
+    MaxAttempts,
+    Deadline,
+    AttemptTimeout,
+}
+
+impl Field {
+    /// The setting's name, as configuration files spell it.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Field::Name => "name",
+            Field::ConsecutiveFailures => "consecutive_failures",
+            Field::FailureMultiple => "failure_multiple",
+            Field::FailureFloor => "failure_floor",
+            Field::FailureBaselineOutcomes => "failure_baseline_outcomes",
+            Field::FailureRatio => "failure_ratio",
+            Field::MinimumFailures => "minimum_failures",
+            Field::SlowMultiple => "slow_multiple",
+            Field::SlowBaselineCalls => "slow_baseline_calls",
+            Field::SlowThreshold => "slow_threshold",
+            Field::SlowRatio => "slow_ratio",
+            Field::MinimumCalls => "minimum_calls",
+            Field::TripWindow => "trip_window",
+            Field::TripBuckets => "trip_buckets",
+            Field::BaselineWindow => "baseline_window",
+            Field::BreakDuration => "break_duration",
+            Field::MaxBreak => "max_break",
+            Field::BreakFactor => "break_factor",
+            Field::HalfOpenProbes => "half_open_probes",
+            Field::ProbeSuccesses => "probe_successes",
+            Field::RecoveryFraction => "recovery_fraction",
+            Field::RecoveryMin => "recovery_min",
+            Field::RecoveryMax => "recovery_max",
+            Field::RetryFraction => "retry_fraction",
+            Field::FloorRate => "floor_rate",
+            Field::BackoffBase => "backoff_base",
+            Field::ThrottledBase => "throttled_base",
+            Field::BackoffFactor => "backoff_factor",
+            Field::BackoffCap => "backoff_cap",
+            Field::MaxAttempts => "max_attempts",
+            Field::Deadline => "deadline",
+            Field::AttemptTimeout => "attempt_timeout",
+        }
+    }
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The bound a setting broke.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub enum Bound {
+    /// A count that must be at least this.
+    AtLeast(u64),
+    /// A count that must be at most this.
+    AtMost(u64),
+    /// A duration that must be at least this.
+    AtLeastDuration(Duration),
+    /// A duration that must be at most this.
+    AtMostDuration(Duration),
+    /// A multiple that must be strictly above 1.
+    AboveOne,
+    /// A multiple that must be at least 1.
+    AtLeastOne,
+    /// A ratio that must lie in (0, 1].
+    ZeroToOne,
+    /// Must be at least the other setting's value.
+    NotBelow(Field),
+    /// Must be at least this many times the other setting's value.
+    AtLeastTimes(u32, Field),
+    /// Must be a whole multiple of the other setting (a window of equal buckets).
+    DivisibleBy(Field),
+}
+
+impl fmt::Display for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Bound::AtLeast(n) => write!(f, "at least {n}"),
+            Bound::AtMost(n) => write!(f, "at most {n}"),
+            Bound::AtLeastDuration(d) => write!(f, "at least {d}"),
+            Bound::AtMostDuration(d) => write!(f, "at most {d}"),
+            Bound::AboveOne => f.write_str("above 1"),
+            Bound::AtLeastOne => f.write_str("at least 1"),
+            Bound::ZeroToOne => f.write_str("above 0 and at most 1"),
+            Bound::NotBelow(other) => write!(f, "at least `{other}`"),
+            Bound::AtLeastTimes(n, other) => write!(f, "at least {n} times `{other}`"),
+            Bound::DivisibleBy(other) => write!(f, "divisible into whole `{other}`"),
+        }
+    }
+}
+
+/// A setting out of its bounds: names the field and the bound, never clamps silently.
+///
+/// ```
+/// use stormguard_core::{BreakerSettings, Field, Bound};
+/// let err = BreakerSettings::builder("payments").consecutive_failures(0).build().unwrap_err();
+/// assert_eq!(err.field, Field::ConsecutiveFailures);
+/// assert_eq!(err.bound, Bound::AtLeast(1));
+/// assert_eq!(err.to_string(), "`consecutive_failures` must be at least 1");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct SettingsError {
+    /// The setting at fault.
+    pub field: Field,
+    /// The bound it broke.
+    pub bound: Bound,
+}
+
+impl SettingsError {
+    pub(crate) const fn new(field: Field, bound: Bound) -> SettingsError {
+        SettingsError { field, bound }
+    }
+}
+
+impl fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}` must be {}", self.field, self.bound)
+    }
+}
+
+impl core::error::Error for SettingsError {}

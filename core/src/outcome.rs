@@ -1,0 +1,63 @@
+//! How an attempt ended, as the caller classifies it.
+
+use crate::Duration;
+
+/// How one attempt ended. The caller classifies; the core applies the rules:
+///
+/// | outcome | counts against the dependency | retried | in the ratios |
+/// |---|---|---|---|
+/// | [`Success`](Outcome::Success) | no (resets the consecutive count) | no | yes |
+/// | [`Transient`](Outcome::Transient) | yes | yes | yes |
+/// | [`TimedOut`](Outcome::TimedOut) | yes, and is a slow call | yes | yes |
+/// | [`Throttled`](Outcome::Throttled) | no, and does not reset the count | yes, after its hint, charged to the budget | no |
+/// | [`Permanent`](Outcome::Permanent) | no, and does not reset the count | never | no |
+/// | [`Cancelled`](Outcome::Cancelled) | never | never | no |
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Outcome {
+    /// The dependency did its job.
+    Success,
+    /// A failure of the dependency that may pass: the only kind that counts against it.
+    Transient,
+    /// The attempt hit its attempt timeout: a transient failure and a slow call, kept out of
+    /// the latency baseline.
+    TimedOut,
+    /// The dependency is up and defending itself (HTTP 429, or 503 with `Retry-After`). Not a
+    /// failure; retried after `retry_after` when given, and the retry is charged to the budget.
+    Throttled {
+        /// How long the dependency asked us to wait, when it said.
+        retry_after: Option<Duration>,
+    },
+    /// A problem on the caller's side (a bad request). Not a failure, never retried.
+    Permanent,
+    /// The caller gave up (its future was dropped, its token cancelled). Never counted, never
+    /// retried.
+    Cancelled,
+}
+
+impl Outcome {
+    /// `true` for the outcomes that count against the dependency.
+    #[must_use]
+    pub const fn is_failure(self) -> bool {
+        matches!(self, Outcome::Transient | Outcome::TimedOut)
+    }
+
+    /// `true` for the outcomes a retry may follow.
+    #[must_use]
+    pub const fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Outcome::Transient | Outcome::TimedOut | Outcome::Throttled { .. }
+        )
+    }
+
+    /// `true` for the outcomes that enter the trip window's ratios (success and failures).
+    #[must_use]
+    pub const fn is_counted(self) -> bool {
+        matches!(
+            self,
+            Outcome::Success | Outcome::Transient | Outcome::TimedOut
+        )
+    }
+}

@@ -1,0 +1,586 @@
+//! The core's own time: nanoseconds in a `u64`, saturating everywhere.
+//!
+//! Nothing in the core reads a clock. Every transition takes `now: Instant` from its caller, so a
+//! test can walk a breaker through an hour in microseconds and an adapter can map any monotonic
+//! clock (std, tokio, embassy ticks) onto it.
+//!
+//! A clock that steps backwards is read as "no time passed": [`Instant::saturating_duration_since`]
+//! returns [`Duration::ZERO`] rather than panicking.
+
+use core::fmt;
+use core::ops::{Add, AddAssign, Sub};
+
+const NANOS_PER_MICRO: u64 = 1_000;
+const NANOS_PER_MILLI: u64 = 1_000_000;
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// A span of time, in nanoseconds (`u64`: about 584 years).
+///
+/// Arithmetic saturates: `Duration::MAX + x == Duration::MAX`, `a - b` with `b > a` is zero.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Duration {
+    nanos: u64,
+}
+
+/// A point in time: nanoseconds since an arbitrary epoch chosen by whoever feeds the core.
+///
+/// Only differences between instants mean anything. Arithmetic saturates at [`Instant::ZERO`] and
+/// [`Instant::MAX`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Instant {
+    nanos: u64,
+}
+
+impl Duration {
+    /// No time at all.
+    pub const ZERO: Duration = Duration { nanos: 0 };
+    /// The longest representable span; also used to mean "not until something else happens".
+    pub const MAX: Duration = Duration { nanos: u64::MAX };
+
+    /// A span of `nanos` nanoseconds.
+    #[must_use]
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Duration { nanos }
+    }
+
+    /// A span of `micros` microseconds, saturating at [`Duration::MAX`].
+    #[must_use]
+    pub const fn from_micros(micros: u64) -> Self {
+        Duration {
+            nanos: micros.saturating_mul(NANOS_PER_MICRO),
+        }
+    }
+
+    /// A span of `millis` milliseconds, saturating at [`Duration::MAX`].
+    #[must_use]
+    pub const fn from_millis(millis: u64) -> Self {
+        Duration {
+            nanos: millis.saturating_mul(NANOS_PER_MILLI),
+        }
+    }
+
+    /// A span of `secs` seconds, saturating at [`Duration::MAX`].
+    #[must_use]
+    pub const fn from_secs(secs: u64) -> Self {
+        Duration {
+            nanos: secs.saturating_mul(NANOS_PER_SEC),
+        }
+    }
+
+    /// `millis` milliseconds, or `None` if that does not fit (like embassy's `try_from_millis`).
+    #[must_use]
+    pub const fn try_from_millis(millis: u64) -> Option<Self> {
+        match millis.checked_mul(NANOS_PER_MILLI) {
+            Some(nanos) => Some(Duration { nanos }),
+            None => None,
+        }
+    }
+
+    /// `secs` seconds, or `None` if that does not fit.
+    #[must_use]
+    pub const fn try_from_secs(secs: u64) -> Option<Self> {
+        match secs.checked_mul(NANOS_PER_SEC) {
+            Some(nanos) => Some(Duration { nanos }),
+            None => None,
+        }
+    }
+
+    /// Whole nanoseconds.
+    #[must_use]
+    pub const fn as_nanos(self) -> u64 {
+        self.nanos
+    }
+
+    /// Whole microseconds, rounded down.
+    #[must_use]
+    pub const fn as_micros(self) -> u64 {
+        self.nanos / NANOS_PER_MICRO
+    }
+
+    /// Whole milliseconds, rounded down.
+    #[must_use]
+    pub const fn as_millis(self) -> u64 {
+        self.nanos / NANOS_PER_MILLI
+    }
+
+    /// Whole milliseconds, rounded up.
+    #[must_use]
+    pub const fn as_millis_ceil(self) -> u64 {
+        let whole = self.nanos / NANOS_PER_MILLI;
+        if self.nanos.is_multiple_of(NANOS_PER_MILLI) {
+            whole
+        } else {
+            whole.saturating_add(1)
+        }
+    }
+
+    /// Whole seconds, rounded down.
+    #[must_use]
+    pub const fn as_secs(self) -> u64 {
+        self.nanos / NANOS_PER_SEC
+    }
+
+    /// `true` for [`Duration::ZERO`].
+    #[must_use]
+    pub const fn is_zero(self) -> bool {
+        self.nanos == 0
+    }
+
+    /// `self + rhs`, or `None` on overflow.
+    #[must_use]
+    pub const fn checked_add(self, rhs: Duration) -> Option<Duration> {
+        match self.nanos.checked_add(rhs.nanos) {
+            Some(nanos) => Some(Duration { nanos }),
+            None => None,
+        }
+    }
+
+    /// `self - rhs`, or `None` if `rhs` is longer.
+    #[must_use]
+    pub const fn checked_sub(self, rhs: Duration) -> Option<Duration> {
+        match self.nanos.checked_sub(rhs.nanos) {
+            Some(nanos) => Some(Duration { nanos }),
+            None => None,
+        }
+    }
+
+    /// `self + rhs`, saturating at [`Duration::MAX`].
+    #[must_use]
+    pub const fn saturating_add(self, rhs: Duration) -> Duration {
+        Duration {
+            nanos: self.nanos.saturating_add(rhs.nanos),
+        }
+    }
+
+    /// `self - rhs`, saturating at [`Duration::ZERO`].
+    #[must_use]
+    pub const fn saturating_sub(self, rhs: Duration) -> Duration {
+        Duration {
+            nanos: self.nanos.saturating_sub(rhs.nanos),
+        }
+    }
+
+    /// `self * rhs`, saturating at [`Duration::MAX`].
+    #[must_use]
+    pub const fn saturating_mul(self, rhs: u64) -> Duration {
+        Duration {
+            nanos: self.nanos.saturating_mul(rhs),
+        }
+    }
+
+    /// `self / rhs`, or `None` when `rhs` is zero.
+    #[must_use]
+    pub const fn checked_div(self, rhs: u64) -> Option<Duration> {
+        match self.nanos.checked_div(rhs) {
+            Some(nanos) => Some(Duration { nanos }),
+            None => None,
+        }
+    }
+
+    /// The shorter of two spans.
+    #[must_use]
+    pub const fn min(self, other: Duration) -> Duration {
+        if self.nanos <= other.nanos {
+            self
+        } else {
+            other
+        }
+    }
+
+    /// The longer of two spans.
+    #[must_use]
+    pub const fn max(self, other: Duration) -> Duration {
+        if self.nanos >= other.nanos {
+            self
+        } else {
+            other
+        }
+    }
+}
+
+impl Instant {
+    /// The epoch.
+    pub const ZERO: Instant = Instant { nanos: 0 };
+    /// The last representable instant; arithmetic saturates here.
+    pub const MAX: Instant = Instant { nanos: u64::MAX };
+
+    /// The instant `nanos` nanoseconds after the epoch.
+    #[must_use]
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Instant { nanos }
+    }
+
+    /// The instant `micros` microseconds after the epoch (saturating).
+    #[must_use]
+    pub const fn from_micros(micros: u64) -> Self {
+        Instant {
+            nanos: micros.saturating_mul(NANOS_PER_MICRO),
+        }
+    }
+
+    /// The instant `millis` milliseconds after the epoch (saturating).
+    #[must_use]
+    pub const fn from_millis(millis: u64) -> Self {
+        Instant {
+            nanos: millis.saturating_mul(NANOS_PER_MILLI),
+        }
+    }
+
+    /// The instant `secs` seconds after the epoch (saturating).
+    #[must_use]
+    pub const fn from_secs(secs: u64) -> Self {
+        Instant {
+            nanos: secs.saturating_mul(NANOS_PER_SEC),
+        }
+    }
+
+    /// Nanoseconds since the epoch.
+    #[must_use]
+    pub const fn as_nanos(self) -> u64 {
+        self.nanos
+    }
+
+    /// Whole milliseconds since the epoch, rounded down.
+    #[must_use]
+    pub const fn as_millis(self) -> u64 {
+        self.nanos / NANOS_PER_MILLI
+    }
+
+    /// The time since the epoch as a [`Duration`].
+    #[must_use]
+    pub const fn since_epoch(self) -> Duration {
+        Duration { nanos: self.nanos }
+    }
+
+    /// Time from `earlier` to `self`; zero when `earlier` is later (a clock that stepped
+    /// backwards means no time passed).
+    #[must_use]
+    pub const fn saturating_duration_since(self, earlier: Instant) -> Duration {
+        Duration {
+            nanos: self.nanos.saturating_sub(earlier.nanos),
+        }
+    }
+
+    /// Time from `earlier` to `self`, or `None` when `earlier` is later.
+    #[must_use]
+    pub const fn checked_duration_since(self, earlier: Instant) -> Option<Duration> {
+        match self.nanos.checked_sub(earlier.nanos) {
+            Some(nanos) => Some(Duration { nanos }),
+            None => None,
+        }
+    }
+
+    /// `self + d`, or `None` past [`Instant::MAX`].
+    #[must_use]
+    pub const fn checked_add(self, d: Duration) -> Option<Instant> {
+        match self.nanos.checked_add(d.nanos) {
+            Some(nanos) => Some(Instant { nanos }),
+            None => None,
+        }
+    }
+
+    /// `self - d`, or `None` before [`Instant::ZERO`].
+    #[must_use]
+    pub const fn checked_sub(self, d: Duration) -> Option<Instant> {
+        match self.nanos.checked_sub(d.nanos) {
+            Some(nanos) => Some(Instant { nanos }),
+            None => None,
+        }
+    }
+
+    /// `self + d`, saturating at [`Instant::MAX`].
+    #[must_use]
+    pub const fn saturating_add(self, d: Duration) -> Instant {
+        Instant {
+            nanos: self.nanos.saturating_add(d.nanos),
+        }
+    }
+
+    /// `self - d`, saturating at [`Instant::ZERO`].
+    #[must_use]
+    pub const fn saturating_sub(self, d: Duration) -> Instant {
+        Instant {
+            nanos: self.nanos.saturating_sub(d.nanos),
+        }
+    }
+
+    /// The earlier of two instants.
+    #[must_use]
+    pub const fn min(self, other: Instant) -> Instant {
+        if self.nanos <= other.nanos {
+            self
+        } else {
+            other
+        }
+    }
+
+    /// The later of two instants.
+    #[must_use]
+    pub const fn max(self, other: Instant) -> Instant {
+        if self.nanos >= other.nanos {
+            self
+        } else {
+            other
+        }
+    }
+}
+
+impl Add<Duration> for Duration {
+    type Output = Duration;
+    /// Saturating.
+    fn add(self, rhs: Duration) -> Duration {
+        self.saturating_add(rhs)
+    }
+}
+
+impl Sub<Duration> for Duration {
+    type Output = Duration;
+    /// Saturating at zero.
+    fn sub(self, rhs: Duration) -> Duration {
+        self.saturating_sub(rhs)
+    }
+}
+
+impl AddAssign<Duration> for Duration {
+    fn add_assign(&mut self, rhs: Duration) {
+        *self = self.saturating_add(rhs);
+    }
+}
+
+impl Add<Duration> for Instant {
+    type Output = Instant;
+    /// Saturating at [`Instant::MAX`].
+    fn add(self, rhs: Duration) -> Instant {
+        self.saturating_add(rhs)
+    }
+}
+
+impl AddAssign<Duration> for Instant {
+    fn add_assign(&mut self, rhs: Duration) {
+        *self = self.saturating_add(rhs);
+    }
+}
+
+impl Sub<Duration> for Instant {
+    type Output = Instant;
+    /// Saturating at [`Instant::ZERO`].
+    fn sub(self, rhs: Duration) -> Instant {
+        self.saturating_sub(rhs)
+    }
+}
+
+impl Sub<Instant> for Instant {
+    type Output = Duration;
+    /// Saturating: an earlier `self` gives zero.
+    fn sub(self, rhs: Instant) -> Duration {
+        self.saturating_duration_since(rhs)
+    }
+}
+
+impl From<core::time::Duration> for Duration {
+    /// Lossless below 584 years; saturates at [`Duration::MAX`] above.
+    fn from(d: core::time::Duration) -> Self {
+        Duration {
+            nanos: u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+impl From<Duration> for core::time::Duration {
+    fn from(d: Duration) -> Self {
+        core::time::Duration::from_nanos(d.nanos)
+    }
+}
+
+fn write_nanos(f: &mut fmt::Formatter<'_>, nanos: u64) -> fmt::Result {
+    if nanos == u64::MAX {
+        f.write_str("forever")
+    } else if nanos >= NANOS_PER_SEC && nanos.is_multiple_of(NANOS_PER_MILLI) {
+        let ms = nanos / NANOS_PER_MILLI;
+        if ms.is_multiple_of(1000) {
+            write!(f, "{}s", ms / 1000)
+        } else {
+            write!(f, "{}.{:03}s", ms / 1000, ms % 1000)
+        }
+    } else if nanos >= NANOS_PER_MILLI {
+        let us = nanos / NANOS_PER_MICRO;
+        if us.is_multiple_of(1000) {
+            write!(f, "{}ms", us / 1000)
+        } else {
+            write!(f, "{}.{:03}ms", us / 1000, us % 1000)
+        }
+    } else if nanos >= NANOS_PER_MICRO {
+        write!(f, "{}us", nanos / NANOS_PER_MICRO)
+    } else {
+        write!(f, "{nanos}ns")
+    }
+}
+
+impl fmt::Display for Duration {
+    /// Human units: `100ms`, `1.500s`, `15s`, `forever` for [`Duration::MAX`].
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_nanos(f, self.nanos)
+    }
+}
+
+impl fmt::Debug for Duration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_nanos(f, self.nanos)
+    }
+}
+
+impl fmt::Display for Instant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("@")?;
+        write_nanos(f, self.nanos)
+    }
+}
+
+impl fmt::Debug for Instant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// A point in time folded to wrapping milliseconds, as the breaker's compact control state
+/// stores it (so the shared form fits one atomic word). Comparisons are wrapping: they are
+/// correct while the two points are less than 2^31 ms (about 24.8 days) apart, which is why
+/// breaks are bounded well below that.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub(crate) struct Tick(pub(crate) u32);
+
+impl Tick {
+    /// The millisecond `now` falls in (rounded down).
+    pub(crate) const fn of(now: Instant) -> Tick {
+        // Truncation is the point: the tick wraps every 2^32 ms.
+        Tick((now.as_millis() & 0xFFFF_FFFF) as u32)
+    }
+
+    /// The first whole millisecond at or after `now + d` (so a span is never served short),
+    /// with `d` capped below the wrap bound.
+    pub(crate) fn deadline(now: Instant, d: Duration) -> Tick {
+        let d = d.min(Duration::from_millis(MAX_TICK_SPAN_MS));
+        let end = now.saturating_add(d).since_epoch().as_millis_ceil();
+        // Truncation is the point: the tick wraps every 2^32 ms.
+        Tick((end & 0xFFFF_FFFF) as u32)
+    }
+
+    /// Time from `now` until this tick; zero if it has passed (or lies more than ~24.8 days ahead,
+    /// which the breaker never stores).
+    pub(crate) fn remaining(self, now: Instant) -> Duration {
+        let now_tick = Tick::of(now);
+        let ahead = self.0.wrapping_sub(now_tick.0);
+        if ahead == 0 || ahead > MAX_TICK_SPAN_MS as u32 {
+            return Duration::ZERO;
+        }
+        // The tick itself starts at a whole millisecond; subtract how far into the current one
+        // `now` already is.
+        let into_ms = now.as_nanos() % NANOS_PER_MILLI;
+        Duration::from_millis(u64::from(ahead)).saturating_sub(Duration::from_nanos(into_ms))
+    }
+
+    /// `true` once `now` has reached this tick.
+    pub(crate) fn reached(self, now: Instant) -> bool {
+        self.remaining(now).is_zero()
+    }
+
+    /// Time elapsed from this tick to `now`; zero if `now` is earlier (a clock that stepped back)
+    /// or if the two are more than ~24.8 days apart.
+    pub(crate) fn elapsed(self, now: Instant) -> Duration {
+        let behind = Tick::of(now).0.wrapping_sub(self.0);
+        if behind > MAX_TICK_SPAN_MS as u32 {
+            return Duration::ZERO;
+        }
+        let into_ms = now.as_nanos() % NANOS_PER_MILLI;
+        Duration::from_millis(u64::from(behind)).saturating_add(Duration::from_nanos(into_ms))
+    }
+}
+
+/// The longest span a [`Tick`] comparison is exact for: 2^31 - 1 ms (about 24.8 days).
+pub(crate) const MAX_TICK_SPAN_MS: u64 = (1 << 31) - 1;
+
+/// The longest break a breaker may be configured with: safely inside the [`Tick`] range.
+pub const MAX_BREAK: Duration = Duration::from_secs(7 * 24 * 3600);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_saturates_instead_of_overflowing() {
+        assert_eq!(Instant::MAX + Duration::from_secs(1), Instant::MAX);
+        assert_eq!(Duration::MAX + Duration::from_nanos(1), Duration::MAX);
+        assert_eq!(Instant::ZERO - Duration::from_secs(1), Instant::ZERO);
+        assert_eq!(
+            Duration::from_secs(1) - Duration::from_secs(2),
+            Duration::ZERO
+        );
+        assert_eq!(Duration::from_secs(u64::MAX), Duration::MAX);
+        assert_eq!(Duration::try_from_millis(u64::MAX), None);
+        assert_eq!(Duration::from_secs(3).checked_div(0), None);
+    }
+
+    #[test]
+    fn a_clock_stepping_backwards_means_no_time_passed() {
+        let later = Instant::from_secs(10);
+        let earlier = Instant::from_secs(5);
+        assert_eq!(earlier - later, Duration::ZERO);
+        assert_eq!(earlier.saturating_duration_since(later), Duration::ZERO);
+        assert_eq!(earlier.checked_duration_since(later), None);
+        assert_eq!(later - earlier, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn converts_from_and_to_core_durations() {
+        let d: Duration = core::time::Duration::from_millis(1500).into();
+        assert_eq!(d, Duration::from_millis(1500));
+        let back: core::time::Duration = d.into();
+        assert_eq!(back.as_millis(), 1500);
+        let huge: Duration = core::time::Duration::from_secs(u64::MAX).into();
+        assert_eq!(huge, Duration::MAX);
+    }
+
+    #[test]
+    fn millisecond_rounding() {
+        assert_eq!(Duration::from_nanos(1).as_millis_ceil(), 1);
+        assert_eq!(Duration::from_millis(3).as_millis_ceil(), 3);
+        assert_eq!(Duration::from_nanos(3_000_001).as_millis(), 3);
+    }
+
+    #[test]
+    fn ticks_wrap_and_compare_within_their_range() {
+        let now = Instant::from_millis(u64::from(u32::MAX) - 5);
+        let until = Tick::deadline(now, Duration::from_millis(10));
+        assert_eq!(until.remaining(now), Duration::from_millis(10));
+        let later = now + Duration::from_millis(4);
+        assert_eq!(until.remaining(later), Duration::from_millis(6));
+        let past = now + Duration::from_millis(11);
+        assert!(until.reached(past));
+        assert_eq!(Tick::of(now).elapsed(past), Duration::from_millis(11));
+        // A clock that steps back sees no elapsed time.
+        assert_eq!(Tick::of(past).elapsed(now), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_tick_deadline_is_never_shorter_than_the_span() {
+        let now = Instant::from_nanos(5_250_000);
+        let until = Tick::deadline(now, Duration::from_millis(2));
+        assert_eq!(until.remaining(now), Duration::from_nanos(2_750_000));
+    }
+
+    #[test]
+    fn durations_display_in_human_units() {
+        extern crate std;
+        use std::format;
+        assert_eq!(format!("{}", Duration::from_millis(100)), "100ms");
+        assert_eq!(format!("{}", Duration::from_millis(1500)), "1.500s");
+        assert_eq!(format!("{}", Duration::from_secs(15)), "15s");
+        assert_eq!(format!("{}", Duration::MAX), "forever");
+        assert_eq!(format!("{}", Duration::from_nanos(12)), "12ns");
+    }
+}

@@ -1,0 +1,1 @@
+//! stormguard-embassy (in progress).

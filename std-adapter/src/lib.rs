@@ -1,0 +1,1 @@
+//! stormguard-std (in progress).

@@ -1,0 +1,1 @@
+//! stormguard-tests (in progress).
