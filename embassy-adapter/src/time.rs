@@ -1,0 +1,179 @@
+//! Conversions between embassy-time and the core's time, and a clock that reads embassy's.
+//!
+//! embassy counts ticks since boot at [`TICK_HZ`] (chosen by the firmware); the core counts
+//! nanoseconds in a `u64`. Converting between them is exact whenever the result is representable:
+//! the arithmetic is done in 128 bits and only the final value saturates (at
+//! [`CoreInstant::MAX`] / [`CoreDuration::MAX`] or their embassy counterparts).
+//!
+//! Rounding: a tick count becomes nanoseconds rounded down (exact when the tick rate divides
+//! 10^9, such as 1 kHz or 1 MHz; under a nanosecond short otherwise, such as a 32.768 kHz RTC),
+//! and a core [`CoreDuration`] becomes embassy ticks rounded **up**, so a sleep or timeout
+//! computed by the core is never served short.
+
+use embassy_time::{Duration as EmbassyDuration, Instant as EmbassyInstant, TICK_HZ};
+use stormguard_core::{Duration as CoreDuration, Instant as CoreInstant};
+
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// `ticks` at `hz` ticks per second, as nanoseconds rounded down; saturates at `u64::MAX`.
+/// A zero `hz` (never a real tick rate) gives `u64::MAX`.
+const fn ticks_to_nanos(ticks: u64, hz: u64) -> u64 {
+    // A u64 times 10^9 always fits in a u128; only the quotient can exceed u64.
+    let wide = (ticks as u128).saturating_mul(NANOS_PER_SEC as u128);
+    let Some(nanos) = wide.checked_div(hz as u128) else {
+        return u64::MAX;
+    };
+    if nanos > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        nanos as u64
+    }
+}
+
+/// `nanos` as ticks at `hz` ticks per second, rounded up; saturates at `u64::MAX`.
+const fn nanos_to_ticks_ceil(nanos: u64, hz: u64) -> u64 {
+    let wide = (nanos as u128).saturating_mul(hz as u128);
+    let Some(whole) = wide.checked_div(NANOS_PER_SEC as u128) else {
+        return u64::MAX;
+    };
+    let ticks = match wide.checked_rem(NANOS_PER_SEC as u128) {
+        Some(0) | None => whole,
+        Some(_) => whole.saturating_add(1),
+    };
+    if ticks > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        ticks as u64
+    }
+}
+
+/// An embassy instant (ticks since boot) as a core [`Instant`](CoreInstant) (nanoseconds since
+/// boot), rounded down and saturating at [`CoreInstant::MAX`].
+///
+/// ```
+/// use stormguard_embassy::time::to_core_instant;
+///
+/// let at = embassy_time::Instant::from_millis(1_500);
+/// assert_eq!(to_core_instant(at), stormguard_core::Instant::from_millis(1_500));
+/// ```
+#[must_use]
+pub const fn to_core_instant(instant: EmbassyInstant) -> CoreInstant {
+    CoreInstant::from_nanos(ticks_to_nanos(instant.as_ticks(), TICK_HZ))
+}
+
+/// An embassy duration as a core [`Duration`](CoreDuration), rounded down and saturating at
+/// [`CoreDuration::MAX`].
+///
+/// ```
+/// use stormguard_embassy::time::to_core_duration;
+///
+/// let d = embassy_time::Duration::from_millis(20);
+/// assert_eq!(to_core_duration(d), stormguard_core::Duration::from_millis(20));
+/// ```
+#[must_use]
+pub const fn to_core_duration(duration: EmbassyDuration) -> CoreDuration {
+    CoreDuration::from_nanos(ticks_to_nanos(duration.as_ticks(), TICK_HZ))
+}
+
+/// A core [`Duration`](CoreDuration) as an embassy duration, rounded **up** to whole ticks (a
+/// sleep is never shorter than the core asked for) and saturating at [`EmbassyDuration::MAX`].
+///
+/// [`CoreDuration::MAX`] (the core's "not until something else happens") maps to
+/// [`EmbassyDuration::MAX`] at every tick rate of 1 GHz or more; at lower rates it maps to the
+/// equivalent tick count, about 584 years.
+///
+/// ```
+/// use stormguard_embassy::time::to_embassy_duration;
+///
+/// let pause = stormguard_core::Duration::from_millis(100);
+/// assert_eq!(to_embassy_duration(pause), embassy_time::Duration::from_millis(100));
+/// ```
+#[must_use]
+pub const fn to_embassy_duration(duration: CoreDuration) -> EmbassyDuration {
+    EmbassyDuration::from_ticks(nanos_to_ticks_ceil(duration.as_nanos(), TICK_HZ))
+}
+
+/// A clock reading embassy's time driver: [`now`](EmbassyClock::now) is
+/// [`embassy_time::Instant::now()`] as a core [`Instant`](CoreInstant), so the core's epoch is the
+/// chip's boot.
+///
+/// It is a zero-sized `Copy` value: keep one wherever a task needs the time.
+///
+/// ```no_run
+/// use stormguard_embassy::EmbassyClock;
+///
+/// let clock = EmbassyClock::new();
+/// let now: stormguard_core::Instant = clock.now();
+/// # let _ = now;
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EmbassyClock {
+    _private: (),
+}
+
+impl EmbassyClock {
+    /// A clock over the firmware's embassy time driver.
+    #[must_use]
+    pub const fn new() -> Self {
+        EmbassyClock { _private: () }
+    }
+
+    /// The current time, from [`embassy_time::Instant::now()`].
+    #[must_use]
+    pub fn now(&self) -> CoreInstant {
+        to_core_instant(EmbassyInstant::now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_convert_exactly_at_common_rates() {
+        // 1 MHz (embassy's default on the host), 1 kHz, 32.768 kHz (an RTC crystal).
+        assert_eq!(ticks_to_nanos(1_500_000, 1_000_000), 1_500_000_000);
+        assert_eq!(ticks_to_nanos(3, 1_000), 3_000_000);
+        assert_eq!(ticks_to_nanos(32_768, 32_768), NANOS_PER_SEC);
+        assert_eq!(ticks_to_nanos(1, 32_768), 30_517); // 30517.578125 rounded down
+        assert_eq!(nanos_to_ticks_ceil(NANOS_PER_SEC, 32_768), 32_768);
+        assert_eq!(nanos_to_ticks_ceil(1, 32_768), 1);
+        assert_eq!(nanos_to_ticks_ceil(30_517, 32_768), 1);
+        assert_eq!(nanos_to_ticks_ceil(30_518, 32_768), 2);
+        assert_eq!(nanos_to_ticks_ceil(0, 32_768), 0);
+    }
+
+    #[test]
+    fn a_converted_sleep_is_never_shorter() {
+        for hz in [1, 1_000, 32_768, 1_000_000, 1_000_000_000] {
+            for nanos in [0, 1, 999, 1_000_001, 123_456_789, 10 * NANOS_PER_SEC + 7] {
+                let ticks = nanos_to_ticks_ceil(nanos, hz);
+                assert!(ticks_to_nanos(ticks, hz) >= nanos, "{nanos} ns at {hz} Hz");
+            }
+        }
+    }
+
+    #[test]
+    fn conversions_saturate_instead_of_overflowing() {
+        assert_eq!(ticks_to_nanos(u64::MAX, 1_000_000), u64::MAX);
+        assert_eq!(ticks_to_nanos(u64::MAX, 1), u64::MAX);
+        assert_eq!(nanos_to_ticks_ceil(u64::MAX, 1_310_720_000), u64::MAX);
+        assert_eq!(ticks_to_nanos(7, 0), u64::MAX);
+        assert_eq!(to_core_instant(EmbassyInstant::MAX), CoreInstant::MAX);
+        assert_eq!(to_core_duration(EmbassyDuration::MAX), CoreDuration::MAX);
+        // At the host's 1 MHz, the core's longest span is u64::MAX / 1000 ticks, rounded up.
+        assert_eq!(
+            to_embassy_duration(CoreDuration::MAX).as_ticks(),
+            u64::MAX / 1000 + 1
+        );
+    }
+
+    #[test]
+    fn durations_round_trip_at_the_host_tick_rate() {
+        let d = CoreDuration::from_micros(2_500);
+        assert_eq!(to_core_duration(to_embassy_duration(d)), d);
+        // Sub-tick spans round up to a whole tick.
+        let tiny = CoreDuration::from_nanos(1);
+        assert_eq!(to_embassy_duration(tiny), EmbassyDuration::from_ticks(1));
+    }
+}
