@@ -1,0 +1,292 @@
+//! Clocks: where an adapter gets the `now` it hands to the core.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use stormguard_core::{Duration, Instant};
+
+/// A source of the current time in the core's terms.
+///
+/// Adapters read the clock twice per attempt (before and after) and hand the readings to the core;
+/// tests substitute a [`ManualClock`] or a paused tokio clock. Implementations must be monotonic:
+/// the core tolerates a reading that steps backwards (it means "no time passed"), but such a
+/// clock skews every measurement.
+///
+/// ```
+/// use stormguard_core::Instant;
+/// use stormguard_std::Clock;
+///
+/// /// A clock frozen at one instant.
+/// struct Frozen(Instant);
+///
+/// impl Clock for Frozen {
+///     fn now(&self) -> Instant {
+///         self.0
+///     }
+/// }
+///
+/// fn elapsed_since(clock: &impl Clock, start: Instant) -> stormguard_core::Duration {
+///     clock.now() - start
+/// }
+///
+/// let at = Instant::from_secs(7);
+/// assert!(elapsed_since(&Frozen(at), at).is_zero());
+/// ```
+pub trait Clock {
+    /// The current time.
+    fn now(&self) -> Instant;
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    fn now(&self) -> Instant {
+        (**self).now()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> Instant {
+        (**self).now()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Box<C> {
+    fn now(&self) -> Instant {
+        (**self).now()
+    }
+}
+
+/// The operating system's monotonic clock ([`std::time::Instant`]), mapped onto the core's
+/// [`Instant`] as the time since an epoch captured at construction.
+///
+/// The first reading is close to [`Instant::ZERO`]; readings saturate at [`Instant::MAX`]
+/// (about 584 years after the epoch). Cloning keeps the epoch, so clones agree.
+///
+/// ```
+/// use stormguard_std::{Clock, MonotonicClock};
+///
+/// let clock = MonotonicClock::new();
+/// let a = clock.now();
+/// let b = clock.now();
+/// assert!(b >= a);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct MonotonicClock {
+    epoch: std::time::Instant,
+}
+
+impl MonotonicClock {
+    /// A clock whose epoch ([`Instant::ZERO`]) is now.
+    #[must_use]
+    pub fn new() -> Self {
+        MonotonicClock::with_epoch(std::time::Instant::now())
+    }
+
+    /// A clock whose epoch ([`Instant::ZERO`]) is `epoch`.
+    #[must_use]
+    pub const fn with_epoch(epoch: std::time::Instant) -> Self {
+        MonotonicClock { epoch }
+    }
+
+    /// The `std` instant this clock counts from.
+    #[must_use]
+    pub const fn epoch(&self) -> std::time::Instant {
+        self.epoch
+    }
+
+    /// `at` in the core's terms: time since the epoch, [`Instant::ZERO`] for anything earlier.
+    ///
+    /// ```
+    /// use stormguard_core::{Duration, Instant};
+    /// use stormguard_std::MonotonicClock;
+    ///
+    /// let clock = MonotonicClock::new();
+    /// let later = clock.epoch() + std::time::Duration::from_millis(40);
+    /// assert_eq!(clock.to_core(later), Instant::ZERO + Duration::from_millis(40));
+    /// ```
+    #[must_use]
+    pub fn to_core(&self, at: std::time::Instant) -> Instant {
+        Instant::ZERO.saturating_add(Duration::from(at.saturating_duration_since(self.epoch)))
+    }
+
+    /// A core instant as a `std` instant, for sleeping until a deadline the core computed.
+    /// `None` if the platform cannot represent it (only for instants centuries away).
+    ///
+    /// ```
+    /// use stormguard_core::{Duration, Instant};
+    /// use stormguard_std::MonotonicClock;
+    ///
+    /// let clock = MonotonicClock::new();
+    /// let deadline = Instant::ZERO + Duration::from_secs(2);
+    /// let at = clock.to_std(deadline).unwrap();
+    /// assert_eq!(clock.to_core(at), deadline);
+    /// ```
+    #[must_use]
+    pub fn to_std(&self, at: Instant) -> Option<std::time::Instant> {
+        self.epoch.checked_add(at.since_epoch().into())
+    }
+}
+
+impl Default for MonotonicClock {
+    /// Same as [`MonotonicClock::new`]: the epoch is now.
+    fn default() -> Self {
+        MonotonicClock::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> Instant {
+        self.to_core(std::time::Instant::now())
+    }
+}
+
+/// A clock that moves only when told to, for tests.
+///
+/// Clones share the same time (an `Arc<AtomicU64>` of nanoseconds), so a test keeps one handle
+/// and gives another to the code under test. Moving it saturates at [`Instant::MAX`].
+///
+/// ```
+/// use stormguard_core::{Duration, Instant};
+/// use stormguard_std::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let handle = clock.clone();
+/// clock.advance(Duration::from_secs(15));
+/// assert_eq!(handle.now(), Instant::from_secs(15));
+/// clock.set(Instant::from_secs(3)); // setting it back is allowed; the core reads it as no time passed
+/// assert_eq!(handle.now(), Instant::from_secs(3));
+/// // A `std::time::Duration` works as well.
+/// clock.advance(std::time::Duration::from_millis(500));
+/// assert_eq!(handle.now(), Instant::from_millis(3_500));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct ManualClock {
+    nanos: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock standing at [`Instant::ZERO`].
+    #[must_use]
+    pub fn new() -> Self {
+        ManualClock::starting_at(Instant::ZERO)
+    }
+
+    /// A clock standing at `at`.
+    #[must_use]
+    pub fn starting_at(at: Instant) -> Self {
+        ManualClock {
+            nanos: Arc::new(AtomicU64::new(at.as_nanos())),
+        }
+    }
+
+    /// Moves the clock forward by `by` (a core or `std` duration), saturating at
+    /// [`Instant::MAX`]; returns the new time.
+    pub fn advance(&self, by: impl Into<Duration>) -> Instant {
+        let by = by.into().as_nanos();
+        let step = |nanos: u64| Some(nanos.saturating_add(by));
+        // The closure always returns `Some`, so both arms carry the previous value.
+        let previous = match self
+            .nanos
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, step)
+        {
+            Ok(previous) | Err(previous) => previous,
+        };
+        Instant::from_nanos(previous.saturating_add(by))
+    }
+
+    /// Puts the clock at `at`, earlier or later than it stands.
+    pub fn set(&self, at: Instant) {
+        self.nanos.store(at.as_nanos(), Ordering::Release);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.nanos.load(Ordering::Acquire))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_monotonic_clock_starts_near_zero_and_never_steps_back() {
+        let clock = MonotonicClock::new();
+        let first = clock.now();
+        assert!(first < Instant::ZERO + Duration::from_secs(60));
+        let mut last = first;
+        for _ in 0..1_000 {
+            let now = clock.now();
+            assert!(now >= last);
+            last = now;
+        }
+    }
+
+    #[test]
+    fn the_monotonic_clock_reads_instants_before_its_epoch_as_zero() {
+        let earlier = std::time::Instant::now();
+        let clock = MonotonicClock::with_epoch(earlier + std::time::Duration::from_secs(5));
+        assert_eq!(clock.to_core(earlier), Instant::ZERO);
+        assert_eq!(clock.epoch(), earlier + std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_monotonic_clock_maps_std_instants_losslessly() {
+        let clock = MonotonicClock::new();
+        let at = clock.epoch() + std::time::Duration::from_nanos(1_234_567_891);
+        assert_eq!(clock.to_core(at), Instant::from_nanos(1_234_567_891));
+        assert_eq!(clock.to_std(Instant::from_nanos(1_234_567_891)), Some(at));
+    }
+
+    #[test]
+    fn clones_of_a_monotonic_clock_share_the_epoch() {
+        let clock = MonotonicClock::default();
+        let copy = clock;
+        assert_eq!(copy.epoch(), clock.epoch());
+    }
+
+    #[test]
+    fn the_manual_clock_moves_only_when_told() {
+        let clock = ManualClock::new();
+        assert_eq!(clock.now(), Instant::ZERO);
+        assert_eq!(clock.now(), Instant::ZERO);
+        assert_eq!(
+            clock.advance(Duration::from_millis(100)),
+            Instant::from_millis(100)
+        );
+        assert_eq!(clock.now(), Instant::from_millis(100));
+        clock.set(Instant::from_secs(60));
+        assert_eq!(clock.now(), Instant::from_secs(60));
+    }
+
+    #[test]
+    fn the_manual_clock_is_shared_by_its_clones() {
+        let clock = ManualClock::starting_at(Instant::from_secs(1));
+        let other = clock.clone();
+        let thread = std::thread::spawn(move || {
+            other.advance(Duration::from_secs(2));
+        });
+        thread.join().unwrap();
+        assert_eq!(clock.now(), Instant::from_secs(3));
+    }
+
+    #[test]
+    fn the_manual_clock_saturates() {
+        let clock = ManualClock::starting_at(Instant::MAX);
+        assert_eq!(clock.advance(Duration::from_secs(1)), Instant::MAX);
+        assert_eq!(clock.advance(Duration::MAX), Instant::MAX);
+        assert_eq!(clock.now(), Instant::MAX);
+    }
+
+    #[test]
+    fn clocks_work_behind_references_and_smart_pointers() {
+        fn read(clock: impl Clock) -> Instant {
+            clock.now()
+        }
+        let clock = ManualClock::starting_at(Instant::from_secs(9));
+        assert_eq!(read(&clock), Instant::from_secs(9));
+        assert_eq!(read(Arc::new(clock.clone())), Instant::from_secs(9));
+        let boxed: Box<dyn Clock> = Box::new(clock);
+        assert_eq!(read(boxed), Instant::from_secs(9));
+    }
+}
