@@ -50,24 +50,27 @@
 )]
 
 mod backoff;
-// mod breaker;
+mod breaker;
 mod budget;
-// mod call;
+mod call;
 mod error;
-// mod event;
+mod event;
 mod name;
 mod outcome;
 mod ratio;
 mod settings;
-// mod stats;
+mod stats;
 mod time;
 
-pub use backoff::{Backoff, Jitter};
-// pub use breaker::{Breaker, Permit, Snapshot, State, TripReason};
-pub use budget::{Budget, BudgetSettings};
-// pub use call::{Admission, Call, CallSettings, Finished, Funding, Parts, Rejection, Step, Unguarded, Unlimited, GUARD_PAUSE};
+pub use backoff::{Backoff, BackoffBuilder, Jitter};
+pub use breaker::{Breaker, Permit, Snapshot, State, TripReason};
+pub use budget::{Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot};
+pub use call::{
+    Admission, Call, CallSettings, CallSettingsBuilder, Finished, Funding, Parts, Rejection, Step,
+    Unguarded, Unlimited, GUARD_PAUSE,
+};
 pub use error::{Bound, Field, RefusalReason, Refused, SettingsError};
-// pub use event::Event;
+pub use event::Event;
 pub use name::{Name, NameTooLong, NAME_CAPACITY};
 pub use outcome::Outcome;
 pub use ratio::{Multiple, Ratio};

@@ -117,14 +117,6 @@ impl Ratio {
             && u128::from(num).saturating_mul(u128::from(PPM))
                 >= u128::from(den).saturating_mul(u128::from(self.ppm))
     }
-
-    /// `true` when `num / den > self`, computed exactly. With `den == 0` this is `false`.
-    #[must_use]
-    pub(crate) fn exceeded_by(self, num: u64, den: u64) -> bool {
-        den != 0
-            && u128::from(num).saturating_mul(u128::from(PPM))
-                > u128::from(den).saturating_mul(u128::from(self.ppm))
-    }
 }
 
 impl fmt::Display for Ratio {
@@ -253,8 +245,6 @@ mod tests {
     fn comparisons_are_exact() {
         let half = Ratio::from_percent(50).unwrap_or(Ratio::ZERO);
         assert!(half.reached_by(1, 2));
-        assert!(!half.exceeded_by(1, 2));
-        assert!(half.exceeded_by(501, 1000));
         assert!(!half.reached_by(1, 0));
         assert_eq!(Ratio::of(1, 3).map(Ratio::ppm), Some(333_333));
     }

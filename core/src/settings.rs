@@ -18,6 +18,41 @@ pub const MAX_COUNT: u16 = 1000;
 /// The most half-open probes that may be in flight at once (5 bits of the control word).
 pub const MAX_PROBES: u8 = 31;
 
+/// See [`BreakerSettings::required_baseline`].
+const fn required_baseline(
+    trip: Duration,
+    slow_rule: bool,
+    slow_ratio: Ratio,
+    failure_rate: Option<FailureRate>,
+) -> Duration {
+    let mut need = Duration::ZERO;
+    if slow_rule {
+        // 0.5 x baseline >= 2 x slow_ratio x trip  <=>  baseline >= 4 x slow_ratio x trip
+        let nanos = (trip.as_nanos() as u128)
+            .saturating_mul(4)
+            .saturating_mul(slow_ratio.ppm() as u128)
+            / 1_000_000;
+        need = need.max(Duration::from_nanos(if nanos > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            nanos as u64
+        }));
+    }
+    if let Some(rule) = failure_rate {
+        // baseline / multiple >= 2 x trip  <=>  baseline >= 2 x multiple x trip
+        let nanos = (trip.as_nanos() as u128)
+            .saturating_mul(2)
+            .saturating_mul(rule.multiple().milli() as u128)
+            / 1000;
+        need = need.max(Duration::from_nanos(if nanos > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            nanos as u64
+        }));
+    }
+    need
+}
+
 /// The relative error-rate rule: trip when the trip window's failure rate is above `multiple`
 /// times the learned normal rate, and at or above an absolute `floor` below which nothing is
 /// wrong.
@@ -461,16 +496,43 @@ impl BreakerSettings {
     /// One of the trip window's [`TRIP_BUCKETS`] buckets.
     #[must_use]
     pub const fn bucket_width(&self) -> Duration {
-        Duration::from_nanos(self.trip_window.as_nanos() / TRIP_BUCKETS as u64)
+        match self.trip_window.checked_div(TRIP_BUCKETS as u64) {
+            Some(d) => d,
+            None => Duration::ZERO,
+        }
     }
 
-    /// How far back "normal" reaches: the configured baseline window, or 10x the trip window.
+    /// How far back "normal" reaches: the configured baseline window, or by default 10x the trip
+    /// window, widened further when a rule needs more (see [`BreakerSettings::required_baseline`]).
     #[must_use]
     pub const fn baseline_window(&self) -> Duration {
         match self.baseline_window {
             Some(w) => w,
-            None => self.trip_window.saturating_mul(10),
+            None => {
+                let ten = self.trip_window.saturating_mul(10);
+                ten.max(required_baseline(
+                    self.trip_window,
+                    self.slow_calls.is_some(),
+                    self.slow_ratio,
+                    self.failure_rate,
+                ))
+            }
         }
+    }
+
+    /// The shortest baseline window these rules can work with. A baseline must outlast the trip
+    /// it feeds, twice over: the latency median survives a brownout for half the baseline
+    /// window, which must be at least twice the time the brownout needs to fill the trip window
+    /// to the slow-call ratio; the error baseline reaches `1 / multiple` (after which no error
+    /// rate can trip) in `baseline / multiple`, which must be at least twice the trip window.
+    #[must_use]
+    pub const fn required_baseline(&self) -> Duration {
+        required_baseline(
+            self.trip_window,
+            self.slow_calls.is_some(),
+            self.slow_ratio,
+            self.failure_rate,
+        )
     }
 
     /// The first break.
@@ -722,10 +784,22 @@ impl BreakerSettingsBuilder {
             ));
         }
         if let Some(w) = self.baseline_window {
-            if w.as_nanos() < self.trip_window.saturating_mul(2).as_nanos() {
+            let need = required_baseline(
+                self.trip_window,
+                self.slow_calls.is_some(),
+                self.slow_ratio,
+                self.failure_rate,
+            );
+            if w.as_nanos() < need.as_nanos() {
                 return Err(SettingsError::new(
                     Field::BaselineWindow,
-                    Bound::AtLeastTimes(2, Field::TripWindow),
+                    Bound::AtLeastDuration(need),
+                ));
+            }
+            if w.as_nanos() > MAX_BREAK.as_nanos() {
+                return Err(SettingsError::new(
+                    Field::BaselineWindow,
+                    Bound::AtMostDuration(MAX_BREAK),
                 ));
             }
         }
@@ -925,9 +999,9 @@ mod tests {
                 Bound::AtLeastDuration(Duration::from_millis(10)),
             ),
             (
-                b().baseline_window(Some(Duration::from_secs(59))),
+                b().baseline_window(Some(Duration::from_secs(299))),
                 Field::BaselineWindow,
-                Bound::AtLeastTimes(2, Field::TripWindow),
+                Bound::AtLeastDuration(Duration::from_secs(300)),
             ),
             (
                 b().break_duration(Duration::ZERO),

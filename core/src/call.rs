@@ -1,0 +1,676 @@
+//! The call driver: one call's deadline, attempts, backoff waits, budget and breaker, as a small
+//! state machine that reads no clock, so the adapters stay thin loops.
+//!
+//! ```
+//! use stormguard_core::{
+//!     Breaker, Budget, BudgetSettings, Call, CallSettings, Finished, Instant, Duration, Outcome,
+//!     Parts, Step,
+//! };
+//!
+//! let mut parts = Parts {
+//!     breaker: Breaker::of(5, "payments")?,
+//!     budget: Budget::new(BudgetSettings::defaults("payments")),
+//! };
+//! let mut now = Instant::from_secs(1);
+//! let mut call = Call::begin(&CallSettings::DEFAULT, now);
+//! let mut failures_left = 1; // the dependency fails once, then answers
+//! let result = loop {
+//!     match call.poll(&mut parts, now, &mut |_event| {}) {
+//!         Step::Attempt(permit) => {
+//!             now += Duration::from_millis(20); // run the operation
+//!             let out = if failures_left > 0 { failures_left -= 1; Outcome::Transient } else { Outcome::Success };
+//!             call.complete(&mut parts, permit, now, out, &mut |_event| {});
+//!         }
+//!         Step::Wait(d) => now += d,                          // sleep (cancellably)
+//!         Step::Reject(r) => { now += r.pause; break Err(r) } // serve the guarded pause
+//!         Step::Done(finished) => break Ok(finished),
+//!     }
+//! };
+//! assert_eq!(result, Ok(Finished::Succeeded));
+//! assert_eq!(call.attempts(), 2);
+//! # Ok::<(), stormguard_core::SettingsError>(())
+//! ```
+
+use core::fmt;
+
+use crate::backoff::Backoff;
+use crate::breaker::{Breaker, Permit};
+use crate::budget::Budget;
+use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
+use crate::event::Event;
+use crate::{Duration, Instant, Name, Outcome};
+
+/// The guarded-rejection pause: a refusal is reported only after this long (capped by the
+/// caller's remaining deadline), so a polling loop against an open breaker cannot spin. A
+/// constant, not a setting: it is a floor under the rate of a rejection loop, not a tunable.
+pub const GUARD_PAUSE: Duration = Duration::from_millis(100);
+
+/// The breaker side of a call: implemented by [`Breaker`] (`&mut`), by the shared breaker, and
+/// by [`Unguarded`] (no breaker).
+pub trait Admission {
+    /// The name events carry.
+    fn name(&self) -> &Name;
+    /// Asks to make one attempt; `attempt_timeout` bounds how long a probe slot may stay out.
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused>;
+    /// Would an attempt be admitted? Changes nothing.
+    fn check(&self, now: Instant) -> Result<(), Refused>;
+    /// Reports the attempt's outcome.
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    );
+    /// Gives back a permit whose attempt never reached an outcome.
+    fn release(&mut self, permit: Permit);
+    /// How long a healthy call takes (the learned median), if known.
+    fn normal_latency(&self, now: Instant) -> Option<Duration>;
+}
+
+/// The budget side of a call: implemented by [`Budget`], the shared budget, and [`Unlimited`].
+pub trait Funding {
+    /// The name a budget refusal's event carries, if the budget has one.
+    fn name(&self) -> Option<&Name>;
+    /// Takes one retry's worth, or refuses.
+    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused>;
+    /// Learns from an attempt's outcome (successes fund future retries).
+    fn on_outcome(&mut self, now: Instant, outcome: Outcome);
+}
+
+/// No breaker: every attempt is admitted. Carries the name events use.
+#[derive(Clone, Copy, Debug)]
+pub struct Unguarded(pub Name);
+
+/// No retry budget: every retry is funded (the attempt limit and deadline still bound a call).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Unlimited;
+
+impl Admission for Breaker {
+    fn name(&self) -> &Name {
+        Breaker::name(self)
+    }
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        self.try_acquire_with(now, attempt_timeout, &mut |e| events(e))
+    }
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        Breaker::check(self, now)
+    }
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        Breaker::on_outcome(self, now, permit, outcome, &mut |e| events(e));
+    }
+    fn release(&mut self, permit: Permit) {
+        Breaker::release(self, permit);
+    }
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        Breaker::normal_latency(self, now)
+    }
+}
+
+impl Admission for Unguarded {
+    fn name(&self) -> &Name {
+        &self.0
+    }
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        _: Option<Duration>,
+        _: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        Ok(Permit::unguarded(now))
+    }
+    fn check(&self, _: Instant) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn on_outcome(&mut self, _: Instant, _: Permit, _: Outcome, _: &mut dyn FnMut(Event<'_>)) {}
+    fn release(&mut self, _: Permit) {}
+    fn normal_latency(&self, _: Instant) -> Option<Duration> {
+        None
+    }
+}
+
+impl<A: Admission + ?Sized> Admission for &mut A {
+    fn name(&self) -> &Name {
+        (**self).name()
+    }
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        (**self).try_acquire(now, attempt_timeout, events)
+    }
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        (**self).check(now)
+    }
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        (**self).on_outcome(now, permit, outcome, events);
+    }
+    fn release(&mut self, permit: Permit) {
+        (**self).release(permit);
+    }
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        (**self).normal_latency(now)
+    }
+}
+
+impl Funding for Budget {
+    fn name(&self) -> Option<&Name> {
+        Some(self.settings().name())
+    }
+    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
+        self.try_withdraw(now)
+    }
+    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
+        Budget::on_outcome(self, now, outcome);
+    }
+}
+
+impl Funding for Unlimited {
+    fn name(&self) -> Option<&Name> {
+        None
+    }
+    fn try_fund_retry(&mut self, _: Instant) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn on_outcome(&mut self, _: Instant, _: Outcome) {}
+}
+
+impl<F: Funding + ?Sized> Funding for &mut F {
+    fn name(&self) -> Option<&Name> {
+        (**self).name()
+    }
+    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
+        (**self).try_fund_retry(now)
+    }
+    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
+        (**self).on_outcome(now, outcome);
+    }
+}
+
+/// What a call uses: a breaker (or [`Unguarded`]) and a budget (or [`Unlimited`]).
+#[derive(Debug)]
+pub struct Parts<A, F> {
+    /// Asked before every attempt.
+    pub breaker: A,
+    /// Asked before every retry.
+    pub budget: F,
+}
+
+/// How a call retries and how long it may take. Defaults: 3 attempts, a 30 s deadline, a 10 s
+/// attempt timeout, [`Backoff::DEFAULT`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct CallSettings {
+    max_attempts: u32,
+    deadline: Option<Duration>,
+    attempt_timeout: Option<Duration>,
+    backoff: Backoff,
+    seed: u64,
+}
+
+impl CallSettings {
+    /// 3 attempts (2 retries), a 30 s deadline per call, a 10 s timeout per attempt, exponential
+    /// backoff from 100 ms with full jitter.
+    pub const DEFAULT: CallSettings = CallSettings {
+        max_attempts: 3,
+        deadline: Some(Duration::from_secs(30)),
+        attempt_timeout: Some(Duration::from_secs(10)),
+        backoff: Backoff::DEFAULT,
+        seed: 0,
+    };
+
+    /// Document 004's worker retry: waits of 1, 2, 4, 8, 16, 32, then 60 s (no jitter), for up
+    /// to 10 attempts, with no overall deadline (a failing message blocks its stream, so the
+    /// cap is low rather than the count) and the default 10 s attempt timeout.
+    #[must_use]
+    pub const fn worker() -> CallSettings {
+        CallSettings {
+            max_attempts: 10,
+            deadline: None,
+            attempt_timeout: Some(Duration::from_secs(10)),
+            backoff: Backoff::worker(),
+            seed: 0,
+        }
+    }
+
+    /// A builder starting from [`CallSettings::DEFAULT`].
+    pub const fn builder() -> CallSettingsBuilder {
+        CallSettingsBuilder {
+            inner: CallSettings::DEFAULT,
+        }
+    }
+
+    /// Attempts per call, the first included.
+    #[must_use]
+    pub const fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The deadline per call, if any.
+    #[must_use]
+    pub const fn deadline(&self) -> Option<Duration> {
+        self.deadline
+    }
+
+    /// The timeout per attempt, if any.
+    #[must_use]
+    pub const fn attempt_timeout(&self) -> Option<Duration> {
+        self.attempt_timeout
+    }
+
+    /// The backoff between attempts.
+    #[must_use]
+    pub const fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
+}
+
+impl Default for CallSettings {
+    fn default() -> Self {
+        CallSettings::DEFAULT
+    }
+}
+
+/// Builds [`CallSettings`].
+#[derive(Clone, Copy, Debug)]
+#[must_use]
+pub struct CallSettingsBuilder {
+    inner: CallSettings,
+}
+
+impl CallSettingsBuilder {
+    /// Attempts per call, the first included (default 3; at least 1).
+    pub const fn max_attempts(mut self, n: u32) -> Self {
+        self.inner.max_attempts = n;
+        self
+    }
+
+    /// The deadline per call (default 30 s); `None` for none.
+    pub const fn deadline(mut self, d: Option<Duration>) -> Self {
+        self.inner.deadline = d;
+        self
+    }
+
+    /// The timeout per attempt (default 10 s); `None` for none (the deadline still bounds it).
+    pub const fn attempt_timeout(mut self, d: Option<Duration>) -> Self {
+        self.inner.attempt_timeout = d;
+        self
+    }
+
+    /// The backoff between attempts (default [`Backoff::DEFAULT`]).
+    pub const fn backoff(mut self, b: Backoff) -> Self {
+        self.inner.backoff = b;
+        self
+    }
+
+    /// The seed the backoff jitter is drawn from (mixed with each call's start time).
+    pub const fn seed(mut self, seed: u64) -> Self {
+        self.inner.seed = seed;
+        self
+    }
+
+    /// Checks every bound.
+    pub const fn build(self) -> Result<CallSettings, SettingsError> {
+        if self.inner.max_attempts == 0 {
+            return Err(SettingsError::new(Field::MaxAttempts, Bound::AtLeast(1)));
+        }
+        if let Some(d) = self.inner.deadline {
+            if d.is_zero() {
+                return Err(SettingsError::new(
+                    Field::Deadline,
+                    Bound::AtLeastDuration(Duration::from_nanos(1)),
+                ));
+            }
+        }
+        if let Some(d) = self.inner.attempt_timeout {
+            if d.is_zero() {
+                return Err(SettingsError::new(
+                    Field::AttemptTimeout,
+                    Bound::AtLeastDuration(Duration::from_nanos(1)),
+                ));
+            }
+        }
+        Ok(self.inner)
+    }
+}
+
+/// A refused call, as the caller receives it: the refusal, the guarded pause to serve before
+/// reporting it, and what the dependency last said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Rejection {
+    /// Why.
+    pub reason: RefusalReason,
+    /// When asking again may succeed, counted from the end of the pause (never below zero;
+    /// [`Duration::MAX`] when only an operator can help).
+    pub retry_after: Duration,
+    /// The pause to serve before reporting: [`GUARD_PAUSE`] capped by the deadline's remaining
+    /// time. Cancelling during it ends it at once.
+    pub pause: Duration,
+    /// The outcome of the last attempt, when a retry was refused after a failure (the adapter
+    /// holds the error itself).
+    pub last: Option<Outcome>,
+    /// Attempts made before the refusal.
+    pub attempts: u32,
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "call rejected ({}), retry after {}",
+            self.reason, self.retry_after
+        )
+    }
+}
+
+impl core::error::Error for Rejection {}
+
+/// How a call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum Finished {
+    /// The last attempt succeeded.
+    Succeeded,
+    /// The dependency's failure stands: attempts ran out, or the outcome is not retryable.
+    Failed(Outcome),
+    /// The deadline passed, or a retry could not finish before it.
+    DeadlineExceeded {
+        /// The last attempt's outcome, if any attempt ran.
+        last: Option<Outcome>,
+    },
+    /// Refused locally (already handed out once as [`Step::Reject`]).
+    Rejected(Rejection),
+    /// The caller cancelled.
+    Cancelled,
+}
+
+/// What the driver asks the adapter to do next.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Step {
+    /// Run the operation, bounded by [`Call::attempt_deadline`], then [`Call::complete`].
+    Attempt(Permit),
+    /// Sleep this long (cancellably), then poll again.
+    Wait(Duration),
+    /// Serve `pause` (cancellably), then report the rejection.
+    Reject(Rejection),
+    /// The call is over.
+    Done(Finished),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Ready,
+    InFlight,
+    Waiting(Instant),
+    /// A retry was refused; the rejection is handed out at the next poll.
+    Pending(Rejection),
+    Over(Finished),
+}
+
+/// One call in progress: plain data, holding no borrow between steps, reading no clock.
+///
+/// Call order: [`Call::begin`], then [`Call::poll`] until it returns [`Step::Done`] or
+/// [`Step::Reject`]; after every [`Step::Attempt`], [`Call::complete`] with its permit.
+#[derive(Clone, Debug)]
+pub struct Call {
+    settings: CallSettings,
+    deadline: Option<Instant>,
+    attempt_deadline: Option<Instant>,
+    attempts: u32,
+    last: Option<Outcome>,
+    phase: Phase,
+    rng: fastrand::Rng,
+}
+
+impl Call {
+    /// Starts a call at `now` with the settings' deadline.
+    #[must_use]
+    pub fn begin(settings: &CallSettings, now: Instant) -> Call {
+        let seed = settings.seed ^ now.as_nanos().wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        Call {
+            settings: *settings,
+            deadline: settings.deadline.map(|d| now.saturating_add(d)),
+            attempt_deadline: None,
+            attempts: 0,
+            last: None,
+            phase: Phase::Ready,
+            rng: fastrand::Rng::with_seed(seed),
+        }
+    }
+
+    /// Tightens the call's deadline to `deadline` (the caller's own, or one propagated from
+    /// upstream); a later one than the settings' is ignored.
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Instant) -> Call {
+        self.deadline = Some(self.deadline.map_or(deadline, |d| d.min(deadline)));
+        self
+    }
+
+    /// The call's deadline, if any.
+    #[must_use]
+    pub const fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// When the attempt in flight must be given up (its timeout, capped by the deadline).
+    #[must_use]
+    pub const fn attempt_deadline(&self) -> Option<Instant> {
+        self.attempt_deadline
+    }
+
+    /// Attempts started so far.
+    #[must_use]
+    pub const fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The outcome of the last attempt, if one completed.
+    #[must_use]
+    pub const fn last_outcome(&self) -> Option<Outcome> {
+        self.last
+    }
+
+    fn remaining(&self, now: Instant) -> Option<Duration> {
+        self.deadline.map(|d| d.saturating_duration_since(now))
+    }
+
+    /// Turns a refusal into the caller's rejection and announces it.
+    fn rejection<A: Admission, F: Funding>(
+        &self,
+        parts: &Parts<A, F>,
+        by_budget: bool,
+        refused: Refused,
+        now: Instant,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Rejection {
+        let pause = self
+            .remaining(now)
+            .map_or(GUARD_PAUSE, |left| GUARD_PAUSE.min(left));
+        let retry_after = if refused.retry_after == Duration::MAX {
+            Duration::MAX
+        } else {
+            refused.retry_after.saturating_sub(pause)
+        };
+        let rejection = Rejection {
+            reason: refused.reason,
+            retry_after,
+            pause,
+            last: self.last.filter(|o| *o != Outcome::Success),
+            attempts: self.attempts,
+        };
+        let name = match (by_budget, parts.budget.name()) {
+            (true, Some(n)) => n,
+            _ => parts.breaker.name(),
+        };
+        // Announced before it is served.
+        events(Event::Rejected {
+            name,
+            reason: rejection.reason,
+            delay: pause,
+            retry_after,
+        });
+        rejection
+    }
+
+    fn reject<A: Admission, F: Funding>(
+        &mut self,
+        parts: &Parts<A, F>,
+        refused: Refused,
+        now: Instant,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Step {
+        let r = self.rejection(parts, false, refused, now, events);
+        self.phase = Phase::Over(Finished::Rejected(r));
+        Step::Reject(r)
+    }
+
+    /// What to do next at `now`.
+    pub fn poll<A: Admission, F: Funding>(
+        &mut self,
+        parts: &mut Parts<A, F>,
+        now: Instant,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Step {
+        match self.phase {
+            Phase::Over(f) => return Step::Done(f),
+            Phase::Pending(r) => {
+                self.phase = Phase::Over(Finished::Rejected(r));
+                return Step::Reject(r);
+            }
+            Phase::Waiting(until) if now < until => {
+                return Step::Wait(until.saturating_duration_since(now))
+            }
+            Phase::InFlight => {
+                // Polled without completing the attempt: it is treated as cancelled (its permit,
+                // if a probe, is reclaimed by the breaker).
+                self.phase = Phase::Over(Finished::Cancelled);
+                return Step::Done(Finished::Cancelled);
+            }
+            Phase::Waiting(_) | Phase::Ready => {}
+        }
+        let left = self.remaining(now);
+        if left.is_some_and(|l| l.is_zero()) {
+            // No time left: a refusal is still reported as the refusal, with no pause.
+            if let Err(refused) = parts.breaker.check(now) {
+                return self.reject(parts, refused, now, events);
+            }
+            let f = Finished::DeadlineExceeded { last: self.last };
+            self.phase = Phase::Over(f);
+            return Step::Done(f);
+        }
+        let timeout = match (self.settings.attempt_timeout, left) {
+            (Some(t), Some(l)) => Some(t.min(l)),
+            (t, l) => t.or(l),
+        };
+        match parts.breaker.try_acquire(now, timeout, events) {
+            Ok(permit) => {
+                self.attempts = self.attempts.saturating_add(1);
+                self.attempt_deadline = timeout.map(|t| now.saturating_add(t));
+                self.phase = Phase::InFlight;
+                Step::Attempt(permit)
+            }
+            Err(refused) => self.reject(parts, refused, now, events),
+        }
+    }
+
+    /// Reports how the attempt behind `permit` ended, at `now`. The breaker and budget learn
+    /// from it; the call decides whether and when to retry.
+    pub fn complete<A: Admission, F: Funding>(
+        &mut self,
+        parts: &mut Parts<A, F>,
+        permit: Permit,
+        now: Instant,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        parts.breaker.on_outcome(now, permit, outcome, events);
+        parts.budget.on_outcome(now, outcome);
+        self.attempt_deadline = None;
+        if self.phase != Phase::InFlight {
+            return;
+        }
+        self.last = Some(outcome);
+        let finished = match outcome {
+            Outcome::Success => Some(Finished::Succeeded),
+            Outcome::Cancelled => Some(Finished::Cancelled),
+            Outcome::Permanent => Some(Finished::Failed(outcome)),
+            _ if self.attempts >= self.settings.max_attempts => Some(Finished::Failed(outcome)),
+            _ => None,
+        };
+        if let Some(f) = finished {
+            self.phase = Phase::Over(f);
+            return;
+        }
+        let delay = self
+            .settings
+            .backoff
+            .delay(self.attempts, outcome, &mut self.rng);
+        if let Some(left) = self.remaining(now) {
+            // A wait that would end at or past the deadline is not started, nor a retry with
+            // less time left after the wait than a healthy call takes.
+            let after_wait = left.checked_sub(delay).filter(|l| !l.is_zero());
+            let healthy = parts.breaker.normal_latency(now).unwrap_or(Duration::ZERO);
+            if after_wait.is_none_or(|l| l < healthy) {
+                self.phase = Phase::Over(Finished::DeadlineExceeded {
+                    last: Some(outcome),
+                });
+                return;
+            }
+        }
+        if let Err(refused) = parts.budget.try_fund_retry(now) {
+            // Reported at the next poll, as a rejection carrying the last outcome.
+            self.phase = Phase::Pending(self.rejection(parts, true, refused, now, events));
+            return;
+        }
+        events(Event::Retry {
+            name: parts.breaker.name(),
+            attempt: self.attempts.saturating_add(1),
+            delay,
+            after: outcome,
+        });
+        self.phase = Phase::Waiting(now.saturating_add(delay));
+    }
+
+    /// The caller gave up (during a wait or a pause): the call ends as cancelled. An attempt in
+    /// flight is reported with [`Call::complete`] and [`Outcome::Cancelled`] instead.
+    pub fn cancel(&mut self) {
+        if !matches!(self.phase, Phase::Over(_)) {
+            self.phase = Phase::Over(Finished::Cancelled);
+        }
+    }
+
+    /// `true` once the call has finished.
+    #[must_use]
+    pub const fn is_over(&self) -> bool {
+        matches!(self.phase, Phase::Over(_))
+    }
+}

@@ -1,0 +1,101 @@
+//! Events: what happened, handed to a caller-supplied sink. The core allocates nothing and drops
+//! nothing; the adapters forward events to `tracing`, `defmt` and listeners.
+
+use crate::breaker::{State, TripReason};
+use crate::error::RefusalReason;
+use crate::ratio::Ratio;
+use crate::{Duration, Name, Outcome};
+
+/// Something a breaker, budget or call did. Every event carries the name of what produced it,
+/// which is what tells five breakers apart in logs, telemetry and the health endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// The breaker changed state.
+    StateChanged {
+        /// The breaker's name.
+        name: &'a Name,
+        /// The state before.
+        from: State,
+        /// The state after.
+        to: State,
+        /// Why it opened (for a change to `Open`).
+        reason: Option<TripReason>,
+        /// The jittered break it opened for (for a change to `Open`).
+        break_for: Option<Duration>,
+    },
+    /// A half-open probe was admitted.
+    ProbeStarted {
+        /// The breaker's name.
+        name: &'a Name,
+    },
+    /// Probes that never reported were reclaimed, freeing their slots.
+    ProbesReclaimed {
+        /// The breaker's name.
+        name: &'a Name,
+        /// How many.
+        count: u8,
+    },
+    /// The recovery ramp's admitted fraction moved (a ramp started, a slow call halved it, or a
+    /// run of fast calls raised its cap).
+    RampStep {
+        /// The breaker's name.
+        name: &'a Name,
+        /// The admitted fraction now.
+        fraction: Ratio,
+        /// The evidence cap now.
+        cap: Ratio,
+    },
+    /// A call was refused; `delay` is the guarded pause about to be served before the refusal
+    /// is reported (announced before it is served).
+    Rejected {
+        /// The name of the breaker (or budget) that refused.
+        name: &'a Name,
+        /// Why.
+        reason: RefusalReason,
+        /// The pause about to be served.
+        delay: Duration,
+        /// When asking again may succeed, counted from the end of the pause.
+        retry_after: Duration,
+    },
+    /// A retry was scheduled after `delay`.
+    Retry {
+        /// The name of the breaker guarding the call (or the policy's).
+        name: &'a Name,
+        /// The attempt about to be made (2 for the first retry).
+        attempt: u32,
+        /// The wait before it.
+        delay: Duration,
+        /// The outcome that caused the retry.
+        after: Outcome,
+    },
+}
+
+impl Event<'_> {
+    /// The name carried by the event.
+    #[must_use]
+    pub fn name(&self) -> &Name {
+        match self {
+            Event::StateChanged { name, .. }
+            | Event::ProbeStarted { name }
+            | Event::ProbesReclaimed { name, .. }
+            | Event::RampStep { name, .. }
+            | Event::Rejected { name, .. }
+            | Event::Retry { name, .. } => name,
+        }
+    }
+
+    /// A stable, lower-case name of the event kind.
+    #[must_use]
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Event::StateChanged { .. } => "state_changed",
+            Event::ProbeStarted { .. } => "probe_started",
+            Event::ProbesReclaimed { .. } => "probes_reclaimed",
+            Event::RampStep { .. } => "ramp_step",
+            Event::Rejected { .. } => "rejected",
+            Event::Retry { .. } => "retry",
+        }
+    }
+}

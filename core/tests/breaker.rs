@@ -1,0 +1,856 @@
+//! The breaker's behaviours, each driven by synthetic time.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic
+)]
+
+use stormguard_core::{
+    Breaker, BreakerSettings, Duration, Event, FailureRate, Instant, Outcome, Ratio, Recovery,
+    RefusalReason, Refused, SlowCalls, State, TripReason,
+};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// One attempt at `at`, lasting `latency`, ending with `outcome`.
+#[track_caller]
+fn call(b: &mut Breaker, at: Instant, latency: Duration, outcome: Outcome) -> Result<(), Refused> {
+    let p = b.try_acquire(at)?;
+    b.on_outcome(at + latency, p, outcome, &mut |_| {});
+    Ok(())
+}
+
+/// Like [`call`], collecting the trip reasons of the events.
+#[track_caller]
+fn call_seeing(
+    b: &mut Breaker,
+    at: Instant,
+    latency: Duration,
+    outcome: Outcome,
+    trips: &mut Vec<TripReason>,
+) -> Result<(), Refused> {
+    let p = b.try_acquire(at)?;
+    b.on_outcome(at + latency, p, outcome, &mut |e| {
+        if let Event::StateChanged {
+            to: State::Open,
+            reason: Some(r),
+            ..
+        } = e
+        {
+            trips.push(r);
+        }
+    });
+    Ok(())
+}
+
+fn unjittered(name: &'static str) -> BreakerSettings {
+    BreakerSettings::builder(name)
+        .jitter(false)
+        .build()
+        .unwrap()
+}
+
+/// Trips a breaker with five transient failures at `at`.
+#[track_caller]
+fn trip(b: &mut Breaker, at: Instant) {
+    for _ in 0..5 {
+        call(b, at, Duration::ZERO, Outcome::Transient).unwrap();
+    }
+    assert_eq!(b.state(at), State::Open);
+}
+
+#[test]
+fn five_consecutive_failures_open_and_four_do_not() {
+    let mut b = Breaker::of(5, "payments").unwrap();
+    let t = Instant::from_secs(1);
+    for _ in 0..4 {
+        call(&mut b, t, ms(5), Outcome::Transient).unwrap();
+    }
+    assert_eq!(b.state(t), State::Closed);
+    assert_eq!(b.snapshot(t).consecutive_failures, 4);
+    call(&mut b, t, ms(5), Outcome::Transient).unwrap();
+    assert_eq!(b.state(t + ms(5)), State::Open);
+}
+
+#[test]
+fn a_success_resets_the_consecutive_count() {
+    let mut b = Breaker::of(5, "payments").unwrap();
+    let t = Instant::from_secs(1);
+    for _ in 0..4 {
+        call(&mut b, t, MS, Outcome::Transient).unwrap();
+    }
+    call(&mut b, t, MS, Outcome::Success).unwrap();
+    for _ in 0..4 {
+        call(&mut b, t, MS, Outcome::Transient).unwrap();
+    }
+    assert_eq!(b.state(t), State::Closed);
+}
+
+#[test]
+fn throttled_and_permanent_outcomes_neither_count_nor_reset() {
+    let mut b = Breaker::of(5, "payments").unwrap();
+    let t = Instant::from_secs(1);
+    for _ in 0..4 {
+        call(&mut b, t, MS, Outcome::Transient).unwrap();
+    }
+    for _ in 0..20 {
+        call(
+            &mut b,
+            t,
+            MS,
+            Outcome::Throttled {
+                retry_after: Some(secs(1)),
+            },
+        )
+        .unwrap();
+        call(&mut b, t, MS, Outcome::Permanent).unwrap();
+    }
+    assert_eq!(
+        b.snapshot(t).consecutive_failures,
+        4,
+        "neither counted nor reset"
+    );
+    assert_eq!(
+        b.snapshot(t).window_calls,
+        4,
+        "left out of both sides of the ratios"
+    );
+    call(&mut b, t, MS, Outcome::Transient).unwrap();
+    assert_eq!(b.state(t), State::Open);
+}
+
+#[test]
+fn caller_cancellation_never_counts_as_a_failure() {
+    let mut b = Breaker::of(2, "payments").unwrap();
+    let t = Instant::from_secs(1);
+    for _ in 0..50 {
+        call(&mut b, t, MS, Outcome::Cancelled).unwrap();
+    }
+    assert_eq!(b.state(t), State::Closed);
+    assert_eq!(b.snapshot(t).window_calls, 0);
+}
+
+#[test]
+fn an_attempt_timeout_is_a_transient_failure() {
+    let mut b = Breaker::of(3, "radio").unwrap();
+    let t = Instant::from_secs(1);
+    for _ in 0..3 {
+        call(&mut b, t, secs(10), Outcome::TimedOut).unwrap();
+    }
+    assert_eq!(b.state(t + secs(10)), State::Open);
+}
+
+#[test]
+fn open_refuses_with_the_remaining_break_as_retry_after() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(10);
+    trip(&mut b, t);
+    let r = b.try_acquire(t).unwrap_err();
+    assert_eq!(
+        r,
+        Refused {
+            reason: RefusalReason::BreakerOpen,
+            retry_after: secs(15)
+        }
+    );
+    let r = b.try_acquire(t + secs(4)).unwrap_err();
+    assert_eq!(r.retry_after, secs(11));
+    assert_eq!(b.snapshot(t + secs(4)).until_half_open, secs(11));
+}
+
+#[test]
+fn the_break_doubles_per_consecutive_open_up_to_the_max() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let mut t = Instant::from_secs(10);
+    trip(&mut b, t);
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let brk = b.snapshot(t).break_duration.unwrap();
+        seen.push(brk.as_secs());
+        t += brk;
+        // The probe fails: re-open with the doubled break.
+        call(&mut b, t, Duration::ZERO, Outcome::Transient).unwrap();
+        assert_eq!(b.state(t), State::Open);
+    }
+    assert_eq!(seen, [15, 30, 60, 120, 120]);
+}
+
+#[test]
+fn the_break_starts_over_once_the_breaker_has_closed() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let mut t = Instant::from_secs(10);
+    trip(&mut b, t);
+    t += secs(15);
+    call(&mut b, t, Duration::ZERO, Outcome::Transient).unwrap(); // re-open: 30 s
+    assert_eq!(b.snapshot(t).break_duration, Some(secs(30)));
+    t += secs(30);
+    call(&mut b, t, MS, Outcome::Success).unwrap();
+    call(&mut b, t, MS, Outcome::Success).unwrap();
+    assert_eq!(b.state(t), State::Closed);
+    trip(&mut b, t);
+    assert_eq!(b.snapshot(t).break_duration, Some(secs(15)));
+}
+
+#[test]
+fn the_same_seed_gives_the_same_jitter_and_different_seeds_spread_within_the_equal_jitter_band() {
+    let settings = BreakerSettings::defaults("payments");
+    let t = Instant::from_secs(10);
+    let break_with = |seed: u64| {
+        let mut b = Breaker::new(settings).with_seed(seed);
+        trip(&mut b, t);
+        b.snapshot(t).break_duration.unwrap()
+    };
+    assert_eq!(break_with(42), break_with(42));
+    let breaks: Vec<Duration> = (0..200).map(break_with).collect();
+    let lo = *breaks.iter().min().unwrap();
+    let hi = *breaks.iter().max().unwrap();
+    assert!(
+        lo >= ms(7500) && hi <= secs(15),
+        "within [7.5 s, 15 s]: {lo}..{hi}"
+    );
+    assert!(hi - lo > secs(6), "spread across the band: {lo}..{hi}");
+    let distinct: std::collections::BTreeSet<_> = breaks.iter().collect();
+    assert!(distinct.len() > 150);
+}
+
+#[test]
+fn after_the_break_the_state_reads_half_open_without_using_the_slot() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(10);
+    trip(&mut b, t);
+    let after = t + secs(15);
+    for _ in 0..10 {
+        assert_eq!(b.state(after), State::HalfOpen);
+        assert_eq!(b.snapshot(after).state, State::HalfOpen);
+        assert!(b.check(after).is_ok());
+    }
+    let probe = b.try_acquire(after).unwrap();
+    assert!(probe.is_probe());
+    b.on_outcome(after, probe, Outcome::Success, &mut |_| {});
+}
+
+#[test]
+fn one_probe_at_a_time() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(10);
+    trip(&mut b, t);
+    let after = t + secs(15);
+    let probe = b.try_acquire(after).unwrap();
+    let r = b.try_acquire(after).unwrap_err();
+    assert_eq!(r.reason, RefusalReason::HalfOpenFull);
+    assert_eq!(b.snapshot(after).probes_in_flight, 1);
+    b.on_outcome(after + MS, probe, Outcome::Success, &mut |_| {});
+    assert!(b.try_acquire(after + MS).unwrap().is_probe());
+}
+
+#[test]
+fn a_failed_probe_reopens_with_the_doubled_break() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(10);
+    trip(&mut b, t);
+    let after = t + secs(15);
+    let mut trips = Vec::new();
+    call_seeing(&mut b, after, MS, Outcome::Transient, &mut trips).unwrap();
+    assert_eq!(trips, [TripReason::ProbeFailed]);
+    assert_eq!(b.state(after + MS), State::Open);
+    assert_eq!(b.snapshot(after).break_duration, Some(secs(30)));
+}
+
+#[test]
+fn two_probe_successes_close() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(10);
+    trip(&mut b, t);
+    let after = t + secs(15);
+    call(&mut b, after, MS, Outcome::Success).unwrap();
+    assert_eq!(b.state(after + MS), State::HalfOpen);
+    call(&mut b, after + MS, MS, Outcome::Success).unwrap();
+    assert_eq!(b.state(after + ms(2)), State::Closed);
+}
+
+#[test]
+fn a_stale_permit_from_an_earlier_epoch_decides_nothing() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(10);
+    let stale_failure = b.try_acquire(t).unwrap();
+    let stale_success = b.try_acquire(t).unwrap();
+    trip(&mut b, t);
+    let after = t + secs(15);
+    let probe = b.try_acquire(after).unwrap();
+    // Outcomes of permits granted while closed arrive during half-open: no effect.
+    b.on_outcome(after, stale_failure, Outcome::Transient, &mut |_| {});
+    assert_eq!(b.state(after), State::HalfOpen);
+    b.on_outcome(after, stale_success, Outcome::Success, &mut |_| {});
+    assert_eq!(b.snapshot(after).probes_in_flight, 1);
+    b.on_outcome(after, probe, Outcome::Success, &mut |_| {});
+    assert_eq!(
+        b.state(after),
+        State::HalfOpen,
+        "one probe success is not two"
+    );
+}
+
+#[test]
+fn a_lost_probe_is_reclaimed_after_its_attempt_timeout() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(10);
+    trip(&mut b, t);
+    let after = t + secs(15);
+    let lost = b
+        .try_acquire_with(after, Some(secs(2)), &mut |_| {})
+        .unwrap();
+    drop(lost); // the caller's future was cancelled and nothing reported
+    assert_eq!(
+        b.try_acquire(after + secs(1)).unwrap_err().reason,
+        RefusalReason::HalfOpenFull
+    );
+    let mut reclaimed = 0;
+    let probe = b
+        .try_acquire_with(after + secs(2), Some(secs(2)), &mut |e| {
+            if let Event::ProbesReclaimed { count, .. } = e {
+                reclaimed += count;
+            }
+        })
+        .unwrap();
+    assert_eq!(reclaimed, 1);
+    assert!(probe.is_probe());
+}
+
+#[test]
+fn without_an_attempt_timeout_a_lost_probe_is_reclaimed_after_the_break_just_served() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(10);
+    trip(&mut b, t);
+    let after = t + secs(15);
+    let _lost = b.try_acquire(after).unwrap();
+    assert!(b.try_acquire(after + secs(14)).is_err());
+    assert!(b.try_acquire(after + secs(15)).is_ok());
+}
+
+#[test]
+fn a_released_probe_gives_its_slot_back_at_once() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(10);
+    trip(&mut b, t);
+    let after = t + secs(15);
+    let probe = b.try_acquire(after).unwrap();
+    b.release(probe);
+    assert!(b.try_acquire(after).is_ok());
+}
+
+#[test]
+fn a_late_report_from_a_reclaimed_probe_decides_nothing() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(10);
+    trip(&mut b, t);
+    let after = t + secs(15);
+    let late = b
+        .try_acquire_with(after, Some(secs(1)), &mut |_| {})
+        .unwrap();
+    let fresh = b
+        .try_acquire_with(after + secs(1), Some(secs(1)), &mut |_| {})
+        .unwrap();
+    b.on_outcome(after + secs(1), late, Outcome::Transient, &mut |_| {});
+    assert_eq!(b.state(after + secs(1)), State::HalfOpen);
+    b.on_outcome(after + secs(1), fresh, Outcome::Success, &mut |_| {});
+    assert_eq!(b.snapshot(after + secs(1)).probes_in_flight, 0);
+}
+
+/// Feeds `seconds` of traffic at `per_sec` calls a second starting at `from`, latency and
+/// outcome chosen per call index. Returns the time after the last call and the trips seen.
+fn traffic(
+    b: &mut Breaker,
+    from: Instant,
+    seconds: u64,
+    per_sec: u64,
+    mut shape: impl FnMut(u64) -> (Duration, Outcome),
+) -> (Instant, Vec<(Instant, TripReason)>) {
+    let gap = Duration::from_nanos(1_000_000_000 / per_sec);
+    let mut t = from;
+    let mut trips = Vec::new();
+    for i in 0..seconds * per_sec {
+        let (latency, outcome) = shape(i);
+        if let Ok(p) = b.try_acquire(t) {
+            let done = t + latency;
+            b.on_outcome(done, p, outcome, &mut |e| {
+                if let Event::StateChanged {
+                    to: State::Open,
+                    reason: Some(r),
+                    ..
+                } = e
+                {
+                    trips.push((done, r));
+                }
+            });
+        }
+        t += gap;
+    }
+    (t, trips)
+}
+
+fn slow_only() -> BreakerSettings {
+    BreakerSettings::builder("search")
+        .consecutive_failures(1000)
+        .failure_rate(None)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_brownout_trips_the_slow_call_rule_within_the_window_arithmetic() {
+    let mut b = Breaker::new(slow_only());
+    let (t, trips) = traffic(&mut b, Instant::from_secs(1), 60, 10, |_| {
+        (ms(20), Outcome::Success)
+    });
+    assert!(trips.is_empty());
+    let normal = b.normal_latency(t).unwrap();
+    assert!(normal >= ms(20) && normal <= ms(23), "{normal}");
+    // 10x brownout: still answering, just slow.
+    let (_, trips) = traffic(&mut b, t, 40, 10, |_| (ms(200), Outcome::Success));
+    let (at, reason) = trips[0];
+    assert_eq!(reason, TripReason::SlowCalls);
+    // slow ratio x trip window + one bucket: 0.5 x 30 s + 3 s.
+    assert!(at - t <= secs(18), "tripped after {}", at - t);
+}
+
+#[test]
+fn a_brownout_does_not_move_the_baseline_before_the_trip() {
+    let mut b = Breaker::new(slow_only());
+    let (t, _) = traffic(&mut b, Instant::from_secs(1), 120, 10, |_| {
+        (ms(20), Outcome::Success)
+    });
+    let before = b.normal_latency(t).unwrap();
+    let mut tripped_at = None;
+    let mut now = t;
+    while tripped_at.is_none() {
+        let p = b.try_acquire(now).unwrap();
+        b.on_outcome(now + ms(200), p, Outcome::Success, &mut |e| {
+            if matches!(
+                e,
+                Event::StateChanged {
+                    to: State::Open,
+                    ..
+                }
+            ) {
+                tripped_at = Some(now);
+            }
+        });
+        now += ms(100);
+    }
+    assert_eq!(b.normal_latency(now).unwrap(), before);
+    // The learned baseline survives the open, so a slow probe still reads as slow.
+    assert_eq!(b.snapshot(now).normal_latency, Some(before));
+}
+
+#[test]
+fn the_slow_call_rule_never_trips_during_warm_up() {
+    // A dependency slow from the very first call: nothing is "slow" until a baseline exists,
+    // and then the baseline is that slowness.
+    let settings = BreakerSettings::builder("cold")
+        .minimum_calls(5)
+        .failure_rate(None)
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let (_, trips) = traffic(&mut b, Instant::from_secs(1), 10, 5, |i| {
+        (if i < 5 { ms(10) } else { secs(1) }, Outcome::Success)
+    });
+    assert!(trips.is_empty(), "{trips:?}");
+}
+
+#[test]
+fn an_absolute_slow_call_threshold_needs_no_baseline() {
+    let settings = BreakerSettings::builder("radio")
+        .slow_calls(None)
+        .failure_rate(None)
+        .slow_threshold(Some(ms(50)))
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let (_, trips) = traffic(&mut b, Instant::from_secs(1), 10, 10, |i| {
+        (if i % 2 == 0 { ms(10) } else { ms(60) }, Outcome::Success)
+    });
+    assert_eq!(trips.first().map(|t| t.1), Some(TripReason::SlowCalls));
+}
+
+fn rate_only() -> BreakerSettings {
+    BreakerSettings::builder("payments")
+        .consecutive_failures(1000)
+        .slow_calls(None)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn an_error_spike_trips_the_relative_error_rate_rule() {
+    let mut b = Breaker::new(rate_only());
+    // 1% normal failure rate.
+    let (t, trips) = traffic(&mut b, Instant::from_secs(1), 100, 10, |i| {
+        (
+            ms(20),
+            if i % 100 == 0 {
+                Outcome::Transient
+            } else {
+                Outcome::Success
+            },
+        )
+    });
+    assert!(trips.is_empty());
+    // Learned from what has aged out of the trip window: about 1%.
+    let normal = b.normal_failure_rate(t).unwrap().as_f64();
+    assert!((0.009..0.012).contains(&normal), "{normal}");
+    // Spike to 20% (5x normal is 5%, the floor is 5%).
+    let (_, trips) = traffic(&mut b, t, 30, 10, |i| {
+        (
+            ms(20),
+            if i % 5 == 0 {
+                Outcome::Transient
+            } else {
+                Outcome::Success
+            },
+        )
+    });
+    let (at, reason) = trips[0];
+    assert_eq!(reason, TripReason::FailureRate);
+    assert!(at - t <= secs(30), "tripped after {}", at - t);
+}
+
+#[test]
+fn the_relative_error_rate_rule_never_trips_during_warm_up() {
+    let mut b = Breaker::new(rate_only());
+    // 40% failures from a cold start, for fewer than the 100 outcomes that arm the rule.
+    let (t, trips) = traffic(&mut b, Instant::from_secs(1), 9, 11, |i| {
+        (
+            ms(20),
+            if i % 5 < 2 {
+                Outcome::Transient
+            } else {
+                Outcome::Success
+            },
+        )
+    });
+    assert!(trips.is_empty());
+    assert_eq!(b.normal_failure_rate(t), None);
+}
+
+#[test]
+fn a_dependencys_normal_error_rate_does_not_trip_the_relative_rule() {
+    let mut b = Breaker::new(rate_only());
+    // A flaky backend at a steady 20%: 5x that is beyond 100%.
+    let (_, trips) = traffic(&mut b, Instant::from_secs(1), 600, 10, |i| {
+        (
+            ms(20),
+            if i % 5 == 0 {
+                Outcome::Transient
+            } else {
+                Outcome::Success
+            },
+        )
+    });
+    assert!(trips.is_empty(), "{trips:?}");
+}
+
+#[test]
+fn below_the_floor_nothing_is_wrong() {
+    let mut b = Breaker::new(rate_only());
+    // Normal 0.1%, then 4%: 40x normal but under the 5% floor.
+    let (t, _) = traffic(&mut b, Instant::from_secs(1), 100, 10, |i| {
+        (
+            ms(20),
+            if i % 1000 == 0 {
+                Outcome::Transient
+            } else {
+                Outcome::Success
+            },
+        )
+    });
+    let (_, trips) = traffic(&mut b, t, 60, 10, |i| {
+        (
+            ms(20),
+            if i % 25 == 0 {
+                Outcome::Transient
+            } else {
+                Outcome::Success
+            },
+        )
+    });
+    assert!(trips.is_empty(), "{trips:?}");
+}
+
+#[test]
+fn an_absolute_failure_ratio_trips_without_a_baseline() {
+    let settings = BreakerSettings::builder("payments")
+        .failure_ratio(Ratio::from_percent(20))
+        .slow_calls(None)
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let (_, trips) = traffic(&mut b, Instant::from_secs(1), 5, 10, |i| {
+        (
+            ms(20),
+            if i % 4 == 0 {
+                Outcome::Transient
+            } else {
+                Outcome::Success
+            },
+        )
+    });
+    assert_eq!(trips.first().map(|t| t.1), Some(TripReason::FailureRatio));
+}
+
+fn ramped() -> BreakerSettings {
+    BreakerSettings::builder("search")
+        .jitter(false)
+        .failure_rate(None)
+        .slow_calls(Some(SlowCalls::above(3)))
+        .recovery(Some(Recovery::over(0.25)))
+        .build()
+        .unwrap()
+}
+
+/// Warms a baseline at 10 ms, trips, and passes two fast probes: the ramp starts.
+fn into_ramp(b: &mut Breaker) -> Instant {
+    let (t, _) = traffic(b, Instant::from_secs(1), 10, 10, |_| {
+        (ms(10), Outcome::Success)
+    });
+    trip(b, t);
+    let after = t + secs(15);
+    call(b, after, ms(10), Outcome::Success).unwrap();
+    call(b, after + ms(10), ms(10), Outcome::Success).unwrap();
+    let start = after + ms(20);
+    assert_eq!(b.state(start), State::Recovering);
+    start
+}
+
+#[test]
+fn the_ramp_starts_at_five_percent() {
+    let mut b = Breaker::new(ramped());
+    let start = into_ramp(&mut b);
+    assert_eq!(b.ramp_fraction(start), Ratio::from_percent(5));
+    assert!(b.snapshot(start).is_degraded());
+}
+
+#[test]
+fn the_ramp_admits_within_one_call_of_the_sum_of_p_and_closes_at_one() {
+    let mut b = Breaker::new(ramped());
+    let start = into_ramp(&mut b);
+    let mut t = start;
+    let mut sum_p = 0.0;
+    let mut admitted = 0u32;
+    let mut offered = 0u32;
+    while b.state(t) == State::Recovering {
+        sum_p += b.ramp_fraction(t).unwrap().as_f64();
+        offered += 1;
+        if let Ok(p) = b.try_acquire(t) {
+            admitted += 1;
+            b.on_outcome(t, p, Outcome::Success, &mut |_| {});
+        }
+        assert!(
+            (f64::from(admitted) - sum_p).abs() <= 1.0,
+            "admitted {admitted}, sum of p {sum_p}"
+        );
+        t += ms(5);
+    }
+    // A quarter of the 15 s break, ramped over.
+    let took = t - start;
+    assert!(took >= ms(3700) && took <= ms(3800), "{took}");
+    assert!(admitted > 0 && admitted < offered);
+    assert_eq!(b.try_acquire(t).map(|p| p.is_probe()), Ok(false));
+    assert_eq!(b.state(t), State::Closed);
+}
+
+#[test]
+fn a_slow_call_halves_the_ramp_on_the_spot() {
+    let mut b = Breaker::new(ramped());
+    let start = into_ramp(&mut b);
+    // Let the clock term climb to 80% or more.
+    let mut t = start + ms(3200);
+    let p = loop {
+        match b.try_acquire(t) {
+            Ok(p) => break p,
+            Err(_) => t += MS,
+        }
+    };
+    let mut steps = Vec::new();
+    b.on_outcome(t + ms(100), p, Outcome::Success, &mut |e| {
+        if let Event::RampStep { cap, .. } = e {
+            steps.push(cap);
+        }
+    });
+    assert_eq!(steps, [Ratio::from_percent(50).unwrap()]);
+    assert_eq!(b.ramp_fraction(t + ms(100)), Ratio::from_percent(50));
+    assert_eq!(
+        b.state(t + secs(10)),
+        State::Recovering,
+        "a slow dependency keeps the ramp below 1"
+    );
+}
+
+#[test]
+fn one_failure_during_the_ramp_reopens_with_the_grown_break() {
+    let mut b = Breaker::new(ramped());
+    let start = into_ramp(&mut b);
+    let mut t = start;
+    let p = loop {
+        match b.try_acquire(t) {
+            Ok(p) => break p,
+            Err(_) => t += MS,
+        }
+    };
+    let mut trips = Vec::new();
+    b.on_outcome(t, p, Outcome::Transient, &mut |e| {
+        if let Event::StateChanged {
+            to: State::Open,
+            reason: Some(r),
+            break_for,
+            ..
+        } = e
+        {
+            trips.push((r, break_for));
+        }
+    });
+    assert_eq!(trips, [(TripReason::RampFailure, Some(secs(30)))]);
+}
+
+#[test]
+fn a_slow_probe_starts_the_ramp_or_without_one_reopens() {
+    let mut b = Breaker::new(ramped());
+    let (t, _) = traffic(&mut b, Instant::from_secs(1), 10, 10, |_| {
+        (ms(10), Outcome::Success)
+    });
+    trip(&mut b, t);
+    call(&mut b, t + secs(15), ms(100), Outcome::Success).unwrap();
+    assert_eq!(b.state(t + secs(15) + ms(100)), State::Recovering);
+
+    let mut b = Breaker::new(
+        BreakerSettings::builder("search")
+            .jitter(false)
+            .build()
+            .unwrap(),
+    );
+    let (t, _) = traffic(&mut b, Instant::from_secs(1), 10, 10, |_| {
+        (ms(10), Outcome::Success)
+    });
+    trip(&mut b, t);
+    let mut trips = Vec::new();
+    call_seeing(&mut b, t + secs(15), ms(100), Outcome::Success, &mut trips).unwrap();
+    assert_eq!(trips, [TripReason::SlowProbe]);
+}
+
+#[test]
+fn isolate_refuses_until_reset_and_reset_keeps_the_baselines() {
+    let mut b = Breaker::new(BreakerSettings::defaults("payments"));
+    let (t, _) = traffic(&mut b, Instant::from_secs(1), 10, 10, |_| {
+        (ms(10), Outcome::Success)
+    });
+    let normal = b.normal_latency(t);
+    assert!(normal.is_some());
+    b.isolate(t, &mut |_| {});
+    let r = b.try_acquire(t + secs(3600)).unwrap_err();
+    assert_eq!(
+        r,
+        Refused {
+            reason: RefusalReason::Isolated,
+            retry_after: Duration::MAX
+        }
+    );
+    assert_eq!(b.state(t + secs(3600)), State::Isolated);
+    b.reset(t + secs(3600), &mut |_| {});
+    assert_eq!(b.state(t + secs(3600)), State::Closed);
+    assert!(b.try_acquire(t + secs(3600)).is_ok());
+    assert_eq!(b.normal_latency(t + ms(1)), normal);
+}
+
+#[test]
+fn every_event_carries_the_breakers_name() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(1);
+    let mut kinds = Vec::new();
+    let mut sink = |e: Event<'_>| {
+        assert_eq!(e.name(), &"payments");
+        kinds.push(e.kind());
+    };
+    for _ in 0..5 {
+        let p = b.try_acquire_with(t, None, &mut sink).unwrap();
+        b.on_outcome(t, p, Outcome::Transient, &mut sink);
+    }
+    let p = b.try_acquire_with(t + secs(15), None, &mut sink).unwrap();
+    b.on_outcome(t + secs(15), p, Outcome::Success, &mut sink);
+    assert_eq!(kinds, ["state_changed", "state_changed", "probe_started"]);
+}
+
+#[test]
+fn timed_transitions_are_realised_by_handle_timeout() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(1);
+    trip(&mut b, t);
+    let due = b.poll_timeout(t).unwrap();
+    assert_eq!(due, t + secs(15));
+    let mut changes = Vec::new();
+    b.handle_timeout(due - MS, &mut |e| changes.push(e.kind()));
+    assert!(changes.is_empty(), "early calls do nothing");
+    b.handle_timeout(due, &mut |e| changes.push(e.kind()));
+    b.handle_timeout(due, &mut |e| changes.push(e.kind()));
+    assert_eq!(changes, ["state_changed"]);
+}
+
+#[test]
+fn a_clock_stepping_backwards_never_panics_and_means_no_time_passed() {
+    let mut b = Breaker::new(BreakerSettings::defaults("payments"));
+    let t = Instant::from_secs(100);
+    trip(&mut b, t);
+    let earlier = Instant::from_secs(50);
+    let r = b.try_acquire(earlier).unwrap_err();
+    assert_eq!(r.reason, RefusalReason::BreakerOpen);
+    // An outcome "before" its permit: zero latency.
+    let mut b = Breaker::new(BreakerSettings::defaults("payments"));
+    let p = b.try_acquire(t).unwrap();
+    b.on_outcome(earlier, p, Outcome::Success, &mut |_| {});
+    let _ = b.snapshot(Instant::ZERO);
+    let _ = b.snapshot(Instant::MAX);
+    let p = b.try_acquire(Instant::MAX).unwrap();
+    b.on_outcome(Instant::ZERO, p, Outcome::Transient, &mut |_| {});
+}
+
+#[test]
+fn a_relative_rule_with_another_multiple_is_honoured() {
+    let settings = BreakerSettings::builder("payments")
+        .consecutive_failures(1000)
+        .slow_calls(None)
+        .failure_rate(Some(FailureRate::above(2)))
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let (t, _) = traffic(&mut b, Instant::from_secs(1), 100, 10, |i| {
+        (
+            ms(20),
+            if i % 10 == 0 {
+                Outcome::Transient
+            } else {
+                Outcome::Success
+            },
+        )
+    });
+    // 10% normal; 25% is above 2x.
+    let (_, trips) = traffic(&mut b, t, 30, 10, |i| {
+        (
+            ms(20),
+            if i % 4 == 0 {
+                Outcome::Transient
+            } else {
+                Outcome::Success
+            },
+        )
+    });
+    assert_eq!(trips.first().map(|t| t.1), Some(TripReason::FailureRate));
+}

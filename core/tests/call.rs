@@ -1,0 +1,544 @@
+//! The call driver: deadline, attempt timeout, backoff, budget, breaker and guarded rejection,
+//! composed, on synthetic time.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic
+)]
+
+use stormguard_core::{
+    Backoff, Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event,
+    Finished, Instant, Jitter, Name, Outcome, Parts, RefusalReason, Rejection, Step, Unguarded,
+    Unlimited, GUARD_PAUSE,
+};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// What the adapter did, step by step.
+#[derive(Debug, PartialEq, Eq)]
+enum Did {
+    Attempt,
+    Wait(Duration),
+    Reject(Rejection),
+}
+
+/// Drives a call the way an adapter does; `op` gives each attempt's latency and outcome.
+fn drive<A, F>(
+    call: &mut Call,
+    parts: &mut Parts<A, F>,
+    now: &mut Instant,
+    events: &mut Vec<String>,
+    mut op: impl FnMut(u32) -> (Duration, Outcome),
+) -> (Result<Finished, Rejection>, Vec<Did>)
+where
+    A: stormguard_core::Admission,
+    F: stormguard_core::Funding,
+{
+    let mut did = Vec::new();
+    let mut sink = |e: Event<'_>| {
+        events.push(match e {
+            Event::Rejected { delay, .. } => format!("rejected delay={delay}"),
+            Event::Retry { attempt, delay, .. } => format!("retry #{attempt} after {delay}"),
+            other => other.kind().to_string(),
+        })
+    };
+    let result = loop {
+        match call.poll(parts, *now, &mut sink) {
+            Step::Attempt(permit) => {
+                did.push(Did::Attempt);
+                let (latency, outcome) = op(call.attempts());
+                let latency = match call.attempt_deadline() {
+                    Some(d) if *now + latency > d => d - *now,
+                    _ => latency,
+                };
+                let outcome = if Some(*now + latency) == call.attempt_deadline()
+                    && outcome != Outcome::Success
+                {
+                    Outcome::TimedOut
+                } else {
+                    outcome
+                };
+                *now += latency;
+                call.complete(parts, permit, *now, outcome, &mut sink);
+            }
+            Step::Wait(d) => {
+                did.push(Did::Wait(d));
+                *now += d;
+            }
+            Step::Reject(r) => {
+                did.push(Did::Reject(r));
+                *now += r.pause;
+                break Err(r);
+            }
+            Step::Done(f) => break Ok(f),
+        }
+    };
+    (result, did)
+}
+
+fn no_jitter() -> CallSettings {
+    CallSettings::builder()
+        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
+        .build()
+        .unwrap()
+}
+
+fn parts() -> Parts<Breaker, Budget> {
+    Parts {
+        breaker: Breaker::new(
+            BreakerSettings::builder("payments")
+                .jitter(false)
+                .build()
+                .unwrap(),
+        ),
+        budget: Budget::new(BudgetSettings::defaults("payments")),
+    }
+}
+
+#[test]
+fn a_transient_failure_is_retried_after_the_base_and_then_doubled() {
+    let mut p = parts();
+    let mut now = Instant::from_secs(1);
+    let mut call = Call::begin(&no_jitter(), now);
+    let mut ev = Vec::new();
+    let (r, did) = drive(&mut call, &mut p, &mut now, &mut ev, |_| {
+        (ms(10), Outcome::Transient)
+    });
+    assert_eq!(r, Ok(Finished::Failed(Outcome::Transient)));
+    assert_eq!(
+        did,
+        [
+            Did::Attempt,
+            Did::Wait(ms(100)),
+            Did::Attempt,
+            Did::Wait(ms(200)),
+            Did::Attempt
+        ]
+    );
+    assert_eq!(ev, ["retry #2 after 100ms", "retry #3 after 200ms"]);
+}
+
+#[test]
+fn permanent_failures_are_never_retried_and_cancellation_ends_the_call() {
+    let mut p = parts();
+    let mut now = Instant::from_secs(1);
+    let mut call = Call::begin(&no_jitter(), now);
+    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+        (ms(10), Outcome::Permanent)
+    });
+    assert_eq!(r, Ok(Finished::Failed(Outcome::Permanent)));
+    assert_eq!(did, [Did::Attempt]);
+
+    let mut call = Call::begin(&no_jitter(), now);
+    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+        (ms(10), Outcome::Cancelled)
+    });
+    assert_eq!(r, Ok(Finished::Cancelled));
+    assert_eq!(did, [Did::Attempt]);
+    assert_eq!(p.breaker.snapshot(now).consecutive_failures, 0);
+}
+
+#[test]
+fn a_throttled_outcome_waits_for_the_dependencys_hint_and_the_retry_is_charged_to_the_budget() {
+    // No floor, so nothing refills the budget during the wait: capacity is one retry.
+    let mut p = Parts {
+        breaker: Breaker::new(BreakerSettings::defaults("payments")),
+        budget: Budget::new(
+            BudgetSettings::builder("payments")
+                .floor_per_second_milli(0)
+                .build()
+                .unwrap(),
+        ),
+    };
+    let mut now = Instant::from_secs(1);
+    let before = p.budget.available(now);
+    let mut call = Call::begin(&no_jitter(), now);
+    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |n| {
+        if n == 1 {
+            (
+                ms(10),
+                Outcome::Throttled {
+                    retry_after: Some(ms(2500)),
+                },
+            )
+        } else {
+            (ms(10), Outcome::Success)
+        }
+    });
+    assert_eq!(r, Ok(Finished::Succeeded));
+    assert_eq!(did, [Did::Attempt, Did::Wait(ms(2500)), Did::Attempt]);
+    assert_eq!(p.budget.available(now), before - 1);
+    assert_eq!(
+        p.breaker.snapshot(now).window_calls,
+        1,
+        "throttled outcomes stay out of the ratios"
+    );
+}
+
+#[test]
+fn without_a_hint_a_throttled_outcome_backs_off_from_the_throttled_base() {
+    let mut p = parts();
+    let mut now = Instant::from_secs(1);
+    let mut call = Call::begin(&no_jitter(), now);
+    let (_, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |n| {
+        if n == 1 {
+            (ms(10), Outcome::Throttled { retry_after: None })
+        } else {
+            (ms(10), Outcome::Success)
+        }
+    });
+    assert_eq!(did[1], Did::Wait(secs(1)));
+}
+
+#[test]
+fn the_first_attempt_is_never_charged_to_the_budget() {
+    let mut p = Parts {
+        breaker: Unguarded(Name::new("x")),
+        budget: Budget::new(
+            BudgetSettings::builder("x")
+                .floor_per_second_milli(0)
+                .build()
+                .unwrap(),
+        ),
+    };
+    let mut now = Instant::from_secs(1);
+    let start = p.budget.available(now);
+    for _ in 0..100 {
+        let mut call = Call::begin(&no_jitter(), now);
+        let (r, _) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+            (ms(1), Outcome::Success)
+        });
+        assert_eq!(r, Ok(Finished::Succeeded));
+    }
+    assert!(p.budget.available(now) >= start);
+}
+
+#[test]
+fn an_empty_budget_stops_retries_with_a_rejection_carrying_the_last_error() {
+    let mut p = Parts {
+        breaker: Unguarded(Name::new("payments")),
+        budget: Budget::new(BudgetSettings::defaults("payments")),
+    };
+    let mut now = Instant::from_secs(1);
+    // Drain the budget (30 tokens) with failing calls: 2 retries each.
+    let mut rejected = None;
+    for _ in 0..100 {
+        let mut call = Call::begin(&no_jitter(), now);
+        let (r, _) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+            (Duration::ZERO, Outcome::Transient)
+        });
+        if let Err(r) = r {
+            rejected = Some(r);
+            break;
+        }
+    }
+    let r = rejected.expect("the budget ran out");
+    assert_eq!(r.reason, RefusalReason::BudgetExhausted);
+    assert_eq!(r.last, Some(Outcome::Transient));
+    assert_eq!(r.pause, GUARD_PAUSE);
+    // The floor (3 per second) accrues one token within a third of a second, counted from
+    // the end of the pause.
+    assert!(r.retry_after <= ms(334) - GUARD_PAUSE, "{}", r.retry_after);
+}
+
+#[test]
+fn retries_are_refused_while_the_breaker_is_open_with_the_last_error() {
+    let mut p = Parts {
+        breaker: Breaker::new(
+            BreakerSettings::builder("radio")
+                .consecutive_failures(1)
+                .jitter(false)
+                .build()
+                .unwrap(),
+        ),
+        budget: Unlimited,
+    };
+    let mut now = Instant::from_secs(1);
+    let mut call = Call::begin(&no_jitter(), now);
+    let mut ev = Vec::new();
+    let (r, did) = drive(&mut call, &mut p, &mut now, &mut ev, |_| {
+        (ms(5), Outcome::Transient)
+    });
+    let r = r.unwrap_err();
+    assert_eq!(r.reason, RefusalReason::BreakerOpen);
+    assert_eq!(r.last, Some(Outcome::Transient));
+    assert_eq!(r.attempts, 1);
+    assert_eq!(
+        did.iter().filter(|d| **d == Did::Attempt).count(),
+        1,
+        "the trip stops the second attempt"
+    );
+    assert!(ev.contains(&"rejected delay=100ms".to_string()));
+}
+
+#[test]
+fn the_guarded_pause_is_100ms_capped_by_the_deadline() {
+    let open = || {
+        let mut b = Breaker::new(
+            BreakerSettings::builder("payments")
+                .jitter(false)
+                .build()
+                .unwrap(),
+        );
+        for _ in 0..5 {
+            let p = b.try_acquire(Instant::from_secs(1)).unwrap();
+            b.on_outcome(Instant::from_secs(1), p, Outcome::Transient, &mut |_| {});
+        }
+        Parts {
+            breaker: b,
+            budget: Unlimited,
+        }
+    };
+    let t = Instant::from_secs(2);
+
+    // No deadline: the full 100 ms, and retry_after counts from its end.
+    let settings = CallSettings::builder().deadline(None).build().unwrap();
+    let mut p = open();
+    let mut call = Call::begin(&settings, t);
+    let Step::Reject(r) = call.poll(&mut p, t, &mut |_| {}) else {
+        panic!("expected a rejection")
+    };
+    assert_eq!(r.pause, ms(100));
+    assert_eq!(r.retry_after, secs(14) - ms(100));
+
+    // 40 ms left: a 40 ms pause.
+    let mut p = open();
+    let mut call = Call::begin(&CallSettings::DEFAULT, t).with_deadline(t + ms(40));
+    let mut announced = None;
+    let Step::Reject(r) = call.poll(&mut p, t, &mut |e| {
+        if let Event::Rejected { delay, .. } = e {
+            announced = Some(delay);
+        }
+    }) else {
+        panic!("expected a rejection")
+    };
+    assert_eq!(r.pause, ms(40));
+    assert_eq!(announced, Some(ms(40)), "announced before it is served");
+
+    // None left: still the refusal, with no pause.
+    let mut p = open();
+    let mut call = Call::begin(&CallSettings::DEFAULT, t).with_deadline(t);
+    let Step::Reject(r) = call.poll(&mut p, t, &mut |_| {}) else {
+        panic!("expected a rejection")
+    };
+    assert_eq!(
+        (r.reason, r.pause),
+        (RefusalReason::BreakerOpen, Duration::ZERO)
+    );
+    assert_eq!(r.retry_after, secs(14));
+}
+
+#[test]
+fn a_wait_that_would_end_past_the_deadline_is_never_started() {
+    let mut p = parts();
+    let mut now = Instant::from_secs(1);
+    let settings = CallSettings::builder()
+        .deadline(Some(ms(150)))
+        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
+        .build()
+        .unwrap();
+    let mut call = Call::begin(&settings, now);
+    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+        (ms(100), Outcome::Transient)
+    });
+    assert_eq!(
+        r,
+        Ok(Finished::DeadlineExceeded {
+            last: Some(Outcome::Transient)
+        })
+    );
+    assert_eq!(did, [Did::Attempt], "no wait begun");
+    assert_eq!(now, Instant::from_secs(1) + ms(100), "ended at once");
+}
+
+#[test]
+fn a_retry_is_not_started_with_less_time_left_than_a_healthy_call_takes() {
+    let mut p = parts();
+    let mut now = Instant::from_secs(1);
+    // Teach the breaker that a healthy call takes about 50 ms.
+    for _ in 0..30 {
+        let permit = p.breaker.try_acquire(now).unwrap();
+        now += ms(50);
+        p.breaker
+            .on_outcome(now, permit, Outcome::Success, &mut |_| {});
+    }
+    let settings = CallSettings::builder()
+        .deadline(Some(ms(140)))
+        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
+        .build()
+        .unwrap();
+    let mut call = Call::begin(&settings, now);
+    // 10 ms attempt + 100 ms wait leaves 30 ms: less than a healthy call.
+    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+        (ms(10), Outcome::Transient)
+    });
+    assert_eq!(
+        r,
+        Ok(Finished::DeadlineExceeded {
+            last: Some(Outcome::Transient)
+        })
+    );
+    assert_eq!(did, [Did::Attempt]);
+}
+
+#[test]
+fn an_attempt_is_bounded_by_its_timeout_and_the_deadline() {
+    let mut p = parts();
+    let now = Instant::from_secs(1);
+    let settings = CallSettings::builder()
+        .attempt_timeout(Some(secs(10)))
+        .deadline(Some(secs(4)))
+        .build()
+        .unwrap();
+    let mut call = Call::begin(&settings, now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!("expected an attempt")
+    };
+    assert_eq!(call.attempt_deadline(), Some(now + secs(4)));
+    call.complete(
+        &mut p,
+        permit,
+        now + secs(4),
+        Outcome::TimedOut,
+        &mut |_| {},
+    );
+    assert_eq!(
+        call.poll(&mut p, now + secs(4), &mut |_| {}),
+        Step::Done(Finished::DeadlineExceeded {
+            last: Some(Outcome::TimedOut)
+        })
+    );
+}
+
+#[test]
+fn max_attempts_bounds_a_call() {
+    let mut p = Parts {
+        breaker: Unguarded(Name::new("x")),
+        budget: Unlimited,
+    };
+    let mut now = Instant::from_secs(1);
+    let settings = CallSettings::builder()
+        .max_attempts(5)
+        .deadline(None)
+        .build()
+        .unwrap();
+    let mut call = Call::begin(&settings, now);
+    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+        (ms(1), Outcome::Transient)
+    });
+    assert_eq!(r, Ok(Finished::Failed(Outcome::Transient)));
+    assert_eq!(did.iter().filter(|d| **d == Did::Attempt).count(), 5);
+}
+
+#[test]
+fn the_worker_preset_waits_1_2_4_8_16_32_then_60_seconds() {
+    let mut p = Parts {
+        breaker: Unguarded(Name::new("worker")),
+        budget: Unlimited,
+    };
+    let mut now = Instant::from_secs(1);
+    let mut call = Call::begin(&CallSettings::worker(), now);
+    let (_, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+        (Duration::ZERO, Outcome::Transient)
+    });
+    let waits: Vec<u64> = did
+        .iter()
+        .filter_map(|d| {
+            if let Did::Wait(w) = d {
+                Some(w.as_secs())
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+}
+
+#[test]
+fn the_same_seed_and_start_give_the_same_jittered_waits() {
+    let run = || {
+        let mut p = Parts {
+            breaker: Unguarded(Name::new("x")),
+            budget: Unlimited,
+        };
+        let mut now = Instant::from_secs(7);
+        let settings = CallSettings::builder()
+            .max_attempts(6)
+            .seed(99)
+            .build()
+            .unwrap();
+        let mut call = Call::begin(&settings, now);
+        drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+            (ms(1), Outcome::Transient)
+        })
+        .1
+    };
+    let a = run();
+    assert_eq!(a, run());
+    for (i, d) in a
+        .iter()
+        .filter_map(|d| if let Did::Wait(w) = d { Some(*w) } else { None })
+        .enumerate()
+    {
+        assert!(
+            d <= Duration::from_millis(100 << i),
+            "full jitter stays under the nominal wait"
+        );
+    }
+}
+
+#[test]
+fn a_call_is_plain_data_holding_no_borrow() {
+    fn is_static_send<T: 'static + Send + Sync + Clone>() {}
+    is_static_send::<Call>();
+    is_static_send::<Rejection>();
+}
+
+#[test]
+fn cancelling_during_a_wait_ends_the_call_as_cancelled() {
+    let mut p = parts();
+    let now = Instant::from_secs(1);
+    let mut call = Call::begin(&no_jitter(), now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    call.complete(&mut p, permit, now, Outcome::Transient, &mut |_| {});
+    assert_eq!(call.poll(&mut p, now, &mut |_| {}), Step::Wait(ms(100)));
+    call.cancel();
+    assert_eq!(
+        call.poll(&mut p, now, &mut |_| {}),
+        Step::Done(Finished::Cancelled)
+    );
+}
+
+#[test]
+fn a_rejection_is_handed_out_once_then_reported_as_done() {
+    let mut p = Parts {
+        breaker: Breaker::new(
+            BreakerSettings::builder("x")
+                .consecutive_failures(1)
+                .build()
+                .unwrap(),
+        ),
+        budget: Unlimited,
+    };
+    let t = Instant::from_secs(1);
+    let pm = p.breaker.try_acquire(t).unwrap();
+    p.breaker.on_outcome(t, pm, Outcome::Transient, &mut |_| {});
+    let mut call = Call::begin(&CallSettings::DEFAULT, t);
+    let Step::Reject(r) = call.poll(&mut p, t, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(
+        call.poll(&mut p, t, &mut |_| {}),
+        Step::Done(Finished::Rejected(r))
+    );
+}
