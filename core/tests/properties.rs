@@ -1,0 +1,285 @@
+//! Property tests over random sequences of calls, outcomes and time steps. Failures found are
+//! kept in `properties.proptest-regressions` beside this file and replayed first.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic
+)]
+
+use proptest::prelude::*;
+use stormguard_core::{
+    Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event,
+    Finished, Instant, Outcome, Parts, Permit, Recovery, State, Step, Unguarded,
+};
+
+#[derive(Clone, Debug)]
+enum Op {
+    Acquire {
+        timeout_ms: Option<u16>,
+    },
+    Complete {
+        which: usize,
+        outcome: u8,
+        latency_ms: u16,
+    },
+    Drop {
+        which: usize,
+    },
+    Release {
+        which: usize,
+    },
+    Advance {
+        ms: u32,
+    },
+    Rewind {
+        ms: u16,
+    },
+    Isolate,
+    Reset,
+    HandleTimeout,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => proptest::option::of(1u16..5000).prop_map(|timeout_ms| Op::Acquire { timeout_ms }),
+        6 => (any::<usize>(), 0u8..6, 0u16..3000)
+            .prop_map(|(which, outcome, latency_ms)| Op::Complete { which, outcome, latency_ms }),
+        1 => any::<usize>().prop_map(|which| Op::Drop { which }),
+        1 => any::<usize>().prop_map(|which| Op::Release { which }),
+        4 => (0u32..200_000).prop_map(|ms| Op::Advance { ms }),
+        1 => (0u16..5000).prop_map(|ms| Op::Rewind { ms }),
+        1 => Just(Op::Isolate),
+        1 => Just(Op::Reset),
+        1 => Just(Op::HandleTimeout),
+    ]
+}
+
+fn outcome(n: u8) -> Outcome {
+    match n {
+        0 => Outcome::Success,
+        1 => Outcome::Transient,
+        2 => Outcome::TimedOut,
+        3 => Outcome::Throttled { retry_after: None },
+        4 => Outcome::Permanent,
+        _ => Outcome::Cancelled,
+    }
+}
+
+fn settings(probes: u32, ramp: bool, consecutive: u32) -> BreakerSettings {
+    BreakerSettings::builder("prop")
+        .consecutive_failures(consecutive)
+        .half_open_probes(probes)
+        .minimum_calls(5)
+        .recovery(if ramp {
+            Some(Recovery::over(0.25))
+        } else {
+            None
+        })
+        .build()
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 8 } else { 256 }, ..ProptestConfig::default() })]
+
+    /// Probes in flight never exceed the limit, the break stays within [first/2, max], the ramp
+    /// never admits more than the sum of p plus one, and nothing panics.
+    #[test]
+    fn breaker_invariants_hold_for_any_sequence(
+        probes in 1u32..4,
+        ramp in any::<bool>(),
+        consecutive in 1u32..6,
+        seed in any::<u64>(),
+        ops in proptest::collection::vec(op(), 1..300),
+    ) {
+        let s = settings(probes, ramp, consecutive);
+        let mut b = Breaker::new(s).with_seed(seed);
+        let mut now = Instant::from_secs(1000);
+        let mut permits: Vec<Permit> = Vec::new();
+        // Probe permits granted in the current half-open period and not yet returned.
+        let mut probes_out: usize = 0;
+        let mut ramp_sum_p = 0.0f64;
+        let mut ramp_admitted = 0u32;
+        let mut was_recovering = false;
+        for op in ops {
+            let mut period_changed = false;
+            let mut sink = |e: Event<'_>| {
+                if matches!(e, Event::StateChanged { .. } | Event::ProbesReclaimed { .. }) {
+                    period_changed = true;
+                }
+            };
+            match op {
+                Op::Acquire { timeout_ms } => {
+                    let recovering = b.state(now) == State::Recovering;
+                    if recovering {
+                        if !was_recovering {
+                            ramp_sum_p = 0.0;
+                            ramp_admitted = 0;
+                        }
+                        ramp_sum_p += b.ramp_fraction(now).unwrap().as_f64();
+                    }
+                    let r = b.try_acquire_with(now, timeout_ms.map(|m| Duration::from_millis(u64::from(m))), &mut sink);
+                    if period_changed {
+                        probes_out = 0;
+                    }
+                    if let Ok(p) = r {
+                        if p.is_probe() {
+                            probes_out += 1;
+                            prop_assert!(probes_out <= probes as usize, "{probes_out} probes out, limit {probes}");
+                        }
+                        if recovering && b.state(now) != State::Open {
+                            ramp_admitted += 1;
+                        }
+                        permits.push(p);
+                    }
+                    if recovering {
+                        prop_assert!(f64::from(ramp_admitted) <= ramp_sum_p + 1.0 + 1e-9,
+                            "ramp admitted {ramp_admitted} for a sum of p of {ramp_sum_p}");
+                    }
+                    was_recovering = recovering;
+                }
+                Op::Complete { which, outcome: o, latency_ms } if !permits.is_empty() => {
+                    let p = permits.swap_remove(which % permits.len());
+                    let probe = p.is_probe();
+                    b.on_outcome(now + Duration::from_millis(u64::from(latency_ms)), p, outcome(o), &mut sink);
+                    if probe && probes_out > 0 {
+                        probes_out -= 1;
+                    }
+                    if period_changed {
+                        probes_out = 0;
+                    }
+                }
+                Op::Drop { which } if !permits.is_empty() => {
+                    drop(permits.swap_remove(which % permits.len()));
+                }
+                Op::Release { which } if !permits.is_empty() => {
+                    let p = permits.swap_remove(which % permits.len());
+                    if p.is_probe() && probes_out > 0 {
+                        probes_out -= 1;
+                    }
+                    b.release(p);
+                }
+                Op::Advance { ms } => now += Duration::from_millis(u64::from(ms)),
+                Op::Rewind { ms } => now = now - Duration::from_millis(u64::from(ms)),
+                Op::Isolate => { b.isolate(now, &mut sink); probes_out = 0; }
+                Op::Reset => { b.reset(now, &mut sink); probes_out = 0; }
+                Op::HandleTimeout => {
+                    b.handle_timeout(now, &mut sink);
+                    if period_changed { probes_out = 0; }
+                }
+                _ => {}
+            }
+            let snap = b.snapshot(now);
+            prop_assert!(u32::from(snap.probes_in_flight) <= probes);
+            if let Some(brk) = snap.break_duration {
+                let first = s.break_duration();
+                prop_assert!(brk >= Duration::from_nanos(first.as_nanos() / 2) && brk <= s.max_break(),
+                    "break {brk} outside [{}, {}]", Duration::from_nanos(first.as_nanos() / 2), s.max_break());
+            }
+        }
+    }
+
+    /// Retries never exceed what the budget funds: its initial tokens, the fraction of each
+    /// success, and the floor over the time that passed.
+    #[test]
+    fn retries_never_exceed_what_the_budget_funds(
+        outcomes in proptest::collection::vec((0u8..6, 0u16..2000, 0u32..3000), 1..200),
+        seed in any::<u64>(),
+    ) {
+        let budget = BudgetSettings::defaults("prop");
+        let mut parts = Parts { breaker: Unguarded(stormguard_core::Name::new("prop")), budget: Budget::new(budget) };
+        let settings = CallSettings::builder().seed(seed).max_attempts(4).build().unwrap();
+        let start = Instant::from_secs(10);
+        let mut now = start;
+        let mut successes = 0u64;
+        let mut retries = 0u64;
+        let mut next = outcomes.iter().cycle();
+        for &(_, _, gap) in &outcomes {
+            now += Duration::from_millis(u64::from(gap));
+            let mut call = Call::begin(&settings, now);
+            let deadline = call.deadline().unwrap();
+            loop {
+                match call.poll(&mut parts, now, &mut |_| {}) {
+                    Step::Attempt(p) => {
+                        if call.attempts() > 1 {
+                            retries += 1;
+                        }
+                        let &(o, latency, _) = next.next().unwrap();
+                        now += Duration::from_millis(u64::from(latency));
+                        let o = outcome(o);
+                        if o == Outcome::Success {
+                            successes += 1;
+                        }
+                        call.complete(&mut parts, p, now, o, &mut |_| {});
+                    }
+                    Step::Wait(d) => {
+                        prop_assert!(now + d < deadline, "a wait past the deadline was started");
+                        now += d;
+                    }
+                    Step::Reject(r) => { now += r.pause; break; }
+                    Step::Done(f) => {
+                        if let Finished::DeadlineExceeded { .. } = f {
+                            prop_assert!(now <= deadline + Duration::from_secs(3));
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        let elapsed_s = (now - start).as_nanos() as f64 / 1e9;
+        let funded = 30.0 + 0.1 * successes as f64 + 3.0 * elapsed_s + 1.0;
+        prop_assert!(retries as f64 <= funded, "{retries} retries, {funded} funded");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 8 } else { 256 }, ..ProptestConfig::default() })]
+
+    /// Once recovering, over any run of offers, outcomes and time steps, the ramp admits no
+    /// more than the sum of p plus one.
+    #[test]
+    fn ramp_admissions_never_exceed_the_sum_of_p_plus_one(
+        seed in any::<u64>(),
+        steps in proptest::collection::vec((0u32..400, 0u8..6, 0u16..300), 1..400),
+    ) {
+        let s = BreakerSettings::builder("ramp")
+            .recovery(Some(Recovery::over(0.25)))
+            .build()
+            .unwrap();
+        let mut b = Breaker::new(s).with_seed(seed);
+        let mut now = Instant::from_secs(100);
+        // A baseline at 10 ms, so slow calls can halve the ramp.
+        for _ in 0..30 {
+            let p = b.try_acquire(now).unwrap();
+            b.on_outcome(now + Duration::from_millis(10), p, Outcome::Success, &mut |_| {});
+        }
+        for _ in 0..5 {
+            let p = b.try_acquire(now).unwrap();
+            b.on_outcome(now, p, Outcome::Transient, &mut |_| {});
+        }
+        now += Duration::from_secs(16);
+        for _ in 0..2 {
+            let p = b.try_acquire(now).unwrap();
+            b.on_outcome(now + Duration::from_millis(10), p, Outcome::Success, &mut |_| {});
+        }
+        now += Duration::from_millis(10);
+        prop_assert_eq!(b.state(now), State::Recovering);
+        let mut sum_p = 0.0f64;
+        let mut admitted = 0u32;
+        for (gap_ms, o, latency_ms) in steps {
+            now += Duration::from_micros(u64::from(gap_ms) * 100);
+            if b.state(now) != State::Recovering {
+                break;
+            }
+            sum_p += b.ramp_fraction(now).unwrap().as_f64();
+            if let Ok(p) = b.try_acquire(now) {
+                admitted += 1;
+                b.on_outcome(now + Duration::from_millis(u64::from(latency_ms)), p, outcome(o), &mut |_| {});
+            }
+            prop_assert!(f64::from(admitted) <= sum_p + 1.0 + 1e-9, "admitted {} for a sum of p of {}", admitted, sum_p);
+            prop_assert!(f64::from(admitted) + 1.0 + 1e-9 >= sum_p, "admitted {} for a sum of p of {}", admitted, sum_p);
+        }
+    }
+}
