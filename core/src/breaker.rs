@@ -18,10 +18,12 @@
 //! compare-exchange. Statistics (trip window, baselines) live apart and only feed the pure trip
 //! decision ([`crate::stats`]).
 
+use core::cell::Cell;
 use core::fmt;
 
 use crate::error::{RefusalReason, Refused};
 use crate::event::Event;
+use crate::packed::{const_unless_loom, field, put, word, Word};
 use crate::ratio::Ratio;
 use crate::settings::{BreakerSettings, MAX_COUNT};
 use crate::stats::{self, Readings, Sample, Stats};
@@ -186,15 +188,15 @@ impl Phase {
 }
 
 /// The breaker's control state: small enough to pack into one 64-bit word (3 bits of phase,
-/// 8 of epoch, 10 of count, 5 of probes, 5 of opens, 32 of mark).
+/// 8 of epoch, 10 of count, 5 of probes, 5 of opens, 32 of mark), so the shared form installs it
+/// with one compare-exchange.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub(crate) struct Control {
     pub(crate) phase: Phase,
-    /// The breaker period; bumped on every phase change, wrapping.
+    /// The breaker period; bumped on every phase change (and probe reclaim), wrapping.
     pub(crate) epoch: u8,
-    /// Closed: consecutive failures. HalfOpen: successful probes. Recovering: fast calls in a
-    /// row since the last evidence step. At most [`MAX_COUNT`].
+    /// Closed: consecutive failures. HalfOpen: successful probes. At most [`MAX_COUNT`].
     pub(crate) count: u16,
     /// HalfOpen: probes in flight (at most the configured limit).
     pub(crate) probes: u8,
@@ -205,25 +207,108 @@ pub(crate) struct Control {
     pub(crate) mark: Tick,
 }
 
-/// The recovery ramp's state (meaningful while Recovering) and the break last served.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+impl Control {
+    pub(crate) const fn new() -> Control {
+        Control {
+            phase: Phase::Closed,
+            epoch: 0,
+            count: 0,
+            probes: 0,
+            opens: 0,
+            mark: Tick(0),
+        }
+    }
+
+    pub(crate) const fn pack(self) -> u64 {
+        put(self.phase as u64, 0, 3)
+            | put(self.epoch as u64, 3, 8)
+            | put(self.count as u64, 11, 10)
+            | put(self.probes as u64, 21, 5)
+            | put(self.opens as u64, 26, 5)
+            | put(self.mark.0 as u64, 32, 32)
+    }
+
+    pub(crate) const fn unpack(w: u64) -> Control {
+        let phase = match field(w, 0, 3) {
+            1 => Phase::Open,
+            2 => Phase::HalfOpen,
+            3 => Phase::Recovering,
+            4 => Phase::Isolated,
+            _ => Phase::Closed,
+        };
+        // Each field was masked to its width, so the narrowing casts are exact.
+        Control {
+            phase,
+            epoch: field(w, 3, 8) as u8,
+            count: field(w, 11, 10) as u16,
+            probes: field(w, 21, 5) as u8,
+            opens: field(w, 26, 5) as u8,
+            mark: Tick(field(w, 32, 32) as u32),
+        }
+    }
+
+    /// The state as read at `now`, without changing anything.
+    pub(crate) fn state(&self, r: &Ramp, s: &BreakerSettings, seed: u64, now: Instant) -> State {
+        match self.phase {
+            Phase::Open if self.mark.reached(now) => State::HalfOpen,
+            Phase::Recovering if ramp_fraction(self, r, s, seed, now) >= RAMP_ONE => State::Closed,
+            p => p.state(),
+        }
+    }
+}
+
+/// The recovery ramp's state, tagged with the period (epoch) it belongs to: a word whose tag is
+/// not the current epoch reads as a fresh ramp, so entering `Recovering` needs no second write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub(crate) struct Ramp {
-    /// The break last served, in ms (it sets the ramp's length).
-    pub(crate) served_ms: u32,
-    /// The ramp's length, in ms.
-    pub(crate) length_ms: u32,
+    pub(crate) tag: u8,
     /// The evidence cap, in thousandths.
     pub(crate) cap: u16,
     /// Deficit-accounting credit, in thousandths (below 2000).
     pub(crate) credit: u16,
+    /// Fast admitted calls in a row since the last evidence step.
+    pub(crate) streak: u16,
+}
+
+impl Ramp {
+    /// The ramp of period `epoch`, read from its stored word.
+    pub(crate) const fn current(w: u64, epoch: u8) -> Ramp {
+        let r = Ramp::unpack(w);
+        if r.tag == epoch {
+            r
+        } else {
+            Ramp {
+                tag: epoch,
+                cap: RAMP_ONE,
+                credit: 0,
+                streak: 0,
+            }
+        }
+    }
+
+    pub(crate) const fn pack(self) -> u64 {
+        put(self.tag as u64, 0, 8)
+            | put(self.cap as u64, 8, 16)
+            | put(self.credit as u64, 24, 16)
+            | put(self.streak as u64, 40, 16)
+    }
+
+    pub(crate) const fn unpack(w: u64) -> Ramp {
+        Ramp {
+            tag: field(w, 0, 8) as u8,
+            cap: field(w, 8, 16) as u16,
+            credit: field(w, 24, 16) as u16,
+            streak: field(w, 40, 16) as u16,
+        }
+    }
 }
 
 /// The ramp's floor and step: 5%.
 const RAMP_INITIAL: u16 = 50;
 /// One whole, in the ramp's thousandths.
 const RAMP_ONE: u16 = 1000;
-/// Opens are counted up to here; the break has long reached its maximum by then.
+/// Opens are counted up to here (5 bits); the break has long reached its maximum by then.
 const MAX_OPENS: u8 = 31;
 
 /// Notes a transition leaves for the events emitted after it is committed.
@@ -253,40 +338,12 @@ impl Notes {
         }
     }
 
-    /// Hands the notes to `events` as events carrying `name`.
-    pub(crate) fn emit(
-        &self,
-        name: &Name,
-        c: &Control,
-        r: &Ramp,
-        now: Instant,
-        events: &mut impl FnMut(Event<'_>),
-    ) {
-        if self.reclaimed > 0 {
-            events(Event::ProbesReclaimed {
-                name,
-                count: self.reclaimed,
-            });
-        }
-        for ch in self.changes.iter().flatten() {
-            events(Event::StateChanged {
-                name,
-                from: ch.from,
-                to: ch.to,
-                reason: ch.reason,
-                break_for: ch.break_for,
-            });
-        }
-        if self.probe_started {
-            events(Event::ProbeStarted { name });
-        }
-        if self.ramp_step && c.phase == Phase::Recovering {
-            events(Event::RampStep {
-                name,
-                fraction: permille(ramp_fraction(c, r, now)),
-                cap: permille(r.cap),
-            });
-        }
+    /// `true` when the breaker opened or closed: the trip window's evidence has been used.
+    fn decided(&self) -> bool {
+        self.changes
+            .iter()
+            .flatten()
+            .any(|ch| ch.to == State::Open || ch.to == State::Closed)
     }
 }
 
@@ -294,48 +351,41 @@ fn permille(x: u16) -> Ratio {
     Ratio::from_permille(u32::from(x)).unwrap_or(Ratio::ONE)
 }
 
-impl Control {
-    pub(crate) const fn new() -> Control {
-        Control {
-            phase: Phase::Closed,
-            epoch: 0,
-            count: 0,
-            probes: 0,
-            opens: 0,
-            mark: Tick(0),
-        }
-    }
-
-    /// The state as read at `now`, without changing anything.
-    pub(crate) fn state(&self, r: &Ramp, now: Instant) -> State {
-        match self.phase {
-            Phase::Open if self.mark.reached(now) => State::HalfOpen,
-            Phase::Recovering if ramp_fraction(self, r, now) >= RAMP_ONE => State::Closed,
-            p => p.state(),
-        }
-    }
-}
-
 /// The jittered break for the `opens`-th consecutive open: equal jitter (half the nominal break
-/// plus up to half again), drawn from a generator seeded by the owner's seed and the period, so
-/// the same seed always gives the same breaks and different seeds spread across the band.
-pub(crate) fn break_for(s: &BreakerSettings, opens: u8, seed: u64, epoch: u8) -> Duration {
-    let nominal = s.nominal_break(opens).as_millis_ceil().max(1);
+/// plus up to half again), drawn from a generator seeded by the owner's seed and the open count,
+/// so the same seed always gives the same breaks and different seeds spread across the band.
+/// Being a pure function, the break just served need not be stored.
+pub(crate) fn break_for(s: &BreakerSettings, opens: u8, seed: u64) -> Duration {
+    let nominal = s.nominal_break(opens.max(1)).as_millis_ceil().max(1);
     if !s.jitter() {
         return Duration::from_millis(nominal);
     }
     let floor = nominal.div_ceil(2);
-    let mix =
-        u64::from(epoch).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(opens).rotate_left(32);
-    let mut rng = fastrand::Rng::with_seed(seed ^ mix);
+    let mut rng =
+        fastrand::Rng::with_seed(seed ^ u64::from(opens).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     Duration::from_millis(rng.u64(floor..=nominal))
+}
+
+/// The ramp's length: its fraction of the break just served, clamped.
+fn ramp_length_ms(s: &BreakerSettings, opens: u8, seed: u64) -> u64 {
+    s.recovery()
+        .map_or(1, |ramp| {
+            ramp.length_for(break_for(s, opens, seed)).as_millis()
+        })
+        .max(1)
 }
 
 /// The admitted fraction while Recovering, in thousandths: the lower of the clock term (5% rising
 /// linearly to 1 over the ramp) and the evidence cap.
-pub(crate) fn ramp_fraction(c: &Control, r: &Ramp, now: Instant) -> u16 {
+pub(crate) fn ramp_fraction(
+    c: &Control,
+    r: &Ramp,
+    s: &BreakerSettings,
+    seed: u64,
+    now: Instant,
+) -> u16 {
     let elapsed = c.mark.elapsed(now).as_millis();
-    let length = u64::from(r.length_ms.max(1));
+    let length = ramp_length_ms(s, c.opens, seed);
     let climb = u64::from(RAMP_ONE - RAMP_INITIAL);
     let clock = u64::from(RAMP_INITIAL)
         .saturating_add(
@@ -351,22 +401,21 @@ pub(crate) fn ramp_fraction(c: &Control, r: &Ramp, now: Instant) -> u16 {
 /// Opens the breaker (from any phase) with the grown, jittered break.
 fn open(
     c: &mut Control,
-    r: &mut Ramp,
+    r: &Ramp,
     s: &BreakerSettings,
-    now: Instant,
     seed: u64,
+    now: Instant,
     reason: TripReason,
     n: &mut Notes,
 ) {
-    let from = c.state(r, now);
+    let from = c.state(r, s, seed, now);
     c.opens = c.opens.saturating_add(1).min(MAX_OPENS);
     c.epoch = c.epoch.wrapping_add(1);
-    let d = break_for(s, c.opens, seed, c.epoch);
+    let d = break_for(s, c.opens, seed);
     c.phase = Phase::Open;
     c.mark = Tick::deadline(now, d);
     c.count = 0;
     c.probes = 0;
-    r.served_ms = u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
     n.change(Change {
         from,
         to: State::Open,
@@ -376,19 +425,14 @@ fn open(
 }
 
 /// Closes the breaker: counts and break growth start over.
-fn close(c: &mut Control, now: Instant, r: &Ramp, n: &mut Notes) {
-    let from = c.state(r, now);
+fn close(c: &mut Control, from: State, n: &mut Notes) {
     c.phase = Phase::Closed;
     c.epoch = c.epoch.wrapping_add(1);
     c.count = 0;
     c.probes = 0;
     c.opens = 0;
     n.change(Change {
-        from: if from == State::Closed {
-            State::Recovering
-        } else {
-            from
-        },
+        from,
         to: State::Closed,
         reason: None,
         break_for: None,
@@ -396,33 +440,34 @@ fn close(c: &mut Control, now: Instant, r: &Ramp, n: &mut Notes) {
 }
 
 /// Probes succeeded: close, or start the ramp when one is configured.
-fn recovered(c: &mut Control, r: &mut Ramp, s: &BreakerSettings, now: Instant, n: &mut Notes) {
-    match s.recovery() {
-        None => close(c, now, r, n),
-        Some(ramp) => {
-            c.phase = Phase::Recovering;
-            c.epoch = c.epoch.wrapping_add(1);
-            c.count = 0;
-            c.probes = 0;
-            c.mark = Tick::of(now);
-            let length = ramp.length_for(Duration::from_millis(u64::from(r.served_ms)));
-            r.length_ms = u32::try_from(length.as_millis()).unwrap_or(u32::MAX).max(1);
-            r.cap = RAMP_ONE;
-            r.credit = 0;
-            n.change(Change {
-                from: State::HalfOpen,
-                to: State::Recovering,
-                reason: None,
-                break_for: None,
-            });
-            n.ramp_step = true;
-        }
+fn recovered(c: &mut Control, s: &BreakerSettings, now: Instant, n: &mut Notes) {
+    if s.recovery().is_none() {
+        return close(c, State::HalfOpen, n);
     }
+    c.phase = Phase::Recovering;
+    c.epoch = c.epoch.wrapping_add(1);
+    c.count = 0;
+    c.probes = 0;
+    c.mark = Tick::of(now);
+    n.change(Change {
+        from: State::HalfOpen,
+        to: State::Recovering,
+        reason: None,
+        break_for: None,
+    });
+    n.ramp_step = true;
 }
 
-/// Realises the transitions that time alone makes: the break ending (Open reads HalfOpen), lost
-/// probes being reclaimed, the ramp running out.
-pub(crate) fn advance(c: &mut Control, r: &Ramp, now: Instant, n: &mut Notes) {
+/// Realises the transitions that time alone makes: the break ending (Open becomes HalfOpen),
+/// lost probes being reclaimed, the ramp running out.
+pub(crate) fn advance(
+    c: &mut Control,
+    r: &Ramp,
+    s: &BreakerSettings,
+    seed: u64,
+    now: Instant,
+    n: &mut Notes,
+) {
     match c.phase {
         Phase::Open if c.mark.reached(now) => {
             c.phase = Phase::HalfOpen;
@@ -442,24 +487,38 @@ pub(crate) fn advance(c: &mut Control, r: &Ramp, now: Instant, n: &mut Notes) {
             c.probes = 0;
             c.epoch = c.epoch.wrapping_add(1);
         }
-        Phase::Recovering if ramp_fraction(c, r, now) >= RAMP_ONE => close(c, now, r, n),
+        Phase::Recovering if ramp_fraction(c, r, s, seed, now) >= RAMP_ONE => {
+            close(c, State::Recovering, n);
+        }
         _ => {}
     }
 }
 
-/// The admission rule: a permit kind, or a refusal. `hold` is how long a probe slot may stay
-/// out before it is reclaimed.
-pub(crate) fn acquire(
+/// What the control state says to an admission request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// Admitted, as this kind of permit.
+    Grant(Kind),
+    /// Recovering: the ramp's deficit accounting decides ([`admit_ramp`]).
+    Ramp,
+}
+
+/// The admission rule over the control state. `hold` is how long a probe slot may stay out
+/// before it is reclaimed.
+#[allow(clippy::too_many_arguments)] // one pure rule, spelled out: every input is needed
+pub(crate) fn admit(
     c: &mut Control,
-    r: &mut Ramp,
+    r: &Ramp,
     s: &BreakerSettings,
+    seed: u64,
     now: Instant,
     hold: Duration,
     n: &mut Notes,
-) -> Result<Kind, Refused> {
-    advance(c, r, now, n);
+) -> Result<Admit, Refused> {
+    advance(c, r, s, seed, now, n);
     match c.phase {
-        Phase::Closed => Ok(Kind::Normal),
+        Phase::Closed => Ok(Admit::Grant(Kind::Normal)),
+        Phase::Recovering => Ok(Admit::Ramp),
         Phase::Open => Err(Refused {
             reason: RefusalReason::BreakerOpen,
             retry_after: c.mark.remaining(now),
@@ -481,22 +540,31 @@ pub(crate) fn acquire(
             }
             c.probes = c.probes.saturating_add(1);
             n.probe_started = true;
-            Ok(Kind::Probe)
+            Ok(Admit::Grant(Kind::Probe))
         }
-        Phase::Recovering => {
-            let p = ramp_fraction(c, r, now);
-            let credit = r.credit.saturating_add(p);
-            if credit >= RAMP_ONE {
-                r.credit = credit.saturating_sub(RAMP_ONE);
-                Ok(Kind::Ramp)
-            } else {
-                r.credit = credit;
-                Err(Refused {
-                    reason: RefusalReason::RampShedding,
-                    retry_after: Duration::ZERO,
-                })
-            }
-        }
+    }
+}
+
+/// The ramp's admission: each offer adds p to the credit, and a whole credit admits one call,
+/// so over any run of offers the admitted count stays within one of the sum of p.
+pub(crate) fn admit_ramp(
+    c: &Control,
+    r: &mut Ramp,
+    s: &BreakerSettings,
+    seed: u64,
+    now: Instant,
+) -> Result<Kind, Refused> {
+    let p = ramp_fraction(c, r, s, seed, now);
+    let credit = r.credit.saturating_add(p);
+    if credit >= RAMP_ONE {
+        r.credit = credit.saturating_sub(RAMP_ONE);
+        Ok(Kind::Ramp)
+    } else {
+        r.credit = credit;
+        Err(Refused {
+            reason: RefusalReason::RampShedding,
+            retry_after: Duration::ZERO,
+        })
     }
 }
 
@@ -506,24 +574,25 @@ fn later(a: Tick, b: Tick) -> bool {
     ahead != 0 && ahead < (1 << 31)
 }
 
-/// What one outcome means for the control state. `slow` is the caller's reading of the
-/// latency against the slow-call threshold; `readings` are the statistics after recording it.
+/// What one outcome means for the control state. `slow` is the reading of the latency against
+/// the slow-call threshold; `readings` are the statistics after recording it. Returns
+/// `Some(slow)` when the outcome is evidence for the recovery ramp ([`ramp_evidence`]).
 #[allow(clippy::too_many_arguments)] // one pure rule, spelled out: every input is needed
 pub(crate) fn complete(
     c: &mut Control,
-    r: &mut Ramp,
+    r: &Ramp,
     s: &BreakerSettings,
-    now: Instant,
     seed: u64,
+    now: Instant,
     permit: &Permit,
     outcome: Outcome,
     slow: bool,
     readings: Option<&Readings>,
     n: &mut Notes,
-) {
+) -> Option<bool> {
     if permit.kind == Kind::Unguarded || permit.epoch != c.epoch {
         // A permit from an earlier period decides nothing.
-        return;
+        return None;
     }
     match (c.phase, permit.kind) {
         (Phase::Closed, Kind::Normal) => {
@@ -532,57 +601,67 @@ pub(crate) fn complete(
             } else if outcome.is_failure() {
                 c.count = c.count.saturating_add(1).min(MAX_COUNT);
                 if c.count >= s.consecutive_failures() {
-                    open(c, r, s, now, seed, TripReason::ConsecutiveFailures, n);
-                    return;
+                    open(c, r, s, seed, now, TripReason::ConsecutiveFailures, n);
+                    return None;
                 }
             }
-            if outcome.is_counted() {
-                if let Some(reason) = readings.and_then(|rd| stats::trip_reason(rd, s)) {
-                    open(c, r, s, now, seed, reason, n);
-                }
+            if let Some(reason) = readings.and_then(|rd| stats::trip_reason(rd, s)) {
+                open(c, r, s, seed, now, reason, n);
             }
+            None
         }
         (Phase::HalfOpen, Kind::Probe) => {
             c.probes = c.probes.saturating_sub(1);
             if outcome.is_failure() {
-                open(c, r, s, now, seed, TripReason::ProbeFailed, n);
+                open(c, r, s, seed, now, TripReason::ProbeFailed, n);
             } else if outcome == Outcome::Success {
                 if slow {
+                    // A slow probe is no recovery: with a ramp it starts the ramp (the trickle a
+                    // warming dependency needs); without one it re-opens.
                     if s.recovery().is_some() {
-                        recovered(c, r, s, now, n);
+                        recovered(c, s, now, n);
                     } else {
-                        open(c, r, s, now, seed, TripReason::SlowProbe, n);
+                        open(c, r, s, seed, now, TripReason::SlowProbe, n);
                     }
-                    return;
+                    return None;
                 }
                 c.count = c.count.saturating_add(1).min(MAX_COUNT);
                 if c.count >= s.probe_successes() {
-                    recovered(c, r, s, now, n);
+                    recovered(c, s, now, n);
                 }
             }
+            None
         }
         (Phase::Recovering, Kind::Ramp) => {
             if outcome.is_failure() {
-                open(c, r, s, now, seed, TripReason::RampFailure, n);
+                // One real failure withdraws the ramp, with the grown break.
+                open(c, r, s, seed, now, TripReason::RampFailure, n);
+                None
             } else if outcome == Outcome::Success {
-                if slow {
-                    // A slow call halves the admitted fraction on the spot, never below 5%.
-                    r.cap = (r.cap / 2).max(RAMP_INITIAL);
-                    c.count = 0;
-                    n.ramp_step = true;
-                } else {
-                    c.count = c.count.saturating_add(1).min(MAX_COUNT);
-                    if c.count >= s.probe_successes() {
-                        r.cap = r.cap.saturating_add(RAMP_INITIAL).min(RAMP_ONE);
-                        c.count = 0;
-                        n.ramp_step = true;
-                    }
-                }
-                advance(c, r, now, n);
+                Some(slow)
+            } else {
+                None
             }
         }
-        _ => {}
+        _ => None,
     }
+}
+
+/// The ramp's evidence term: a slow admitted call halves the cap on the spot (never below 5%);
+/// `probe successes` fast ones in a row raise it by 5% (up to 1). Returns whether it moved.
+pub(crate) fn ramp_evidence(r: &mut Ramp, slow: bool, s: &BreakerSettings) -> bool {
+    if slow {
+        r.cap = (r.cap / 2).max(RAMP_INITIAL);
+        r.streak = 0;
+        return true;
+    }
+    r.streak = r.streak.saturating_add(1).min(MAX_COUNT);
+    if r.streak >= s.probe_successes() {
+        r.cap = r.cap.saturating_add(RAMP_INITIAL).min(RAMP_ONE);
+        r.streak = 0;
+        return true;
+    }
+    false
 }
 
 /// Gives a probe slot back without an outcome (the caller's attempt was cancelled).
@@ -634,8 +713,385 @@ impl Snapshot {
     }
 }
 
+/// The breaker over some storage: the single-threaded form keeps its words in `Cell`s, the
+/// shared form in atomics, and both run exactly this code. Control transitions are load / pure
+/// step / compare-exchange on the control word; the ramp's credit and evidence live in a second
+/// word tagged with the period; statistics are updated word by word.
+#[derive(Clone, Debug)]
+pub(crate) struct Core<W> {
+    settings: BreakerSettings,
+    seed: u64,
+    control: W,
+    ramp: W,
+    stats: Stats<W>,
+}
+
+/// A seed derived from the name, so breakers with different names jitter differently even when
+/// nobody sets a seed (FNV-1a). Fleets should still seed each process differently.
+const fn seed_from(name: &Name) -> u64 {
+    let mut bytes = name.as_bytes();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    while let [first, rest @ ..] = bytes {
+        h ^= *first as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        bytes = rest;
+    }
+    h
+}
+
+impl<W: Word> Core<W> {
+    const_unless_loom! {
+        pub(crate) fn new(settings: BreakerSettings) -> Core<W> {
+            let seed = seed_from(settings.name());
+            Core { settings, seed, control: word!(W), ramp: word!(W), stats: Stats::new() }
+        }
+    }
+
+    pub(crate) fn set_seed(&mut self, seed: u64) {
+        self.seed = seed;
+    }
+
+    pub(crate) const fn settings(&self) -> &BreakerSettings {
+        &self.settings
+    }
+
+    /// The control state and the current period's ramp.
+    fn load(&self) -> (u64, Control, Ramp) {
+        let raw = self.control.get();
+        let c = Control::unpack(raw);
+        (raw, c, Ramp::current(self.ramp.get(), c.epoch))
+    }
+
+    fn emit(&self, n: &Notes, now: Instant, events: &mut dyn FnMut(Event<'_>)) {
+        let name = self.settings.name();
+        if n.reclaimed > 0 {
+            events(Event::ProbesReclaimed {
+                name,
+                count: n.reclaimed,
+            });
+        }
+        for ch in n.changes.iter().flatten() {
+            events(Event::StateChanged {
+                name,
+                from: ch.from,
+                to: ch.to,
+                reason: ch.reason,
+                break_for: ch.break_for,
+            });
+        }
+        if n.probe_started {
+            events(Event::ProbeStarted { name });
+        }
+        if n.ramp_step {
+            let (_, c, r) = self.load();
+            if c.phase == Phase::Recovering {
+                let fraction = permille(ramp_fraction(&c, &r, &self.settings, self.seed, now));
+                events(Event::RampStep {
+                    name,
+                    fraction,
+                    cap: permille(r.cap),
+                });
+            }
+        }
+    }
+
+    pub(crate) fn state(&self, now: Instant) -> State {
+        let (_, c, r) = self.load();
+        c.state(&r, &self.settings, self.seed, now)
+    }
+
+    pub(crate) fn try_acquire(
+        &self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        loop {
+            let (raw, c0, r) = self.load();
+            let hold =
+                attempt_timeout.unwrap_or_else(|| break_for(&self.settings, c0.opens, self.seed));
+            let mut c = c0;
+            let mut n = Notes::default();
+            let decision = admit(&mut c, &r, &self.settings, self.seed, now, hold, &mut n);
+            if c != c0 && !self.control.cas(raw, c.pack()) {
+                continue;
+            }
+            let result = match decision {
+                Ok(Admit::Grant(kind)) => Ok(kind),
+                Ok(Admit::Ramp) => {
+                    let mut result = Err(Refused {
+                        reason: RefusalReason::RampShedding,
+                        retry_after: Duration::ZERO,
+                    });
+                    self.ramp.update(|w| {
+                        let mut r = Ramp::current(w, c.epoch);
+                        result = admit_ramp(&c, &mut r, &self.settings, self.seed, now);
+                        r.pack()
+                    });
+                    result
+                }
+                Err(refused) => Err(refused),
+            };
+            if n.decided() {
+                self.stats.clear_window(now, &self.settings);
+            }
+            self.emit(&n, now, events);
+            return result.map(|kind| Permit {
+                epoch: c.epoch,
+                kind,
+                started: now,
+            });
+        }
+    }
+
+    pub(crate) fn check(&self, now: Instant) -> Result<(), Refused> {
+        let (_, mut c, mut r) = self.load();
+        let decision = admit(
+            &mut c,
+            &r,
+            &self.settings,
+            self.seed,
+            now,
+            Duration::ZERO,
+            &mut Notes::default(),
+        )?;
+        match decision {
+            Admit::Grant(_) => Ok(()),
+            Admit::Ramp => admit_ramp(&c, &mut r, &self.settings, self.seed, now).map(|_| ()),
+        }
+    }
+
+    pub(crate) fn on_outcome(
+        &self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        let s = &self.settings;
+        let latency = now.saturating_duration_since(permit.started);
+        let (_, at_outcome, _) = self.load();
+        let current = permit.kind != Kind::Unguarded && permit.epoch == at_outcome.epoch;
+        let keeps = s.keeps_statistics();
+        let (median, samples) = if keeps {
+            self.stats.latency(now, s)
+        } else {
+            (None, 0)
+        };
+        let threshold = stats::slow_threshold(s, median, samples);
+        let slow = outcome == Outcome::TimedOut || threshold.is_some_and(|t| latency > t);
+        let mut readings = None;
+        if keeps {
+            let closed = current && at_outcome.phase == Phase::Closed;
+            let sample = Sample {
+                to_window: closed,
+                counted: outcome.is_counted(),
+                failure: outcome.is_failure(),
+                slow,
+                baseline_latency: (outcome == Outcome::Success).then_some(latency),
+            };
+            self.stats.record(now, s, sample);
+            if closed && outcome.is_counted() {
+                readings = Some(self.stats.readings(now, s));
+            }
+        }
+        let n = loop {
+            let (raw, c0, r) = self.load();
+            let mut c = c0;
+            let mut n = Notes::default();
+            let evidence = complete(
+                &mut c,
+                &r,
+                s,
+                self.seed,
+                now,
+                &permit,
+                outcome,
+                slow,
+                readings.as_ref(),
+                &mut n,
+            );
+            if c != c0 && !self.control.cas(raw, c.pack()) {
+                continue;
+            }
+            if let Some(slow) = evidence {
+                let (old, new) = self.ramp.update(|w| {
+                    let mut r = Ramp::current(w, c.epoch);
+                    ramp_evidence(&mut r, slow, s);
+                    r.pack()
+                });
+                n.ramp_step = Ramp::current(old, c.epoch).cap != Ramp::unpack(new).cap;
+                self.realise(now, &mut n);
+            }
+            break n;
+        };
+        if n.decided() {
+            self.stats.clear_window(now, s);
+        }
+        self.emit(&n, now, events);
+    }
+
+    /// Applies the transitions time alone makes, until one sticks.
+    fn realise(&self, now: Instant, n: &mut Notes) {
+        loop {
+            let (raw, c0, r) = self.load();
+            let mut c = c0;
+            let mut step = Notes::default();
+            advance(&mut c, &r, &self.settings, self.seed, now, &mut step);
+            if c == c0 {
+                return;
+            }
+            if self.control.cas(raw, c.pack()) {
+                for ch in step.changes.iter().flatten() {
+                    n.change(*ch);
+                }
+                n.reclaimed = n.reclaimed.saturating_add(step.reclaimed);
+                return;
+            }
+        }
+    }
+
+    pub(crate) fn release(&self, permit: &Permit) {
+        self.control.update(|w| {
+            let mut c = Control::unpack(w);
+            release(&mut c, permit);
+            c.pack()
+        });
+    }
+
+    pub(crate) fn isolate(&self, now: Instant, events: &mut dyn FnMut(Event<'_>)) {
+        let mut from = State::Closed;
+        self.control.update(|w| {
+            let mut c = Control::unpack(w);
+            from = c.state(
+                &Ramp::current(self.ramp.get(), c.epoch),
+                &self.settings,
+                self.seed,
+                now,
+            );
+            c.phase = Phase::Isolated;
+            c.epoch = c.epoch.wrapping_add(1);
+            c.probes = 0;
+            c.count = 0;
+            c.pack()
+        });
+        let mut n = Notes::default();
+        n.change(Change {
+            from,
+            to: State::Isolated,
+            reason: None,
+            break_for: None,
+        });
+        self.emit(&n, now, events);
+    }
+
+    pub(crate) fn reset(&self, now: Instant, events: &mut dyn FnMut(Event<'_>)) {
+        let mut from = State::Closed;
+        self.control.update(|w| {
+            let c = Control::unpack(w);
+            from = c.state(
+                &Ramp::current(self.ramp.get(), c.epoch),
+                &self.settings,
+                self.seed,
+                now,
+            );
+            Control {
+                epoch: c.epoch.wrapping_add(1),
+                ..Control::new()
+            }
+            .pack()
+        });
+        self.stats.clear_window(now, &self.settings);
+        let mut n = Notes::default();
+        n.change(Change {
+            from,
+            to: State::Closed,
+            reason: None,
+            break_for: None,
+        });
+        self.emit(&n, now, events);
+    }
+
+    pub(crate) fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+        let (_, c, _) = self.load();
+        match c.phase {
+            Phase::Open => Some(now.saturating_add(c.mark.remaining(now))),
+            Phase::HalfOpen if c.probes > 0 => Some(now.saturating_add(c.mark.remaining(now))),
+            Phase::Recovering => {
+                let length =
+                    Duration::from_millis(ramp_length_ms(&self.settings, c.opens, self.seed));
+                Some(now.saturating_add(length.saturating_sub(c.mark.elapsed(now))))
+            }
+            _ => None,
+        }
+    }
+
+    pub(crate) fn handle_timeout(&self, now: Instant, events: &mut dyn FnMut(Event<'_>)) {
+        let mut n = Notes::default();
+        self.realise(now, &mut n);
+        if n.decided() {
+            self.stats.clear_window(now, &self.settings);
+        }
+        self.emit(&n, now, events);
+    }
+
+    pub(crate) fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        self.stats.latency(now, &self.settings).0
+    }
+
+    pub(crate) fn normal_failure_rate(&self, now: Instant) -> Option<Ratio> {
+        let r = self.stats.readings(now, &self.settings);
+        let arming = self
+            .settings
+            .failure_rate()
+            .map_or(100, |f| f.arming_outcomes());
+        if r.baseline_calls < arming {
+            return None;
+        }
+        Ratio::of(u64::from(r.baseline_failures), u64::from(r.baseline_calls))
+    }
+
+    pub(crate) fn ramp_fraction(&self, now: Instant) -> Option<Ratio> {
+        let (_, c, r) = self.load();
+        (c.state(&r, &self.settings, self.seed, now) == State::Recovering)
+            .then(|| permille(ramp_fraction(&c, &r, &self.settings, self.seed, now)))
+    }
+
+    pub(crate) fn snapshot(&self, now: Instant) -> Snapshot {
+        let (_, c, r) = self.load();
+        let s = &self.settings;
+        let state = c.state(&r, s, self.seed, now);
+        let readings = self.stats.readings(now, s);
+        Snapshot {
+            name: *s.name(),
+            state,
+            consecutive_failures: if c.phase == Phase::Closed { c.count } else { 0 },
+            probes_in_flight: if state == State::HalfOpen {
+                c.probes
+            } else {
+                0
+            },
+            consecutive_opens: c.opens,
+            break_duration: (c.opens > 0).then(|| break_for(s, c.opens, self.seed)),
+            until_half_open: if state == State::Open {
+                c.mark.remaining(now)
+            } else {
+                Duration::ZERO
+            },
+            ramp_fraction: (state == State::Recovering)
+                .then(|| permille(ramp_fraction(&c, &r, s, self.seed, now))),
+            normal_latency: self.normal_latency(now),
+            normal_failure_rate: self.normal_failure_rate(now),
+            window_calls: readings.window.calls,
+            window_failures: readings.window.failures,
+            window_slow: readings.window.slow,
+        }
+    }
+}
+
 /// A circuit breaker, single-threaded form (`&mut self`). Deterministic: the same settings,
-/// seed, instants and outcomes always give the same decisions.
+/// seed, instants and outcomes always give the same decisions. For one breaker shared by many
+/// threads, see [`SharedBreaker`](crate::SharedBreaker): the same rules over atomics.
 ///
 /// ```
 /// use stormguard_core::{Breaker, BreakerSettings, Duration, Instant, Outcome, State};
@@ -655,35 +1111,15 @@ impl Snapshot {
 /// ```
 #[derive(Clone, Debug)]
 pub struct Breaker {
-    settings: BreakerSettings,
-    control: Control,
-    ramp: Ramp,
-    stats: Stats,
-    seed: u64,
-}
-
-/// A seed derived from the name, so breakers with different names jitter differently even when
-/// nobody sets a seed (FNV-1a). Fleets should still seed each process differently.
-fn seed_from(name: &Name) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.as_str().bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    core: Core<Cell<u64>>,
 }
 
 impl Breaker {
-    /// A breaker with validated `settings`, closed, with a seed derived from its name.
-    #[must_use]
-    pub fn new(settings: BreakerSettings) -> Breaker {
-        let seed = seed_from(settings.name());
-        Breaker {
-            settings,
-            control: Control::new(),
-            ramp: Ramp::default(),
-            stats: Stats::new(),
-            seed,
+    const_unless_loom! {
+        /// A breaker with validated `settings`, closed, with a seed derived from its name.
+        #[must_use]
+        pub fn new(settings: BreakerSettings) -> Breaker {
+            Breaker { core: Core::new(settings) }
         }
     }
 
@@ -699,33 +1135,33 @@ impl Breaker {
     /// fleet's breaks do not line up.
     #[must_use]
     pub fn with_seed(mut self, seed: u64) -> Breaker {
-        self.seed = seed;
+        self.core.set_seed(seed);
         self
     }
 
     /// The settings this breaker was built with.
     #[must_use]
     pub const fn settings(&self) -> &BreakerSettings {
-        &self.settings
+        self.core.settings()
     }
 
     /// The breaker's name.
     #[must_use]
     pub const fn name(&self) -> &Name {
-        self.settings.name()
+        self.core.settings().name()
     }
 
     /// The state at `now`. Reading consumes nothing: after the break it reads `HalfOpen` before
-    /// any call arrives.
+    /// any call arrives, and a recovering breaker whose ramp has run out reads `Closed`.
     #[must_use]
     pub fn state(&self, now: Instant) -> State {
-        self.control.state(&self.ramp, now)
+        self.core.state(now)
     }
 
-    /// Asks to make one attempt at `now`. Probe slots taken this way are reclaimed after the
-    /// break just served if their outcome never arrives; see [`Breaker::try_acquire_with`].
+    /// Asks to make one attempt at `now`. A probe slot taken this way is reclaimed after the
+    /// break just served if its outcome never arrives; see [`Breaker::try_acquire_with`].
     pub fn try_acquire(&mut self, now: Instant) -> Result<Permit, Refused> {
-        self.try_acquire_with(now, None, &mut |_| {})
+        self.core.try_acquire(now, None, &mut |_| {})
     }
 
     /// Asks to make one attempt at `now`, with the attempt timeout (which bounds how long a probe
@@ -736,41 +1172,16 @@ impl Breaker {
         attempt_timeout: Option<Duration>,
         events: &mut impl FnMut(Event<'_>),
     ) -> Result<Permit, Refused> {
-        let hold =
-            attempt_timeout.unwrap_or(Duration::from_millis(u64::from(self.ramp.served_ms.max(1))));
-        let mut notes = Notes::default();
-        let result = acquire(
-            &mut self.control,
-            &mut self.ramp,
-            &self.settings,
-            now,
-            hold,
-            &mut notes,
-        );
-        notes.emit(self.settings.name(), &self.control, &self.ramp, now, events);
-        result.map(|kind| Permit {
-            epoch: self.control.epoch,
-            kind,
-            started: now,
-        })
+        self.core.try_acquire(now, attempt_timeout, events)
     }
 
     /// Would a call be admitted at `now`? Changes nothing (not even the ramp's credit).
     pub fn check(&self, now: Instant) -> Result<(), Refused> {
-        let mut c = self.control;
-        let mut r = self.ramp;
-        acquire(
-            &mut c,
-            &mut r,
-            &self.settings,
-            now,
-            Duration::ZERO,
-            &mut Notes::default(),
-        )
-        .map(|_| ())
+        self.core.check(now)
     }
 
-    /// Reports how the attempt behind `permit` ended, at `now`. Latency is `now - permit.started()`.
+    /// Reports how the attempt behind `permit` ended, at `now`. Latency is
+    /// `now - permit.started()`.
     pub fn on_outcome(
         &mut self,
         now: Instant,
@@ -778,184 +1189,107 @@ impl Breaker {
         outcome: Outcome,
         events: &mut impl FnMut(Event<'_>),
     ) {
-        let latency = now.saturating_duration_since(permit.started);
-        let current = permit.epoch == self.control.epoch && permit.kind != Kind::Unguarded;
-        let threshold = stats::slow_threshold(
-            &self.settings,
-            self.stats.normal_latency(now, &self.settings),
-            self.stats.latency_samples(now, &self.settings),
-        );
-        let slow = outcome == Outcome::TimedOut || threshold.is_some_and(|t| latency > t);
-        let keeps = self.settings.keeps_statistics();
-        if keeps {
-            let sample = Sample {
-                to_window: current && self.control.phase == Phase::Closed,
-                counted: outcome.is_counted(),
-                failure: outcome.is_failure(),
-                slow,
-                baseline_latency: (outcome == Outcome::Success).then_some(latency),
-            };
-            self.stats.record(now, &self.settings, sample);
-        }
-        let readings = keeps.then(|| self.stats.readings(now, &self.settings));
-        let mut notes = Notes::default();
-        complete(
-            &mut self.control,
-            &mut self.ramp,
-            &self.settings,
-            now,
-            self.seed,
-            &permit,
-            outcome,
-            slow,
-            readings.as_ref(),
-            &mut notes,
-        );
-        if notes
-            .changes
-            .iter()
-            .flatten()
-            .any(|ch| ch.to == State::Open || ch.to == State::Closed)
-        {
-            self.stats.clear_window(now, &self.settings);
-        }
-        notes.emit(self.settings.name(), &self.control, &self.ramp, now, events);
+        self.core.on_outcome(now, permit, outcome, events);
     }
 
     /// Gives back a permit whose attempt never ran to an outcome (the caller was cancelled): a
     /// probe slot is freed at once; nothing is counted.
     pub fn release(&mut self, permit: Permit) {
-        release(&mut self.control, &permit);
+        self.core.release(&permit);
     }
 
     /// Forces the breaker open until [`Breaker::reset`]: every call is refused with
     /// [`RefusalReason::Isolated`].
     pub fn isolate(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
-        let from = self.state(now);
-        self.control.phase = Phase::Isolated;
-        self.control.epoch = self.control.epoch.wrapping_add(1);
-        self.control.probes = 0;
-        let mut notes = Notes::default();
-        notes.change(Change {
-            from,
-            to: State::Isolated,
-            reason: None,
-            break_for: None,
-        });
-        notes.emit(self.settings.name(), &self.control, &self.ramp, now, events);
+        self.core.isolate(now, events);
     }
 
     /// Closes the breaker: clears the trip window and the break growth. The learned baselines
     /// stay (they measure the dependency, not a verdict on it).
     pub fn reset(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
-        let from = self.state(now);
-        self.control = Control {
-            epoch: self.control.epoch.wrapping_add(1),
-            ..Control::new()
-        };
-        self.stats.clear_window(now, &self.settings);
-        let mut notes = Notes::default();
-        notes.change(Change {
-            from,
-            to: State::Closed,
-            reason: None,
-            break_for: None,
-        });
-        notes.emit(self.settings.name(), &self.control, &self.ramp, now, events);
+        self.core.reset(now, events);
     }
 
     /// When a timed transition is due (break end, probe reclaim, ramp end), if any.
     #[must_use]
     pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
-        match self.control.phase {
-            Phase::Open => Some(now.saturating_add(self.control.mark.remaining(now))),
-            Phase::HalfOpen if self.control.probes > 0 => {
-                Some(now.saturating_add(self.control.mark.remaining(now)))
-            }
-            Phase::Recovering => {
-                let length = Duration::from_millis(u64::from(self.ramp.length_ms));
-                Some(now.saturating_add(length.saturating_sub(self.control.mark.elapsed(now))))
-            }
-            _ => None,
-        }
+        self.core.poll_timeout(now)
     }
 
     /// Realises the transitions due at `now` and emits their events. Calling it early, or
     /// twice, does nothing.
     pub fn handle_timeout(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
-        let mut notes = Notes::default();
-        advance(&mut self.control, &self.ramp, now, &mut notes);
-        if notes
-            .changes
-            .iter()
-            .flatten()
-            .any(|ch| ch.to == State::Closed)
-        {
-            self.stats.clear_window(now, &self.settings);
-        }
-        notes.emit(self.settings.name(), &self.control, &self.ramp, now, events);
+        self.core.handle_timeout(now, events);
     }
 
     /// The learned median latency of successful calls, once there is one.
     #[must_use]
     pub fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        self.stats.normal_latency(now, &self.settings)
+        self.core.normal_latency(now)
     }
 
     /// The learned normal failure rate, once the baseline holds enough outcomes to arm the
     /// relative rule (or 100 without one).
     #[must_use]
     pub fn normal_failure_rate(&self, now: Instant) -> Option<Ratio> {
-        let r = self.stats.readings(now, &self.settings);
-        let arming = self
-            .settings
-            .failure_rate()
-            .map_or(100, |f| f.arming_outcomes());
-        if r.baseline_calls < arming {
-            return None;
-        }
-        Ratio::of(u64::from(r.baseline_failures), u64::from(r.baseline_calls))
+        self.core.normal_failure_rate(now)
     }
 
     /// The admitted fraction at `now` while recovering.
     #[must_use]
     pub fn ramp_fraction(&self, now: Instant) -> Option<Ratio> {
-        (self.state(now) == State::Recovering)
-            .then(|| permille(ramp_fraction(&self.control, &self.ramp, now)))
+        self.core.ramp_fraction(now)
     }
 
     /// A point-in-time view for health endpoints and metrics.
     #[must_use]
     pub fn snapshot(&self, now: Instant) -> Snapshot {
-        let state = self.state(now);
-        let readings = self.stats.readings(now, &self.settings);
-        Snapshot {
-            name: *self.settings.name(),
-            state,
-            consecutive_failures: if self.control.phase == Phase::Closed {
-                self.control.count
-            } else {
-                0
-            },
-            probes_in_flight: if state == State::HalfOpen {
-                self.control.probes
-            } else {
-                0
-            },
-            consecutive_opens: self.control.opens,
-            break_duration: (self.ramp.served_ms > 0)
-                .then(|| Duration::from_millis(u64::from(self.ramp.served_ms))),
-            until_half_open: if state == State::Open {
-                self.control.mark.remaining(now)
-            } else {
-                Duration::ZERO
-            },
-            ramp_fraction: self.ramp_fraction(now),
-            normal_latency: self.normal_latency(now),
-            normal_failure_rate: self.normal_failure_rate(now),
-            window_calls: readings.window.calls,
-            window_failures: readings.window.failures,
-            window_slow: readings.window.slow,
-        }
+        self.core.snapshot(now)
+    }
+
+    /// The core, for the forms that share its code.
+    #[cfg(test)]
+    pub(crate) fn control_word(&self) -> u64 {
+        Word::get(&self.core.control)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_control_state_packs_into_one_word_and_back() {
+        let c = Control {
+            phase: Phase::Recovering,
+            epoch: 0xAB,
+            count: 1000,
+            probes: 31,
+            opens: 31,
+            mark: Tick(0xDEAD_BEEF),
+        };
+        assert_eq!(Control::unpack(c.pack()), c);
+        let r = Ramp {
+            tag: 7,
+            cap: 1000,
+            credit: 1999,
+            streak: 1000,
+        };
+        assert_eq!(Ramp::unpack(r.pack()), r);
+        assert_eq!(
+            Ramp::current(r.pack(), 8),
+            Ramp {
+                tag: 8,
+                cap: 1000,
+                credit: 0,
+                streak: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_fresh_breaker_is_closed_in_period_zero() {
+        let b = Breaker::new(BreakerSettings::defaults("x"));
+        assert_eq!(Control::unpack(b.control_word()), Control::new());
     }
 }

@@ -63,6 +63,23 @@ impl Name {
         })
     }
 
+    /// The name's UTF-8 bytes (usable in `const`).
+    #[must_use]
+    pub const fn as_bytes(&self) -> &[u8] {
+        match &self.repr {
+            Repr::Static(s) => s.as_bytes(),
+            Repr::Inline { len, bytes } => {
+                bytes
+                    .split_at(if (*len as usize) < NAME_CAPACITY {
+                        *len as usize
+                    } else {
+                        NAME_CAPACITY
+                    })
+                    .0
+            }
+        }
+    }
+
     /// The name as text.
     #[must_use]
     pub fn as_str(&self) -> &str {

@@ -3,6 +3,7 @@
 //! readings and the settings, so the single-threaded and shared breakers decide identically.
 
 use crate::breaker::TripReason;
+use crate::packed::{const_unless_loom, field, mask, put, word, words, Word};
 use crate::settings::{BreakerSettings, TRIP_BUCKETS};
 use crate::{Duration, Instant};
 
@@ -17,36 +18,56 @@ pub(crate) struct Counts {
     pub(crate) slow: u32,
 }
 
+/// Bits of a bucket word for each count (they saturate there).
+const CALL_BITS: u32 = 22;
+const FAIL_BITS: u32 = 21;
+const SLOW_BITS: u32 = 21;
+
 impl Counts {
     fn add(&mut self, other: Counts) {
         self.calls = self.calls.saturating_add(other.calls);
         self.failures = self.failures.saturating_add(other.failures);
         self.slow = self.slow.saturating_add(other.slow);
     }
+
+    /// Packs into one word: 22 bits of calls, 21 of failures, 21 of slow calls, each
+    /// saturating (4 million calls a bucket).
+    fn pack(self) -> u64 {
+        let sat = |v: u32, bits: u32| u64::from(v).min(mask(bits));
+        put(sat(self.calls, CALL_BITS), 0, CALL_BITS)
+            | put(sat(self.failures, FAIL_BITS), CALL_BITS, FAIL_BITS)
+            | put(sat(self.slow, SLOW_BITS), CALL_BITS + FAIL_BITS, SLOW_BITS)
+    }
+
+    fn unpack(w: u64) -> Counts {
+        let get = |at: u32, bits: u32| u32::try_from(field(w, at, bits)).unwrap_or(u32::MAX);
+        Counts {
+            calls: get(0, CALL_BITS),
+            failures: get(CALL_BITS, FAIL_BITS),
+            slow: get(CALL_BITS + FAIL_BITS, SLOW_BITS),
+        }
+    }
 }
 
-/// A sliding window of [`TRIP_BUCKETS`] buckets, rotated on write: a bucket whose time has
-/// passed is cleared before it is reused, and a read ignores buckets older than the window.
+/// A sliding window of [`TRIP_BUCKETS`] buckets, each a word of counts tagged by a word holding
+/// the bucket's absolute index (time / width). A bucket whose time has passed is replaced when it
+/// is next written, and handed back so its counts can move on; a read ignores buckets outside the
+/// window. In the shared form each word is consistent on its own, not the pair: a count racing a
+/// rotation can land in the neighbouring period, never disappear.
 #[derive(Clone, Debug)]
-pub(crate) struct Ring {
-    buckets: [Counts; TRIP_BUCKETS],
-    /// Absolute index (time / width) of the newest bucket written.
-    head: u64,
+pub(crate) struct Ring<W> {
+    index: [W; TRIP_BUCKETS],
+    counts: [W; TRIP_BUCKETS],
 }
 
-impl Ring {
-    const fn new() -> Ring {
-        Ring {
-            buckets: [Counts {
-                calls: 0,
-                failures: 0,
-                slow: 0,
-            }; TRIP_BUCKETS],
-            head: 0,
+impl<W: Word> Ring<W> {
+    const_unless_loom! {
+        fn new() -> Ring<W> {
+            Ring { index: words![W; TRIP_BUCKETS], counts: words![W; TRIP_BUCKETS] }
         }
     }
 
-    fn index(now: Instant, width: Duration) -> u64 {
+    fn index_of(now: Instant, width: Duration) -> u64 {
         now.as_nanos().checked_div(width.as_nanos()).unwrap_or(0)
     }
 
@@ -55,101 +76,103 @@ impl Ring {
         usize::try_from(index.checked_rem(TRIP_BUCKETS as u64).unwrap_or(0)).unwrap_or(0)
     }
 
-    /// Adds `c` to the bucket `now` falls in, clearing the buckets that time has passed; returns
-    /// what those cleared buckets held.
-    fn record(&mut self, now: Instant, width: Duration, c: Counts) -> Counts {
-        let idx = Ring::index(now, width);
-        let mut evicted = Counts::default();
-        if idx > self.head {
-            let stale = idx.saturating_sub(self.head).min(TRIP_BUCKETS as u64);
-            for k in 1..=stale {
-                if let Some(b) = self.buckets.get_mut(Ring::slot(self.head.wrapping_add(k))) {
-                    evicted.add(*b);
-                    *b = Counts::default();
-                }
+    /// Adds `c` to the bucket `now` falls in. When that replaces an older bucket, returns the
+    /// older bucket's index and counts.
+    fn record(&self, now: Instant, width: Duration, c: Counts) -> Option<(u64, Counts)> {
+        let idx = Ring::<W>::index_of(now, width);
+        let k = Ring::<W>::slot(idx);
+        let (Some(index), Some(counts)) = (self.index.get(k), self.counts.get(k)) else {
+            return None;
+        };
+        loop {
+            let at = index.get();
+            if at >= idx {
+                // This bucket (or, for a clock that stepped back, a newer one in the same slot:
+                // no time passed) takes the counts.
+                counts.update(|w| {
+                    let mut sum = Counts::unpack(w);
+                    sum.add(c);
+                    sum.pack()
+                });
+                return None;
             }
-            self.head = idx;
+            if index.cas(at, idx) {
+                let old = counts.swap(c.pack());
+                return Some((at, Counts::unpack(old)));
+            }
         }
-        // A clock that stepped back writes into the newest bucket: no time passed.
-        if let Some(b) = self.buckets.get_mut(Ring::slot(self.head)) {
-            b.add(c);
-        }
-        evicted
     }
 
     /// The sums over the buckets inside the window at `now`, and over those that time has
-    /// pushed out of it but no write has cleared yet.
-    fn split(&self, now: Instant, width: Duration) -> (Counts, Counts) {
-        let idx = Ring::index(now, width).max(self.head);
-        let oldest_inside = idx.saturating_sub(LAST_BUCKET);
+    /// pushed out of it, but by no more than `keep` buckets, and that no write has replaced yet.
+    fn split(&self, now: Instant, width: Duration, keep: u64) -> (Counts, Counts) {
+        let idx = Ring::<W>::index_of(now, width);
         let mut inside = Counts::default();
         let mut outside = Counts::default();
-        for k in 0..TRIP_BUCKETS as u64 {
-            let Some(j) = self.head.checked_sub(k) else {
-                break;
-            };
-            if let Some(b) = self.buckets.get(Ring::slot(j)) {
-                if j >= oldest_inside {
-                    inside.add(*b);
-                } else {
-                    outside.add(*b);
-                }
+        for (index, counts) in self.index.iter().zip(&self.counts) {
+            let at = index.get();
+            let age = idx.saturating_sub(at);
+            if age < TRIP_BUCKETS as u64 {
+                inside.add(Counts::unpack(counts.get()));
+            } else if age <= keep {
+                outside.add(Counts::unpack(counts.get()));
             }
         }
         (inside, outside)
     }
 
-    /// The sum over the buckets still inside the window at `now`.
-    fn totals(&self, now: Instant, width: Duration) -> Counts {
-        self.split(now, width).0
-    }
-
-    /// Everything the ring holds.
-    fn sum(&self) -> Counts {
-        let mut sum = Counts::default();
-        for b in &self.buckets {
-            sum.add(*b);
+    /// Empties every bucket, returning what they held.
+    fn clear(&self) -> Counts {
+        let mut held = Counts::default();
+        for counts in &self.counts {
+            held.add(Counts::unpack(counts.swap(0)));
         }
-        sum
-    }
-
-    fn clear(&mut self) {
-        self.buckets = [Counts::default(); TRIP_BUCKETS];
+        held
     }
 }
 
 /// Lowest octave the latency histogram resolves: 2^10 ns (about 1 us). Faster calls read as
 /// the first bucket's bound, which is still never below the truth.
 const HIST_MIN_EXP: u32 = 10;
-/// Index distance from the newest bucket to the oldest still inside a window.
-const LAST_BUCKET: u64 = TRIP_BUCKETS as u64 - 1;
 /// Octaves covered: up to 2^40 ns (about 18 minutes).
 const HIST_OCTAVES: u32 = 30;
 /// Sub-buckets per octave: 8, so a bucket's upper bound is at most 12.5% above any value in it.
 const HIST_SUB: u32 = 8;
 /// Buckets in the latency histogram.
 pub(crate) const HIST_BUCKETS: usize = (HIST_OCTAVES * HIST_SUB) as usize;
+/// 16-bit bucket counts, four to a word.
+const LANES: usize = 4;
+const HIST_WORDS: usize = HIST_BUCKETS / LANES;
+/// The median is re-read from the histogram every this many samples (and after each decay).
+const MEMO_EVERY: u64 = 16;
 
-/// A fixed-size log-linear histogram of successful calls' latencies, decayed by halving every
-/// half baseline window, and forgotten after a whole window without a sample (an idle estimator
-/// reports nothing rather than something stale). Integer maths only.
+/// A fixed-size log-linear histogram of successful calls' latencies: 240 sixteen-bit counts,
+/// halved every half baseline window (and whenever one would overflow), and forgotten after a
+/// whole window without a sample: an idle estimator reports nothing rather than something stale.
+/// The median is memoized, so reading the slow-call threshold on the call path is one load.
 #[derive(Clone, Debug)]
-pub(crate) struct LatencyBaseline {
-    counts: [u16; HIST_BUCKETS],
-    total: u32,
-    /// Index of the half-window period the counts were last decayed in.
-    period: u64,
-    /// When the last sample arrived.
-    last_sample: Option<Instant>,
+pub(crate) struct Histogram<W> {
+    lanes: [W; HIST_WORDS],
+    /// The half-window period the counts were last decayed in.
+    period: W,
+    /// When the last sample arrived, in ns (+1; 0 for never).
+    last_sample: W,
+    /// The memoized median: (bucket + 1) in the high half, samples in the low half.
+    memo: W,
+    /// Samples recorded, for refreshing the memo.
+    recorded: W,
 }
 
-impl LatencyBaseline {
-    const fn new() -> LatencyBaseline {
-        LatencyBaseline {
-            counts: [0; HIST_BUCKETS],
-            total: 0,
-            period: 0,
-            last_sample: None,
+impl<W: Word> Histogram<W> {
+    const_unless_loom! {
+        fn new() -> Histogram<W> {
+            Histogram {
+                lanes: words![W; HIST_WORDS],
+                period: word!(W),
+                last_sample: word!(W),
+                memo: word!(W),
+                recorded: word!(W),
+            }
         }
     }
 
@@ -188,84 +211,135 @@ impl LatencyBaseline {
         )
     }
 
-    fn decay(&mut self, now: Instant, half_window: Duration) {
-        if let Some(last) = self.last_sample {
-            if now.saturating_duration_since(last) >= half_window.saturating_mul(2) {
-                self.counts = [0; HIST_BUCKETS];
-                self.total = 0;
+    fn lane(w: u64, i: usize) -> u64 {
+        field(w, u32::try_from(i).unwrap_or(0).saturating_mul(16), 16)
+    }
+
+    /// Every count shifted right by `shift`.
+    fn halve(&self, shift: u32) {
+        for w in &self.lanes {
+            w.update(|v| {
+                let mut out = 0;
+                for i in 0..LANES {
+                    let at = u32::try_from(i).unwrap_or(0).saturating_mul(16);
+                    out |= put(
+                        Histogram::<W>::lane(v, i).checked_shr(shift).unwrap_or(0),
+                        at,
+                        16,
+                    );
+                }
+                out
+            });
+        }
+    }
+
+    fn clear(&self) {
+        for w in &self.lanes {
+            w.swap(0);
+        }
+    }
+
+    /// Recomputes and stores the memoized median and sample count.
+    fn refresh(&self) {
+        let mut total: u64 = 0;
+        for w in &self.lanes {
+            let v = w.get();
+            for i in 0..LANES {
+                total = total.saturating_add(Histogram::<W>::lane(v, i));
             }
+        }
+        let mut memo = 0;
+        if total > 0 {
+            let rank = total.div_ceil(2);
+            let mut seen: u64 = 0;
+            'scan: for (wi, w) in self.lanes.iter().enumerate() {
+                let v = w.get();
+                for i in 0..LANES {
+                    seen = seen.saturating_add(Histogram::<W>::lane(v, i));
+                    if seen >= rank {
+                        let bucket = wi.saturating_mul(LANES).saturating_add(i);
+                        memo = (u64::try_from(bucket).unwrap_or(0).saturating_add(1) << 32)
+                            | total.min(u64::from(u32::MAX));
+                        break 'scan;
+                    }
+                }
+            }
+        }
+        self.memo.swap(memo);
+    }
+
+    fn record(&self, now: Instant, half_window: Duration, latency: Duration) {
+        let mut refresh = false;
+        let last = self.last_sample.get();
+        if last != 0
+            && now.as_nanos().saturating_sub(last.saturating_sub(1))
+                >= half_window.saturating_mul(2).as_nanos()
+        {
+            self.clear();
+            refresh = true;
         }
         let period = now
             .as_nanos()
             .checked_div(half_window.as_nanos())
             .unwrap_or(0);
-        if period > self.period {
-            let halvings = period.saturating_sub(self.period).min(16);
-            let shift = u32::try_from(halvings).unwrap_or(16);
+        let (old, new) = self.period.update(|p| p.max(period));
+        if new > old {
+            let shift = u32::try_from(new.saturating_sub(old).min(16)).unwrap_or(16);
             self.halve(shift);
-            self.period = period;
+            refresh = true;
         }
-    }
-
-    fn halve(&mut self, shift: u32) {
-        let mut total = 0u32;
-        for c in &mut self.counts {
-            *c = c.checked_shr(shift).unwrap_or(0);
-            total = total.saturating_add(u32::from(*c));
-        }
-        self.total = total;
-    }
-
-    fn record(&mut self, now: Instant, half_window: Duration, latency: Duration) {
-        self.decay(now, half_window);
-        let idx = LatencyBaseline::bucket(latency.as_nanos());
-        if self.counts.get(idx).copied() == Some(u16::MAX) {
-            // Keep the shape, lose the oldest half of the weight.
-            self.halve(1);
-        }
-        if let Some(c) = self.counts.get_mut(idx) {
-            *c = c.saturating_add(1);
-            self.total = self.total.saturating_add(1);
-        }
-        self.last_sample = Some(self.last_sample.map_or(now, |l| l.max(now)));
-    }
-
-    /// Samples currently weighing in the baseline.
-    pub(crate) fn samples(&self) -> u32 {
-        self.total
-    }
-
-    /// The median, read as its bucket's upper bound; `None` without samples.
-    pub(crate) fn median(&self) -> Option<Duration> {
-        if self.total == 0 {
-            return None;
-        }
-        let rank = self.total.div_ceil(2);
-        let mut seen = 0u32;
-        for (i, c) in self.counts.iter().enumerate() {
-            seen = seen.saturating_add(u32::from(*c));
-            if seen >= rank {
-                return Some(LatencyBaseline::upper_bound(i));
+        let bucket = Histogram::<W>::bucket(latency.as_nanos());
+        let (wi, i) = (bucket / LANES, bucket % LANES);
+        if let Some(w) = self.lanes.get(wi) {
+            if Histogram::<W>::lane(w.get(), i) == 0xFFFF {
+                // Keep the shape, lose the oldest half of the weight.
+                self.halve(1);
+                refresh = true;
             }
+            let at = u32::try_from(i).unwrap_or(0).saturating_mul(16);
+            w.update(|v| {
+                let count = Histogram::<W>::lane(v, i);
+                (v & !put(0xFFFF, at, 16)) | put(count.saturating_add(1).min(0xFFFF), at, 16)
+            });
         }
-        None
+        self.last_sample
+            .update(|l| l.max(now.as_nanos().saturating_add(1)));
+        let (_, recorded) = self.recorded.update(|r| r.wrapping_add(1));
+        let samples = self.memo.get() & 0xFFFF_FFFF;
+        if refresh || samples < 64 || recorded.is_multiple_of(MEMO_EVERY) {
+            self.refresh();
+        }
     }
 
     /// `true` once the baseline is stale at `now` (no sample for a whole window).
     fn expired(&self, now: Instant, half_window: Duration) -> bool {
-        match self.last_sample {
-            Some(last) => now.saturating_duration_since(last) >= half_window.saturating_mul(2),
-            None => true,
+        match self.last_sample.get() {
+            0 => true,
+            last => {
+                now.as_nanos().saturating_sub(last.saturating_sub(1))
+                    >= half_window.saturating_mul(2).as_nanos()
+            }
         }
+    }
+
+    /// The memoized median (read as its bucket's upper bound) and sample count.
+    fn reading(&self) -> (Option<Duration>, u32) {
+        let memo = self.memo.get();
+        let samples = u32::try_from(memo & 0xFFFF_FFFF).unwrap_or(u32::MAX);
+        let bucket = memo >> 32;
+        let median = bucket
+            .checked_sub(1)
+            .map(|b| Histogram::<W>::upper_bound(usize::try_from(b).unwrap_or(HIST_BUCKETS - 1)));
+        (median, samples)
     }
 }
 
 /// Everything a full breaker measures.
 #[derive(Clone, Debug)]
-pub(crate) struct Stats {
-    trip: Ring,
-    errors: Ring,
-    latency: LatencyBaseline,
+pub(crate) struct Stats<W> {
+    trip: Ring<W>,
+    errors: Ring<W>,
+    latency: Histogram<W>,
 }
 
 /// What the statistics read at one instant: the inputs of [`trip_reason`].
@@ -288,47 +362,56 @@ pub(crate) struct Sample {
     pub(crate) baseline_latency: Option<Duration>,
 }
 
-impl Stats {
-    pub(crate) const fn new() -> Stats {
-        Stats {
-            trip: Ring::new(),
-            errors: Ring::new(),
-            latency: LatencyBaseline::new(),
+impl<W: Word> Stats<W> {
+    const_unless_loom! {
+        pub(crate) fn new() -> Stats<W> {
+            Stats { trip: Ring::new(), errors: Ring::new(), latency: Histogram::new() }
         }
+    }
+
+    /// Trip buckets that fit in one baseline window: how long an aged-out trip bucket still
+    /// counts towards the baseline.
+    fn keep(s: &BreakerSettings) -> u64 {
+        s.baseline_window()
+            .as_nanos()
+            .checked_div(s.bucket_width().as_nanos())
+            .unwrap_or(0)
     }
 
     /// Records one outcome. The error baseline is fed what leaves the trip window (and the
     /// outcomes that never enter it), so a spike being judged has not yet moved the baseline
     /// it is judged against.
-    pub(crate) fn record(&mut self, now: Instant, s: &BreakerSettings, sample: Sample) {
+    pub(crate) fn record(&self, now: Instant, s: &BreakerSettings, sample: Sample) {
         let c = Counts {
             calls: u32::from(sample.counted),
             failures: u32::from(sample.counted && sample.failure),
             slow: u32::from(sample.counted && sample.slow),
         };
-        let to_baseline = if sample.to_window && sample.counted {
-            self.trip.record(now, s.bucket_width(), c)
-        } else {
-            c
-        };
-        if to_baseline.calls > 0 {
-            self.errors.record(
-                now,
-                baseline_bucket(s),
-                Counts {
-                    slow: 0,
-                    ..to_baseline
-                },
-            );
+        if sample.to_window && sample.counted {
+            if let Some((at, evicted)) = self.trip.record(now, s.bucket_width(), c) {
+                let age = Ring::<W>::index_of(now, s.bucket_width()).saturating_sub(at);
+                if evicted.calls > 0 && age <= Stats::<W>::keep(s) {
+                    self.to_baseline(now, s, evicted);
+                }
+            }
+        } else if c.calls > 0 {
+            self.to_baseline(now, s, c);
         }
         if let Some(latency) = sample.baseline_latency {
             self.latency.record(now, half_baseline(s), latency);
         }
     }
 
+    fn to_baseline(&self, now: Instant, s: &BreakerSettings, c: Counts) {
+        // Replaced baseline buckets are simply older than the baseline window: dropped.
+        let _ = self
+            .errors
+            .record(now, baseline_bucket(s), Counts { slow: 0, ..c });
+    }
+
     pub(crate) fn readings(&self, now: Instant, s: &BreakerSettings) -> Readings {
-        let (window, aged_out) = self.trip.split(now, s.bucket_width());
-        let mut base = self.errors.totals(now, baseline_bucket(s));
+        let (window, aged_out) = self.trip.split(now, s.bucket_width(), Stats::<W>::keep(s));
+        let (mut base, _) = self.errors.split(now, baseline_bucket(s), 0);
         base.add(aged_out);
         Readings {
             window,
@@ -337,31 +420,21 @@ impl Stats {
         }
     }
 
-    /// The learned median latency of successful calls, if armed-worthy samples exist.
-    pub(crate) fn normal_latency(&self, now: Instant, s: &BreakerSettings) -> Option<Duration> {
+    /// The learned median latency of successful calls and the samples behind it (none once
+    /// the baseline has gone a whole window without a sample).
+    pub(crate) fn latency(&self, now: Instant, s: &BreakerSettings) -> (Option<Duration>, u32) {
         if self.latency.expired(now, half_baseline(s)) {
-            return None;
+            return (None, 0);
         }
-        self.latency.median()
-    }
-
-    /// Samples in the latency baseline at `now`.
-    pub(crate) fn latency_samples(&self, now: Instant, s: &BreakerSettings) -> u32 {
-        if self.latency.expired(now, half_baseline(s)) {
-            0
-        } else {
-            self.latency.samples()
-        }
+        self.latency.reading()
     }
 
     /// Clears the trip window (its counts were evidence for a decision now made). What it held
     /// still measured the dependency, so it moves into the error baseline.
-    pub(crate) fn clear_window(&mut self, now: Instant, s: &BreakerSettings) {
-        let held = self.trip.sum();
-        self.trip.clear();
+    pub(crate) fn clear_window(&self, now: Instant, s: &BreakerSettings) {
+        let held = self.trip.clear();
         if held.calls > 0 {
-            self.errors
-                .record(now, baseline_bucket(s), Counts { slow: 0, ..held });
+            self.to_baseline(now, s, held);
         }
     }
 }
@@ -436,12 +509,15 @@ pub(crate) fn trip_reason(r: &Readings, s: &BreakerSettings) -> Option<TripReaso
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::cell::Cell;
+
+    type Local = Cell<u64>;
 
     #[test]
     fn the_latency_histogram_reads_within_an_eighth_above_never_below() {
         let mut v: u64 = 1024;
         while v < (1u64 << 40) {
-            let read = LatencyBaseline::upper_bound(LatencyBaseline::bucket(v)).as_nanos();
+            let read = Histogram::<Local>::upper_bound(Histogram::<Local>::bucket(v)).as_nanos();
             assert!(read > v, "{v} read as {read}");
             assert!(
                 read * 8 <= v * 9,
@@ -450,60 +526,83 @@ mod tests {
             v = v + v / 7 + 1;
         }
         // Below the resolved range: still never below.
-        assert!(LatencyBaseline::upper_bound(LatencyBaseline::bucket(3)).as_nanos() > 3);
+        assert!(Histogram::<Local>::upper_bound(Histogram::<Local>::bucket(3)).as_nanos() > 3);
     }
 
     #[test]
     fn the_median_is_the_middle_sample() {
-        let mut h = LatencyBaseline::new();
+        let h = Histogram::<Local>::new();
         let half = Duration::from_secs(150);
         let now = Instant::from_secs(1);
         for ms in [10u64, 20, 30, 40, 50] {
             h.record(now, half, Duration::from_millis(ms));
         }
-        let m = h.median().unwrap();
+        let (m, n) = h.reading();
+        let m = m.unwrap();
+        assert_eq!(n, 5);
         assert!(m > Duration::from_millis(30) && m <= Duration::from_micros(33_750));
     }
 
     #[test]
     fn the_ring_forgets_buckets_older_than_the_window() {
-        let mut r = Ring::new();
+        let r = Ring::<Local>::new();
         let w = Duration::from_secs(3);
         let c = Counts {
             calls: 1,
             failures: 1,
             slow: 0,
         };
-        r.record(Instant::from_secs(0), w, c);
-        r.record(Instant::from_secs(10), w, c);
-        assert_eq!(r.totals(Instant::from_secs(10), w).calls, 2);
-        assert_eq!(r.totals(Instant::from_secs(29), w).calls, 2);
-        assert_eq!(r.totals(Instant::from_secs(30), w).calls, 1);
-        assert_eq!(r.totals(Instant::from_secs(40), w).calls, 0);
+        let _ = r.record(Instant::from_secs(0), w, c);
+        let _ = r.record(Instant::from_secs(10), w, c);
+        let inside = |t: u64| r.split(Instant::from_secs(t), w, 100).0.calls;
+        assert_eq!(inside(10), 2);
+        assert_eq!(inside(29), 2);
+        assert_eq!(inside(30), 1);
+        assert_eq!(inside(40), 0);
         assert_eq!(
-            r.split(Instant::from_secs(40), w).1.calls,
+            r.split(Instant::from_secs(40), w, 100).1.calls,
             2,
-            "aged out, not yet cleared"
+            "aged out, not yet replaced"
         );
         assert_eq!(
-            r.record(Instant::from_secs(100), w, c).calls,
-            2,
-            "evicted on write"
+            r.split(Instant::from_secs(40), w, 5).1.calls,
+            0,
+            "too old for the baseline"
         );
-        assert_eq!(r.totals(Instant::from_secs(100), w).calls, 1);
+        // Bucket 33 reuses the slot of bucket 3 (t = 10 s) and hands its counts back.
+        assert_eq!(r.record(Instant::from_secs(100), w, c), Some((3, c)));
+        assert_eq!(r.split(Instant::from_secs(100), w, 0).0.calls, 1);
+    }
+
+    #[test]
+    fn counts_saturate_in_their_bits() {
+        let big = Counts {
+            calls: u32::MAX,
+            failures: 5,
+            slow: 7,
+        };
+        let back = Counts::unpack(big.pack());
+        assert_eq!(
+            back,
+            Counts {
+                calls: (1 << CALL_BITS) - 1,
+                failures: 5,
+                slow: 7
+            }
+        );
     }
 
     #[test]
     fn the_latency_baseline_decays_and_expires_when_idle() {
-        let mut h = LatencyBaseline::new();
+        let h = Histogram::<Local>::new();
         let half = Duration::from_secs(150);
-        for i in 0..100 {
+        for i in 0..96 {
             h.record(Instant::from_millis(i), half, Duration::from_millis(20));
         }
-        assert_eq!(h.samples(), 100);
-        h.decay(Instant::from_secs(151), half);
-        assert_eq!(h.samples(), 50);
-        assert!(h.expired(Instant::from_secs(301), half));
-        assert!(!h.expired(Instant::from_secs(299), half));
+        assert_eq!(h.reading().1, 96);
+        h.record(Instant::from_secs(151), half, Duration::from_millis(20));
+        assert_eq!(h.reading().1, 49, "halved, then one more");
+        assert!(h.expired(Instant::from_secs(452), half));
+        assert!(!h.expired(Instant::from_secs(450), half));
     }
 }

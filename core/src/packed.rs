@@ -1,0 +1,168 @@
+//! One storage word, two forms: a `Cell<u64>` for the single-threaded breaker and an
+//! `AtomicU64` for the shared one. Every rule is written once, against [`Word`]; the
+//! single-threaded form's compare-exchange simply always succeeds.
+//!
+//! Also the bit layouts of the words the breaker keeps.
+
+use core::cell::Cell;
+
+use crate::loom::{AtomicU64, Ordering};
+
+/// A 64-bit storage cell: load, compare-exchange, swap.
+pub(crate) trait Word {
+    /// A word holding zero, for `const` construction.
+    #[cfg(not(loom))]
+    const ZERO: Self;
+    /// A word holding zero (loom's atomics cannot be built in a `const`).
+    #[cfg(loom)]
+    fn zero() -> Self;
+    /// The current value.
+    fn get(&self) -> u64;
+    /// Replaces `current` with `new` if the word still holds `current`.
+    fn cas(&self, current: u64, new: u64) -> bool;
+    /// Replaces the value, returning the old one.
+    fn swap(&self, new: u64) -> u64;
+
+    /// Load / pure step / compare-exchange until it sticks. Returns (old, new).
+    fn update(&self, mut f: impl FnMut(u64) -> u64) -> (u64, u64) {
+        loop {
+            let old = self.get();
+            let new = f(old);
+            if old == new || self.cas(old, new) {
+                return (old, new);
+            }
+        }
+    }
+}
+
+impl Word for Cell<u64> {
+    #[cfg(not(loom))]
+    const ZERO: Self = Cell::new(0);
+    #[cfg(loom)]
+    fn zero() -> Self {
+        Cell::new(0)
+    }
+    fn get(&self) -> u64 {
+        Cell::get(self)
+    }
+    fn cas(&self, current: u64, new: u64) -> bool {
+        if Cell::get(self) == current {
+            self.set(new);
+            true
+        } else {
+            false
+        }
+    }
+    fn swap(&self, new: u64) -> u64 {
+        self.replace(new)
+    }
+}
+
+impl Word for AtomicU64 {
+    #[cfg(not(loom))]
+    const ZERO: Self = AtomicU64::new(0);
+    #[cfg(loom)]
+    fn zero() -> Self {
+        AtomicU64::new(0)
+    }
+    fn get(&self) -> u64 {
+        self.load(Ordering::Acquire)
+    }
+    fn cas(&self, current: u64, new: u64) -> bool {
+        self.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+    fn swap(&self, new: u64) -> u64 {
+        AtomicU64::swap(self, new, Ordering::AcqRel)
+    }
+}
+
+/// `N` zeroed words.
+#[cfg(not(loom))]
+macro_rules! words {
+    ($w:ty; $n:expr) => {
+        [const { <$w as $crate::packed::Word>::ZERO }; $n]
+    };
+}
+#[cfg(loom)]
+macro_rules! words {
+    ($w:ty; $n:expr) => {
+        core::array::from_fn(|_| <$w as $crate::packed::Word>::zero())
+    };
+}
+pub(crate) use words;
+
+/// A zeroed word.
+#[cfg(not(loom))]
+macro_rules! word {
+    ($w:ty) => {
+        <$w as $crate::packed::Word>::ZERO
+    };
+}
+#[cfg(loom)]
+macro_rules! word {
+    ($w:ty) => {
+        <$w as $crate::packed::Word>::zero()
+    };
+}
+pub(crate) use word;
+
+/// A function that is `const` except when model-checking with loom.
+macro_rules! const_unless_loom {
+    ($(#[$m:meta])* $vis:vis fn $($rest:tt)*) => {
+        #[cfg(not(loom))]
+        $(#[$m])* $vis const fn $($rest)*
+        #[cfg(loom)]
+        $(#[$m])* $vis fn $($rest)*
+    };
+}
+pub(crate) use const_unless_loom;
+
+/// Takes `bits` bits of `word` starting at `at`.
+pub(crate) const fn field(word: u64, at: u32, bits: u32) -> u64 {
+    let shifted = match word.checked_shr(at) {
+        Some(v) => v,
+        None => 0,
+    };
+    shifted & mask(bits)
+}
+
+/// The lowest `bits` bits set.
+pub(crate) const fn mask(bits: u32) -> u64 {
+    match 1u64.checked_shl(bits) {
+        Some(v) => v.wrapping_sub(1),
+        None => u64::MAX,
+    }
+}
+
+/// Places `value` (truncated to `bits`) at `at`.
+pub(crate) const fn put(value: u64, at: u32, bits: u32) -> u64 {
+    match (value & mask(bits)).checked_shl(at) {
+        Some(v) => v,
+        None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_round_trip() {
+        let w = put(5, 0, 3) | put(0xAB, 3, 8) | put(0xFFFF_FFFF, 32, 32);
+        assert_eq!(field(w, 0, 3), 5);
+        assert_eq!(field(w, 3, 8), 0xAB);
+        assert_eq!(field(w, 32, 32), 0xFFFF_FFFF);
+    }
+
+    #[test]
+    fn the_single_threaded_cell_behaves_like_an_uncontended_atomic() {
+        let c = Cell::new(1u64);
+        let a = AtomicU64::new(1);
+        assert_eq!(Word::update(&c, |v| v + 1), Word::update(&a, |v| v + 1));
+        assert!(!Word::cas(&c, 1, 5));
+        assert!(!Word::cas(&a, 1, 5));
+        assert_eq!(Word::swap(&c, 9), Word::swap(&a, 9));
+        assert_eq!(Word::get(&c), Word::get(&a));
+    }
+}
