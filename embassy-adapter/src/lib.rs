@@ -1,28 +1,65 @@
 //! # stormguard-embassy
 //!
-//! The [embassy](https://embassy.dev) adapter for [`stormguard_core`]: it reads embassy's clock and
-//! converts between embassy-time and the core's time types, so firmware can drive the sans-IO core
-//! from async tasks.
+//! The [embassy](https://embassy.dev) adapter for [`stormguard_core`]: circuit breakers, retry
+//! budgets and call policies for firmware that talks to a flaky sensor over I2C or a lossy radio
+//! link. It contains no rule of its own: every decision is the sans-IO core's. This crate reads
+//! embassy's clock, sleeps on embassy's timers, shares the core's state between tasks through an
+//! `embassy_sync` raw mutex, and forwards events to `defmt` and a listener. It allocates nothing.
 //!
-//! The core never reads a clock; this crate does, through [`EmbassyClock`], and maps
-//! [`embassy_time::Instant`] (ticks since boot) onto [`stormguard_core::Instant`] (nanoseconds since
-//! an arbitrary epoch — here, boot). Every conversion saturates instead of overflowing.
+//! ```no_run
+//! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
+//! use stormguard_core::{BreakerSettings, BudgetSettings, CallSettings};
+//! use stormguard_embassy::{Breaker, Budget, CallError, Policy};
 //!
+//! const SENSOR: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 3) {
+//!     Ok(s) => s,
+//!     Err(_) => panic!("invalid breaker settings"),
+//! };
+//! static BREAKER: Breaker<CriticalSectionRawMutex> = Breaker::new(SENSOR);
+//! static RETRIES: Budget<CriticalSectionRawMutex> = Budget::new(BudgetSettings::defaults("i2c"));
+//! static POLICY: Policy<'static, CriticalSectionRawMutex> =
+//!     Policy::new(&BREAKER, CallSettings::DEFAULT).with_budget(&RETRIES);
+//!
+//! # async fn read_sensor() -> Result<u16, ()> { Ok(0) }
+//! async fn sample() {
+//!     match POLICY.call(|_attempt| read_sensor()).await {
+//!         Ok(value) => { /* use it */ }
+//!         Err(CallError::Rejected { rejection, .. }) => {
+//!             // The sensor is being left alone; ask again after `rejection.retry_after`.
+//!         }
+//!         Err(_) => { /* failed, timed out, deadline exceeded or cancelled */ }
+//!     }
+//! }
 //! ```
-//! use stormguard_embassy::time::{to_core_duration, to_embassy_duration};
 //!
-//! let backoff = stormguard_core::Duration::from_millis(250);
-//! let sleep_for: embassy_time::Duration = to_embassy_duration(backoff);
-//! assert_eq!(to_core_duration(sleep_for), backoff);
-//! ```
+//! ## What is here
+//! - [`time`]: conversions between embassy-time and the core's time, and [`EmbassyClock`].
+//! - [`sleep`]: cancellable sleeps on [`embassy_time::Timer`], for backoff waits and the guarded
+//!   rejection pause; cancellation is any future (a `Signal`'s `wait()`).
+//! - [`Breaker`] and [`Budget`]: the core's breaker and budget behind an `embassy_sync` blocking
+//!   raw mutex, `const`-constructible so they live in `static`s; never locked across `.await`.
+//!   Their [`handle`](Breaker::handle)s implement the core's [`Admission`](stormguard_core::Admission)
+//!   and [`Funding`](stormguard_core::Funding), so the core's [`Call`](stormguard_core::Call)
+//!   driver runs over them unchanged.
+//! - [`Policy`]: `policy.call(|attempt| async { ... }).await`, with [`CallOptions`] for a
+//!   classifier, a cancellation and a deadline, and [`CallError`] saying what happened.
+//! - [`events`]: events to `defmt` and to a [`Listener`].
+//!
+//! ## Sharing
+//! Pick the raw mutex the embassy way: `NoopRawMutex` among the tasks of one executor,
+//! `CriticalSectionRawMutex` across executors and interrupts (and for a `static`). thumbv7m/v7em
+//! have no 64-bit atomics, so the core's lock-free shared form would run on portable-atomic's
+//! spinlock fallback there, which an interrupt can deadlock; the raw mutex around the `&mut` form
+//! is the right tool on a microcontroller.
 //!
 //! ## Time driver
 //! Like every embassy library, this crate enables no `tick-hz-*`, driver or queue feature of
 //! `embassy-time`: the firmware picks its tick rate and time driver. Conversions use whatever
-//! [`embassy_time::TICK_HZ`] the final build has.
+//! [`embassy_time::TICK_HZ`] the final build has, and round sleeps up, never short.
 //!
 //! ## Features
-//! - `defmt`: `defmt::Format` on the core's public types (forwards to `stormguard-core/defmt`).
+//! - `defmt`: every event logged with `defmt`, and `defmt::Format` on this crate's and the core's
+//!   public types (forwards to `stormguard-core/defmt`).
 #![no_std]
 #![warn(missing_docs)]
 #![cfg_attr(
@@ -36,6 +73,15 @@
     )
 )]
 
+mod breaker;
+mod budget;
+pub mod events;
+mod policy;
+pub mod sleep;
 pub mod time;
 
+pub use breaker::{Breaker, BreakerRef};
+pub use budget::{Budget, BudgetRef};
+pub use events::{Listener, NoListener};
+pub use policy::{CallError, CallOptions, Classify, EveryErrorTransient, Policy};
 pub use time::EmbassyClock;

@@ -93,6 +93,25 @@ pub const fn to_embassy_duration(duration: CoreDuration) -> EmbassyDuration {
     EmbassyDuration::from_ticks(nanos_to_ticks_ceil(duration.as_nanos(), TICK_HZ))
 }
 
+/// A core [`Instant`](CoreInstant) (nanoseconds since boot) as an embassy instant (ticks since
+/// boot), rounded **up** to whole ticks (a timer set for it never fires early) and saturating at
+/// [`EmbassyInstant::MAX`].
+///
+/// This is how the adapter turns the core's waits and deadlines into [`embassy_time::Timer::at`].
+///
+/// ```
+/// use stormguard_embassy::time::{to_core_instant, to_embassy_instant};
+///
+/// let deadline = stormguard_core::Instant::from_millis(2_100);
+/// let at = to_embassy_instant(deadline);
+/// assert_eq!(at, embassy_time::Instant::from_millis(2_100));
+/// assert_eq!(to_core_instant(at), deadline);
+/// ```
+#[must_use]
+pub const fn to_embassy_instant(instant: CoreInstant) -> EmbassyInstant {
+    EmbassyInstant::from_ticks(nanos_to_ticks_ceil(instant.as_nanos(), TICK_HZ))
+}
+
 /// A clock reading embassy's time driver: [`now`](EmbassyClock::now) is
 /// [`embassy_time::Instant::now()`] as a core [`Instant`](CoreInstant), so the core's epoch is the
 /// chip's boot.
@@ -166,6 +185,16 @@ mod tests {
             to_embassy_duration(CoreDuration::MAX).as_ticks(),
             u64::MAX / 1000 + 1
         );
+    }
+
+    #[test]
+    fn instants_round_up_to_whole_ticks() {
+        let i = CoreInstant::from_millis(1_234);
+        assert_eq!(to_core_instant(to_embassy_instant(i)), i);
+        // 1 MHz on the host: 1 ns past a tick is the next tick.
+        let just_after = CoreInstant::from_nanos(1_000_001);
+        assert_eq!(to_embassy_instant(just_after).as_ticks(), 1_001);
+        assert!(to_core_instant(to_embassy_instant(just_after)) >= just_after);
     }
 
     #[test]

@@ -1,0 +1,303 @@
+//! Events: to `defmt` (feature `defmt`) and to a [`Listener`], with no allocation.
+//!
+//! The core hands every event to a sink; this crate forwards each one to `defmt` (state changes to
+//! `Open` or `Isolated` at `warn`, other state changes at `info`, everything else at `debug`) and
+//! then to the policy's listener.
+//!
+//! Events are never delivered while a breaker's lock is held: a transition's events are kept in a
+//! small fixed buffer (a transition makes at most five) and handed out once the lock is released,
+//! so a listener may read the breaker that produced them, and a slow listener never lengthens a
+//! critical section.
+
+use stormguard_core::{Duration, Event, Name, Outcome, Ratio, RefusalReason, State, TripReason};
+
+/// Receives every event a [`Policy`](crate::Policy) (its breaker, its budget, its calls)
+/// produces. Implemented by [`NoListener`] and by every `Fn(&Event<'_>)`, so a plain function
+/// works (and can live in a `static` policy as a `fn` pointer).
+///
+/// A listener runs in the calling task, outside any lock: keep it short (count, copy into a
+/// channel with `try_send`, signal), and never `.await` in it (it is not async).
+///
+/// ```
+/// use core::sync::atomic::{AtomicU32, Ordering};
+/// use stormguard_core::{Event, State};
+/// use stormguard_embassy::Listener;
+///
+/// static OPENED: AtomicU32 = AtomicU32::new(0);
+///
+/// fn count_opens(event: &Event<'_>) {
+///     if let Event::StateChanged { to: State::Open, .. } = event {
+///         OPENED.fetch_add(1, Ordering::Relaxed);
+///     }
+/// }
+///
+/// let listener: fn(&Event<'_>) = count_opens;
+/// let name = stormguard_core::Name::new("i2c");
+/// listener.on_event(&Event::ProbeStarted { name: &name });
+/// assert_eq!(OPENED.load(Ordering::Relaxed), 0);
+/// ```
+pub trait Listener {
+    /// Called once per event, in order, after the lock that produced it is released.
+    fn on_event(&self, event: &Event<'_>);
+}
+
+/// The listener that does nothing (events still go to `defmt` with the `defmt` feature).
+///
+/// ```
+/// use stormguard_embassy::{Listener, NoListener};
+/// let name = stormguard_core::Name::new("i2c");
+/// NoListener.on_event(&stormguard_core::Event::ProbeStarted { name: &name });
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct NoListener;
+
+impl Listener for NoListener {
+    fn on_event(&self, _: &Event<'_>) {}
+}
+
+impl<F: Fn(&Event<'_>)> Listener for F {
+    fn on_event(&self, event: &Event<'_>) {
+        self(event);
+    }
+}
+
+/// Logs `event` with `defmt`: state changes to `Open` or `Isolated` at `warn`, other state changes
+/// at `info`, everything else at `debug`. Without the `defmt` feature it does nothing.
+///
+/// ```
+/// use stormguard_core::{Event, Name};
+/// let name = Name::new("i2c");
+/// stormguard_embassy::events::log(&Event::ProbeStarted { name: &name });
+/// ```
+pub fn log(event: &Event<'_>) {
+    #[cfg(feature = "defmt")]
+    match event {
+        Event::StateChanged {
+            to: State::Open | State::Isolated,
+            ..
+        } => defmt::warn!("stormguard: {}", event),
+        Event::StateChanged { .. } => defmt::info!("stormguard: {}", event),
+        _ => defmt::debug!("stormguard: {}", event),
+    }
+    #[cfg(not(feature = "defmt"))]
+    let _ = event;
+}
+
+/// An event without its name: what is kept while a lock is held, and named again (with the copy
+/// of the name the handle carries) once it is released.
+#[derive(Clone, Copy, Debug)]
+enum Unnamed {
+    StateChanged {
+        from: State,
+        to: State,
+        reason: Option<TripReason>,
+        break_for: Option<Duration>,
+    },
+    ProbeStarted,
+    ProbesReclaimed {
+        count: u8,
+    },
+    RampStep {
+        fraction: Ratio,
+        cap: Ratio,
+    },
+    Rejected {
+        reason: RefusalReason,
+        delay: Duration,
+        retry_after: Duration,
+    },
+    Retry {
+        attempt: u32,
+        delay: Duration,
+        after: Outcome,
+    },
+}
+
+impl Unnamed {
+    fn of(event: &Event<'_>) -> Option<Unnamed> {
+        Some(match *event {
+            Event::StateChanged {
+                from,
+                to,
+                reason,
+                break_for,
+                ..
+            } => Unnamed::StateChanged {
+                from,
+                to,
+                reason,
+                break_for,
+            },
+            Event::ProbeStarted { .. } => Unnamed::ProbeStarted,
+            Event::ProbesReclaimed { count, .. } => Unnamed::ProbesReclaimed { count },
+            Event::RampStep { fraction, cap, .. } => Unnamed::RampStep { fraction, cap },
+            Event::Rejected {
+                reason,
+                delay,
+                retry_after,
+                ..
+            } => Unnamed::Rejected {
+                reason,
+                delay,
+                retry_after,
+            },
+            Event::Retry {
+                attempt,
+                delay,
+                after,
+                ..
+            } => Unnamed::Retry {
+                attempt,
+                delay,
+                after,
+            },
+            // A kind this crate does not know yet (a newer core): not kept, delivered at once.
+            _ => return None,
+        })
+    }
+
+    fn named(self, name: &Name) -> Event<'_> {
+        match self {
+            Unnamed::StateChanged {
+                from,
+                to,
+                reason,
+                break_for,
+            } => Event::StateChanged {
+                name,
+                from,
+                to,
+                reason,
+                break_for,
+            },
+            Unnamed::ProbeStarted => Event::ProbeStarted { name },
+            Unnamed::ProbesReclaimed { count } => Event::ProbesReclaimed { name, count },
+            Unnamed::RampStep { fraction, cap } => Event::RampStep {
+                name,
+                fraction,
+                cap,
+            },
+            Unnamed::Rejected {
+                reason,
+                delay,
+                retry_after,
+            } => Event::Rejected {
+                name,
+                reason,
+                delay,
+                retry_after,
+            },
+            Unnamed::Retry {
+                attempt,
+                delay,
+                after,
+            } => Event::Retry {
+                name,
+                attempt,
+                delay,
+                after,
+            },
+        }
+    }
+}
+
+/// Room for one transition's events: the core emits at most five per transition (probes
+/// reclaimed, two state changes, a probe started, a ramp step).
+const HELD: usize = 8;
+
+/// Events kept while a lock is held, delivered after it is released.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    events: heapless::Vec<Unnamed, HELD>,
+}
+
+impl Held {
+    pub(crate) const fn new() -> Held {
+        Held {
+            events: heapless::Vec::new(),
+        }
+    }
+
+    /// Keeps `event` for later; one that cannot be kept (a kind this crate does not know, or a
+    /// full buffer, neither of which the current core produces) goes to `direct` at once rather
+    /// than being dropped.
+    pub(crate) fn keep(&mut self, event: Event<'_>, direct: &mut dyn FnMut(Event<'_>)) {
+        match Unnamed::of(&event) {
+            Some(u) if self.events.push(u).is_ok() => {}
+            _ => direct(event),
+        }
+    }
+
+    /// Hands the kept events to `sink`, named `name`, in order.
+    pub(crate) fn deliver(self, name: &Name, sink: &mut dyn FnMut(Event<'_>)) {
+        for u in self.events {
+            sink(u.named(name));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_event_kind_survives_being_held_and_named_again() {
+        let name = Name::new("i2c");
+        let events = [
+            Event::StateChanged {
+                name: &name,
+                from: State::Closed,
+                to: State::Open,
+                reason: Some(TripReason::ConsecutiveFailures),
+                break_for: Some(Duration::from_secs(3)),
+            },
+            Event::ProbeStarted { name: &name },
+            Event::ProbesReclaimed {
+                name: &name,
+                count: 2,
+            },
+            Event::RampStep {
+                name: &name,
+                fraction: Ratio::ONE,
+                cap: Ratio::ONE,
+            },
+            Event::Rejected {
+                name: &name,
+                reason: RefusalReason::BreakerOpen,
+                delay: Duration::from_millis(100),
+                retry_after: Duration::from_secs(1),
+            },
+            Event::Retry {
+                name: &name,
+                attempt: 2,
+                delay: Duration::from_millis(100),
+                after: Outcome::Transient,
+            },
+        ];
+        let mut held = Held::new();
+        for e in events {
+            held.keep(e, &mut |_| panic!("kept events are not delivered at once"));
+        }
+        let mut delivered = 0;
+        held.deliver(&name, &mut |e| {
+            assert_eq!(e, events[delivered]);
+            delivered += 1;
+        });
+        assert_eq!(delivered, events.len());
+    }
+
+    #[test]
+    fn a_full_buffer_delivers_at_once_rather_than_dropping() {
+        let name = Name::new("i2c");
+        let mut held = Held::new();
+        let mut direct = 0;
+        for _ in 0..HELD + 3 {
+            held.keep(Event::ProbeStarted { name: &name }, &mut |_| direct += 1);
+        }
+        assert_eq!(direct, 3);
+        let mut later = 0;
+        held.deliver(&name, &mut |_| later += 1);
+        assert_eq!(later, HELD);
+    }
+}

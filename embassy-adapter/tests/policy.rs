@@ -1,0 +1,722 @@
+//! The policy on embassy's mock time driver: deterministic time, futures polled by hand.
+//!
+//! The mock driver is one global: every test resets it first and the tests run one at a time.
+//! A test polls the call's future with a no-op waker and moves mock time itself, so it can say
+//! exactly how much time passed before the future finished.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic
+)]
+
+use core::future::Future;
+use core::pin::{pin, Pin};
+use core::task::{Context, Poll, Waker};
+use std::cell::{Cell, RefCell};
+use std::string::{String, ToString};
+use std::vec::Vec;
+
+use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex, NoopRawMutex};
+use embassy_sync::signal::Signal;
+use embassy_time::{Duration as EDuration, Instant as EInstant, MockDriver, Timer};
+use serial_test::serial;
+use stormguard_core::{
+    Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration, Event, Jitter, Outcome,
+    Recovery, RefusalReason, State, GUARD_PAUSE,
+};
+use stormguard_embassy::sleep::{sleep, Never, Slept};
+use stormguard_embassy::{Breaker, Budget, CallError, CallOptions, Policy};
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+
+fn poll<F: Future>(f: Pin<&mut F>) -> Poll<F::Output> {
+    f.poll(&mut Context::from_waker(Waker::noop()))
+}
+
+fn advance(d: EDuration) {
+    MockDriver::get().advance(d);
+}
+
+fn ms(n: u64) -> EDuration {
+    EDuration::from_millis(n)
+}
+
+fn now() -> EInstant {
+    EInstant::now()
+}
+
+/// Polls `f` to completion, moving mock time forward `step` after every pending poll. Returns
+/// the output and how much mock time passed.
+fn run<F: Future>(f: F, step: EDuration) -> (F::Output, EDuration) {
+    let start = now();
+    let mut f = pin!(f);
+    for _ in 0..1_000_000 {
+        if let Poll::Ready(out) = poll(f.as_mut()) {
+            return (out, now() - start);
+        }
+        advance(step);
+    }
+    panic!("the future did not finish within a million steps");
+}
+
+/// Runs `f` in 1 ms steps.
+fn run_ms<F: Future>(f: F) -> (F::Output, EDuration) {
+    run(f, ms(1))
+}
+
+fn fresh() {
+    MockDriver::get().reset();
+}
+
+/// Events as short strings, in order.
+#[derive(Default)]
+struct Log(RefCell<Vec<String>>);
+
+impl Log {
+    fn push(&self, e: &Event<'_>) {
+        let s = match e {
+            Event::StateChanged { from, to, .. } => format!("{from}->{to}"),
+            Event::Rejected { reason, delay, .. } => format!("rejected {reason} {delay}"),
+            Event::Retry { attempt, delay, .. } => format!("retry #{attempt} after {delay}"),
+            other => other.kind().to_string(),
+        };
+        self.0.borrow_mut().push(s);
+    }
+    fn take(&self) -> Vec<String> {
+        self.0.take()
+    }
+}
+
+const fn no_jitter_backoff() -> Backoff {
+    match Backoff::builder().jitter(Jitter::None).build() {
+        Ok(b) => b,
+        Err(_) => panic!(),
+    }
+}
+
+/// One attempt per call, a long deadline: each call is one trip-rule input.
+const ONE_SHOT: CallSettings = match CallSettings::builder()
+    .max_attempts(1)
+    .deadline(Some(Duration::from_secs(60)))
+    .build()
+{
+    Ok(s) => s,
+    Err(_) => panic!(),
+};
+
+/// Three attempts, backoff 100 ms doubling with no jitter, 30 s deadline.
+const RETRYING: CallSettings = match CallSettings::builder().backoff(no_jitter_backoff()).build() {
+    Ok(s) => s,
+    Err(_) => panic!(),
+};
+
+/// Opens after 3 consecutive failures for exactly 1 s (no jitter); two probe successes close.
+const SENSOR: BreakerSettings = match BreakerSettings::builder("sensor")
+    .consecutive_failures(3)
+    .failure_rate(None)
+    .slow_calls(None)
+    .break_duration(Duration::from_secs(1))
+    .jitter(false)
+    .build()
+{
+    Ok(s) => s,
+    Err(_) => panic!(),
+};
+
+async fn fails(_: u32) -> Result<u16, &'static str> {
+    Err("nack")
+}
+
+async fn answers(_: u32) -> Result<u16, &'static str> {
+    Ok(215)
+}
+
+/// Trips `policy`'s breaker with three failed one-shot calls.
+fn trip<L: stormguard_embassy::Listener>(policy: &Policy<'_, NoopRawMutex, L>) {
+    for _ in 0..3 {
+        let (r, took) = run_ms(policy.call(fails));
+        assert_eq!(r, Err(CallError::Failed("nack")));
+        assert_eq!(
+            took,
+            EDuration::from_ticks(0),
+            "a failed attempt returns at once"
+        );
+    }
+    assert_eq!(policy.breaker().state(), State::Open);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trip, refusal, pause
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn consecutive_failures_trip_the_breaker_and_the_listener_hears_it() {
+    fresh();
+    let log = Log::default();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, ONE_SHOT).with_listener(|e: &Event<'_>| log.push(e));
+    trip(&policy);
+    assert_eq!(log.take(), ["closed->open"]);
+    let snap = breaker.snapshot().unwrap();
+    assert_eq!(snap.break_duration, Some(Duration::from_secs(1)));
+    assert_eq!(snap.until_half_open, Duration::from_secs(1));
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn an_open_breaker_refuses_after_exactly_100ms_of_mock_time() {
+    fresh();
+    let log = Log::default();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, ONE_SHOT).with_listener(|e: &Event<'_>| log.push(e));
+    trip(&policy);
+    log.take();
+
+    let ran = Cell::new(0);
+    let mut call = pin!(policy.call(|_| {
+        ran.set(ran.get() + 1);
+        answers(1)
+    }));
+    assert!(poll(call.as_mut()).is_pending());
+    // Announced before it is served.
+    assert_eq!(log.take(), ["rejected breaker_open 100ms"]);
+    advance(EDuration::from_ticks(99_999)); // 1 µs short of 100 ms
+    assert!(poll(call.as_mut()).is_pending());
+    advance(EDuration::from_ticks(1));
+    let Poll::Ready(Err(CallError::Rejected { rejection, last })) = poll(call.as_mut()) else {
+        panic!("the refusal is reported once the pause is served")
+    };
+    assert_eq!(rejection.reason, RefusalReason::BreakerOpen);
+    assert_eq!(rejection.pause, GUARD_PAUSE);
+    // retry_after counts from the end of the pause: the 1 s break less the 100 ms served.
+    assert_eq!(rejection.retry_after, Duration::from_millis(900));
+    assert_eq!(last, None);
+    assert_eq!(ran.get(), 0, "a refused call never reaches the sensor");
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn the_pause_is_capped_by_the_deadlines_remainder() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, ONE_SHOT);
+    trip(&policy);
+    let options = CallOptions::new().deadline(now() + ms(40));
+    let (r, took) = run(
+        policy.call_with(options, answers),
+        EDuration::from_ticks(100),
+    );
+    assert_eq!(took, ms(40));
+    let Err(CallError::Rejected { rejection, .. }) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(rejection.pause, Duration::from_millis(40));
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn with_no_time_left_the_refusal_is_reported_without_a_pause() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, ONE_SHOT);
+    trip(&policy);
+    let options = CallOptions::new().deadline(now());
+    let mut call = pin!(policy.call_with(options, answers));
+    let Poll::Ready(Err(CallError::Rejected { rejection, .. })) = poll(call.as_mut()) else {
+        panic!("reported at once")
+    };
+    assert_eq!(rejection.reason, RefusalReason::BreakerOpen);
+    assert_eq!(rejection.pause, Duration::ZERO);
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn cancelling_ends_the_pause_at_once() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, ONE_SHOT);
+    trip(&policy);
+    let stop: Signal<NoopRawMutex, ()> = Signal::new();
+    let options = CallOptions::new().cancel_on(stop.wait());
+    let mut call = pin!(policy.call_with(options, answers));
+    assert!(poll(call.as_mut()).is_pending());
+    advance(ms(30));
+    assert!(poll(call.as_mut()).is_pending());
+    let before = now();
+    stop.signal(());
+    assert_eq!(poll(call.as_mut()), Poll::Ready(Err(CallError::Cancelled)));
+    assert_eq!(
+        now(),
+        before,
+        "no time passes between the signal and the end of the pause"
+    );
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn cancelling_ends_a_backoff_wait_at_once() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("radio"));
+    let policy = Policy::new(&breaker, RETRYING);
+    let stop: Signal<NoopRawMutex, ()> = Signal::new();
+    let mut call = pin!(policy.call_with(CallOptions::new().cancel_on(stop.wait()), fails));
+    assert!(poll(call.as_mut()).is_pending(), "waiting 100 ms to retry");
+    advance(ms(50));
+    stop.signal(());
+    assert_eq!(poll(call.as_mut()), Poll::Ready(Err(CallError::Cancelled)));
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_cancelled_sleep_ends_at_once_and_an_uncancelled_one_elapses() {
+    fresh();
+    let stop: Signal<NoopRawMutex, ()> = Signal::new();
+    let mut s = pin!(sleep(Duration::from_millis(100), stop.wait()));
+    assert!(poll(s.as_mut()).is_pending());
+    stop.signal(());
+    assert_eq!(poll(s.as_mut()), Poll::Ready(Slept::Cancelled));
+    let (slept, took) = run(
+        sleep(Duration::from_millis(100), Never),
+        EDuration::from_ticks(1),
+    );
+    assert_eq!(slept, Slept::Elapsed);
+    assert_eq!(took, ms(100));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Half-open, probes, recovery
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn after_the_break_a_probe_goes_through_and_two_successes_close_the_breaker() {
+    fresh();
+    let log = Log::default();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, ONE_SHOT).with_listener(|e: &Event<'_>| log.push(e));
+    trip(&policy);
+    advance(ms(999));
+    assert_eq!(breaker.state(), State::Open);
+    advance(ms(1));
+    assert_eq!(
+        breaker.state(),
+        State::HalfOpen,
+        "reading uses no probe slot"
+    );
+    log.take();
+
+    let (r, _) = run_ms(policy.call(answers));
+    assert_eq!(r, Ok(215));
+    assert_eq!(log.take(), ["open->half_open", "probe_started"]);
+    assert_eq!(breaker.state(), State::HalfOpen, "one probe success of two");
+    let (r, _) = run_ms(policy.call(answers));
+    assert_eq!(r, Ok(215));
+    assert_eq!(log.take(), ["probe_started", "half_open->closed"]);
+    assert_eq!(breaker.state(), State::Closed);
+
+    // Recovered: calls flow again, and the break growth started over.
+    for _ in 0..5 {
+        assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
+    }
+    trip(&policy);
+    assert_eq!(
+        breaker.snapshot().unwrap().break_duration,
+        Some(Duration::from_secs(1))
+    );
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_failed_probe_reopens_with_a_doubled_break() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, ONE_SHOT);
+    trip(&policy);
+    advance(ms(1_000));
+    assert_eq!(run_ms(policy.call(fails)).0, Err(CallError::Failed("nack")));
+    assert_eq!(breaker.state(), State::Open);
+    assert_eq!(
+        breaker.snapshot().unwrap().break_duration,
+        Some(Duration::from_secs(2))
+    );
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn while_the_probe_is_out_other_calls_are_refused_as_half_open_full() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, ONE_SHOT);
+    trip(&policy);
+    advance(ms(1_000));
+    // The probe: a slow read, 50 ms.
+    let mut probe = pin!(policy.call(|_| async {
+        Timer::after(ms(50)).await;
+        Ok::<u16, &str>(7)
+    }));
+    assert!(poll(probe.as_mut()).is_pending());
+    let (r, took) = run_ms(policy.call(answers));
+    let Err(CallError::Rejected { rejection, .. }) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(rejection.reason, RefusalReason::HalfOpenFull);
+    assert_eq!(took, ms(100));
+    assert_eq!(poll(probe.as_mut()), Poll::Ready(Ok(7)));
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn dropping_a_call_mid_probe_gives_the_probe_slot_back() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, ONE_SHOT);
+    trip(&policy);
+    advance(ms(1_000));
+    {
+        let mut hung = pin!(policy.call(|_| core::future::pending::<Result<u16, &str>>()));
+        assert!(poll(hung.as_mut()).is_pending());
+        assert_eq!(breaker.snapshot().unwrap().probes_in_flight, 1);
+    } // the caller gave up: the future is dropped mid-attempt
+    assert_eq!(breaker.snapshot().unwrap().probes_in_flight, 0);
+    assert_eq!(breaker.state(), State::HalfOpen);
+    // The slot is free at once: the next call probes rather than being refused.
+    assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn cancelling_a_probe_mid_attempt_counts_nothing_and_frees_the_slot() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, ONE_SHOT);
+    trip(&policy);
+    advance(ms(1_000));
+    let stop: Signal<NoopRawMutex, ()> = Signal::new();
+    let options = CallOptions::new().cancel_on(stop.wait());
+    let mut call =
+        pin!(policy.call_with(options, |_| core::future::pending::<Result<u16, &str>>()));
+    assert!(poll(call.as_mut()).is_pending());
+    stop.signal(());
+    assert_eq!(poll(call.as_mut()), Poll::Ready(Err(CallError::Cancelled)));
+    assert_eq!(
+        breaker.state(),
+        State::HalfOpen,
+        "a cancelled probe is not a failure"
+    );
+    assert_eq!(breaker.snapshot().unwrap().probes_in_flight, 0);
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_recovery_ramp_lets_traffic_back_gradually_then_closes() {
+    fresh();
+    const RAMPED: BreakerSettings = match BreakerSettings::builder("radio")
+        .consecutive_failures(3)
+        .failure_rate(None)
+        .slow_calls(None)
+        .break_duration(Duration::from_secs(4))
+        .jitter(false)
+        .recovery(Some(Recovery::over_ppm(250_000)))
+        .build()
+    {
+        Ok(s) => s,
+        Err(_) => panic!(),
+    };
+    let breaker = Breaker::<NoopRawMutex>::new(RAMPED);
+    let policy = Policy::new(&breaker, ONE_SHOT);
+    trip(&policy);
+    advance(ms(4_000));
+    assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
+    assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
+    assert_eq!(breaker.state(), State::Recovering);
+    // At the ramp's 5% floor most calls are shed, each after the guarded pause.
+    let (r, took) = run_ms(policy.call(answers));
+    let Err(CallError::Rejected { rejection, .. }) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(rejection.reason, RefusalReason::RampShedding);
+    assert_eq!(took, ms(100));
+    // The ramp is a quarter of the 4 s break, clamped to at least 1 s: over after 1 s.
+    advance(ms(1_000));
+    assert_eq!(breaker.state(), State::Closed);
+    assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retries, budget, deadline, timeout, classification
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn failures_are_retried_after_the_cores_backoff() {
+    fresh();
+    let log = Log::default();
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("radio"));
+    let policy = Policy::new(&breaker, RETRYING).with_listener(|e: &Event<'_>| log.push(e));
+    let started = RefCell::new(Vec::new());
+    let t0 = now();
+    let (r, took) = run(
+        policy.call(|attempt| {
+            started.borrow_mut().push((attempt, now() - t0));
+            async move {
+                if attempt < 3 {
+                    Err("nack")
+                } else {
+                    Ok(attempt)
+                }
+            }
+        }),
+        EDuration::from_ticks(100),
+    );
+    assert_eq!(r, Ok(3));
+    assert_eq!(
+        started.take(),
+        [(1, ms(0)), (2, ms(100)), (3, ms(300))],
+        "waits of 100 ms, then 200 ms"
+    );
+    assert_eq!(took, ms(300));
+    assert_eq!(log.take(), ["retry #2 after 100ms", "retry #3 after 200ms"]);
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn an_empty_budget_stops_retries_with_a_rejection_carrying_the_last_error() {
+    fresh();
+    // No floor and no funding from successes: the budget holds exactly one retry.
+    const ONE_RETRY: BudgetSettings = match BudgetSettings::builder("i2c")
+        .fraction_ppm(0)
+        .floor_per_second_milli(0)
+        .build()
+    {
+        Ok(s) => s,
+        Err(_) => panic!(),
+    };
+    let log = Log::default();
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("sensor"));
+    let budget = Budget::<NoopRawMutex>::new(ONE_RETRY);
+    let policy = Policy::new(&breaker, RETRYING)
+        .with_budget(&budget)
+        .with_listener(|e: &Event<'_>| log.push(e));
+    assert_eq!(budget.available(), 1);
+    let (r, took) = run(policy.call(fails), EDuration::from_ticks(100));
+    let Err(CallError::Rejected { rejection, last }) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(rejection.reason, RefusalReason::BudgetExhausted);
+    assert_eq!(
+        rejection.retry_after,
+        Duration::MAX,
+        "no floor: only successes refill it"
+    );
+    assert_eq!(rejection.attempts, 2);
+    assert_eq!(rejection.last, Some(Outcome::Transient));
+    assert_eq!(last, Some("nack"));
+    // 100 ms backoff, then the guarded 100 ms pause.
+    assert_eq!(took, ms(200));
+    assert_eq!(budget.available(), 0);
+    assert_eq!(
+        log.take(),
+        ["retry #2 after 100ms", "rejected budget_exhausted 100ms"]
+    );
+    // The first attempt of a call never asks the budget.
+    assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_budget_shared_by_two_policies_is_spent_by_both() {
+    fresh();
+    const ONE_RETRY: BudgetSettings = match BudgetSettings::builder("bus")
+        .fraction_ppm(0)
+        .floor_per_second_milli(0)
+        .build()
+    {
+        Ok(s) => s,
+        Err(_) => panic!(),
+    };
+    let a = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("a"));
+    let b = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("b"));
+    let budget = Budget::<NoopRawMutex>::new(ONE_RETRY);
+    let pa = Policy::new(&a, RETRYING).with_budget(&budget);
+    let pb = Policy::new(&b, RETRYING).with_budget(&budget);
+    let (ra, _) = run_ms(pa.call(fails));
+    assert!(matches!(ra, Err(CallError::Rejected { .. })));
+    let (rb, _) = run_ms(pb.call(fails));
+    let Err(CallError::Rejected { rejection, .. }) = rb else {
+        panic!("{rb:?}")
+    };
+    assert_eq!(
+        rejection.attempts, 1,
+        "b's first retry finds the budget empty"
+    );
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn an_attempt_still_running_at_its_timeout_is_dropped_and_counts_as_timed_out() {
+    fresh();
+    const SHORT: CallSettings = match CallSettings::builder()
+        .max_attempts(1)
+        .attempt_timeout(Some(Duration::from_millis(50)))
+        .build()
+    {
+        Ok(s) => s,
+        Err(_) => panic!(),
+    };
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, SHORT);
+    let (r, took) = run(
+        policy.call(|_| core::future::pending::<Result<u16, &str>>()),
+        EDuration::from_ticks(10),
+    );
+    assert_eq!(r, Err(CallError::TimedOut { last: None }));
+    assert_eq!(took, ms(50));
+    assert_eq!(breaker.snapshot().unwrap().consecutive_failures, 1);
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn the_deadline_ends_a_call_whose_next_wait_would_pass_it() {
+    fresh();
+    const TIGHT: CallSettings = match CallSettings::builder()
+        .backoff(no_jitter_backoff())
+        .deadline(Some(Duration::from_millis(150)))
+        .build()
+    {
+        Ok(s) => s,
+        Err(_) => panic!(),
+    };
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("radio"));
+    let policy = Policy::new(&breaker, TIGHT);
+    // Attempt at 0, wait 100 ms, attempt at 100 ms; the 200 ms wait would pass the deadline.
+    let (r, took) = run_ms(policy.call(fails));
+    assert_eq!(r, Err(CallError::DeadlineExceeded { last: Some("nack") }));
+    assert_eq!(took, ms(100));
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn the_classifier_decides_what_counts_against_the_sensor() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, RETRYING);
+    let attempts = Cell::new(0);
+    // A bad register address is our bug: permanent, never retried, never counted.
+    let options = CallOptions::new().classify(|r: &Result<u16, &str>| match r {
+        Ok(_) => Outcome::Success,
+        Err("bad register") => Outcome::Permanent,
+        Err(_) => Outcome::Transient,
+    });
+    let (r, _) = run_ms(policy.call_with(options, |_| {
+        attempts.set(attempts.get() + 1);
+        async { Err::<u16, _>("bad register") }
+    }));
+    assert_eq!(r, Err(CallError::Failed("bad register")));
+    assert_eq!(attempts.get(), 1);
+    assert_eq!(breaker.snapshot().unwrap().consecutive_failures, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statics, sharing, listeners
+
+const STATIC_SETTINGS: BreakerSettings = match BreakerSettings::consecutive_only("static", 2) {
+    Ok(s) => s,
+    Err(_) => panic!(),
+};
+static STATIC_BREAKER: Breaker<CriticalSectionRawMutex> = Breaker::new(STATIC_SETTINGS);
+static STATIC_BUDGET: Budget<CriticalSectionRawMutex> =
+    Budget::new(BudgetSettings::defaults("static"));
+static STATE_SEEN: std::sync::Mutex<Vec<State>> = std::sync::Mutex::new(Vec::new());
+
+/// A listener that reads the breaker that produced the event: events are delivered after the
+/// lock is released, so this neither deadlocks nor finds the breaker borrowed.
+fn read_back(e: &Event<'_>) {
+    if let Event::StateChanged { .. } = e {
+        STATE_SEEN.lock().unwrap().push(STATIC_BREAKER.state());
+    }
+}
+
+static STATIC_POLICY: Policy<'static, CriticalSectionRawMutex, fn(&Event<'_>)> =
+    Policy::new(&STATIC_BREAKER, ONE_SHOT)
+        .with_budget(&STATIC_BUDGET)
+        .with_listener(read_back);
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_static_policy_runs_and_its_listener_may_read_the_breaker() {
+    fresh();
+    STATIC_POLICY.reset();
+    STATE_SEEN.lock().unwrap().clear();
+    for _ in 0..2 {
+        let (r, _) = run_ms(STATIC_POLICY.call(fails));
+        assert_eq!(r, Err(CallError::Failed("nack")));
+    }
+    assert_eq!(*STATE_SEEN.lock().unwrap(), [State::Open]);
+    STATIC_POLICY.isolate();
+    assert_eq!(STATIC_BREAKER.state(), State::Isolated);
+    STATIC_POLICY.reset();
+    assert_eq!(STATIC_BREAKER.state(), State::Closed);
+    assert_eq!(
+        *STATE_SEEN.lock().unwrap(),
+        [State::Open, State::Isolated, State::Closed]
+    );
+}
+
+#[test]
+fn shared_objects_and_the_call_future_can_cross_tasks_with_a_critical_section_mutex() {
+    fn is_sync<T: Sync + Send>(_: &T) {}
+    fn is_send<T: Send>(_: &T) {}
+    is_sync(&STATIC_BREAKER);
+    is_sync(&STATIC_BUDGET);
+    is_sync(&STATIC_POLICY);
+    let call = STATIC_POLICY.call(fails);
+    is_send(&call);
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn tasks_interleaving_on_one_breaker_see_one_state() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, ONE_SHOT);
+    // Three tasks each read a slow, failing sensor; their attempts overlap in time.
+    let slow_fail = |_| async {
+        Timer::after(ms(10)).await;
+        Err::<u16, &str>("nack")
+    };
+    let mut a = pin!(policy.call(slow_fail));
+    let mut b = pin!(policy.call(slow_fail));
+    let mut c = pin!(policy.call(slow_fail));
+    for f in [
+        a.as_mut().poll_pending(),
+        b.as_mut().poll_pending(),
+        c.as_mut().poll_pending(),
+    ] {
+        assert!(f);
+    }
+    advance(ms(10));
+    assert_eq!(
+        poll(a.as_mut()),
+        Poll::Ready(Err(CallError::Failed("nack")))
+    );
+    assert_eq!(
+        poll(b.as_mut()),
+        Poll::Ready(Err(CallError::Failed("nack")))
+    );
+    assert_eq!(
+        poll(c.as_mut()),
+        Poll::Ready(Err(CallError::Failed("nack")))
+    );
+    assert_eq!(breaker.state(), State::Open);
+}
+
+trait PollPending {
+    fn poll_pending(self) -> bool;
+}
+
+impl<F: Future> PollPending for Pin<&mut F> {
+    fn poll_pending(self) -> bool {
+        poll(self).is_pending()
+    }
+}
