@@ -359,6 +359,11 @@ impl<M: RawMutex, L: Listener> Policy<'_, M, L> {
     /// `Ok` is a success and every `Err` a transient failure (see [`Policy::call_with`] for
     /// another classification, a cancellation or a tighter deadline).
     ///
+    /// `op` is any async closure (`AsyncFnMut`): a closure returning an async block
+    /// (`|attempt| async { ... }`), a function returning a future, or an `async |attempt| ...`
+    /// closure, which may borrow a driver mutably across attempts
+    /// (`async |_| sensor.read(&mut i2c).await`).
+    ///
     /// Each attempt races the attempt deadline (the attempt timeout, capped by the call's
     /// deadline): an attempt still running then is dropped and counts as
     /// [`Outcome::TimedOut`]. Failures are retried after the core's backoff, as long as the
@@ -380,10 +385,9 @@ impl<M: RawMutex, L: Listener> Policy<'_, M, L> {
     ///     policy.call(|attempt| async move { read_register(attempt).await }).await
     /// }
     /// ```
-    pub async fn call<T, E, F, Fut>(&self, op: F) -> Result<T, CallError<E>>
+    pub async fn call<T, E, F>(&self, op: F) -> Result<T, CallError<E>>
     where
-        F: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        F: AsyncFnMut(u32) -> Result<T, E>,
     {
         self.call_with(CallOptions::new(), op).await
     }
@@ -412,14 +416,13 @@ impl<M: RawMutex, L: Listener> Policy<'_, M, L> {
     ///     policy.call_with(options, read).await
     /// }
     /// ```
-    pub async fn call_with<T, E, F, Fut, C, X>(
+    pub async fn call_with<T, E, F, C, X>(
         &self,
         options: CallOptions<C, X>,
         mut op: F,
     ) -> Result<T, CallError<E>>
     where
-        F: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        F: AsyncFnMut(u32) -> Result<T, E>,
         C: Classify<T, E>,
         X: Future,
     {

@@ -720,3 +720,32 @@ impl<F: Future> PollPending for Pin<&mut F> {
         poll(self).is_pending()
     }
 }
+
+/// A driver that needs `&mut self` for a transaction, like an I2C bus.
+struct Bus {
+    transactions: u32,
+}
+
+impl Bus {
+    async fn read(&mut self, attempt: u32) -> Result<u32, &'static str> {
+        self.transactions += 1;
+        Timer::after(ms(1)).await;
+        if attempt < 2 {
+            Err("nack")
+        } else {
+            Ok(self.transactions)
+        }
+    }
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn an_async_closure_may_borrow_a_driver_mutably_across_attempts() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("bus"));
+    let policy = Policy::new(&breaker, RETRYING);
+    let mut bus = Bus { transactions: 0 };
+    let (r, _) = run_ms(policy.call(async |attempt| bus.read(attempt).await));
+    assert_eq!(r, Ok(2));
+    assert_eq!(bus.transactions, 2);
+}
