@@ -1,0 +1,83 @@
+//! The size probe: a firmware that reads a sensor once a second, built three ways that differ
+//! only in how the read is made:
+//!
+//! - no feature: the read, unguarded (the baseline);
+//! - `guard-consecutive`: through a policy with a consecutive-only breaker and a retry budget;
+//! - `guard-full`: through a policy with a default breaker (every default trip rule) and a budget.
+//!
+//! `firmware/size-report.sh` builds all three and subtracts the baseline's sections from the
+//! others': what is left is what stormguard adds.
+#![no_std]
+#![no_main]
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use embassy_executor::Spawner;
+use embassy_time::Timer;
+use panic_halt as _;
+
+/// Stands for the sensor's data register.
+static REGISTER: AtomicU32 = AtomicU32::new(0);
+/// Where the firmware puts each reading (so that nothing is optimised away).
+static LAST: AtomicU32 = AtomicU32::new(0);
+
+#[derive(Debug)]
+struct Nack;
+
+/// One I2C transaction with the sensor: 2 ms on the bus, then its answer.
+async fn read_sensor() -> Result<u16, Nack> {
+    Timer::after_millis(2).await;
+    let raw = REGISTER.load(Ordering::Relaxed);
+    if raw & 0x8000_0000 == 0 {
+        Ok(raw as u16)
+    } else {
+        Err(Nack)
+    }
+}
+
+#[cfg(any(feature = "guard-consecutive", feature = "guard-full"))]
+mod guard {
+    use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+    use stormguard_core::{BreakerSettings, BudgetSettings, CallSettings};
+    use stormguard_embassy::{Breaker, Budget, Policy};
+
+    #[cfg(feature = "guard-consecutive")]
+    const SETTINGS: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 5) {
+        Ok(s) => s,
+        Err(_) => panic!("invalid breaker settings"),
+    };
+    #[cfg(all(feature = "guard-full", not(feature = "guard-consecutive")))]
+    const SETTINGS: BreakerSettings = BreakerSettings::defaults("sensor");
+
+    pub static BREAKER: Breaker<Cs> = Breaker::new(SETTINGS);
+    pub static BUDGET: Budget<Cs> = Budget::new(BudgetSettings::defaults("sensor"));
+    pub static POLICY: Policy<'static, Cs> =
+        Policy::new(&BREAKER, CallSettings::DEFAULT).with_budget(&BUDGET);
+}
+
+#[embassy_executor::main]
+async fn main(_spawner: Spawner) {
+    if let Some(p) = cortex_m::Peripherals::take() {
+        systick_time_driver::init(p.SYST, 25_000_000);
+    }
+    loop {
+        #[cfg(not(any(feature = "guard-consecutive", feature = "guard-full")))]
+        let reading = read_sensor().await.map_err(|_| 1u32);
+        #[cfg(any(feature = "guard-consecutive", feature = "guard-full"))]
+        let reading = guard::POLICY
+            .call(|_| read_sensor())
+            .await
+            .map_err(|e| match e {
+                stormguard_embassy::CallError::Rejected { .. } => 2u32,
+                _ => 1u32,
+            });
+        LAST.store(
+            match reading {
+                Ok(v) => u32::from(v),
+                Err(code) => 0x1_0000 | code,
+            },
+            Ordering::Relaxed,
+        );
+        Timer::after_secs(1).await;
+    }
+}
