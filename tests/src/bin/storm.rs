@@ -1,0 +1,251 @@
+//! `storm`: runs the built-in scenarios (or yours) and prints what every strategy did to the
+//! dependency. `cargo run --release --bin storm -- --help` for the options.
+#![allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use stormguard_tests::{chart, config, report, run, suite, Arrivals, Report, Scenario};
+
+const HELP: &str = "\
+storm: a deterministic fleet simulator over the real stormguard core
+
+USAGE:
+    cargo run --release --bin storm -- [OPTIONS]
+
+OPTIONS:
+    --scenario NAME|FILE   run one built-in scenario, or a scenario file (.toml); repeatable
+                           (default: the whole built-in suite)
+    --seed N               the seed (default: each scenario's own)
+    --clients N            clients in the fleet (default: each scenario's own)
+    --json                 print the figures as JSON (one object per scenario x strategy)
+    --svg PATH             where to write the chart (default: target/storm/load.svg)
+    --list                 list the built-in scenarios and strategies
+    -h, --help             this text
+
+Progress goes to stderr, results to stdout. The same seed gives the same output, byte for byte.";
+
+struct Options {
+    scenarios: Vec<String>,
+    seed: Option<u64>,
+    clients: Option<u32>,
+    json: bool,
+    svg: PathBuf,
+    list: bool,
+}
+
+fn parse_args() -> Result<Option<Options>, String> {
+    let mut o = Options {
+        scenarios: Vec::new(),
+        seed: None,
+        clients: None,
+        json: false,
+        svg: PathBuf::from("target/storm/load.svg"),
+        list: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--json" => o.json = true,
+            "--list" => o.list = true,
+            "--scenario" => o.scenarios.push(value("--scenario")?),
+            "--seed" => {
+                let v = value("--seed")?;
+                o.seed = Some(
+                    v.parse()
+                        .map_err(|_| format!("--seed: {v:?} is not a number"))?,
+                );
+            }
+            "--clients" => {
+                let v = value("--clients")?;
+                let n: u32 = v
+                    .parse()
+                    .map_err(|_| format!("--clients: {v:?} is not a number"))?;
+                if n == 0 {
+                    return Err("--clients: needs at least one client".to_string());
+                }
+                o.clients = Some(n);
+            }
+            "--svg" => o.svg = PathBuf::from(value("--svg")?),
+            other => return Err(format!("unknown option {other:?} (try --help)")),
+        }
+    }
+    Ok(Some(o))
+}
+
+fn scenarios(o: &Options) -> Result<Vec<Scenario>, String> {
+    let all = suite::default_suite().map_err(|e| e.to_string())?;
+    if o.scenarios.is_empty() {
+        return Ok(all);
+    }
+    o.scenarios
+        .iter()
+        .map(|s| {
+            if let Some(found) = all.iter().find(|b| &b.name == s) {
+                return Ok(found.clone());
+            }
+            let path = PathBuf::from(s);
+            if s.ends_with(".toml") || path.exists() {
+                return config::load(&path).map_err(|e| e.to_string());
+            }
+            Err(format!(
+                "unknown scenario {s:?}: expected a file or one of {}",
+                all.iter()
+                    .map(|b| b.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+        .collect()
+}
+
+fn main() -> ExitCode {
+    let o = match parse_args() {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            println!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("storm: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut list = match scenarios(&o) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("storm: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if o.list {
+        for s in &list {
+            println!("{:18} {}", s.name, s.description);
+        }
+        println!();
+        println!(
+            "built-in strategies: {}",
+            stormguard_tests::Strategy::BUILTIN.join(", ")
+        );
+        return ExitCode::SUCCESS;
+    }
+    for s in &mut list {
+        if let Some(seed) = o.seed {
+            s.seed = seed;
+        }
+        if let Some(c) = o.clients {
+            s.clients = c;
+        }
+    }
+    let reports = run_all(&list);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if o.json {
+        match serde_json::to_string_pretty(&reports.iter().flatten().collect::<Vec<_>>()) {
+            Ok(j) => {
+                let _ = writeln!(out, "{j}");
+            }
+            Err(e) => {
+                eprintln!("storm: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        for (s, rs) in list.iter().zip(&reports) {
+            let _ = writeln!(
+                out,
+                "== {} (seed {}, {} client{}, {} s): {}",
+                s.name,
+                s.seed,
+                s.clients,
+                if s.clients == 1 { "" } else { "s" },
+                s.duration.as_secs(),
+                s.description
+            );
+            let refs: Vec<&Report> = rs.iter().collect();
+            let _ = write!(out, "{}", report::table(&refs));
+            for line in suite::commentary(s, rs) {
+                let _ = writeln!(out, "  {line}");
+            }
+            let _ = writeln!(out);
+        }
+        let _ = writeln!(out, "{}", report::LEGEND);
+    }
+    let charted: Vec<(&Scenario, Vec<&Report>)> = list
+        .iter()
+        .zip(&reports)
+        .filter(|(s, rs)| {
+            matches!(s.arrivals, Arrivals::Poisson { .. })
+                && !s.dependency.impairments.is_empty()
+                && s.duration.as_secs() <= 600
+                && !rs.is_empty()
+        })
+        .map(|(s, rs)| (s, rs.iter().collect()))
+        .collect();
+    if !charted.is_empty() {
+        let written = chart::svg(&charted).and_then(|svg| {
+            if let Some(dir) = o.svg.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+            }
+            std::fs::write(&o.svg, svg).map_err(|e| e.to_string())
+        });
+        match written {
+            Ok(()) => eprintln!("storm: chart written to {}", o.svg.display()),
+            Err(e) => {
+                eprintln!("storm: cannot write the chart to {}: {e}", o.svg.display());
+                return ExitCode::from(1);
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Runs every scenario x strategy, spread over the machine's cores; results in input order.
+fn run_all(list: &[Scenario]) -> Vec<Vec<Report>> {
+    let jobs: Vec<(usize, usize)> = list
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| (0..s.strategies.len()).map(move |j| (i, j)))
+        .collect();
+    let results: Mutex<Vec<Option<Report>>> = Mutex::new(vec![None; jobs.len()]);
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(i, j)) = jobs.get(k) else { break };
+                let s = &list[i];
+                let started = std::time::Instant::now();
+                let r = run(s, &s.strategies[j], s.seed);
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                eprintln!(
+                    "storm: [{n}/{}] {} / {} ({:.2} s)",
+                    jobs.len(),
+                    s.name,
+                    s.strategies[j].name,
+                    started.elapsed().as_secs_f64()
+                );
+                if let Ok(mut all) = results.lock() {
+                    all[k] = Some(r);
+                }
+            });
+        }
+    });
+    let mut flat = results.into_inner().unwrap_or_default().into_iter();
+    list.iter()
+        .map(|s| {
+            (0..s.strategies.len())
+                .filter_map(|_| flat.next().flatten())
+                .collect()
+        })
+        .collect()
+}

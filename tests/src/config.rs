@@ -1,0 +1,581 @@
+//! Scenario files: describe your own dependency, fleet and policy in TOML and ask "what would
+//! this configuration have done?".
+//!
+//! ```toml
+//! name = "payments"
+//! description = "our payments API through last Tuesday's brownout"
+//! duration = "5m"
+//! seed = 7
+//! # Built-in strategies to compare with your own (optional).
+//! strategies = ["retry-x3", "retry-x3+breaker+budget"]
+//!
+//! [load]
+//! clients = 20          # processes in the fleet, each with its own breaker and budget
+//! rate = 25             # calls per second per client (open loop, Poisson)
+//! # arrivals = "polling" # or a loop that calls again as soon as a call returns
+//!
+//! [dependency]
+//! p50 = "20ms"
+//! p99 = "200ms"
+//! failure_rate = 0.001
+//! capacity = 400        # calls served at once (optional)
+//!
+//! [[impairment]]
+//! kind = "brownout"     # outage | brownout | error_spike | cold_recovery
+//! at = "30s"
+//! lasting = "1m"
+//! slower = 8
+//!
+//! [[strategy]]
+//! name = "ours"
+//! attempts = 3
+//! deadline = "10s"
+//! attempt_timeout = "2s"
+//! budget = { fraction = 0.1, floor = 3 }
+//! breaker = { consecutive_failures = 5, recovery = 0.25 }
+//! ```
+
+use std::fmt;
+
+use serde::Deserialize;
+use stormguard_core::{
+    Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration, FailureRate, Jitter,
+    Multiple, Name, Ratio, Recovery, SlowCalls,
+};
+
+use crate::model::{Dependency, Impairment};
+use crate::scenario::{Arrivals, Layer, Scenario, Strategy, DEPENDENCY};
+
+/// What is wrong with a scenario file, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The setting at fault (`dependency.p99`, `strategy[1].breaker.trip_window`), or empty
+    /// for a syntax error.
+    pub at: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.at.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.at, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err(at: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        at: at.into(),
+        message: message.into(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    name: String,
+    #[serde(default)]
+    description: String,
+    duration: String,
+    #[serde(default = "one")]
+    seed: u64,
+    #[serde(default)]
+    strategies: Vec<String>,
+    load: LoadFile,
+    dependency: DependencyFile,
+    #[serde(default)]
+    impairment: Vec<ImpairmentFile>,
+    #[serde(default)]
+    strategy: Vec<StrategyFile>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadFile {
+    clients: u32,
+    rate: Option<f64>,
+    arrivals: Option<String>,
+    think: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DependencyFile {
+    p50: String,
+    p99: String,
+    #[serde(default)]
+    failure_rate: f64,
+    capacity: Option<f64>,
+    fail_latency: Option<String>,
+    #[serde(default)]
+    thrash: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImpairmentFile {
+    kind: String,
+    at: String,
+    lasting: Option<String>,
+    slower: Option<f64>,
+    rate: Option<f64>,
+    over: Option<String>,
+    from: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StrategyFile {
+    name: String,
+    #[serde(default = "one_u32")]
+    layers: u32,
+    attempts: Option<u32>,
+    deadline: Option<String>,
+    attempt_timeout: Option<String>,
+    backoff: Option<BackoffFile>,
+    budget: Option<BudgetFile>,
+    breaker: Option<BreakerFile>,
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackoffFile {
+    base: Option<String>,
+    factor: Option<f64>,
+    cap: Option<String>,
+    jitter: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetFile {
+    fraction: Option<f64>,
+    floor: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BreakerFile {
+    consecutive_failures: Option<u32>,
+    /// The relative error-rate multiple, or `false` to turn the rule off.
+    failure_rate: Option<toml::Value>,
+    failure_ratio: Option<f64>,
+    /// The relative slow-call multiple, or `false` to turn the rule off.
+    slow_calls: Option<toml::Value>,
+    slow_threshold: Option<String>,
+    slow_ratio: Option<f64>,
+    minimum_calls: Option<u32>,
+    trip_window: Option<String>,
+    #[serde(rename = "break")]
+    break_duration: Option<String>,
+    max_break: Option<String>,
+    jitter: Option<bool>,
+    half_open_probes: Option<u32>,
+    probe_successes: Option<u32>,
+    recovery: Option<f64>,
+    recovery_min: Option<String>,
+    recovery_max: Option<String>,
+}
+
+/// Parses a duration: a number and a unit (`250ms`, `1.5s`, `2m`, `1h`).
+pub fn parse_duration(at: &str, text: &str) -> Result<Duration, ConfigError> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || {
+        err(
+            at,
+            format!("invalid duration {text:?}: expected a number and a unit, like 250ms, 1.5s, 2m or 1h"),
+        )
+    };
+    let value: f64 = num.parse().map_err(|_| bad())?;
+    let nanos_per = match unit.trim() {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        _ => return Err(bad()),
+    };
+    let nanos = value * nanos_per;
+    if !nanos.is_finite() || nanos >= 1.8e19 {
+        return Err(err(at, format!("duration {text:?} is too long")));
+    }
+    Ok(Duration::from_nanos(nanos as u64))
+}
+
+fn opt_duration(at: &str, text: Option<&String>) -> Result<Option<Duration>, ConfigError> {
+    text.map(|t| parse_duration(at, t)).transpose()
+}
+
+/// A deadline or timeout: a duration, or `"none"`.
+fn bound(
+    at: &str,
+    text: Option<&String>,
+    default: Option<Duration>,
+) -> Result<Option<Duration>, ConfigError> {
+    match text.map(String::as_str) {
+        None => Ok(default),
+        Some("none") => Ok(None),
+        Some(t) => parse_duration(at, t).map(Some),
+    }
+}
+
+fn fraction(at: &str, x: f64) -> Result<f64, ConfigError> {
+    if (0.0..=1.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(err(at, format!("{x} is not a fraction in [0, 1]")))
+    }
+}
+
+fn core(at: &str, e: stormguard_core::SettingsError) -> ConfigError {
+    err(at, e.to_string())
+}
+
+/// Reads a scenario from TOML text. Errors name the setting at fault (or, for a syntax error,
+/// the line and column).
+pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
+    let file: File = toml::from_str(text).map_err(|e| err("", e.to_string()))?;
+    let duration = parse_duration("duration", &file.duration)?;
+    if duration.is_zero() {
+        return Err(err("duration", "must be above zero"));
+    }
+    if file.load.clients == 0 {
+        return Err(err("load.clients", "needs at least one client"));
+    }
+    let arrivals = match file.load.arrivals.as_deref().unwrap_or("poisson") {
+        "poisson" => {
+            let rate = file.load.rate.ok_or_else(|| {
+                err(
+                    "load.rate",
+                    "open-loop arrivals need a rate (calls per second per client)",
+                )
+            })?;
+            if !(rate > 0.0 && rate.is_finite()) {
+                return Err(err("load.rate", format!("{rate} is not a positive rate")));
+            }
+            Arrivals::Poisson { rate }
+        }
+        "polling" => Arrivals::Polling {
+            think: opt_duration("load.think", file.load.think.as_ref())?.unwrap_or(Duration::ZERO),
+        },
+        other => {
+            return Err(err(
+                "load.arrivals",
+                format!("unknown arrivals {other:?}: expected \"poisson\" or \"polling\""),
+            ))
+        }
+    };
+    let d = &file.dependency;
+    let p50 = parse_duration("dependency.p50", &d.p50)?;
+    let p99 = parse_duration("dependency.p99", &d.p99)?;
+    if p50.is_zero() {
+        return Err(err("dependency.p50", "must be above zero"));
+    }
+    if p99 <= p50 {
+        return Err(err(
+            "dependency.p99",
+            format!("must be above p50 ({})", d.p50),
+        ));
+    }
+    let mut dependency = Dependency::healthy(p50, p99);
+    dependency.failure_rate = fraction("dependency.failure_rate", d.failure_rate)?;
+    if let Some(c) = d.capacity {
+        if !(c > 0.0 && c.is_finite()) {
+            return Err(err(
+                "dependency.capacity",
+                format!("{c} is not a positive number of calls"),
+            ));
+        }
+        dependency.capacity = Some(c);
+    }
+    if let Some(l) = opt_duration("dependency.fail_latency", d.fail_latency.as_ref())? {
+        dependency.fail_latency = l;
+    }
+    if !(d.thrash >= 0.0 && d.thrash.is_finite()) {
+        return Err(err("dependency.thrash", "must be 0 or more"));
+    }
+    dependency.thrash = d.thrash;
+    for (i, imp) in file.impairment.iter().enumerate() {
+        let at = |field: &str| format!("impairment[{i}].{field}");
+        let start = parse_duration(&at("at"), &imp.at)?;
+        let need = |v: Option<&String>, field: &str| -> Result<Duration, ConfigError> {
+            let text =
+                v.ok_or_else(|| err(at(field), format!("a {} needs `{field}`", imp.kind)))?;
+            parse_duration(&at(field), text)
+        };
+        let parsed = match imp.kind.as_str() {
+            "outage" => Impairment::Outage {
+                at: start,
+                lasting: need(imp.lasting.as_ref(), "lasting")?,
+            },
+            "brownout" => {
+                let slower = imp
+                    .slower
+                    .ok_or_else(|| err(at("slower"), "a brownout needs `slower` (how many times slower)"))?;
+                if !(slower > 1.0 && slower.is_finite()) {
+                    return Err(err(at("slower"), format!("{slower} is not above 1")));
+                }
+                Impairment::Brownout {
+                    at: start,
+                    lasting: need(imp.lasting.as_ref(), "lasting")?,
+                    slower,
+                }
+            }
+            "error_spike" => Impairment::ErrorSpike {
+                at: start,
+                lasting: opt_duration(&at("lasting"), imp.lasting.as_ref())?,
+                rate: fraction(
+                    &at("rate"),
+                    imp.rate
+                        .ok_or_else(|| err(at("rate"), "an error_spike needs `rate` (its failure rate)"))?,
+                )?,
+            },
+            "cold_recovery" => {
+                if dependency.capacity.is_none() {
+                    return Err(err(at("kind"), "a cold_recovery needs dependency.capacity"));
+                }
+                let from = imp.from.unwrap_or(0.05);
+                if !(from > 0.0 && from <= 1.0) {
+                    return Err(err(at("from"), format!("{from} is not a fraction in (0, 1]")));
+                }
+                Impairment::ColdRecovery {
+                    at: start,
+                    over: need(imp.over.as_ref(), "over")?,
+                    from,
+                }
+            }
+            other => {
+                return Err(err(
+                    at("kind"),
+                    format!("unknown impairment {other:?}: expected outage, brownout, error_spike or cold_recovery"),
+                ))
+            }
+        };
+        dependency.impairments.push(parsed);
+    }
+    let mut strategies = Vec::new();
+    for name in &file.strategies {
+        match Strategy::builtin(name) {
+            Some(s) => strategies.push(s.map_err(|e| core("strategies", e))?),
+            None => {
+                return Err(err(
+                    "strategies",
+                    format!(
+                        "unknown built-in strategy {name:?}: expected one of {}",
+                        Strategy::BUILTIN.join(", ")
+                    ),
+                ))
+            }
+        }
+    }
+    for (i, s) in file.strategy.iter().enumerate() {
+        strategies.push(strategy(&format!("strategy[{i}]"), s)?);
+    }
+    if strategies.is_empty() {
+        return Err(err(
+            "strategy",
+            "no strategy to run: add [[strategy]] tables or a `strategies = [...]` list of built-ins",
+        ));
+    }
+    Ok(Scenario {
+        name: file.name,
+        description: file.description,
+        seed: file.seed,
+        duration,
+        clients: file.load.clients,
+        arrivals,
+        dependency,
+        strategies,
+    })
+}
+
+fn strategy(at: &str, s: &StrategyFile) -> Result<Strategy, ConfigError> {
+    let field = |f: &str| format!("{at}.{f}");
+    if s.layers == 0 || s.layers > 5 {
+        return Err(err(field("layers"), "must be between 1 and 5"));
+    }
+    let mut backoff = Backoff::builder();
+    if let Some(b) = &s.backoff {
+        if let Some(base) = opt_duration(&field("backoff.base"), b.base.as_ref())? {
+            backoff = backoff.base(base);
+        }
+        if let Some(cap) = opt_duration(&field("backoff.cap"), b.cap.as_ref())? {
+            backoff = backoff.cap(cap);
+        }
+        if let Some(f) = b.factor {
+            let m = Multiple::from_f64(f).ok_or_else(|| {
+                err(
+                    field("backoff.factor"),
+                    format!("{f} is not a valid factor"),
+                )
+            })?;
+            backoff = backoff.factor(m);
+        }
+        if let Some(j) = &b.jitter {
+            backoff = backoff.jitter(match j.as_str() {
+                "full" => Jitter::Full,
+                "equal" => Jitter::Equal,
+                "none" => Jitter::None,
+                other => {
+                    return Err(err(
+                        field("backoff.jitter"),
+                        format!("unknown jitter {other:?}: expected full, equal or none"),
+                    ))
+                }
+            });
+        }
+    }
+    let backoff = backoff.build().map_err(|e| core(&field("backoff"), e))?;
+    let call = CallSettings::builder()
+        .max_attempts(s.attempts.unwrap_or(3))
+        .deadline(bound(
+            &field("deadline"),
+            s.deadline.as_ref(),
+            CallSettings::DEFAULT.deadline(),
+        )?)
+        .attempt_timeout(bound(
+            &field("attempt_timeout"),
+            s.attempt_timeout.as_ref(),
+            CallSettings::DEFAULT.attempt_timeout(),
+        )?)
+        .backoff(backoff)
+        .build()
+        .map_err(|e| core(at, e))?;
+    let budget = match &s.budget {
+        None => None,
+        Some(b) => {
+            let mut builder = BudgetSettings::builder_named(DEPENDENCY);
+            if let Some(f) = b.fraction {
+                builder = builder.fraction(f);
+            }
+            if let Some(f) = b.floor {
+                builder = builder.floor_per_second(f);
+            }
+            Some(builder.build().map_err(|e| core(&field("budget"), e))?)
+        }
+    };
+    let breaker = s
+        .breaker
+        .as_ref()
+        .map(|b| breaker(&field("breaker"), b))
+        .transpose()?;
+    let layer = Layer {
+        call,
+        breaker,
+        budget,
+    };
+    let name = Name::try_from_str(&s.name).map_or(s.name.clone(), |n| n.as_str().to_string());
+    Ok(Strategy {
+        name,
+        layers: vec![layer; s.layers as usize],
+    })
+}
+
+/// A rule's multiple, or `false` to turn it off.
+fn multiple(at: &str, v: Option<&toml::Value>) -> Result<Option<Option<u32>>, ConfigError> {
+    match v {
+        None => Ok(None),
+        Some(toml::Value::Boolean(false)) => Ok(Some(None)),
+        Some(toml::Value::Integer(i)) if *i > 1 => Ok(Some(Some((*i as u32).saturating_mul(1000)))),
+        Some(toml::Value::Float(f)) if *f > 1.0 && f.is_finite() => {
+            Ok(Some(Some((f * 1000.0).round() as u32)))
+        }
+        Some(other) => Err(err(
+            at,
+            format!("{other} is not a multiple above 1 (or false to turn the rule off)"),
+        )),
+    }
+}
+
+fn breaker(at: &str, b: &BreakerFile) -> Result<BreakerSettings, ConfigError> {
+    let field = |f: &str| format!("{at}.{f}");
+    let mut s = BreakerSettings::builder_named(DEPENDENCY);
+    if let Some(n) = b.consecutive_failures {
+        s = s.consecutive_failures(n);
+    }
+    if let Some(m) = multiple(&field("failure_rate"), b.failure_rate.as_ref())? {
+        s = s.failure_rate(m.map(FailureRate::above_milli));
+    }
+    if let Some(r) = b.failure_ratio {
+        let ratio = Ratio::from_f64(fraction(&field("failure_ratio"), r)?)
+            .ok_or_else(|| err(field("failure_ratio"), "not a ratio"))?;
+        s = s.failure_ratio(Some(ratio));
+    }
+    if let Some(m) = multiple(&field("slow_calls"), b.slow_calls.as_ref())? {
+        s = s.slow_calls(m.map(SlowCalls::above_milli));
+    }
+    if let Some(t) = opt_duration(&field("slow_threshold"), b.slow_threshold.as_ref())? {
+        s = s.slow_threshold(Some(t));
+    }
+    if let Some(r) = b.slow_ratio {
+        let ratio = Ratio::from_f64(fraction(&field("slow_ratio"), r)?)
+            .ok_or_else(|| err(field("slow_ratio"), "not a ratio"))?;
+        s = s.slow_ratio(ratio);
+    }
+    if let Some(n) = b.minimum_calls {
+        s = s.minimum_calls(n);
+    }
+    if let Some(w) = opt_duration(&field("trip_window"), b.trip_window.as_ref())? {
+        s = s.trip_window(w);
+    }
+    if let Some(d) = opt_duration(&field("break"), b.break_duration.as_ref())? {
+        s = s.break_duration(d);
+    }
+    if let Some(d) = opt_duration(&field("max_break"), b.max_break.as_ref())? {
+        s = s.max_break(d);
+    }
+    if let Some(j) = b.jitter {
+        s = s.jitter(j);
+    }
+    if let Some(n) = b.half_open_probes {
+        s = s.half_open_probes(n);
+    }
+    if let Some(n) = b.probe_successes {
+        s = s.probe_successes(n);
+    }
+    if let Some(f) = b.recovery {
+        let mut r = Recovery::over(f);
+        let min = opt_duration(&field("recovery_min"), b.recovery_min.as_ref())?;
+        let max = opt_duration(&field("recovery_max"), b.recovery_max.as_ref())?;
+        if min.is_some() || max.is_some() {
+            r = r.clamped(
+                min.unwrap_or(Duration::from_secs(1)),
+                max.unwrap_or(Duration::from_secs(30)),
+            );
+        }
+        s = s.recovery(Some(r));
+    }
+    s.build().map_err(|e| core(at, e))
+}
+
+/// Reads a scenario file.
+pub fn load(path: &std::path::Path) -> Result<Scenario, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| err(path.display().to_string(), format!("cannot read: {e}")))?;
+    parse(&text).map_err(|e| ConfigError {
+        at: if e.at.is_empty() {
+            path.display().to_string()
+        } else {
+            format!("{}: {}", path.display(), e.at)
+        },
+        message: e.message,
+    })
+}

@@ -1,0 +1,194 @@
+//! What a run measured: the figures of one scenario x strategy.
+
+use serde::Serialize;
+
+/// The figures of one scenario run with one strategy. Serialized (with `--json`) in snake_case;
+/// times in milliseconds, `null` where a figure does not apply or never happened.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    /// The scenario's name.
+    pub scenario: String,
+    /// The strategy's name.
+    pub strategy: String,
+    /// The seed the run used.
+    pub seed: u64,
+    /// Clients in the fleet.
+    pub clients: u32,
+    /// How long calls kept arriving, in seconds.
+    pub duration_s: f64,
+    /// The fault window (first impairment start to last impairment end), in seconds; the whole
+    /// run when nothing is scheduled.
+    pub fault_window_s: [f64; 2],
+    /// Calls the fleet made.
+    pub calls: u64,
+    /// Calls that succeeded.
+    pub succeeded: u64,
+    /// Calls the dependency failed (its last error stood, or the deadline passed).
+    pub failed: u64,
+    /// Calls refused locally (breaker open, half-open full, ramp shedding, budget empty) — after
+    /// the guarded pause.
+    pub refused_locally: u64,
+    /// succeeded / calls.
+    pub availability: f64,
+    /// Attempts that reached the dependency, over the whole run.
+    pub attempts: u64,
+    /// Attempts that reached the dependency per call, over the fault window (both counted by
+    /// their start time).
+    pub load_multiplier: f64,
+    /// The same ratio over the whole run.
+    pub load_multiplier_run: f64,
+    /// The same ratio in the worst one-second window of the run.
+    pub amplification: f64,
+    /// Retries (attempts after a call's first, at every layer) per call, over the whole run.
+    pub retries_per_call: f64,
+    /// Caller latency, median, in ms (retries, backoff waits and guarded pauses included).
+    pub latency_p50_ms: f64,
+    /// Caller latency, 99th percentile, in ms.
+    pub latency_p99_ms: f64,
+    /// Times a breaker opened (any client, any reason, failed probes included).
+    pub breaker_opens: u64,
+    /// Breaker opens by reason (`consecutive_failures`, `failure_rate`, `slow_calls`,
+    /// `probe_failed`, `ramp_failure`, ...).
+    pub opens_by_reason: std::collections::BTreeMap<String, u64>,
+    /// Half-open probes that reached the dependency.
+    pub probes: u64,
+    /// From the first impairment's start to the first trip in the fleet.
+    pub time_to_trip_ms: Option<f64>,
+    /// From the first impairment's start to the last client's first trip; `null` unless every
+    /// breaker tripped.
+    pub time_to_trip_last_ms: Option<f64>,
+    /// Breakers that tripped at least once after the first impairment started.
+    pub tripped_breakers: u64,
+    /// From the moment the dependency answers normally again (end of the last outage, brownout
+    /// or spike; start of a cold recovery) to the start of the first full second in which every
+    /// call succeeded. `null` when the run ended first.
+    pub time_to_recover_ms: Option<f64>,
+    /// Trips from closed (or recovering) by a breaker that had already opened before.
+    pub re_trips: u64,
+    /// Trips from closed outside every impairment (and the trip window after it).
+    pub false_trips: u64,
+    /// Of the false trips: by the consecutive-failure rule.
+    pub false_trips_consecutive: u64,
+    /// Of the false trips: by the relative error-rate rule or the failure-ratio ceiling.
+    pub false_trips_failure_rate: u64,
+    /// Of the false trips: by the slow-call rule.
+    pub false_trips_slow: u64,
+    /// Outcomes (success or failure) of attempts admitted while their breaker was closed: the
+    /// trials the consecutive-failure rule counts, for its expected number of trips.
+    pub closed_outcomes: u64,
+    /// Calls refused by a breaker (open, half-open full, ramp shedding).
+    pub refused_by_breaker: u64,
+    /// Retries refused by a budget.
+    pub refused_by_budget: u64,
+    /// Attempts a breaker admitted while it read open or half-open that were not half-open
+    /// probes: the core must keep this at zero.
+    pub unprobed_attempts_while_open: u64,
+    /// Calls made, per second of the run.
+    #[serde(skip)]
+    pub calls_per_second: Vec<u32>,
+    /// Attempts that reached the dependency, per second of the run.
+    #[serde(skip)]
+    pub attempts_per_second: Vec<u32>,
+    /// Calls that succeeded, per second of the run (by start).
+    #[serde(skip)]
+    pub successes_per_second: Vec<u32>,
+}
+
+impl Report {
+    /// Calls made in seconds `[from, to)`.
+    #[must_use]
+    pub fn calls_between(&self, from: usize, to: usize) -> u64 {
+        sum(&self.calls_per_second, from, to)
+    }
+
+    /// Successful calls (by start) in seconds `[from, to)`.
+    #[must_use]
+    pub fn successes_between(&self, from: usize, to: usize) -> u64 {
+        sum(&self.successes_per_second, from, to)
+    }
+
+    /// Attempts at the dependency in seconds `[from, to)`.
+    #[must_use]
+    pub fn attempts_between(&self, from: usize, to: usize) -> u64 {
+        sum(&self.attempts_per_second, from, to)
+    }
+}
+
+fn sum(v: &[u32], from: usize, to: usize) -> u64 {
+    v.iter()
+        .skip(from)
+        .take(to.saturating_sub(from))
+        .map(|&x| u64::from(x))
+        .sum()
+}
+
+/// Formats an optional duration in ms as seconds for a table ("-" when absent).
+fn secs(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), |ms| format!("{:.1}s", ms / 1000.0))
+}
+
+/// The column headers of [`table`].
+const HEADERS: [&str; 16] = [
+    "strategy", "calls", "ok", "failed", "refused", "avail", "load", "amp", "retry/c", "p50",
+    "p99", "opens", "trip", "recover", "retrip", "false",
+];
+
+/// A plain-text table of reports, one row per strategy.
+#[must_use]
+pub fn table(reports: &[&Report]) -> String {
+    let rows: Vec<[String; 16]> = reports
+        .iter()
+        .map(|r| {
+            [
+                r.strategy.clone(),
+                r.calls.to_string(),
+                r.succeeded.to_string(),
+                r.failed.to_string(),
+                r.refused_locally.to_string(),
+                format!("{:.4}", r.availability),
+                format!("{:.3}x", r.load_multiplier),
+                format!("{:.3}x", r.amplification),
+                format!("{:.3}", r.retries_per_call),
+                format!("{:.0}ms", r.latency_p50_ms),
+                format!("{:.0}ms", r.latency_p99_ms),
+                r.breaker_opens.to_string(),
+                secs(r.time_to_trip_ms),
+                secs(r.time_to_recover_ms),
+                r.re_trips.to_string(),
+                r.false_trips.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = HEADERS.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row.iter()) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[String]| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths.iter()).enumerate() {
+            if i == 0 {
+                s.push_str(&format!("{cell:<w$}"));
+            } else {
+                s.push_str(&format!("  {cell:>w$}"));
+            }
+        }
+        out.push_str(s.trim_end());
+        out.push('\n');
+    };
+    line(&HEADERS.map(String::from));
+    for row in &rows {
+        line(row);
+    }
+    out
+}
+
+/// What the table's columns mean, for the bottom of `storm`'s output.
+pub const LEGEND: &str = "\
+load: attempts at the dependency per call over the fault window; amp: the same in the worst \
+second; retry/c: retries per call; p50/p99: caller latency (retries, waits and pauses \
+included); opens: breaker opens; trip: impairment start to first trip; recover: dependency \
+answering again to the first full second of successes; retrip: trips after a breaker had \
+already opened; false: trips outside any impairment.";

@@ -1,0 +1,174 @@
+//! What a run is made of: a fleet, the load it offers, the dependency, and the client strategies
+//! compared on it.
+
+use stormguard_core::{
+    BreakerSettings, BudgetSettings, CallSettings, Duration, Name, Recovery, SettingsError,
+};
+
+use crate::model::Dependency;
+
+/// How a client's calls arrive.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arrivals {
+    /// Open loop: a Poisson process at `rate` calls per second per client. A client does not
+    /// slow down because the dependency did (nor because its breaker refused it).
+    Poisson {
+        /// Calls per second, per client.
+        rate: f64,
+    },
+    /// Closed loop: each client calls again as soon as its previous call returns, after
+    /// `think` (a polling loop).
+    Polling {
+        /// The pause between one call's end and the next call's start.
+        think: Duration,
+    },
+}
+
+/// One layer of a client's policy: the call settings plus, optionally, a breaker and a budget.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layer {
+    /// Attempts, deadline, attempt timeout, backoff. The seed is set per client by the simulator.
+    pub call: CallSettings,
+    /// The breaker guarding every attempt of this layer, if any.
+    pub breaker: Option<BreakerSettings>,
+    /// The retry budget funding this layer's retries, if any (otherwise unlimited).
+    pub budget: Option<BudgetSettings>,
+}
+
+/// A client strategy: the policy every client of the fleet runs (each with its own objects).
+///
+/// With more than one layer, each layer's attempt is a whole call of the layer below it (a
+/// frontend calling a backend calling the dependency), with the deadline propagated down: the
+/// bottom layer's attempts are what reaches the dependency.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Strategy {
+    /// The name in tables, charts and JSON.
+    pub name: String,
+    /// The layers, top (the caller's) first.
+    pub layers: Vec<Layer>,
+}
+
+/// The name breakers and budgets carry in the simulator.
+pub const DEPENDENCY: Name = Name::new("dependency");
+
+/// The default call settings with `attempts` attempts.
+fn attempts(n: u32) -> Result<CallSettings, SettingsError> {
+    CallSettings::builder().max_attempts(n).build()
+}
+
+fn breaker(ramp: bool) -> Result<BreakerSettings, SettingsError> {
+    BreakerSettings::builder_named(DEPENDENCY)
+        .recovery(ramp.then(|| Recovery::over(0.25)))
+        .build()
+}
+
+fn budget() -> BudgetSettings {
+    BudgetSettings::defaults("dependency")
+}
+
+impl Strategy {
+    /// A one-layer strategy.
+    #[must_use]
+    pub fn single(name: &str, layer: Layer) -> Strategy {
+        Strategy {
+            name: name.to_string(),
+            layers: vec![layer],
+        }
+    }
+
+    /// The names of the built-in strategies, in the order tables show them.
+    pub const BUILTIN: [&'static str; 8] = [
+        "no-retry",
+        "retry-x3",
+        "retry-x3+budget",
+        "retry-x3+breaker",
+        "retry-x3+breaker+budget",
+        "retry-x3+breaker+budget+ramp",
+        "3-layer-x3",
+        "3-layer-x3+budget",
+    ];
+
+    /// A built-in strategy by name. "x3" is three *retries*: up to 4 attempts per call (per
+    /// layer). Everything else is the core's default: a 30 s deadline, a 10 s attempt timeout,
+    /// exponential backoff from 100 ms with full jitter, the default breaker (5 consecutive
+    /// failures, 5x the learned error rate, 3x the learned latency, a 15 s break doubling to
+    /// 2 min), the default budget (0.1 of a retry per success, 3 per second, 30 banked), and
+    /// for the ramp `Recovery::over(0.25)`.
+    pub fn builtin(name: &str) -> Option<Result<Strategy, SettingsError>> {
+        let plain = |n: u32, br: Option<bool>, bu: bool| -> Result<Layer, SettingsError> {
+            Ok(Layer {
+                call: attempts(n)?,
+                breaker: br.map(breaker).transpose()?,
+                budget: bu.then(budget),
+            })
+        };
+        let one = |layer: Result<Layer, SettingsError>| -> Result<Strategy, SettingsError> {
+            Ok(Strategy::single(name, layer?))
+        };
+        let three = |bu: bool| -> Result<Strategy, SettingsError> {
+            let layer = plain(4, None, bu)?;
+            Ok(Strategy {
+                name: name.to_string(),
+                layers: vec![layer.clone(), layer.clone(), layer],
+            })
+        };
+        Some(match name {
+            "no-retry" => one(plain(1, None, false)),
+            "retry-x3" => one(plain(4, None, false)),
+            "retry-x3+budget" => one(plain(4, None, true)),
+            "retry-x3+breaker" => one(plain(4, Some(false), false)),
+            "retry-x3+breaker+budget" => one(plain(4, Some(false), true)),
+            "retry-x3+breaker+budget+ramp" => one(plain(4, Some(true), true)),
+            "3-layer-x3" => three(false),
+            "3-layer-x3+budget" => three(true),
+            _ => return None,
+        })
+    }
+
+    /// Every built-in strategy, in table order.
+    pub fn all_builtin() -> Result<Vec<Strategy>, SettingsError> {
+        Strategy::BUILTIN
+            .iter()
+            .filter_map(|n| Strategy::builtin(n))
+            .collect()
+    }
+
+    /// `true` when some layer has a breaker.
+    #[must_use]
+    pub fn has_breaker(&self) -> bool {
+        self.layers.iter().any(|l| l.breaker.is_some())
+    }
+}
+
+/// A scenario: a fleet offering load to a dependency, and the strategies to compare on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// Its name (`--scenario NAME`).
+    pub name: String,
+    /// One line saying what it shows.
+    pub description: String,
+    /// The seed (`--seed N` overrides it).
+    pub seed: u64,
+    /// How long calls keep arriving; calls in flight at the end run to completion.
+    pub duration: Duration,
+    /// Clients in the fleet (`--clients N` overrides it), each with its own policy objects and
+    /// its own seeded randomness.
+    pub clients: u32,
+    /// How calls arrive.
+    pub arrivals: Arrivals,
+    /// The dependency.
+    pub dependency: Dependency,
+    /// The strategies, each run on the same seed.
+    pub strategies: Vec<Strategy>,
+}
+
+impl Scenario {
+    /// The calls per second the whole fleet offers (Poisson arrivals), if known.
+    #[must_use]
+    pub fn offered_rate(&self) -> Option<f64> {
+        match self.arrivals {
+            Arrivals::Poisson { rate } => Some(rate * f64::from(self.clients)),
+            Arrivals::Polling { .. } => None,
+        }
+    }
+}

@@ -1,0 +1,818 @@
+//! The discrete-event engine: every client drives its own calls through the core's call driver,
+//! exactly like an adapter (poll, then attempt / wait / reject / done), on synthetic time.
+//!
+//! Events sit in a binary heap keyed by (time, sequence): nothing ticks, so an hour of fleet
+//! traffic costs what its events cost. An attempt's timeout is a timer event racing the
+//! dependency's answer; the guarded pause and backoff waits are served as events too.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use stormguard_core::{
+    Admission, Breaker, Budget, Call, CallSettings, Duration, Event, Finished, Funding, Instant,
+    Outcome, Parts, Permit, RefusalReason, State, Step, TripReason, Unguarded, Unlimited,
+};
+
+use crate::model::Dependency;
+use crate::random::{derive, exponential_nanos, LogNormal};
+use crate::report::Report;
+use crate::scenario::{Arrivals, Scenario, Strategy, DEPENDENCY};
+
+const SECOND: u64 = 1_000_000_000;
+
+/// How long after the last arrival the simulator waits for calls in flight to finish; calls
+/// still unfinished then count as failed. Far longer than any deadline the built-ins use.
+const DRAIN: u64 = 600 * SECOND;
+
+/// What happens next.
+#[derive(Clone, Copy, Debug)]
+enum Ev {
+    /// A client's next call arrives.
+    Arrival(u32),
+    /// A frame's backoff wait is over: poll it again.
+    Poll(usize),
+    /// A frame's guarded pause is over: the rejection is reported.
+    Rejected(usize),
+    /// The dependency answered an attempt.
+    Served {
+        frame: usize,
+        attempt: u64,
+        ok: bool,
+        occupied: bool,
+    },
+    /// An attempt's timeout fired.
+    Timeout { frame: usize, attempt: u64 },
+    /// A lower layer's call, which was an upper layer's attempt, ended.
+    ChildDone {
+        frame: usize,
+        attempt: u64,
+        outcome: Outcome,
+    },
+}
+
+struct Item {
+    at: u64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Item {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Item {}
+impl PartialOrd for Item {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Item {
+    // Reversed: the heap pops the earliest (time, sequence) first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// A layer's breaker, or none.
+enum Guard {
+    None(Unguarded),
+    Breaker(Box<Breaker>),
+}
+
+impl Guard {
+    fn admission(&mut self) -> &mut dyn Admission {
+        match self {
+            Guard::None(u) => u,
+            Guard::Breaker(b) => &mut **b,
+        }
+    }
+    fn state(&self, now: Instant) -> Option<State> {
+        match self {
+            Guard::None(_) => None,
+            Guard::Breaker(b) => Some(b.state(now)),
+        }
+    }
+}
+
+/// A layer's budget, or none.
+enum Purse {
+    Unlimited(Unlimited),
+    Budget(Budget),
+}
+
+impl Purse {
+    fn funding(&mut self) -> &mut dyn Funding {
+        match self {
+            Purse::Unlimited(u) => u,
+            Purse::Budget(b) => b,
+        }
+    }
+}
+
+struct LayerState {
+    settings: CallSettings,
+    guard: Guard,
+    purse: Purse,
+    /// Whether this breaker has opened before (for re-trips).
+    opened: bool,
+    /// Its first trip at or after the first impairment's start.
+    first_trip: Option<u64>,
+}
+
+struct Client {
+    layers: Vec<LayerState>,
+    arrivals: fastrand::Rng,
+}
+
+/// One call in progress, at one layer.
+struct Frame {
+    client: u32,
+    layer: usize,
+    call: Call,
+    /// The upper layer's frame and attempt this call is, if any.
+    parent: Option<(usize, u64)>,
+    begun: u64,
+    permit: Option<Permit>,
+    /// The attempt in flight (0: none). Unique across the run, so a stale event never matches.
+    attempt: u64,
+    /// The attempt was admitted by a closed breaker.
+    admitted_closed: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    Succeeded,
+    Failed,
+    Refused,
+}
+
+/// A trip, as the breaker's events reported it.
+#[derive(Clone, Copy, Debug)]
+struct Trip {
+    at: u64,
+    from: State,
+    reason: Option<TripReason>,
+    re_trip: bool,
+}
+
+#[derive(Default)]
+struct Tally {
+    calls_ps: Vec<u32>,
+    attempts_ps: Vec<u32>,
+    successes_ps: Vec<u32>,
+    /// (start, succeeded) of every top-level call.
+    log: Vec<(u64, bool)>,
+    latencies: Vec<u64>,
+    succeeded: u64,
+    failed: u64,
+    refused: u64,
+    attempts: u64,
+    retries: u64,
+    probes: u64,
+    window_calls: u64,
+    window_attempts: u64,
+    trips: Vec<Trip>,
+    closed_outcomes: u64,
+    refused_by_breaker: u64,
+    refused_by_budget: u64,
+    unprobed_while_open: u64,
+}
+
+fn bump(v: &mut Vec<u32>, at: u64) {
+    let i = usize::try_from(at / SECOND).unwrap_or(usize::MAX);
+    if i >= v.len() {
+        v.resize(i + 1, 0);
+    }
+    v[i] += 1;
+}
+
+struct Sim<'a> {
+    scenario: &'a Scenario,
+    dep: &'a Dependency,
+    curve: LogNormal,
+    end: u64,
+    window: (u64, u64),
+    first_impairment: Option<u64>,
+    now: u64,
+    seq: u64,
+    heap: BinaryHeap<Item>,
+    frames: Vec<Option<Frame>>,
+    free: Vec<usize>,
+    clients: Vec<Client>,
+    in_flight: u32,
+    next_attempt: u64,
+    dep_rng: fastrand::Rng,
+    tally: Tally,
+}
+
+/// Runs one strategy of a scenario with `seed`, and measures it.
+#[must_use]
+pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
+    let end = scenario.duration.as_nanos();
+    let window = scenario
+        .dependency
+        .fault_window(scenario.duration)
+        .map_or((0, end), |(a, b)| (a.as_nanos(), b.as_nanos()));
+    let first_impairment = scenario
+        .dependency
+        .impairments
+        .iter()
+        .map(|i| i.start().as_nanos())
+        .min();
+    let clients = (0..scenario.clients)
+        .map(|c| {
+            let c64 = u64::from(c);
+            Client {
+                arrivals: fastrand::Rng::with_seed(derive(seed, c64, 0xA11)),
+                layers: strategy
+                    .layers
+                    .iter()
+                    .enumerate()
+                    .map(|(k, l)| {
+                        let k64 = k as u64;
+                        let settings = CallSettings::builder()
+                            .max_attempts(l.call.max_attempts())
+                            .deadline(l.call.deadline())
+                            .attempt_timeout(l.call.attempt_timeout())
+                            .backoff(*l.call.backoff())
+                            .seed(derive(seed, c64, 0xCA11 + k64))
+                            .build()
+                            .unwrap_or(l.call);
+                        LayerState {
+                            settings,
+                            guard: match l.breaker {
+                                Some(b) => Guard::Breaker(Box::new(
+                                    Breaker::new(b).with_seed(derive(seed, c64, 0xB4EA + k64)),
+                                )),
+                                None => Guard::None(Unguarded(DEPENDENCY)),
+                            },
+                            purse: match l.budget {
+                                Some(b) => Purse::Budget(Budget::new(b)),
+                                None => Purse::Unlimited(Unlimited),
+                            },
+                            opened: false,
+                            first_trip: None,
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let mut sim = Sim {
+        scenario,
+        dep: &scenario.dependency,
+        curve: scenario.dependency.curve(),
+        end,
+        window,
+        first_impairment,
+        now: 0,
+        seq: 0,
+        heap: BinaryHeap::new(),
+        frames: Vec::new(),
+        free: Vec::new(),
+        clients,
+        in_flight: 0,
+        next_attempt: 1,
+        dep_rng: fastrand::Rng::with_seed(derive(seed, u64::MAX, 0xDE9)),
+        tally: Tally::default(),
+    };
+    sim.start();
+    sim.run_events();
+    sim.report(strategy, seed)
+}
+
+impl Sim<'_> {
+    fn at(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Item {
+            at,
+            seq: self.seq,
+            ev,
+        });
+    }
+
+    fn start(&mut self) {
+        for c in 0..self.scenario.clients {
+            let first = match self.scenario.arrivals {
+                Arrivals::Poisson { rate } => {
+                    let rng = &mut self.clients[c as usize].arrivals;
+                    exponential_nanos(rng, 1e9 / rate) as u64
+                }
+                // Polling clients start spread over the first second.
+                Arrivals::Polling { .. } => {
+                    u64::from(c) * SECOND / u64::from(self.scenario.clients.max(1))
+                }
+            };
+            if first < self.end {
+                self.at(first, Ev::Arrival(c));
+            }
+        }
+    }
+
+    fn run_events(&mut self) {
+        while let Some(item) = self.heap.pop() {
+            if item.at > self.end.saturating_add(DRAIN) {
+                break;
+            }
+            self.now = item.at;
+            match item.ev {
+                Ev::Arrival(c) => self.arrival(c),
+                Ev::Poll(f) => self.drive(f),
+                Ev::Rejected(f) => self.finish(f, End::Refused, None),
+                Ev::Served {
+                    frame,
+                    attempt,
+                    ok,
+                    occupied,
+                } => {
+                    if occupied {
+                        self.in_flight -= 1;
+                    }
+                    let outcome = if ok {
+                        Outcome::Success
+                    } else {
+                        Outcome::Transient
+                    };
+                    self.answer(frame, attempt, outcome);
+                }
+                Ev::Timeout { frame, attempt } => self.answer(frame, attempt, Outcome::TimedOut),
+                Ev::ChildDone {
+                    frame,
+                    attempt,
+                    outcome,
+                } => self.answer(frame, attempt, outcome),
+            }
+        }
+        // Calls still unfinished after the drain count as failed.
+        let stuck: Vec<u64> = self
+            .frames
+            .iter()
+            .flatten()
+            .filter(|f| f.parent.is_none())
+            .map(|f| f.begun)
+            .collect();
+        for begun in stuck {
+            self.tally.failed += 1;
+            self.tally.log.push((begun, false));
+            self.tally
+                .latencies
+                .push(self.end.saturating_add(DRAIN) - begun);
+        }
+    }
+
+    fn arrival(&mut self, c: u32) {
+        if self.now >= self.end {
+            return;
+        }
+        if let Arrivals::Poisson { rate } = self.scenario.arrivals {
+            let gap = exponential_nanos(&mut self.clients[c as usize].arrivals, 1e9 / rate);
+            let next = self.now.saturating_add(gap as u64);
+            if next < self.end {
+                self.at(next, Ev::Arrival(c));
+            }
+        }
+        let now = self.now;
+        bump(&mut self.tally.calls_ps, now);
+        if now >= self.window.0 && now < self.window.1 {
+            self.tally.window_calls += 1;
+        }
+        let f = self.spawn(c, 0, None, None);
+        self.drive(f);
+    }
+
+    fn spawn(
+        &mut self,
+        client: u32,
+        layer: usize,
+        parent: Option<(usize, u64)>,
+        deadline: Option<Instant>,
+    ) -> usize {
+        let now = Instant::from_nanos(self.now);
+        let settings = &self.clients[client as usize].layers[layer].settings;
+        let mut call = Call::begin(settings, now);
+        if let Some(d) = deadline {
+            call = call.with_deadline(d);
+        }
+        let frame = Frame {
+            client,
+            layer,
+            call,
+            parent,
+            begun: self.now,
+            permit: None,
+            attempt: 0,
+            admitted_closed: false,
+        };
+        match self.free.pop() {
+            Some(i) => {
+                self.frames[i] = Some(frame);
+                i
+            }
+            None => {
+                self.frames.push(Some(frame));
+                self.frames.len() - 1
+            }
+        }
+    }
+
+    /// Polls a frame's call and does what it says.
+    fn drive(&mut self, f: usize) {
+        let now = Instant::from_nanos(self.now);
+        let (step, client, layer, closed, open, attempts, deadline) = {
+            let Sim {
+                frames,
+                clients,
+                tally,
+                first_impairment,
+                ..
+            } = self;
+            let Some(frame) = frames[f].as_mut() else {
+                return;
+            };
+            let ls = &mut clients[frame.client as usize].layers[frame.layer];
+            let state = ls.guard.state(now);
+            let closed = state == Some(State::Closed);
+            let open = matches!(state, Some(State::Open | State::HalfOpen));
+            let mut parts = Parts {
+                breaker: ls.guard.admission(),
+                budget: ls.purse.funding(),
+            };
+            let mut seen = Vec::new();
+            let step = frame
+                .call
+                .poll(&mut parts, now, &mut |e| collect(e, &mut seen));
+            record_trips(ls, tally, *first_impairment, now.as_nanos(), &seen);
+            (
+                step,
+                frame.client,
+                frame.layer,
+                closed,
+                open,
+                frame.call.attempts(),
+                frame.call.attempt_deadline(),
+            )
+        };
+        match step {
+            Step::Attempt(permit) => {
+                let id = self.next_attempt;
+                self.next_attempt += 1;
+                if attempts > 1 {
+                    self.tally.retries += 1;
+                }
+                let probe = permit.is_probe();
+                if open && !probe {
+                    self.tally.unprobed_while_open += 1;
+                }
+                if let Some(frame) = self.frames[f].as_mut() {
+                    frame.permit = Some(permit);
+                    frame.attempt = id;
+                    frame.admitted_closed = closed;
+                }
+                if layer + 1 < self.clients[client as usize].layers.len() {
+                    let child = self.spawn(client, layer + 1, Some((f, id)), deadline);
+                    self.drive(child);
+                } else {
+                    self.send(f, id, probe, deadline);
+                }
+            }
+            Step::Wait(d) => {
+                let at = self.now.saturating_add(d.as_nanos());
+                self.at(at, Ev::Poll(f));
+            }
+            Step::Reject(r) => {
+                match r.reason {
+                    RefusalReason::BudgetExhausted => self.tally.refused_by_budget += 1,
+                    _ => self.tally.refused_by_breaker += 1,
+                }
+                let at = self.now.saturating_add(r.pause.as_nanos());
+                self.at(at, Ev::Rejected(f));
+            }
+            Step::Done(fin) => {
+                let end = match fin {
+                    Finished::Succeeded => End::Succeeded,
+                    Finished::Rejected(_) => End::Refused,
+                    _ => End::Failed,
+                };
+                self.finish(f, end, Some(fin));
+            }
+        }
+    }
+
+    /// Sends an attempt to the dependency, racing its timeout.
+    fn send(&mut self, f: usize, id: u64, probe: bool, deadline: Option<Instant>) {
+        let now = self.now;
+        self.tally.attempts += 1;
+        if probe {
+            self.tally.probes += 1;
+        }
+        bump(&mut self.tally.attempts_ps, now);
+        if now >= self.window.0 && now < self.window.1 {
+            self.tally.window_attempts += 1;
+        }
+        let service = self.dep.serve(
+            &self.curve,
+            Duration::from_nanos(now),
+            self.in_flight,
+            &mut self.dep_rng,
+        );
+        if service.occupies {
+            self.in_flight += 1;
+        }
+        let done = now.saturating_add(service.latency.as_nanos());
+        self.at(
+            done,
+            Ev::Served {
+                frame: f,
+                attempt: id,
+                ok: service.ok,
+                occupied: service.occupies,
+            },
+        );
+        if let Some(d) = deadline {
+            if d.as_nanos() < done {
+                self.at(
+                    d.as_nanos(),
+                    Ev::Timeout {
+                        frame: f,
+                        attempt: id,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The attempt `attempt` of frame `f` ended with `outcome` (if it is still the one in flight).
+    fn answer(&mut self, f: usize, attempt: u64, outcome: Outcome) {
+        let now = Instant::from_nanos(self.now);
+        {
+            let Sim {
+                frames,
+                clients,
+                tally,
+                first_impairment,
+                ..
+            } = self;
+            let Some(frame) = frames[f].as_mut() else {
+                return;
+            };
+            if frame.attempt != attempt {
+                return;
+            }
+            frame.attempt = 0;
+            let Some(permit) = frame.permit.take() else {
+                return;
+            };
+            if frame.admitted_closed && outcome.is_counted() {
+                tally.closed_outcomes += 1;
+            }
+            let ls = &mut clients[frame.client as usize].layers[frame.layer];
+            let mut parts = Parts {
+                breaker: ls.guard.admission(),
+                budget: ls.purse.funding(),
+            };
+            let mut seen = Vec::new();
+            frame
+                .call
+                .complete(&mut parts, permit, now, outcome, &mut |e| {
+                    collect(e, &mut seen)
+                });
+            record_trips(ls, tally, *first_impairment, now.as_nanos(), &seen);
+        }
+        self.drive(f);
+    }
+
+    /// A frame's call ended.
+    fn finish(&mut self, f: usize, end: End, fin: Option<Finished>) {
+        let Some(frame) = self.frames[f].take() else {
+            return;
+        };
+        self.free.push(f);
+        let now = self.now;
+        if let Some((parent, attempt)) = frame.parent {
+            // The upper layer sees this call as one attempt: a success, or a failure (a timeout
+            // when its own attempt deadline has passed).
+            let deadline_passed = self.frames[parent]
+                .as_ref()
+                .and_then(|p| p.call.attempt_deadline())
+                .is_some_and(|d| d.as_nanos() <= now);
+            let outcome = match (end, fin) {
+                (End::Succeeded, _) => Outcome::Success,
+                (_, Some(Finished::Cancelled)) => Outcome::Cancelled,
+                _ if deadline_passed => Outcome::TimedOut,
+                _ => Outcome::Transient,
+            };
+            self.at(
+                now,
+                Ev::ChildDone {
+                    frame: parent,
+                    attempt,
+                    outcome,
+                },
+            );
+            return;
+        }
+        let t = &mut self.tally;
+        match end {
+            End::Succeeded => {
+                t.succeeded += 1;
+                bump(&mut t.successes_ps, frame.begun);
+            }
+            End::Failed => t.failed += 1,
+            End::Refused => t.refused += 1,
+        }
+        t.log.push((frame.begun, end == End::Succeeded));
+        t.latencies.push(now - frame.begun);
+        if let Arrivals::Polling { think } = self.scenario.arrivals {
+            let next = now.saturating_add(think.as_nanos());
+            if next < self.end {
+                self.at(next, Ev::Arrival(frame.client));
+            }
+        }
+    }
+
+    fn report(mut self, strategy: &Strategy, seed: u64) -> Report {
+        let t = &mut self.tally;
+        let calls = t.succeeded + t.failed + t.refused;
+        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        t.latencies.sort_unstable();
+        let pct = |q: u64| -> f64 {
+            if t.latencies.is_empty() {
+                return 0.0;
+            }
+            // Nearest rank.
+            let n = t.latencies.len() as u64;
+            let rank = (q * n).div_ceil(100).max(1) - 1;
+            t.latencies[rank as usize] as f64 / 1e6
+        };
+        let (p50, p99) = (pct(50), pct(99));
+        let amplification = t
+            .calls_ps
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(i, &c)| f64::from(t.attempts_ps.get(i).copied().unwrap_or(0)) / f64::from(c))
+            .fold(0.0_f64, f64::max);
+        t.log.sort_unstable();
+        let recover_from = self
+            .scenario
+            .dependency
+            .answering_again()
+            .map(|d| d.as_nanos());
+        let time_to_recover =
+            recover_from.and_then(|from| first_good_second(&t.log, from, self.end));
+        let ms = |n: u64| n as f64 / 1e6;
+        let breakers: Vec<&LayerState> = self
+            .clients
+            .iter()
+            .flat_map(|c| c.layers.iter())
+            .filter(|l| matches!(l.guard, Guard::Breaker(_)))
+            .collect();
+        let firsts: Vec<u64> = breakers.iter().filter_map(|l| l.first_trip).collect();
+        let start = self.first_impairment;
+        let time_to_trip = start.and_then(|s| firsts.iter().min().map(|&f| ms(f - s)));
+        let time_to_trip_last = start.and_then(|s| {
+            (!breakers.is_empty() && firsts.len() == breakers.len())
+                .then(|| firsts.iter().max().map(|&f| ms(f - s)))
+                .flatten()
+        });
+        let trip_window = strategy
+            .layers
+            .iter()
+            .filter_map(|l| l.breaker.map(|b| b.trip_window().as_nanos()))
+            .max()
+            .unwrap_or(0);
+        let impaired = |at: u64| {
+            self.scenario.dependency.impairments.iter().any(|i| {
+                let s = i.start().as_nanos();
+                let e = i
+                    .end()
+                    .map_or(u64::MAX, |e| e.as_nanos().saturating_add(trip_window));
+                at >= s && at < e
+            })
+        };
+        let mut false_trips = [0u64; 3];
+        let mut re_trips = 0;
+        for trip in &t.trips {
+            if !matches!(trip.from, State::Closed | State::Recovering) {
+                continue;
+            }
+            if trip.re_trip {
+                re_trips += 1;
+            }
+            if !impaired(trip.at) {
+                let k = match trip.reason {
+                    Some(TripReason::ConsecutiveFailures) => 0,
+                    Some(TripReason::SlowCalls) => 2,
+                    _ => 1,
+                };
+                false_trips[k] += 1;
+            }
+        }
+        let mut opens_by_reason = std::collections::BTreeMap::new();
+        for trip in &t.trips {
+            let name = trip.reason.map_or("unknown", TripReason::as_str);
+            *opens_by_reason.entry(name.to_string()).or_insert(0) += 1;
+        }
+        let end_s = self.end as f64 / 1e9;
+        Report {
+            scenario: self.scenario.name.clone(),
+            strategy: strategy.name.clone(),
+            seed,
+            clients: self.scenario.clients,
+            duration_s: end_s,
+            fault_window_s: [self.window.0 as f64 / 1e9, self.window.1 as f64 / 1e9],
+            calls,
+            succeeded: t.succeeded,
+            failed: t.failed,
+            refused_locally: t.refused,
+            availability: ratio(t.succeeded, calls),
+            attempts: t.attempts,
+            load_multiplier: ratio(t.window_attempts, t.window_calls),
+            load_multiplier_run: ratio(t.attempts, calls),
+            amplification,
+            retries_per_call: ratio(t.retries, calls),
+            latency_p50_ms: p50,
+            latency_p99_ms: p99,
+            breaker_opens: t.trips.len() as u64,
+            opens_by_reason,
+            probes: t.probes,
+            time_to_trip_ms: time_to_trip,
+            time_to_trip_last_ms: time_to_trip_last,
+            tripped_breakers: firsts.len() as u64,
+            time_to_recover_ms: time_to_recover.map(ms),
+            re_trips,
+            false_trips: false_trips.iter().sum(),
+            false_trips_consecutive: false_trips[0],
+            false_trips_failure_rate: false_trips[1],
+            false_trips_slow: false_trips[2],
+            closed_outcomes: t.closed_outcomes,
+            refused_by_breaker: t.refused_by_breaker,
+            refused_by_budget: t.refused_by_budget,
+            unprobed_attempts_while_open: t.unprobed_while_open,
+            calls_per_second: std::mem::take(&mut t.calls_ps),
+            attempts_per_second: std::mem::take(&mut t.attempts_ps),
+            successes_per_second: std::mem::take(&mut t.successes_ps),
+        }
+    }
+}
+
+/// The breaker transitions an event sink saw: (from, to, reason).
+type Seen = Vec<(State, State, Option<TripReason>)>;
+
+fn collect(e: Event<'_>, seen: &mut Seen) {
+    if let Event::StateChanged {
+        from, to, reason, ..
+    } = e
+    {
+        seen.push((from, to, reason));
+    }
+}
+
+fn record_trips(
+    ls: &mut LayerState,
+    tally: &mut Tally,
+    first_impairment: Option<u64>,
+    now: u64,
+    seen: &Seen,
+) {
+    for &(from, to, reason) in seen {
+        if to != State::Open {
+            continue;
+        }
+        tally.trips.push(Trip {
+            at: now,
+            from,
+            reason,
+            re_trip: ls.opened,
+        });
+        ls.opened = true;
+        if ls.first_trip.is_none() && first_impairment.is_some_and(|s| now >= s) {
+            ls.first_trip = Some(now);
+        }
+    }
+}
+
+/// The time from `from` to the start of the first full second (starting at a call's start,
+/// at or after `from`, ending by `end`) in which every call succeeded; `log` is sorted by start.
+fn first_good_second(log: &[(u64, bool)], from: u64, end: u64) -> Option<u64> {
+    let begin = log.partition_point(|&(s, _)| s < from);
+    let mut next_failure = begin;
+    for i in begin..log.len() {
+        let (s, _) = log[i];
+        if s.saturating_add(SECOND) > end {
+            return None;
+        }
+        if next_failure < i {
+            next_failure = i;
+        }
+        while next_failure < log.len() && log[next_failure].1 {
+            next_failure += 1;
+        }
+        let clear_until = log.get(next_failure).map_or(u64::MAX, |&(t, _)| t);
+        if clear_until >= s.saturating_add(SECOND) {
+            return Some(s - from);
+        }
+    }
+    None
+}
