@@ -1,0 +1,146 @@
+//! Scenario files: a good one runs; a bad one says what is wrong and where.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic
+)]
+
+use stormguard_tests::{config, run, Impairment};
+
+const GOOD: &str = r#"
+name = "payments"
+description = "a brownout, compared"
+duration = "40s"
+seed = 9
+strategies = ["retry-x3"]
+
+[load]
+clients = 3
+rate = 20
+
+[dependency]
+p50 = "20ms"
+p99 = "200ms"
+failure_rate = 0.001
+capacity = 50
+
+[[impairment]]
+kind = "brownout"
+at = "10s"
+lasting = "15s"
+slower = 8
+
+[[impairment]]
+kind = "cold_recovery"
+at = "25s"
+over = "10s"
+from = 0.1
+
+[[strategy]]
+name = "ours"
+attempts = 3
+deadline = "10s"
+attempt_timeout = "2s"
+backoff = { base = "50ms", factor = 2.0, cap = "5s", jitter = "equal" }
+budget = { fraction = 0.2, floor = 5 }
+breaker = { consecutive_failures = 5, slow_calls = 3, trip_window = "10s", break = "5s", recovery = 0.5 }
+"#;
+
+#[test]
+fn a_scenario_file_describes_a_dependency_a_fleet_and_a_policy() {
+    let s = config::parse(GOOD).unwrap();
+    assert_eq!(s.name, "payments");
+    assert_eq!(s.clients, 3);
+    assert_eq!(s.dependency.impairments.len(), 2);
+    assert!(
+        matches!(s.dependency.impairments[0], Impairment::Brownout { slower, .. } if (slower - 8.0).abs() < 1e-9)
+    );
+    let names: Vec<&str> = s.strategies.iter().map(|st| st.name.as_str()).collect();
+    assert_eq!(names, ["retry-x3", "ours"]);
+    let ours = &s.strategies[1].layers[0];
+    assert_eq!(ours.call.max_attempts(), 3);
+    assert!(ours.breaker.unwrap().recovery().is_some());
+    let r = run(&s, &s.strategies[1], s.seed);
+    assert!(r.calls > 2000);
+}
+
+fn error(text: &str) -> String {
+    config::parse(text).unwrap_err().to_string()
+}
+
+fn with(replace: &str, by: &str) -> String {
+    assert!(GOOD.contains(replace), "{replace}");
+    GOOD.replacen(replace, by, 1)
+}
+
+#[test]
+fn a_bad_scenario_file_says_what_is_wrong_and_where() {
+    let cases: [(&str, &str, &str); 10] = [
+        (
+            "p99 = \"200ms\"",
+            "p99 = \"10ms\"",
+            "dependency.p99: must be above p50",
+        ),
+        (
+            "duration = \"40s\"",
+            "duration = \"40 parsecs\"",
+            "duration: invalid duration",
+        ),
+        (
+            "kind = \"brownout\"",
+            "kind = \"meteor\"",
+            "impairment[0].kind: unknown impairment \"meteor\"",
+        ),
+        (
+            "slower = 8",
+            "slower = 0.5",
+            "impairment[0].slower: 0.5 is not above 1",
+        ),
+        (
+            "capacity = 50",
+            "",
+            "impairment[1].kind: a cold_recovery needs dependency.capacity",
+        ),
+        (
+            "strategies = [\"retry-x3\"]",
+            "strategies = [\"retry-forever\"]",
+            "strategies: unknown built-in strategy \"retry-forever\"",
+        ),
+        (
+            "consecutive_failures = 5",
+            "consecutive_failures = 0",
+            "strategy[0].breaker",
+        ),
+        (
+            "jitter = \"equal\"",
+            "jitter = \"some\"",
+            "strategy[0].backoff.jitter: unknown jitter",
+        ),
+        ("rate = 20", "rate = 20\nburst = 3", "unknown field `burst`"),
+        (
+            "failure_rate = 0.001",
+            "failure_rate = 1.5",
+            "dependency.failure_rate: 1.5 is not a fraction",
+        ),
+    ];
+    for (replace, by, expected) in cases {
+        let e = error(&with(replace, by));
+        assert!(e.contains(expected), "expected {expected:?} in {e:?}");
+    }
+    // A syntax error gives the line.
+    let e = error("name = \"x\"\nduration = \n");
+    assert!(e.contains("line 2"), "{e}");
+}
+
+#[test]
+fn durations_read_as_a_number_and_a_unit() {
+    let ms = |t: &str| config::parse_duration("x", t).map(|d| d.as_nanos() / 1_000_000);
+    assert_eq!(ms("250ms"), Ok(250));
+    assert_eq!(ms("1.5s"), Ok(1500));
+    assert_eq!(ms("2m"), Ok(120_000));
+    assert_eq!(ms("1h"), Ok(3_600_000));
+    assert!(ms("5").is_err());
+    assert!(ms("s").is_err());
+}
