@@ -148,6 +148,14 @@ impl Permit {
         self.started
     }
 
+    /// The breaker period (wrapping) this permit was granted in. Probe slots belong to a
+    /// period: a probe still out when its period ends (a sibling failed and re-opened the
+    /// breaker, or it was reclaimed) no longer holds a slot, and its outcome decides nothing.
+    #[must_use]
+    pub const fn period(&self) -> u8 {
+        self.epoch
+    }
+
     /// `true` for a half-open probe.
     #[must_use]
     pub const fn is_probe(&self) -> bool {
@@ -1251,6 +1259,13 @@ impl Breaker {
     #[cfg(test)]
     pub(crate) fn control_word(&self) -> u64 {
         Word::get(&self.core.control)
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Breaker {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "Breaker({})", self.name());
     }
 }
 

@@ -20,9 +20,11 @@
 //! packs losslessly into one `u64`, so the same rules can run inside a compare-exchange loop over
 //! a single atomic word. [`Budget`] is the single-threaded `&mut` form: settings plus that state.
 
+use core::cell::Cell;
 use core::fmt;
 
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
+use crate::packed::{const_unless_loom, word, Word};
 use crate::ratio::{Ratio, PPM};
 use crate::time::Tick;
 use crate::{Duration, Instant, Name, Outcome};
@@ -321,14 +323,11 @@ impl BudgetState {
     };
 
     /// The state as one word: `stamp` in the high half, `tokens` in the low half.
-    // The shared (atomic) form is the user; until it lands only the tests call these.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) const fn pack(self) -> u64 {
         ((self.stamp as u64) << 32) | self.tokens as u64
     }
 
     /// The inverse of [`BudgetState::pack`].
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) const fn unpack(word: u64) -> BudgetState {
         // Truncation is the point: each half is one field.
         BudgetState {
@@ -455,6 +454,76 @@ impl BudgetState {
     }
 }
 
+/// The budget over some storage: one word, a `Cell` in the single-threaded form and an atomic
+/// in the shared one, both driven by the same pure rules through load / step / compare-exchange.
+/// The stored word is the packed state XOR the packed [`BudgetState::UNTOUCHED`], so a zeroed
+/// word is a full, untouched budget and the shared form can be built in a `const`.
+#[derive(Clone, Debug)]
+pub(crate) struct BudgetCore<W> {
+    settings: BudgetSettings,
+    word: W,
+}
+
+const UNTOUCHED_WORD: u64 = BudgetState::UNTOUCHED.pack();
+
+impl<W: Word> BudgetCore<W> {
+    const_unless_loom! {
+        pub(crate) fn new(settings: BudgetSettings) -> BudgetCore<W> {
+            BudgetCore { settings, word: word!(W) }
+        }
+    }
+
+    fn state(&self) -> BudgetState {
+        BudgetState::unpack(self.word.get() ^ UNTOUCHED_WORD)
+    }
+
+    fn step(&self, mut f: impl FnMut(BudgetState) -> BudgetState) {
+        self.word
+            .update(|w| f(BudgetState::unpack(w ^ UNTOUCHED_WORD)).pack() ^ UNTOUCHED_WORD);
+    }
+
+    pub(crate) fn try_withdraw(&self, now: Instant) -> Result<(), Refused> {
+        let mut result = Ok(());
+        self.step(|s| {
+            let (r, next) = s.withdraw(&self.settings, now);
+            result = r;
+            next
+        });
+        result
+    }
+
+    pub(crate) fn on_outcome(&self, now: Instant, outcome: Outcome) {
+        self.step(|s| s.on_outcome(&self.settings, now, outcome));
+    }
+
+    pub(crate) fn deposit(&self, now: Instant) {
+        self.step(|s| s.deposit(&self.settings, now, self.settings.fraction.ppm()));
+    }
+
+    pub(crate) fn available(&self, now: Instant) -> u32 {
+        self.state().settle(&self.settings, now).tokens / TOKEN
+    }
+
+    pub(crate) fn utilization(&self, now: Instant) -> Ratio {
+        utilization(self.state().settle(&self.settings, now), &self.settings)
+    }
+
+    pub(crate) fn snapshot(&self, now: Instant) -> BudgetSnapshot {
+        let state = self.state().settle(&self.settings, now);
+        BudgetSnapshot {
+            name: self.settings.name,
+            available: state.tokens / TOKEN,
+            tokens_micro: state.tokens,
+            capacity_micro: self.settings.capacity_micro(),
+            utilization: utilization(state, &self.settings),
+        }
+    }
+
+    pub(crate) const fn settings(&self) -> &BudgetSettings {
+        &self.settings
+    }
+}
+
 /// A retry budget, single-threaded (`&mut self`): ask it before every retry, tell it every
 /// outcome.
 ///
@@ -482,20 +551,24 @@ impl BudgetState {
 /// # Ok::<(), stormguard_core::Refused>(())
 /// ```
 #[derive(Clone, Debug)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Budget {
-    settings: BudgetSettings,
-    state: BudgetState,
+    core: BudgetCore<Cell<u64>>,
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Budget {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "Budget({})", self.core.settings().name());
+    }
 }
 
 impl Budget {
-    /// A full budget. It needs no clock reading: the floor starts counting at the first `now`
-    /// it is given.
-    #[must_use]
-    pub const fn new(settings: BudgetSettings) -> Budget {
-        Budget {
-            settings,
-            state: BudgetState::UNTOUCHED,
+    const_unless_loom! {
+        /// A full budget. It needs no clock reading: the floor starts counting at the first
+        /// `now` it is given.
+        #[must_use]
+        pub fn new(settings: BudgetSettings) -> Budget {
+            Budget { core: BudgetCore::new(settings) }
         }
     }
 
@@ -503,55 +576,44 @@ impl Budget {
     /// floor rate needs to accrue the missing part of one retry, counted from `now`
     /// ([`Duration::MAX`] with a zero floor: only successes can fund it).
     pub fn try_withdraw(&mut self, now: Instant) -> Result<(), Refused> {
-        let (result, next) = self.state.withdraw(&self.settings, now);
-        self.state = next;
-        result
+        self.core.try_withdraw(now)
     }
 
     /// Records an attempt's outcome: a [`Outcome::Success`] funds
     /// [`fraction`](BudgetSettings::fraction) of a retry; nothing else funds or costs anything.
     pub fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
-        self.state = self.state.on_outcome(&self.settings, now, outcome);
+        self.core.on_outcome(now, outcome);
     }
 
     /// Funds [`fraction`](BudgetSettings::fraction) of a retry, as a success does. Beyond the
     /// capacity it is lost.
     pub fn deposit(&mut self, now: Instant) {
-        self.state = self
-            .state
-            .deposit(&self.settings, now, self.settings.fraction.ppm());
+        self.core.deposit(now);
     }
 
     /// Whole retries the budget would fund at `now`.
     #[must_use]
     pub fn available(&self, now: Instant) -> u32 {
-        self.state.settle(&self.settings, now).tokens / TOKEN
+        self.core.available(now)
     }
 
     /// How much of the budget is spent: 0 when full, 1 when empty. A budget that sits near 1 is
     /// a client whose retries are being refused.
     #[must_use]
     pub fn utilization(&self, now: Instant) -> Ratio {
-        utilization(self.state.settle(&self.settings, now), &self.settings)
+        self.core.utilization(now)
     }
 
     /// The budget's name, contents and utilization at `now`, for health endpoints and metrics.
     #[must_use]
     pub fn snapshot(&self, now: Instant) -> BudgetSnapshot {
-        let state = self.state.settle(&self.settings, now);
-        BudgetSnapshot {
-            name: self.settings.name,
-            available: state.tokens / TOKEN,
-            tokens_micro: state.tokens,
-            capacity_micro: self.settings.capacity_micro(),
-            utilization: utilization(state, &self.settings),
-        }
+        self.core.snapshot(now)
     }
 
     /// The settings the budget was built with.
     #[must_use]
     pub const fn settings(&self) -> &BudgetSettings {
-        &self.settings
+        self.core.settings()
     }
 }
 
@@ -1010,7 +1072,7 @@ mod tests {
         }
         assert_eq!(
             BudgetState::unpack(word).settle(&settings, now),
-            b.state.settle(&settings, now)
+            b.core.state().settle(&settings, now)
         );
     }
 }

@@ -61,6 +61,7 @@ mod outcome;
 mod packed;
 mod ratio;
 mod settings;
+mod shared;
 mod stats;
 mod time;
 
@@ -80,4 +81,5 @@ pub use settings::{
     BreakerSettings, BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls, MAX_COUNT,
     MAX_PROBES, TRIP_BUCKETS,
 };
+pub use shared::{PermitGuard, SharedBreaker, SharedBudget};
 pub use time::{Duration, Instant, MAX_BREAK};

@@ -1,0 +1,348 @@
+//! The shared forms: a breaker and a budget that many threads use through `&self`, with no lock
+//! on the call path. They run the very code of the single-threaded forms over atomic words
+//! (`portable-atomic`), so no rule is written twice.
+//!
+//! # Consistency
+//! The breaker's control state (phase, period, counts, probes, break) is one word installed by
+//! compare-exchange, so every transition is atomic and exactly one racing thread wins each probe
+//! slot. The ramp's credit is a second word tagged with the period, and the statistics (trip
+//! window, baselines, latency histogram) are further words updated one at a time. A snapshot is
+//! therefore consistent per word, not across words: a count racing a window rotation may land in
+//! the neighbouring bucket, and a snapshot may show a window count a moment older than the state.
+//!
+//! # Microcontrollers
+//! On a chip without 64-bit compare-and-swap (thumbv6m, thumbv7m, riscv32imc),
+//! `portable-atomic` needs a backend chosen by the firmware (see the crate docs), and its
+//! fallback for 64-bit atomics on thumbv7 is a spinlock an interrupt can deadlock. There, share
+//! the single-threaded forms behind a mutex instead (the embassy adapter does).
+
+use core::fmt;
+
+use crate::breaker::{Core, Permit, Snapshot, State};
+use crate::budget::{BudgetCore, BudgetSnapshot};
+use crate::call::{Admission, Funding};
+use crate::loom::AtomicU64;
+use crate::packed::const_unless_loom;
+use crate::{
+    BreakerSettings, BudgetSettings, Duration, Event, Instant, Name, Outcome, Ratio, Refused,
+};
+
+/// A circuit breaker shared by many threads through `&self`, lock-free. Same settings, same
+/// rules, same decisions as [`Breaker`](crate::Breaker) for any sequential input.
+///
+/// ```
+/// use stormguard_core::{BreakerSettings, Instant, Outcome, SharedBreaker, State};
+///
+/// static PAYMENTS: SharedBreaker = SharedBreaker::new(BreakerSettings::defaults("payments"));
+///
+/// let now = Instant::from_secs(1);
+/// let permit = PAYMENTS.try_acquire(now, None, &mut |_| {})?;
+/// PAYMENTS.on_outcome(now, permit, Outcome::Success, &mut |_| {});
+/// assert_eq!(PAYMENTS.state(now), State::Closed);
+/// # Ok::<(), stormguard_core::Refused>(())
+/// ```
+#[derive(Debug)]
+pub struct SharedBreaker {
+    core: Core<AtomicU64>,
+}
+
+impl SharedBreaker {
+    const_unless_loom! {
+        /// A closed breaker with validated `settings`; usable in a `static`.
+        #[must_use]
+        pub fn new(settings: BreakerSettings) -> SharedBreaker {
+            SharedBreaker { core: Core::new(settings) }
+        }
+    }
+
+    /// Sets the jitter seed (give each process its own, so a fleet's breaks do not line up).
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> SharedBreaker {
+        self.core.set_seed(seed);
+        self
+    }
+
+    /// The settings this breaker was built with.
+    #[must_use]
+    pub const fn settings(&self) -> &BreakerSettings {
+        self.core.settings()
+    }
+
+    /// The breaker's name.
+    #[must_use]
+    pub const fn name(&self) -> &Name {
+        self.core.settings().name()
+    }
+
+    /// The state at `now`; reading consumes nothing.
+    #[must_use]
+    pub fn state(&self, now: Instant) -> State {
+        self.core.state(now)
+    }
+
+    /// Asks to make one attempt at `now`; `attempt_timeout` bounds how long a probe slot may
+    /// stay out without an outcome (without one, the break just served).
+    pub fn try_acquire(
+        &self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut impl FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        self.core.try_acquire(now, attempt_timeout, events)
+    }
+
+    /// Like [`SharedBreaker::try_acquire`], returning a guard that hands the permit back (and
+    /// with it any probe slot) if it is dropped without an outcome.
+    pub fn try_acquire_guarded(
+        &self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut impl FnMut(Event<'_>),
+    ) -> Result<PermitGuard<'_>, Refused> {
+        self.try_acquire(now, attempt_timeout, events)
+            .map(|permit| PermitGuard {
+                breaker: self,
+                permit: Some(permit),
+            })
+    }
+
+    /// Would a call be admitted at `now`? Changes nothing.
+    pub fn check(&self, now: Instant) -> Result<(), Refused> {
+        self.core.check(now)
+    }
+
+    /// Reports how the attempt behind `permit` ended, at `now`.
+    pub fn on_outcome(
+        &self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut impl FnMut(Event<'_>),
+    ) {
+        self.core.on_outcome(now, permit, outcome, events);
+    }
+
+    /// Gives back a permit whose attempt never reached an outcome; a probe slot is freed.
+    pub fn release(&self, permit: Permit) {
+        self.core.release(&permit);
+    }
+
+    /// Forces the breaker open until [`SharedBreaker::reset`].
+    pub fn isolate(&self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
+        self.core.isolate(now, events);
+    }
+
+    /// Closes the breaker; the learned baselines stay.
+    pub fn reset(&self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
+        self.core.reset(now, events);
+    }
+
+    /// When a timed transition is due, if any.
+    #[must_use]
+    pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+        self.core.poll_timeout(now)
+    }
+
+    /// Realises the transitions due at `now` and emits their events.
+    pub fn handle_timeout(&self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
+        self.core.handle_timeout(now, events);
+    }
+
+    /// The learned median latency of successful calls.
+    #[must_use]
+    pub fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        self.core.normal_latency(now)
+    }
+
+    /// The learned normal failure rate, once armed.
+    #[must_use]
+    pub fn normal_failure_rate(&self, now: Instant) -> Option<Ratio> {
+        self.core.normal_failure_rate(now)
+    }
+
+    /// The admitted fraction while recovering.
+    #[must_use]
+    pub fn ramp_fraction(&self, now: Instant) -> Option<Ratio> {
+        self.core.ramp_fraction(now)
+    }
+
+    /// A point-in-time view (consistent per word, see the module docs).
+    #[must_use]
+    pub fn snapshot(&self, now: Instant) -> Snapshot {
+        self.core.snapshot(now)
+    }
+}
+
+/// A permit that hands itself back when dropped without an outcome, so a cancelled attempt
+/// never leaks a half-open probe slot.
+#[must_use = "dropping the guard releases the permit"]
+#[derive(Debug)]
+pub struct PermitGuard<'a> {
+    breaker: &'a SharedBreaker,
+    permit: Option<Permit>,
+}
+
+impl PermitGuard<'_> {
+    /// When the attempt was admitted.
+    #[must_use]
+    pub fn started(&self) -> Option<Instant> {
+        self.permit.as_ref().map(Permit::started)
+    }
+
+    /// Reports the outcome, consuming the guard.
+    pub fn complete(mut self, now: Instant, outcome: Outcome, events: &mut impl FnMut(Event<'_>)) {
+        if let Some(p) = self.permit.take() {
+            self.breaker.on_outcome(now, p, outcome, events);
+        }
+    }
+
+    /// Takes the permit out; the caller then owes the breaker an outcome or a release.
+    pub fn into_permit(mut self) -> Option<Permit> {
+        self.permit.take()
+    }
+}
+
+impl Drop for PermitGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.permit.take() {
+            self.breaker.release(p);
+        }
+    }
+}
+
+/// A retry budget shared by many threads through `&self`, lock-free: one atomic word driven by
+/// the rules of [`Budget`](crate::Budget).
+///
+/// ```
+/// use stormguard_core::{BudgetSettings, Instant, Outcome, SharedBudget};
+///
+/// static RETRIES: SharedBudget = SharedBudget::new(BudgetSettings::defaults("payments"));
+/// let now = Instant::from_secs(1);
+/// assert!(RETRIES.try_withdraw(now).is_ok());
+/// RETRIES.on_outcome(now, Outcome::Success);
+/// assert_eq!(RETRIES.available(now), 29);
+/// ```
+#[derive(Debug)]
+pub struct SharedBudget {
+    core: BudgetCore<AtomicU64>,
+}
+
+impl SharedBudget {
+    const_unless_loom! {
+        /// A full budget; usable in a `static`.
+        #[must_use]
+        pub fn new(settings: BudgetSettings) -> SharedBudget {
+            SharedBudget { core: BudgetCore::new(settings) }
+        }
+    }
+
+    /// Spends one retry, or refuses with the time the floor needs to accrue one.
+    pub fn try_withdraw(&self, now: Instant) -> Result<(), Refused> {
+        self.core.try_withdraw(now)
+    }
+
+    /// Records an attempt's outcome (successes fund retries).
+    pub fn on_outcome(&self, now: Instant, outcome: Outcome) {
+        self.core.on_outcome(now, outcome);
+    }
+
+    /// Funds a success's fraction of a retry.
+    pub fn deposit(&self, now: Instant) {
+        self.core.deposit(now);
+    }
+
+    /// Whole retries available at `now`.
+    #[must_use]
+    pub fn available(&self, now: Instant) -> u32 {
+        self.core.available(now)
+    }
+
+    /// How much of the budget is spent: 0 full, 1 empty.
+    #[must_use]
+    pub fn utilization(&self, now: Instant) -> Ratio {
+        self.core.utilization(now)
+    }
+
+    /// Name, contents and utilization at `now`.
+    #[must_use]
+    pub fn snapshot(&self, now: Instant) -> BudgetSnapshot {
+        self.core.snapshot(now)
+    }
+
+    /// The settings the budget was built with.
+    #[must_use]
+    pub const fn settings(&self) -> &BudgetSettings {
+        self.core.settings()
+    }
+}
+
+impl Admission for &SharedBreaker {
+    fn name(&self) -> &Name {
+        SharedBreaker::name(self)
+    }
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        self.core.try_acquire(now, attempt_timeout, events)
+    }
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        self.core.check(now)
+    }
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        self.core.on_outcome(now, permit, outcome, events);
+    }
+    fn release(&mut self, permit: Permit) {
+        self.core.release(&permit);
+    }
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        self.core.normal_latency(now)
+    }
+}
+
+impl Funding for &SharedBudget {
+    fn name(&self) -> Option<&Name> {
+        Some(self.core.settings().name())
+    }
+    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
+        self.core.try_withdraw(now)
+    }
+    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
+        self.core.on_outcome(now, outcome);
+    }
+}
+
+impl fmt::Display for SharedBreaker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "shared breaker `{}`", self.name())
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for SharedBreaker {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "SharedBreaker({})", self.name());
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for SharedBudget {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "SharedBudget({})", self.core.settings().name());
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl<'a> defmt::Format for PermitGuard<'a> {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "PermitGuard({})", self.permit);
+    }
+}
