@@ -116,59 +116,85 @@ impl fmt::Display for TripReason {
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub(crate) enum Kind {
     /// Admitted by a closed breaker.
-    Normal,
+    Normal = 0,
     /// A half-open probe: holds a probe slot until its outcome (or release).
-    Probe,
+    Probe = 1,
     /// Admitted by the recovery ramp.
-    Ramp,
+    Ramp = 2,
     /// No breaker guards this call.
-    Unguarded,
+    Unguarded = 3,
 }
 
-/// The right to make one attempt, granted at `started` in one breaker period (epoch).
+/// The right to make one attempt, granted at an instant in one breaker period (epoch).
 ///
 /// Hand it back with [`Breaker::on_outcome`]. An outcome reported after the breaker has changed
 /// period (opened, closed, been reset) is recorded for the baselines but decides nothing. A probe
 /// permit that is dropped without an outcome keeps its slot until it is reclaimed: after the
 /// attempt timeout it was granted for, or without one, after the break just served. (The
 /// adapters hand the slot back at once from a drop guard, via [`Breaker::release`].)
+///
+/// A permit is one word: the grant instant's low 54 bits of nanoseconds, the period and the kind.
+/// Latency is therefore measured modulo 2^54 ns, exact for any attempt shorter than 104 days.
 #[must_use = "a permit must be handed back with on_outcome (or release)"]
 #[derive(Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Permit {
-    pub(crate) epoch: u8,
-    pub(crate) kind: Kind,
-    pub(crate) started: Instant,
+    word: u64,
 }
 
+/// Bits of the grant instant a permit keeps.
+const STARTED_BITS: u32 = 54;
+
 impl Permit {
-    /// When the attempt was admitted: latency is measured from here to the outcome.
-    #[must_use]
-    pub const fn started(&self) -> Instant {
-        self.started
+    #[inline]
+    pub(crate) const fn new(epoch: u8, kind: Kind, started: Instant) -> Permit {
+        Permit {
+            word: put(started.as_nanos(), 0, STARTED_BITS)
+                | put(epoch as u64, STARTED_BITS, 8)
+                | put(kind as u64, STARTED_BITS + 8, 2),
+        }
     }
 
     /// The breaker period (wrapping) this permit was granted in. Probe slots belong to a
     /// period: a probe still out when its period ends (a sibling failed and re-opened the
     /// breaker, or it was reclaimed) no longer holds a slot, and its outcome decides nothing.
     #[must_use]
+    #[inline]
     pub const fn period(&self) -> u8 {
-        self.epoch
+        // Masked to 8 bits.
+        field(self.word, STARTED_BITS, 8) as u8
+    }
+
+    #[inline]
+    pub(crate) const fn kind(&self) -> Kind {
+        match field(self.word, STARTED_BITS + 8, 2) {
+            0 => Kind::Normal,
+            1 => Kind::Probe,
+            2 => Kind::Ramp,
+            _ => Kind::Unguarded,
+        }
     }
 
     /// `true` for a half-open probe.
     #[must_use]
     pub const fn is_probe(&self) -> bool {
-        matches!(self.kind, Kind::Probe)
+        matches!(self.kind(), Kind::Probe)
+    }
+
+    /// Time from the grant to `now`: zero if `now` is earlier (a clock that stepped back).
+    #[must_use]
+    pub const fn latency(&self, now: Instant) -> Duration {
+        let elapsed = field(now.as_nanos().wrapping_sub(self.word), 0, STARTED_BITS);
+        if elapsed >= 1 << (STARTED_BITS - 1) {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos(elapsed)
+        }
     }
 
     /// A permit for a call no breaker guards.
     pub(crate) const fn unguarded(started: Instant) -> Permit {
-        Permit {
-            epoch: 0,
-            kind: Kind::Unguarded,
-            started,
-        }
+        Permit::new(0, Kind::Unguarded, started)
     }
 }
 
@@ -280,6 +306,14 @@ pub(crate) struct Ramp {
 }
 
 impl Ramp {
+    /// The ramp outside `Recovering`: never read for a decision.
+    pub(crate) const IDLE: Ramp = Ramp {
+        tag: 0,
+        cap: RAMP_ONE,
+        credit: 0,
+        streak: 0,
+    };
+
     /// The ramp of period `epoch`, read from its stored word.
     pub(crate) const fn current(w: u64, epoch: u8) -> Ramp {
         let r = Ramp::unpack(w);
@@ -311,6 +345,11 @@ impl Ramp {
         }
     }
 }
+
+/// The phase's bits in the packed control word.
+const PHASE_MASK: u64 = 0b111;
+/// Phase, epoch and count: the bits a success while closed could change.
+const QUIET_MASK: u64 = (1 << 21) - 1;
 
 /// The ramp's floor and step: 5%.
 const RAMP_INITIAL: u16 = 50;
@@ -344,6 +383,11 @@ impl Notes {
                 return;
             }
         }
+    }
+
+    /// `true` when there is nothing to emit.
+    fn is_empty(&self) -> bool {
+        self.changes[0].is_none() && !self.probe_started && self.reclaimed == 0 && !self.ramp_step
     }
 
     /// `true` when the breaker opened or closed: the trip window's evidence has been used.
@@ -511,8 +555,8 @@ pub(crate) enum Admit {
     Ramp,
 }
 
-/// The admission rule over the control state. `hold` is how long a probe slot may stay out
-/// before it is reclaimed.
+/// The admission rule over the control state. `attempt_timeout` bounds how long a probe slot
+/// may stay out before it is reclaimed.
 #[allow(clippy::too_many_arguments)] // one pure rule, spelled out: every input is needed
 pub(crate) fn admit(
     c: &mut Control,
@@ -520,7 +564,7 @@ pub(crate) fn admit(
     s: &BreakerSettings,
     seed: u64,
     now: Instant,
-    hold: Duration,
+    attempt_timeout: Option<Duration>,
     n: &mut Notes,
 ) -> Result<Admit, Refused> {
     advance(c, r, s, seed, now, n);
@@ -542,6 +586,12 @@ pub(crate) fn admit(
                     retry_after: Duration::ZERO,
                 });
             }
+            // A probe that never reports is reclaimed after its attempt timeout, or without
+            // one, after the break just served.
+            let hold = match attempt_timeout {
+                Some(t) => t,
+                None => break_for(s, c.opens, seed),
+            };
             let reclaim = Tick::deadline(now, hold);
             if c.probes == 0 || later(reclaim, c.mark) {
                 c.mark = reclaim;
@@ -598,11 +648,11 @@ pub(crate) fn complete(
     readings: Option<&Readings>,
     n: &mut Notes,
 ) -> Option<bool> {
-    if permit.kind == Kind::Unguarded || permit.epoch != c.epoch {
+    if permit.kind() == Kind::Unguarded || permit.period() != c.epoch {
         // A permit from an earlier period decides nothing.
         return None;
     }
-    match (c.phase, permit.kind) {
+    match (c.phase, permit.kind()) {
         (Phase::Closed, Kind::Normal) => {
             if outcome == Outcome::Success {
                 c.count = 0;
@@ -674,7 +724,7 @@ pub(crate) fn ramp_evidence(r: &mut Ramp, slow: bool, s: &BreakerSettings) -> bo
 
 /// Gives a probe slot back without an outcome (the caller's attempt was cancelled).
 pub(crate) fn release(c: &mut Control, permit: &Permit) {
-    if permit.kind == Kind::Probe && permit.epoch == c.epoch && c.phase == Phase::HalfOpen {
+    if permit.kind() == Kind::Probe && permit.period() == c.epoch && c.phase == Phase::HalfOpen {
         c.probes = c.probes.saturating_sub(1);
     }
 }
@@ -763,14 +813,24 @@ impl<W: Word> Core<W> {
         &self.settings
     }
 
-    /// The control state and the current period's ramp.
+    /// The control state and, while recovering, the current period's ramp (the ramp word is
+    /// not read in any other phase).
+    #[inline]
     fn load(&self) -> (u64, Control, Ramp) {
         let raw = self.control.get();
         let c = Control::unpack(raw);
-        (raw, c, Ramp::current(self.ramp.get(), c.epoch))
+        let r = if c.phase == Phase::Recovering {
+            Ramp::current(self.ramp.get(), c.epoch)
+        } else {
+            Ramp::IDLE
+        };
+        (raw, c, r)
     }
 
     fn emit(&self, n: &Notes, now: Instant, events: &mut dyn FnMut(Event<'_>)) {
+        if n.is_empty() {
+            return;
+        }
         let name = self.settings.name();
         if n.reclaimed > 0 {
             events(Event::ProbesReclaimed {
@@ -808,7 +868,24 @@ impl<W: Word> Core<W> {
         c.state(&r, &self.settings, self.seed, now)
     }
 
+    #[inline]
     pub(crate) fn try_acquire(
+        &self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        let raw = self.control.get();
+        if raw & PHASE_MASK == Phase::Closed as u64 {
+            // Nothing in a closed breaker changes on admission.
+            let epoch = Control::unpack(raw).epoch;
+            return Ok(Permit::new(epoch, Kind::Normal, now));
+        }
+        self.try_acquire_slow(now, attempt_timeout, events)
+    }
+
+    #[inline(never)]
+    fn try_acquire_slow(
         &self,
         now: Instant,
         attempt_timeout: Option<Duration>,
@@ -816,11 +893,17 @@ impl<W: Word> Core<W> {
     ) -> Result<Permit, Refused> {
         loop {
             let (raw, c0, r) = self.load();
-            let hold =
-                attempt_timeout.unwrap_or_else(|| break_for(&self.settings, c0.opens, self.seed));
             let mut c = c0;
             let mut n = Notes::default();
-            let decision = admit(&mut c, &r, &self.settings, self.seed, now, hold, &mut n);
+            let decision = admit(
+                &mut c,
+                &r,
+                &self.settings,
+                self.seed,
+                now,
+                attempt_timeout,
+                &mut n,
+            );
             if c != c0 && !self.control.cas(raw, c.pack()) {
                 continue;
             }
@@ -844,11 +927,7 @@ impl<W: Word> Core<W> {
                 self.stats.clear_window(now, &self.settings);
             }
             self.emit(&n, now, events);
-            return result.map(|kind| Permit {
-                epoch: c.epoch,
-                kind,
-                started: now,
-            });
+            return result.map(|kind| Permit::new(c.epoch, kind, now));
         }
     }
 
@@ -860,7 +939,7 @@ impl<W: Word> Core<W> {
             &self.settings,
             self.seed,
             now,
-            Duration::ZERO,
+            Some(Duration::ZERO),
             &mut Notes::default(),
         )?;
         match decision {
@@ -869,6 +948,7 @@ impl<W: Word> Core<W> {
         }
     }
 
+    #[inline]
     pub(crate) fn on_outcome(
         &self,
         now: Instant,
@@ -876,17 +956,38 @@ impl<W: Word> Core<W> {
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
+        if !self.settings.keeps_statistics()
+            && outcome == Outcome::Success
+            && permit.kind() == Kind::Normal
+        {
+            // The common case of a breaker without statistics: a success while closed with no
+            // failures counted changes nothing. Phase, period and count are the low 21 bits.
+            let quiet = u64::from(permit.period()) << 3;
+            if self.control.get() & QUIET_MASK == quiet {
+                return;
+            }
+        }
+        self.on_outcome_slow(now, permit, outcome, events);
+    }
+
+    #[inline(never)]
+    fn on_outcome_slow(
+        &self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
         let s = &self.settings;
-        let latency = now.saturating_duration_since(permit.started);
-        let (_, at_outcome, _) = self.load();
-        let current = permit.kind != Kind::Unguarded && permit.epoch == at_outcome.epoch;
         let keeps = s.keeps_statistics();
-        let (median, samples) = if keeps {
-            self.stats.latency(now, s)
+        let latency = permit.latency(now);
+        let (_, at_outcome, _) = self.load();
+        let current = permit.kind() != Kind::Unguarded && permit.period() == at_outcome.epoch;
+        let threshold = if keeps {
+            self.stats.slow_threshold(now, s)
         } else {
-            (None, 0)
+            None
         };
-        let threshold = stats::slow_threshold(s, median, samples);
         let slow = outcome == Outcome::TimedOut || threshold.is_some_and(|t| latency > t);
         let mut readings = None;
         if keeps {
@@ -899,7 +1000,9 @@ impl<W: Word> Core<W> {
                 baseline_latency: (outcome == Outcome::Success).then_some(latency),
             };
             self.stats.record(now, s, sample);
-            if closed && outcome.is_counted() {
+            // The ratios are judged when evidence against the dependency arrives: a failure or
+            // a slow call (a fast success can only lower them).
+            if closed && (outcome.is_failure() || (slow && outcome.is_counted())) {
                 readings = Some(self.stats.readings(now, s));
             }
         }
@@ -1168,12 +1271,14 @@ impl Breaker {
 
     /// Asks to make one attempt at `now`. A probe slot taken this way is reclaimed after the
     /// break just served if its outcome never arrives; see [`Breaker::try_acquire_with`].
+    #[inline]
     pub fn try_acquire(&mut self, now: Instant) -> Result<Permit, Refused> {
         self.core.try_acquire(now, None, &mut |_| {})
     }
 
     /// Asks to make one attempt at `now`, with the attempt timeout (which bounds how long a probe
     /// slot may stay out without an outcome) and a sink for the events the admission produces.
+    #[inline]
     pub fn try_acquire_with(
         &mut self,
         now: Instant,
@@ -1189,7 +1294,8 @@ impl Breaker {
     }
 
     /// Reports how the attempt behind `permit` ended, at `now`. Latency is
-    /// `now - permit.started()`.
+    /// [`Permit::latency`] at `now`.
+    #[inline]
     pub fn on_outcome(
         &mut self,
         now: Instant,

@@ -22,6 +22,8 @@ pub(crate) trait Word {
     fn cas(&self, current: u64, new: u64) -> bool;
     /// Replaces the value, returning the old one.
     fn swap(&self, new: u64) -> u64;
+    /// Keeps the larger, returning the old value.
+    fn fetch_max(&self, v: u64) -> u64;
 
     /// Load / pure step / compare-exchange until it sticks. Returns (old, new).
     fn update(&self, mut f: impl FnMut(u64) -> u64) -> (u64, u64) {
@@ -42,6 +44,7 @@ impl Word for Cell<u64> {
     fn zero() -> Self {
         Cell::new(0)
     }
+    #[inline]
     fn get(&self) -> u64 {
         Cell::get(self)
     }
@@ -56,6 +59,11 @@ impl Word for Cell<u64> {
     fn swap(&self, new: u64) -> u64 {
         self.replace(new)
     }
+    fn fetch_max(&self, v: u64) -> u64 {
+        let old = Cell::get(self);
+        self.set(old.max(v));
+        old
+    }
 }
 
 impl Word for AtomicU64 {
@@ -65,6 +73,7 @@ impl Word for AtomicU64 {
     fn zero() -> Self {
         AtomicU64::new(0)
     }
+    #[inline]
     fn get(&self) -> u64 {
         self.load(Ordering::Acquire)
     }
@@ -74,6 +83,9 @@ impl Word for AtomicU64 {
     }
     fn swap(&self, new: u64) -> u64 {
         AtomicU64::swap(self, new, Ordering::AcqRel)
+    }
+    fn fetch_max(&self, v: u64) -> u64 {
+        AtomicU64::fetch_max(self, v, Ordering::AcqRel)
     }
 }
 

@@ -194,6 +194,9 @@ impl Multiple {
     /// `d * self`, saturating.
     #[must_use]
     pub fn apply(self, d: crate::Duration) -> crate::Duration {
+        if let Some(product) = d.as_nanos().checked_mul(u64::from(self.milli)) {
+            return crate::Duration::from_nanos(product / 1000);
+        }
         let nanos = u128::from(d.as_nanos()).saturating_mul(u128::from(self.milli)) / 1000;
         crate::Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }

@@ -336,6 +336,12 @@ pub struct BreakerSettings {
     minimum_calls: u32,
     trip_window: Duration,
     baseline_window: Option<Duration>,
+    /// The baseline window in force (configured, or the widened default), resolved once.
+    #[cfg_attr(feature = "serde", serde(skip))]
+    resolved_baseline: Duration,
+    /// Whether any rule needs the statistics, resolved once.
+    #[cfg_attr(feature = "serde", serde(skip))]
+    keeps_statistics: bool,
     break_duration: Duration,
     max_break: Duration,
     jitter: bool,
@@ -431,6 +437,8 @@ impl BreakerSettings {
         minimum_calls: 20,
         trip_window: Duration::from_secs(30),
         baseline_window: None,
+        resolved_baseline: Duration::from_secs(300),
+        keeps_statistics: false,
         break_duration: Duration::from_secs(15),
         max_break: Duration::from_secs(120),
         jitter: true,
@@ -506,18 +514,7 @@ impl BreakerSettings {
     /// window, widened further when a rule needs more (see [`BreakerSettings::required_baseline`]).
     #[must_use]
     pub const fn baseline_window(&self) -> Duration {
-        match self.baseline_window {
-            Some(w) => w,
-            None => {
-                let ten = self.trip_window.saturating_mul(10);
-                ten.max(required_baseline(
-                    self.trip_window,
-                    self.slow_calls.is_some(),
-                    self.slow_ratio,
-                    self.failure_rate,
-                ))
-            }
-        }
+        self.resolved_baseline
     }
 
     /// The shortest baseline window these rules can work with. A baseline must outlast the trip
@@ -574,6 +571,10 @@ impl BreakerSettings {
     /// `true` when any rule needs the trip window or baselines (so the breaker keeps them).
     #[must_use]
     pub const fn keeps_statistics(&self) -> bool {
+        self.keeps_statistics
+    }
+
+    const fn needs_statistics(&self) -> bool {
         self.failure_rate.is_some()
             || self.failure_ratio.is_some()
             || self.slow_calls.is_some()
@@ -851,7 +852,7 @@ impl BreakerSettingsBuilder {
                 return Err(e);
             }
         }
-        Ok(BreakerSettings {
+        let mut settings = BreakerSettings {
             name: self.name,
             // Both checked against MAX_COUNT / MAX_PROBES above, so they fit.
             consecutive_failures: self.consecutive_failures as u16,
@@ -863,13 +864,25 @@ impl BreakerSettingsBuilder {
             minimum_calls: self.minimum_calls,
             trip_window: self.trip_window,
             baseline_window: self.baseline_window,
+            resolved_baseline: match self.baseline_window {
+                Some(w) => w,
+                None => self.trip_window.saturating_mul(10).max(required_baseline(
+                    self.trip_window,
+                    self.slow_calls.is_some(),
+                    self.slow_ratio,
+                    self.failure_rate,
+                )),
+            },
             break_duration: self.break_duration,
             max_break: self.max_break,
             jitter: self.jitter,
             half_open_probes: self.half_open_probes as u8,
             probe_successes: self.probe_successes as u16,
             recovery: self.recovery,
-        })
+            keeps_statistics: false,
+        };
+        settings.keeps_statistics = settings.needs_statistics();
+        Ok(settings)
     }
 }
 

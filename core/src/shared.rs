@@ -82,6 +82,7 @@ impl SharedBreaker {
 
     /// Asks to make one attempt at `now`; `attempt_timeout` bounds how long a probe slot may
     /// stay out without an outcome (without one, the break just served).
+    #[inline]
     pub fn try_acquire(
         &self,
         now: Instant,
@@ -183,10 +184,10 @@ pub struct PermitGuard<'a> {
 }
 
 impl PermitGuard<'_> {
-    /// When the attempt was admitted.
+    /// Time since the attempt was admitted, at `now`.
     #[must_use]
-    pub fn started(&self) -> Option<Instant> {
-        self.permit.as_ref().map(Permit::started)
+    pub fn latency(&self, now: Instant) -> Option<Duration> {
+        self.permit.as_ref().map(|p| p.latency(now))
     }
 
     /// Reports the outcome, consuming the guard.

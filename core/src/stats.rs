@@ -58,12 +58,14 @@ impl Counts {
 pub(crate) struct Ring<W> {
     index: [W; TRIP_BUCKETS],
     counts: [W; TRIP_BUCKETS],
+    /// The newest bucket index written: spares the division while `now` stays in it.
+    head: W,
 }
 
 impl<W: Word> Ring<W> {
     const_unless_loom! {
         fn new() -> Ring<W> {
-            Ring { index: words![W; TRIP_BUCKETS], counts: words![W; TRIP_BUCKETS] }
+            Ring { index: words![W; TRIP_BUCKETS], counts: words![W; TRIP_BUCKETS], head: word!(W) }
         }
     }
 
@@ -79,7 +81,16 @@ impl<W: Word> Ring<W> {
     /// Adds `c` to the bucket `now` falls in. When that replaces an older bucket, returns the
     /// older bucket's index and counts.
     fn record(&self, now: Instant, width: Duration, c: Counts) -> Option<(u64, Counts)> {
-        let idx = Ring::<W>::index_of(now, width);
+        let head = self.head.get();
+        let start = head.saturating_mul(width.as_nanos());
+        let t = now.as_nanos();
+        let idx = if t >= start && t.wrapping_sub(start) < width.as_nanos() {
+            head
+        } else {
+            let idx = Ring::<W>::index_of(now, width);
+            self.head.fetch_max(idx);
+            idx
+        };
         let k = Ring::<W>::slot(idx);
         let (Some(index), Some(counts)) = (self.index.get(k), self.counts.get(k)) else {
             return None;
@@ -143,8 +154,9 @@ pub(crate) const HIST_BUCKETS: usize = (HIST_OCTAVES * HIST_SUB) as usize;
 /// 16-bit bucket counts, four to a word.
 const LANES: usize = 4;
 const HIST_WORDS: usize = HIST_BUCKETS / LANES;
-/// The median is re-read from the histogram every this many samples (and after each decay).
-const MEMO_EVERY: u64 = 16;
+/// The median is re-read whenever a bucket's count passes a multiple of this (and after each
+/// decay).
+const MEMO_EVERY: u64 = 64;
 
 /// A fixed-size log-linear histogram of successful calls' latencies: 240 sixteen-bit counts,
 /// halved every half baseline window (and whenever one would overflow), and forgotten after a
@@ -159,8 +171,8 @@ pub(crate) struct Histogram<W> {
     last_sample: W,
     /// The memoized median: (bucket + 1) in the high half, samples in the low half.
     memo: W,
-    /// Samples recorded, for refreshing the memo.
-    recorded: W,
+    /// The memoized slow-call threshold in ns (+1; 0 for none yet).
+    slow_at: W,
 }
 
 impl<W: Word> Histogram<W> {
@@ -171,7 +183,7 @@ impl<W: Word> Histogram<W> {
                 period: word!(W),
                 last_sample: word!(W),
                 memo: word!(W),
-                recorded: word!(W),
+                slow_at: word!(W),
             }
         }
     }
@@ -239,8 +251,8 @@ impl<W: Word> Histogram<W> {
         }
     }
 
-    /// Recomputes and stores the memoized median and sample count.
-    fn refresh(&self) {
+    /// Recomputes and stores the memoized median, sample count and slow-call threshold.
+    fn refresh(&self, s: &BreakerSettings) {
         let mut total: u64 = 0;
         for w in &self.lanes {
             let v = w.get();
@@ -266,9 +278,13 @@ impl<W: Word> Histogram<W> {
             }
         }
         self.memo.swap(memo);
+        let (median, samples) = self.reading();
+        let threshold =
+            slow_threshold(s, median, samples).map_or(0, |t| t.as_nanos().saturating_add(1));
+        self.slow_at.swap(threshold);
     }
 
-    fn record(&self, now: Instant, half_window: Duration, latency: Duration) {
+    fn record(&self, now: Instant, s: &BreakerSettings, half_window: Duration, latency: Duration) {
         let mut refresh = false;
         let last = self.last_sample.get();
         if last != 0
@@ -278,36 +294,57 @@ impl<W: Word> Histogram<W> {
             self.clear();
             refresh = true;
         }
-        let period = now
-            .as_nanos()
-            .checked_div(half_window.as_nanos())
-            .unwrap_or(0);
-        let (old, new) = self.period.update(|p| p.max(period));
-        if new > old {
-            let shift = u32::try_from(new.saturating_sub(old).min(16)).unwrap_or(16);
-            self.halve(shift);
-            refresh = true;
+        // The next decay is due at the end of the current period (no division on the
+        // common path).
+        let current = self.period.get();
+        let boundary = current
+            .saturating_add(1)
+            .saturating_mul(half_window.as_nanos());
+        if now.as_nanos() >= boundary {
+            let period = now
+                .as_nanos()
+                .checked_div(half_window.as_nanos())
+                .unwrap_or(0);
+            let (old, new) = self.period.update(|p| p.max(period));
+            if new > old {
+                let shift = u32::try_from(new.saturating_sub(old).min(16)).unwrap_or(16);
+                self.halve(shift);
+                refresh = true;
+            }
         }
         let bucket = Histogram::<W>::bucket(latency.as_nanos());
         let (wi, i) = (bucket / LANES, bucket % LANES);
+        let mut count = 0;
         if let Some(w) = self.lanes.get(wi) {
-            if Histogram::<W>::lane(w.get(), i) == 0xFFFF {
-                // Keep the shape, lose the oldest half of the weight.
+            let at = u32::try_from(i).unwrap_or(0).saturating_mul(16);
+            let one = put(1, at, 16);
+            let bump = |v: u64| {
+                if Histogram::<W>::lane(v, i) == 0xFFFF {
+                    v
+                } else {
+                    v.wrapping_add(one)
+                }
+            };
+            let (old, mut new) = w.update(bump);
+            if old == new {
+                // The count is full: keep the shape, lose the oldest half of the weight.
                 self.halve(1);
+                new = w.update(bump).1;
                 refresh = true;
             }
-            let at = u32::try_from(i).unwrap_or(0).saturating_mul(16);
-            w.update(|v| {
-                let count = Histogram::<W>::lane(v, i);
-                (v & !put(0xFFFF, at, 16)) | put(count.saturating_add(1).min(0xFFFF), at, 16)
-            });
+            count = Histogram::<W>::lane(new, i);
         }
-        self.last_sample
-            .update(|l| l.max(now.as_nanos().saturating_add(1)));
-        let (_, recorded) = self.recorded.update(|r| r.wrapping_add(1));
+        // Millisecond resolution is enough to tell an idle baseline: skip the write when the
+        // stored instant is that fresh.
+        let stamp = now.as_nanos().saturating_add(1);
+        if self.last_sample.get().saturating_add(1_000_000) < stamp {
+            self.last_sample.fetch_max(stamp);
+        }
+        // Re-read the median while warming up, then whenever a bucket's count passes a
+        // multiple of 16 (about every 16 samples per bucket in use).
         let samples = self.memo.get() & 0xFFFF_FFFF;
-        if refresh || samples < 64 || recorded.is_multiple_of(MEMO_EVERY) {
-            self.refresh();
+        if refresh || samples < 64 || count.is_multiple_of(MEMO_EVERY) {
+            self.refresh(s);
         }
     }
 
@@ -398,7 +435,7 @@ impl<W: Word> Stats<W> {
             self.to_baseline(now, s, c);
         }
         if let Some(latency) = sample.baseline_latency {
-            self.latency.record(now, half_baseline(s), latency);
+            self.latency.record(now, s, half_baseline(s), latency);
         }
     }
 
@@ -427,6 +464,17 @@ impl<W: Word> Stats<W> {
             return (None, 0);
         }
         self.latency.reading()
+    }
+
+    /// The slow-call threshold in force at `now`: memoized with the median, one load.
+    pub(crate) fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration> {
+        if self.latency.expired(now, half_baseline(s)) {
+            return slow_threshold(s, None, 0);
+        }
+        match self.latency.slow_at.get() {
+            0 => slow_threshold(s, None, 0),
+            at => Some(Duration::from_nanos(at.saturating_sub(1))),
+        }
     }
 
     /// Clears the trip window (its counts were evidence for a decision now made). What it held
@@ -513,6 +561,8 @@ mod tests {
 
     type Local = Cell<u64>;
 
+    const S: BreakerSettings = BreakerSettings::defaults("stats");
+
     #[test]
     fn the_latency_histogram_reads_within_an_eighth_above_never_below() {
         let mut v: u64 = 1024;
@@ -535,7 +585,7 @@ mod tests {
         let half = Duration::from_secs(150);
         let now = Instant::from_secs(1);
         for ms in [10u64, 20, 30, 40, 50] {
-            h.record(now, half, Duration::from_millis(ms));
+            h.record(now, &S, half, Duration::from_millis(ms));
         }
         let (m, n) = h.reading();
         let m = m.unwrap();
@@ -596,12 +646,16 @@ mod tests {
     fn the_latency_baseline_decays_and_expires_when_idle() {
         let h = Histogram::<Local>::new();
         let half = Duration::from_secs(150);
-        for i in 0..96 {
-            h.record(Instant::from_millis(i), half, Duration::from_millis(20));
+        for i in 0..128 {
+            h.record(Instant::from_millis(i), &S, half, Duration::from_millis(20));
         }
-        assert_eq!(h.reading().1, 96);
-        h.record(Instant::from_secs(151), half, Duration::from_millis(20));
-        assert_eq!(h.reading().1, 49, "halved, then one more");
+        assert_eq!(
+            h.reading().1,
+            128,
+            "re-read when the bucket's count passes 64 and 128"
+        );
+        h.record(Instant::from_secs(151), &S, half, Duration::from_millis(20));
+        assert_eq!(h.reading().1, 65, "halved, then one more");
         assert!(h.expired(Instant::from_secs(452), half));
         assert!(!h.expired(Instant::from_secs(450), half));
     }
