@@ -805,7 +805,7 @@ impl<W: Word> Core<W> {
         }
     }
 
-    pub(crate) fn set_seed(&mut self, seed: u64) {
+    pub(crate) const fn set_seed(&mut self, seed: u64) {
         self.seed = seed;
     }
 
@@ -1245,9 +1245,14 @@ impl Breaker {
     /// Sets the jitter seed. Give each process its own (the adapters seed from entropy), so a
     /// fleet's breaks do not line up.
     #[must_use]
-    pub fn with_seed(mut self, seed: u64) -> Breaker {
+    pub const fn with_seed(mut self, seed: u64) -> Breaker {
         self.core.set_seed(seed);
         self
+    }
+
+    /// Sets the jitter seed in place (for a breaker already living in a `static`).
+    pub const fn set_seed(&mut self, seed: u64) {
+        self.core.set_seed(seed);
     }
 
     /// The settings this breaker was built with.

@@ -467,6 +467,14 @@ impl Call {
         }
     }
 
+    /// Reseeds the backoff jitter with a seed of the caller's (a device's own, so devices that
+    /// boot together with the same `const` settings do not retry in step).
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> Call {
+        self.rng = fastrand::Rng::with_seed(seed ^ self.rng.u64(..));
+        self
+    }
+
     /// Tightens the call's deadline to `deadline` (the caller's own, or one propagated from
     /// upstream); a later one than the settings' is ignored.
     #[must_use]

@@ -86,6 +86,56 @@ impl Event<'_> {
         }
     }
 
+    /// The same event carrying another borrow of the name (for an adapter that copies the name
+    /// out of a lock and delivers the event after unlocking).
+    #[must_use]
+    pub fn with_name<'b>(&self, name: &'b Name) -> Event<'b> {
+        match *self {
+            Event::StateChanged {
+                from,
+                to,
+                reason,
+                break_for,
+                ..
+            } => Event::StateChanged {
+                name,
+                from,
+                to,
+                reason,
+                break_for,
+            },
+            Event::ProbeStarted { .. } => Event::ProbeStarted { name },
+            Event::ProbesReclaimed { count, .. } => Event::ProbesReclaimed { name, count },
+            Event::RampStep { fraction, cap, .. } => Event::RampStep {
+                name,
+                fraction,
+                cap,
+            },
+            Event::Rejected {
+                reason,
+                delay,
+                retry_after,
+                ..
+            } => Event::Rejected {
+                name,
+                reason,
+                delay,
+                retry_after,
+            },
+            Event::Retry {
+                attempt,
+                delay,
+                after,
+                ..
+            } => Event::Retry {
+                name,
+                attempt,
+                delay,
+                after,
+            },
+        }
+    }
+
     /// A stable, lower-case name of the event kind.
     #[must_use]
     pub const fn kind(&self) -> &'static str {
@@ -96,6 +146,52 @@ impl Event<'_> {
             Event::RampStep { .. } => "ramp_step",
             Event::Rejected { .. } => "rejected",
             Event::Retry { .. } => "retry",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{RefusalReason, State};
+
+    #[test]
+    fn with_name_keeps_everything_but_the_name() {
+        let a = Name::new("a");
+        let b = Name::new("b");
+        let events = [
+            Event::StateChanged {
+                name: &a,
+                from: State::Closed,
+                to: State::Open,
+                reason: None,
+                break_for: None,
+            },
+            Event::ProbeStarted { name: &a },
+            Event::ProbesReclaimed { name: &a, count: 2 },
+            Event::RampStep {
+                name: &a,
+                fraction: Ratio::ONE,
+                cap: Ratio::ZERO,
+            },
+            Event::Rejected {
+                name: &a,
+                reason: RefusalReason::BreakerOpen,
+                delay: Duration::ZERO,
+                retry_after: Duration::MAX,
+            },
+            Event::Retry {
+                name: &a,
+                attempt: 2,
+                delay: Duration::ZERO,
+                after: Outcome::Transient,
+            },
+        ];
+        for e in events {
+            let moved = e.with_name(&b);
+            assert_eq!(moved.name(), &b);
+            assert_eq!(moved.kind(), e.kind());
+            assert_eq!(moved.with_name(&a), e);
         }
     }
 }

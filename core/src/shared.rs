@@ -57,7 +57,7 @@ impl SharedBreaker {
 
     /// Sets the jitter seed (give each process its own, so a fleet's breaks do not line up).
     #[must_use]
-    pub fn with_seed(mut self, seed: u64) -> SharedBreaker {
+    pub const fn with_seed(mut self, seed: u64) -> SharedBreaker {
         self.core.set_seed(seed);
         self
     }
