@@ -26,7 +26,7 @@ use crate::event::Event;
 use crate::packed::{const_unless_loom, field, put, word, Word};
 use crate::ratio::Ratio;
 use crate::settings::{BreakerSettings, MAX_COUNT};
-use crate::stats::{self, Readings, Sample, Stats};
+use crate::stats::{self, Measure, NoStats, Readings, Sample, Stats};
 use crate::time::Tick;
 use crate::{Duration, Instant, Name, Outcome, SettingsError};
 
@@ -776,12 +776,32 @@ impl Snapshot {
 /// step / compare-exchange on the control word; the ramp's credit and evidence live in a second
 /// word tagged with the period; statistics are updated word by word.
 #[derive(Clone, Debug)]
-pub(crate) struct Core<W> {
-    settings: BreakerSettings,
+pub(crate) struct Core<W, M = Stats<W>, S = BreakerSettings> {
+    settings: S,
     seed: u64,
     control: W,
     ramp: W,
-    stats: Stats<W>,
+    stats: M,
+}
+
+/// Where a breaker keeps its settings: by value, or (for the lean embedded form) in a `static`.
+pub(crate) trait Holds {
+    /// The settings.
+    fn get(&self) -> &BreakerSettings;
+}
+
+impl Holds for BreakerSettings {
+    #[inline]
+    fn get(&self) -> &BreakerSettings {
+        self
+    }
+}
+
+impl Holds for &'static BreakerSettings {
+    #[inline]
+    fn get(&self) -> &BreakerSettings {
+        self
+    }
 }
 
 /// A seed derived from the name, so breakers with different names jitter differently even when
@@ -805,12 +825,32 @@ impl<W: Word> Core<W> {
         }
     }
 
-    pub(crate) const fn set_seed(&mut self, seed: u64) {
-        self.seed = seed;
-    }
-
     pub(crate) const fn settings(&self) -> &BreakerSettings {
         &self.settings
+    }
+}
+
+impl<W: Word> Core<W, NoStats, &'static BreakerSettings> {
+    const_unless_loom! {
+        pub(crate) fn lean(settings: &'static BreakerSettings) -> Self {
+            let seed = seed_from(settings.name());
+            Core { settings, seed, control: word!(W), ramp: word!(W), stats: NoStats }
+        }
+    }
+
+    pub(crate) const fn lean_settings(&self) -> &'static BreakerSettings {
+        self.settings
+    }
+}
+
+impl<W: Word, M: Measure, S: Holds> Core<W, M, S> {
+    #[inline]
+    fn s(&self) -> &BreakerSettings {
+        self.settings.get()
+    }
+
+    pub(crate) const fn set_seed(&mut self, seed: u64) {
+        self.seed = seed;
     }
 
     /// The control state and, while recovering, the current period's ramp (the ramp word is
@@ -831,7 +871,7 @@ impl<W: Word> Core<W> {
         if n.is_empty() {
             return;
         }
-        let name = self.settings.name();
+        let name = self.s().name();
         if n.reclaimed > 0 {
             events(Event::ProbesReclaimed {
                 name,
@@ -853,7 +893,7 @@ impl<W: Word> Core<W> {
         if n.ramp_step {
             let (_, c, r) = self.load();
             if c.phase == Phase::Recovering {
-                let fraction = permille(ramp_fraction(&c, &r, &self.settings, self.seed, now));
+                let fraction = permille(ramp_fraction(&c, &r, self.s(), self.seed, now));
                 events(Event::RampStep {
                     name,
                     fraction,
@@ -865,7 +905,7 @@ impl<W: Word> Core<W> {
 
     pub(crate) fn state(&self, now: Instant) -> State {
         let (_, c, r) = self.load();
-        c.state(&r, &self.settings, self.seed, now)
+        c.state(&r, self.s(), self.seed, now)
     }
 
     #[inline]
@@ -898,7 +938,7 @@ impl<W: Word> Core<W> {
             let decision = admit(
                 &mut c,
                 &r,
-                &self.settings,
+                self.s(),
                 self.seed,
                 now,
                 attempt_timeout,
@@ -916,7 +956,7 @@ impl<W: Word> Core<W> {
                     });
                     self.ramp.update(|w| {
                         let mut r = Ramp::current(w, c.epoch);
-                        result = admit_ramp(&c, &mut r, &self.settings, self.seed, now);
+                        result = admit_ramp(&c, &mut r, self.s(), self.seed, now);
                         r.pack()
                     });
                     result
@@ -924,7 +964,7 @@ impl<W: Word> Core<W> {
                 Err(refused) => Err(refused),
             };
             if n.decided() {
-                self.stats.clear_window(now, &self.settings);
+                self.stats.clear_window(now, self.s());
             }
             self.emit(&n, now, events);
             return result.map(|kind| Permit::new(c.epoch, kind, now));
@@ -936,7 +976,7 @@ impl<W: Word> Core<W> {
         let decision = admit(
             &mut c,
             &r,
-            &self.settings,
+            self.s(),
             self.seed,
             now,
             Some(Duration::ZERO),
@@ -944,7 +984,7 @@ impl<W: Word> Core<W> {
         )?;
         match decision {
             Admit::Grant(_) => Ok(()),
-            Admit::Ramp => admit_ramp(&c, &mut r, &self.settings, self.seed, now).map(|_| ()),
+            Admit::Ramp => admit_ramp(&c, &mut r, self.s(), self.seed, now).map(|_| ()),
         }
     }
 
@@ -956,7 +996,7 @@ impl<W: Word> Core<W> {
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
-        if !self.settings.keeps_statistics()
+        if !self.s().keeps_statistics()
             && outcome == Outcome::Success
             && permit.kind() == Kind::Normal
         {
@@ -978,7 +1018,7 @@ impl<W: Word> Core<W> {
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
-        let s = &self.settings;
+        let s = self.s();
         let keeps = s.keeps_statistics();
         let latency = permit.latency(now);
         let (_, at_outcome, _) = self.load();
@@ -1048,7 +1088,7 @@ impl<W: Word> Core<W> {
             let (raw, c0, r) = self.load();
             let mut c = c0;
             let mut step = Notes::default();
-            advance(&mut c, &r, &self.settings, self.seed, now, &mut step);
+            advance(&mut c, &r, self.s(), self.seed, now, &mut step);
             if c == c0 {
                 return;
             }
@@ -1076,7 +1116,7 @@ impl<W: Word> Core<W> {
             let mut c = Control::unpack(w);
             from = c.state(
                 &Ramp::current(self.ramp.get(), c.epoch),
-                &self.settings,
+                self.s(),
                 self.seed,
                 now,
             );
@@ -1102,7 +1142,7 @@ impl<W: Word> Core<W> {
             let c = Control::unpack(w);
             from = c.state(
                 &Ramp::current(self.ramp.get(), c.epoch),
-                &self.settings,
+                self.s(),
                 self.seed,
                 now,
             );
@@ -1112,7 +1152,7 @@ impl<W: Word> Core<W> {
             }
             .pack()
         });
-        self.stats.clear_window(now, &self.settings);
+        self.stats.clear_window(now, self.s());
         let mut n = Notes::default();
         n.change(Change {
             from,
@@ -1129,8 +1169,7 @@ impl<W: Word> Core<W> {
             Phase::Open => Some(now.saturating_add(c.mark.remaining(now))),
             Phase::HalfOpen if c.probes > 0 => Some(now.saturating_add(c.mark.remaining(now))),
             Phase::Recovering => {
-                let length =
-                    Duration::from_millis(ramp_length_ms(&self.settings, c.opens, self.seed));
+                let length = Duration::from_millis(ramp_length_ms(self.s(), c.opens, self.seed));
                 Some(now.saturating_add(length.saturating_sub(c.mark.elapsed(now))))
             }
             _ => None,
@@ -1141,21 +1180,18 @@ impl<W: Word> Core<W> {
         let mut n = Notes::default();
         self.realise(now, &mut n);
         if n.decided() {
-            self.stats.clear_window(now, &self.settings);
+            self.stats.clear_window(now, self.s());
         }
         self.emit(&n, now, events);
     }
 
     pub(crate) fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        self.stats.latency(now, &self.settings).0
+        self.stats.latency(now, self.s()).0
     }
 
     pub(crate) fn normal_failure_rate(&self, now: Instant) -> Option<Ratio> {
-        let r = self.stats.readings(now, &self.settings);
-        let arming = self
-            .settings
-            .failure_rate()
-            .map_or(100, |f| f.arming_outcomes());
+        let r = self.stats.readings(now, self.s());
+        let arming = self.s().failure_rate().map_or(100, |f| f.arming_outcomes());
         if r.baseline_calls < arming {
             return None;
         }
@@ -1164,13 +1200,13 @@ impl<W: Word> Core<W> {
 
     pub(crate) fn ramp_fraction(&self, now: Instant) -> Option<Ratio> {
         let (_, c, r) = self.load();
-        (c.state(&r, &self.settings, self.seed, now) == State::Recovering)
-            .then(|| permille(ramp_fraction(&c, &r, &self.settings, self.seed, now)))
+        (c.state(&r, self.s(), self.seed, now) == State::Recovering)
+            .then(|| permille(ramp_fraction(&c, &r, self.s(), self.seed, now)))
     }
 
     pub(crate) fn snapshot(&self, now: Instant) -> Snapshot {
         let (_, c, r) = self.load();
-        let s = &self.settings;
+        let s = self.s();
         let state = c.state(&r, s, self.seed, now);
         let readings = self.stats.readings(now, s);
         Snapshot {
@@ -1225,6 +1261,124 @@ pub struct Breaker {
     core: Core<Cell<u64>>,
 }
 
+/// The `&mut` API both single-threaded breakers share, delegating to their core.
+macro_rules! single_threaded_api {
+    () => {
+        /// Sets the jitter seed. Give each process its own (the adapters seed from entropy), so a
+        /// fleet's breaks do not line up.
+        #[must_use]
+        pub const fn with_seed(mut self, seed: u64) -> Self {
+            self.core.set_seed(seed);
+            self
+        }
+
+        /// Sets the jitter seed in place (for a breaker already living in a `static`).
+        pub const fn set_seed(&mut self, seed: u64) {
+            self.core.set_seed(seed);
+        }
+
+        /// The state at `now`. Reading consumes nothing: after the break it reads `HalfOpen` before
+        /// any call arrives, and a recovering breaker whose ramp has run out reads `Closed`.
+        #[must_use]
+        pub fn state(&self, now: Instant) -> State {
+            self.core.state(now)
+        }
+
+        /// Asks to make one attempt at `now`. A probe slot taken this way is reclaimed after the
+        /// break just served if its outcome never arrives; see [`Self::try_acquire_with`].
+        #[inline]
+        pub fn try_acquire(&mut self, now: Instant) -> Result<Permit, Refused> {
+            self.core.try_acquire(now, None, &mut |_| {})
+        }
+
+        /// Asks to make one attempt at `now`, with the attempt timeout (which bounds how long a probe
+        /// slot may stay out without an outcome) and a sink for the events the admission produces.
+        #[inline]
+        pub fn try_acquire_with(
+            &mut self,
+            now: Instant,
+            attempt_timeout: Option<Duration>,
+            events: &mut impl FnMut(Event<'_>),
+        ) -> Result<Permit, Refused> {
+            self.core.try_acquire(now, attempt_timeout, events)
+        }
+
+        /// Would a call be admitted at `now`? Changes nothing (not even the ramp's credit).
+        pub fn check(&self, now: Instant) -> Result<(), Refused> {
+            self.core.check(now)
+        }
+
+        /// Reports how the attempt behind `permit` ended, at `now`. Latency is
+        /// [`Permit::latency`] at `now`.
+        #[inline]
+        pub fn on_outcome(
+            &mut self,
+            now: Instant,
+            permit: Permit,
+            outcome: Outcome,
+            events: &mut impl FnMut(Event<'_>),
+        ) {
+            self.core.on_outcome(now, permit, outcome, events);
+        }
+
+        /// Gives back a permit whose attempt never ran to an outcome (the caller was cancelled): a
+        /// probe slot is freed at once; nothing is counted.
+        pub fn release(&mut self, permit: Permit) {
+            self.core.release(&permit);
+        }
+
+        /// Forces the breaker open until [`Self::reset`]: every call is refused with
+        /// [`RefusalReason::Isolated`].
+        pub fn isolate(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
+            self.core.isolate(now, events);
+        }
+
+        /// Closes the breaker: clears the trip window and the break growth. The learned baselines
+        /// stay (they measure the dependency, not a verdict on it).
+        pub fn reset(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
+            self.core.reset(now, events);
+        }
+
+        /// When a timed transition is due (break end, probe reclaim, ramp end), if any.
+        #[must_use]
+        pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+            self.core.poll_timeout(now)
+        }
+
+        /// Realises the transitions due at `now` and emits their events. Calling it early, or
+        /// twice, does nothing.
+        pub fn handle_timeout(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
+            self.core.handle_timeout(now, events);
+        }
+
+        /// The learned median latency of successful calls, once there is one.
+        #[must_use]
+        pub fn normal_latency(&self, now: Instant) -> Option<Duration> {
+            self.core.normal_latency(now)
+        }
+
+        /// The learned normal failure rate, once the baseline holds enough outcomes to arm the
+        /// relative rule (or 100 without one).
+        #[must_use]
+        pub fn normal_failure_rate(&self, now: Instant) -> Option<Ratio> {
+            self.core.normal_failure_rate(now)
+        }
+
+        /// The admitted fraction at `now` while recovering.
+        #[must_use]
+        pub fn ramp_fraction(&self, now: Instant) -> Option<Ratio> {
+            self.core.ramp_fraction(now)
+        }
+
+        /// A point-in-time view for health endpoints and metrics.
+        #[must_use]
+        pub fn snapshot(&self, now: Instant) -> Snapshot {
+            self.core.snapshot(now)
+        }
+    };
+}
+pub(crate) use single_threaded_api;
+
 impl Breaker {
     const_unless_loom! {
         /// A breaker with validated `settings`, closed, with a seed derived from its name.
@@ -1242,19 +1396,6 @@ impl Breaker {
             .map(Breaker::new)
     }
 
-    /// Sets the jitter seed. Give each process its own (the adapters seed from entropy), so a
-    /// fleet's breaks do not line up.
-    #[must_use]
-    pub const fn with_seed(mut self, seed: u64) -> Breaker {
-        self.core.set_seed(seed);
-        self
-    }
-
-    /// Sets the jitter seed in place (for a breaker already living in a `static`).
-    pub const fn set_seed(&mut self, seed: u64) {
-        self.core.set_seed(seed);
-    }
-
     /// The settings this breaker was built with.
     #[must_use]
     pub const fn settings(&self) -> &BreakerSettings {
@@ -1267,104 +1408,7 @@ impl Breaker {
         self.core.settings().name()
     }
 
-    /// The state at `now`. Reading consumes nothing: after the break it reads `HalfOpen` before
-    /// any call arrives, and a recovering breaker whose ramp has run out reads `Closed`.
-    #[must_use]
-    pub fn state(&self, now: Instant) -> State {
-        self.core.state(now)
-    }
-
-    /// Asks to make one attempt at `now`. A probe slot taken this way is reclaimed after the
-    /// break just served if its outcome never arrives; see [`Breaker::try_acquire_with`].
-    #[inline]
-    pub fn try_acquire(&mut self, now: Instant) -> Result<Permit, Refused> {
-        self.core.try_acquire(now, None, &mut |_| {})
-    }
-
-    /// Asks to make one attempt at `now`, with the attempt timeout (which bounds how long a probe
-    /// slot may stay out without an outcome) and a sink for the events the admission produces.
-    #[inline]
-    pub fn try_acquire_with(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut impl FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        self.core.try_acquire(now, attempt_timeout, events)
-    }
-
-    /// Would a call be admitted at `now`? Changes nothing (not even the ramp's credit).
-    pub fn check(&self, now: Instant) -> Result<(), Refused> {
-        self.core.check(now)
-    }
-
-    /// Reports how the attempt behind `permit` ended, at `now`. Latency is
-    /// [`Permit::latency`] at `now`.
-    #[inline]
-    pub fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut impl FnMut(Event<'_>),
-    ) {
-        self.core.on_outcome(now, permit, outcome, events);
-    }
-
-    /// Gives back a permit whose attempt never ran to an outcome (the caller was cancelled): a
-    /// probe slot is freed at once; nothing is counted.
-    pub fn release(&mut self, permit: Permit) {
-        self.core.release(&permit);
-    }
-
-    /// Forces the breaker open until [`Breaker::reset`]: every call is refused with
-    /// [`RefusalReason::Isolated`].
-    pub fn isolate(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
-        self.core.isolate(now, events);
-    }
-
-    /// Closes the breaker: clears the trip window and the break growth. The learned baselines
-    /// stay (they measure the dependency, not a verdict on it).
-    pub fn reset(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
-        self.core.reset(now, events);
-    }
-
-    /// When a timed transition is due (break end, probe reclaim, ramp end), if any.
-    #[must_use]
-    pub fn poll_timeout(&self, now: Instant) -> Option<Instant> {
-        self.core.poll_timeout(now)
-    }
-
-    /// Realises the transitions due at `now` and emits their events. Calling it early, or
-    /// twice, does nothing.
-    pub fn handle_timeout(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
-        self.core.handle_timeout(now, events);
-    }
-
-    /// The learned median latency of successful calls, once there is one.
-    #[must_use]
-    pub fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        self.core.normal_latency(now)
-    }
-
-    /// The learned normal failure rate, once the baseline holds enough outcomes to arm the
-    /// relative rule (or 100 without one).
-    #[must_use]
-    pub fn normal_failure_rate(&self, now: Instant) -> Option<Ratio> {
-        self.core.normal_failure_rate(now)
-    }
-
-    /// The admitted fraction at `now` while recovering.
-    #[must_use]
-    pub fn ramp_fraction(&self, now: Instant) -> Option<Ratio> {
-        self.core.ramp_fraction(now)
-    }
-
-    /// A point-in-time view for health endpoints and metrics.
-    #[must_use]
-    pub fn snapshot(&self, now: Instant) -> Snapshot {
-        self.core.snapshot(now)
-    }
+    single_threaded_api!();
 
     /// The core, for the forms that share its code.
     #[cfg(test)]

@@ -189,6 +189,8 @@ pub enum Bound {
     AtLeastTimes(u32, Field),
     /// Must be a whole multiple of the other setting (a window of equal buckets).
     DivisibleBy(Field),
+    /// Must be unset: a lean breaker keeps no statistics, so rules that need them cannot run.
+    UnsetWithoutStatistics,
 }
 
 impl fmt::Display for Bound {
@@ -204,6 +206,9 @@ impl fmt::Display for Bound {
             Bound::NotBelow(other) => write!(f, "at least `{other}`"),
             Bound::AtLeastTimes(n, other) => write!(f, "at least {n} times `{other}`"),
             Bound::DivisibleBy(other) => write!(f, "divisible into whole `{other}`"),
+            Bound::UnsetWithoutStatistics => {
+                f.write_str("unset for a breaker that keeps no statistics")
+            }
         }
     }
 }

@@ -55,6 +55,7 @@ mod budget;
 mod call;
 mod error;
 mod event;
+mod lean;
 mod loom;
 mod name;
 mod outcome;
@@ -74,6 +75,7 @@ pub use call::{
 };
 pub use error::{Bound, Field, RefusalReason, Refused, SettingsError};
 pub use event::Event;
+pub use lean::LeanBreaker;
 pub use name::{Name, NameTooLong, NAME_CAPACITY};
 pub use outcome::Outcome;
 pub use ratio::{Multiple, Ratio};

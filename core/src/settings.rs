@@ -574,6 +574,23 @@ impl BreakerSettings {
         self.keeps_statistics
     }
 
+    /// The first setting that needs statistics, if any (for the lean breaker's check).
+    pub(crate) const fn first_statistics_rule(&self) -> Option<Field> {
+        if self.failure_rate.is_some() {
+            Some(Field::FailureMultiple)
+        } else if self.failure_ratio.is_some() {
+            Some(Field::FailureRatio)
+        } else if self.slow_calls.is_some() {
+            Some(Field::SlowMultiple)
+        } else if self.slow_threshold.is_some() {
+            Some(Field::SlowThreshold)
+        } else if self.recovery.is_some() {
+            Some(Field::RecoveryFraction)
+        } else {
+            None
+        }
+    }
+
     const fn needs_statistics(&self) -> bool {
         self.failure_rate.is_some()
             || self.failure_ratio.is_some()

@@ -487,6 +487,57 @@ impl<W: Word> Stats<W> {
     }
 }
 
+/// What a breaker measures, as the breaker sees it: the full statistics, or nothing at all for a
+/// breaker whose rules need none (the lean, consecutive-only form).
+pub(crate) trait Measure {
+    /// Records one outcome.
+    fn record(&self, now: Instant, s: &BreakerSettings, sample: Sample);
+    /// The inputs of [`trip_reason`] at `now`.
+    fn readings(&self, now: Instant, s: &BreakerSettings) -> Readings;
+    /// The learned median latency and the samples behind it.
+    fn latency(&self, now: Instant, s: &BreakerSettings) -> (Option<Duration>, u32);
+    /// The slow-call threshold in force.
+    fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration>;
+    /// Empties the trip window.
+    fn clear_window(&self, now: Instant, s: &BreakerSettings);
+}
+
+impl<W: Word> Measure for Stats<W> {
+    fn record(&self, now: Instant, s: &BreakerSettings, sample: Sample) {
+        Stats::record(self, now, s, sample);
+    }
+    fn readings(&self, now: Instant, s: &BreakerSettings) -> Readings {
+        Stats::readings(self, now, s)
+    }
+    fn latency(&self, now: Instant, s: &BreakerSettings) -> (Option<Duration>, u32) {
+        Stats::latency(self, now, s)
+    }
+    fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration> {
+        Stats::slow_threshold(self, now, s)
+    }
+    fn clear_window(&self, now: Instant, s: &BreakerSettings) {
+        Stats::clear_window(self, now, s);
+    }
+}
+
+/// No statistics: for settings whose rules need none ([`BreakerSettings::keeps_statistics`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NoStats;
+
+impl Measure for NoStats {
+    fn record(&self, _: Instant, _: &BreakerSettings, _: Sample) {}
+    fn readings(&self, _: Instant, _: &BreakerSettings) -> Readings {
+        Readings::default()
+    }
+    fn latency(&self, _: Instant, _: &BreakerSettings) -> (Option<Duration>, u32) {
+        (None, 0)
+    }
+    fn slow_threshold(&self, _: Instant, s: &BreakerSettings) -> Option<Duration> {
+        slow_threshold(s, None, 0)
+    }
+    fn clear_window(&self, _: Instant, _: &BreakerSettings) {}
+}
+
 fn baseline_bucket(s: &BreakerSettings) -> Duration {
     s.baseline_window()
         .checked_div(TRIP_BUCKETS as u64)
