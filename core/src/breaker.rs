@@ -784,20 +784,28 @@ pub(crate) struct Core<W, M = Stats<W>, S = BreakerSettings> {
     stats: M,
 }
 
-/// Where a breaker keeps its settings: by value, or (for the lean embedded form) in a `static`.
-pub(crate) trait Holds {
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for crate::BreakerSettings {}
+    impl Sealed for &'static crate::BreakerSettings {}
+}
+
+/// Where a breaker keeps its settings: by value ([`BreakerSettings`], the default), or by
+/// reference to a `static` (`&'static BreakerSettings`, which saves their size in RAM on a
+/// microcontroller). Sealed: those are the two.
+pub trait SettingsRef: sealed::Sealed {
     /// The settings.
     fn get(&self) -> &BreakerSettings;
 }
 
-impl Holds for BreakerSettings {
+impl SettingsRef for BreakerSettings {
     #[inline]
     fn get(&self) -> &BreakerSettings {
         self
     }
 }
 
-impl Holds for &'static BreakerSettings {
+impl SettingsRef for &'static BreakerSettings {
     #[inline]
     fn get(&self) -> &BreakerSettings {
         self
@@ -830,6 +838,15 @@ impl<W: Word> Core<W> {
     }
 }
 
+impl<W: Word> Core<W, Stats<W>, &'static BreakerSettings> {
+    const_unless_loom! {
+        pub(crate) fn new_static(settings: &'static BreakerSettings) -> Self {
+            let seed = seed_from(settings.name());
+            Core { settings, seed, control: word!(W), ramp: word!(W), stats: Stats::new() }
+        }
+    }
+}
+
 impl<W: Word> Core<W, NoStats, &'static BreakerSettings> {
     const_unless_loom! {
         pub(crate) fn lean(settings: &'static BreakerSettings) -> Self {
@@ -843,7 +860,7 @@ impl<W: Word> Core<W, NoStats, &'static BreakerSettings> {
     }
 }
 
-impl<W: Word, M: Measure, S: Holds> Core<W, M, S> {
+impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     #[inline]
     fn s(&self) -> &BreakerSettings {
         self.settings.get()
@@ -1257,8 +1274,8 @@ impl<W: Word, M: Measure, S: Holds> Core<W, M, S> {
 /// # Ok::<(), stormguard_core::Refused>(())
 /// ```
 #[derive(Clone, Debug)]
-pub struct Breaker {
-    core: Core<Cell<u64>>,
+pub struct Breaker<S: SettingsRef = BreakerSettings> {
+    core: Core<Cell<u64>, Stats<Cell<u64>>, S>,
 }
 
 /// The `&mut` API both single-threaded breakers share, delegating to their core.
@@ -1396,20 +1413,6 @@ impl Breaker {
             .map(Breaker::new)
     }
 
-    /// The settings this breaker was built with.
-    #[must_use]
-    pub const fn settings(&self) -> &BreakerSettings {
-        self.core.settings()
-    }
-
-    /// The breaker's name.
-    #[must_use]
-    pub const fn name(&self) -> &Name {
-        self.core.settings().name()
-    }
-
-    single_threaded_api!();
-
     /// The core, for the forms that share its code.
     #[cfg(test)]
     pub(crate) fn control_word(&self) -> u64 {
@@ -1417,8 +1420,35 @@ impl Breaker {
     }
 }
 
+impl Breaker<&'static BreakerSettings> {
+    const_unless_loom! {
+        /// A breaker whose settings live in a `static`: the same breaker, without a copy of the
+        /// settings in its own memory.
+        #[must_use]
+        pub fn from_static(settings: &'static BreakerSettings) -> Self {
+            Breaker { core: Core::new_static(settings) }
+        }
+    }
+}
+
+impl<S: SettingsRef> Breaker<S> {
+    /// The settings this breaker was built with.
+    #[must_use]
+    pub fn settings(&self) -> &BreakerSettings {
+        self.core.settings.get()
+    }
+
+    /// The breaker's name.
+    #[must_use]
+    pub fn name(&self) -> &Name {
+        self.core.settings.get().name()
+    }
+
+    single_threaded_api!();
+}
+
 #[cfg(feature = "defmt")]
-impl defmt::Format for Breaker {
+impl<S: SettingsRef> defmt::Format for Breaker<S> {
     fn format(&self, f: defmt::Formatter<'_>) {
         defmt::write!(f, "Breaker({})", self.name());
     }

@@ -34,7 +34,7 @@
 use core::fmt;
 
 use crate::backoff::Backoff;
-use crate::breaker::{Breaker, Permit};
+use crate::breaker::{Breaker, Permit, SettingsRef};
 use crate::budget::Budget;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
@@ -91,7 +91,7 @@ pub struct Unguarded(pub Name);
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Unlimited;
 
-impl Admission for Breaker {
+impl<S: SettingsRef> Admission for Breaker<S> {
     fn name(&self) -> &Name {
         Breaker::name(self)
     }

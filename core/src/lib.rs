@@ -67,7 +67,7 @@ mod stats;
 mod time;
 
 pub use backoff::{Backoff, BackoffBuilder, Jitter};
-pub use breaker::{Breaker, Permit, Snapshot, State, TripReason};
+pub use breaker::{Breaker, Permit, SettingsRef, Snapshot, State, TripReason};
 pub use budget::{Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot};
 pub use call::{
     Admission, Call, CallSettings, CallSettingsBuilder, Finished, Funding, Parts, Rejection, Step,

@@ -91,3 +91,12 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_full_breaker_over_static_settings_stays_under_a_kibibyte() {
+    // Trip window, error baseline and latency histogram included.
+    let size = core::mem::size_of::<Breaker<&'static BreakerSettings>>();
+    assert!(size < 1024, "{size} bytes");
+    let b = Breaker::from_static(&DEFAULTS);
+    assert_eq!(b.name(), &"full");
+}
