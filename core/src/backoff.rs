@@ -104,6 +104,7 @@ pub struct Backoff {
 /// Builds a [`Backoff`], starting from [`Backoff::DEFAULT`]; every method is `const`.
 #[derive(Clone, Copy, Debug)]
 #[must_use]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct BackoffBuilder {
     backoff: Backoff,
 }

@@ -91,6 +91,7 @@ pub struct BudgetSettings {
 /// Values are checked by [`build`](BudgetSettingsBuilder::build), never clamped on the way in.
 #[derive(Clone, Copy, Debug)]
 #[must_use]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct BudgetSettingsBuilder {
     name: Name,
     // Wider than the settings' own fields, so an out-of-range input survives to `build()`,

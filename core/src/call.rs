@@ -85,10 +85,12 @@ pub trait Funding {
 
 /// No breaker: every attempt is admitted. Carries the name events use.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Unguarded(pub Name);
 
 /// No retry budget: every retry is funded (the attempt limit and deadline still bound a call).
 #[derive(Clone, Copy, Debug, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Unlimited;
 
 impl<S: SettingsRef> Admission for Breaker<S> {
@@ -213,6 +215,7 @@ impl<F: Funding + ?Sized> Funding for &mut F {
 
 /// What a call uses: a breaker (or [`Unguarded`]) and a budget (or [`Unlimited`]).
 #[derive(Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Parts<A, F> {
     /// Asked before every attempt.
     pub breaker: A,
@@ -299,6 +302,7 @@ impl Default for CallSettings {
 /// Builds [`CallSettings`].
 #[derive(Clone, Copy, Debug)]
 #[must_use]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct CallSettingsBuilder {
     inner: CallSettings,
 }
@@ -415,6 +419,7 @@ pub enum Finished {
 /// What the driver asks the adapter to do next.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Step {
     /// Run the operation, bounded by [`Call::attempt_deadline`], then [`Call::complete`].
     Attempt(Permit),
@@ -680,5 +685,18 @@ impl Call {
     #[must_use]
     pub const fn is_over(&self) -> bool {
         matches!(self.phase, Phase::Over(_))
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Call {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(
+            f,
+            "Call {{ attempts: {}, deadline: {}, last: {} }}",
+            self.attempts,
+            self.deadline,
+            self.last
+        );
     }
 }

@@ -354,6 +354,7 @@ pub struct BreakerSettings {
 /// live in a `static`.
 #[derive(Clone, Copy, Debug)]
 #[must_use]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct BreakerSettingsBuilder {
     name: Name,
     consecutive_failures: u32,
