@@ -1,7 +1,7 @@
 //! Clocks: where an adapter gets the `now` it hands to the core.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use stormguard_core::{Duration, Instant};
 
@@ -55,6 +55,55 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
     }
 }
 
+/// How far before its first reading the process-wide epoch lies (where the platform can
+/// represent it): a tokio runtime with paused time that was created before the first reading
+/// still reads at or after the epoch.
+const EPOCH_MARGIN: std::time::Duration = std::time::Duration::from_secs(3600);
+
+static PROCESS_EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+
+/// The epoch of the process-wide clocks ([`MonotonicClock::global`], `TokioClock::global`,
+/// `QuantaClock::global`): an hour before the first time anything asked for it (or the first
+/// reading itself, on a platform that cannot represent an earlier instant).
+///
+/// Every breaker, budget and call that meets another must read time from the same epoch: a
+/// permit's grant instant, an open breaker's `until` and a call's deadline are all instants
+/// since it. The global clocks share this one, so breakers, budgets, policies and the health
+/// registry agree without passing a clock around.
+///
+/// ```
+/// use stormguard_std::{process_epoch, Clock, MonotonicClock};
+///
+/// assert_eq!(process_epoch(), process_epoch());
+/// assert_eq!(MonotonicClock::global().epoch(), process_epoch());
+/// // An hour of margin: the first reading is about an hour after the epoch.
+/// assert!(MonotonicClock::global().now().as_millis() >= 3_600_000);
+/// ```
+pub fn process_epoch() -> std::time::Instant {
+    *PROCESS_EPOCH.get_or_init(|| {
+        let now = std::time::Instant::now();
+        now.checked_sub(EPOCH_MARGIN).unwrap_or(now)
+    })
+}
+
+/// The clock a [`Policy`](crate::Policy) reads unless told otherwise, and that the handles'
+/// methods without a `now` read: `TokioClock` with the `tokio` feature (so paused-time tests
+/// drive it, and it agrees with the tokio timers the policy sleeps on), [`MonotonicClock`]
+/// without it. Both count from [`process_epoch`].
+#[cfg(feature = "tokio")]
+pub type DefaultClock = crate::TokioClock;
+
+/// The clock a [`Policy`](crate::Policy) reads unless told otherwise, and that the handles'
+/// methods without a `now` read: `TokioClock` with the `tokio` feature, [`MonotonicClock`]
+/// without it. Both count from [`process_epoch`].
+#[cfg(not(feature = "tokio"))]
+pub type DefaultClock = MonotonicClock;
+
+/// The process-wide [`DefaultClock`].
+pub(crate) fn default_clock() -> DefaultClock {
+    DefaultClock::global()
+}
+
 /// The operating system's monotonic clock ([`std::time::Instant`]), mapped onto the core's
 /// [`Instant`] as the time since an epoch captured at construction.
 ///
@@ -85,6 +134,22 @@ impl MonotonicClock {
     #[must_use]
     pub const fn with_epoch(epoch: std::time::Instant) -> Self {
         MonotonicClock { epoch }
+    }
+
+    /// The process-wide clock: its epoch is [`process_epoch`], shared by every global clock, the
+    /// breaker and budget handles and the health registry.
+    ///
+    /// ```
+    /// use stormguard_std::{Clock, MonotonicClock};
+    ///
+    /// let a = MonotonicClock::global();
+    /// let b = MonotonicClock::global();
+    /// assert_eq!(a.epoch(), b.epoch());
+    /// assert!(b.now() >= a.now());
+    /// ```
+    #[must_use]
+    pub fn global() -> Self {
+        MonotonicClock::with_epoch(process_epoch())
     }
 
     /// The `std` instant this clock counts from.

@@ -1,28 +1,71 @@
 //! # stormguard-std
 //!
-//! The std and tokio adapter for [`stormguard_core`]. The core never reads a clock: every
-//! transition takes `now`. This crate supplies that `now`, mapping a host clock onto the core's
-//! [`Instant`](stormguard_core::Instant) (nanoseconds since an epoch captured when the clock is
-//! built).
+//! The std and tokio adapter for [`stormguard_core`]: the core's lock-free shared breaker and
+//! retry budget, driven by a real clock and tokio's timers, plugged into tower, observable
+//! through `tracing`, metrics counters and a health registry.
 //!
-//! - [`Clock`] has the one method an adapter needs, `now()`.
-//! - [`MonotonicClock`] reads `std::time::Instant`.
-//! - [`TokioClock`] (feature `tokio`) reads `tokio::time::Instant`, so tests with paused time
-//!   (`#[tokio::test(start_paused = true)]`, `tokio::time::advance`) drive the core too.
-//! - [`ManualClock`] is a shared clock that moves only when told to, for tests.
+//! The adapter stays thin. The core never reads a clock, sleeps or logs; this crate reads the
+//! clock (twice per attempt), sleeps (backoff waits and the guarded rejection pause), runs the
+//! operation against its attempt deadline and forwards events. Every decision — admit, refuse,
+//! retry, wait how long, give up — comes from the core's call driver
+//! ([`Call`](stormguard_core::Call)).
 //!
 //! ```
-//! use stormguard_core::{Duration, Instant};
-//! use stormguard_std::{Clock, ManualClock};
+//! use std::time::Duration;
+//! use stormguard_std::{CallError, Policy};
 //!
-//! let clock = ManualClock::new();
-//! let start = clock.now();
-//! clock.advance(Duration::from_millis(250));
-//! assert_eq!(clock.now() - start, Duration::from_millis(250));
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), stormguard_core::SettingsError> {
+//! // A breaker (5 consecutive failures, relative error rate, slow calls), a retry budget,
+//! // 3 attempts with jittered exponential backoff, a 30 s deadline and a 10 s attempt
+//! // timeout: the design's defaults, with a tighter deadline.
+//! let payments = Policy::builder("payments")
+//!     .deadline(Duration::from_secs(2))
+//!     .build()?;
+//!
+//! let receipt = payments
+//!     .call(|attempt| async move {
+//!         // ... the request; `attempt` is 1 for the first try
+//!         Ok::<_, std::io::Error>(format!("paid on attempt {attempt}"))
+//!     })
+//!     .await;
+//! match receipt {
+//!     Ok(r) => assert_eq!(r, "paid on attempt 1"),
+//!     Err(CallError::Rejected { rejection, .. }) => {
+//!         // Refused locally after the 100 ms guarded pause; the dependency is being left
+//!         // alone. Ask again after `rejection.retry_after`.
+//!         # let _ = rejection;
+//!     }
+//!     Err(other) => panic!("{other}"),
+//! }
+//! # Ok(()) }
 //! ```
+//!
+//! ## What is here
+//! - Clocks: [`Clock`], [`TokioClock`] (follows tokio's paused time; the default),
+//!   [`MonotonicClock`], [`QuantaClock`] (feature `quanta`), [`ManualClock`] for tests. The
+//!   global clocks share one [`process_epoch`], so every breaker, budget and call agrees on time.
+//! - Handles: [`Breaker`] and [`Budget`], cloneable `Send + Sync` `Arc`s around the core's
+//!   [`SharedBreaker`](stormguard_core::SharedBreaker) and
+//!   [`SharedBudget`](stormguard_core::SharedBudget): no `Mutex`, `RwLock` or spin lock on the
+//!   call path. Breakers are seeded from the process's entropy ([`entropy_seed`]).
+//! - [`Policy`]: `policy.call(|attempt| async { ... }).await`, [`Policy::call_with`] and
+//!   [`CallOptions`] (classifier, [`CancellationToken`](tokio_util::sync::CancellationToken),
+//!   deadline), [`Policy::call_or`] (fallback for refusals), [`Policy::call_cached`]
+//!   ([`SuccessCache`], [`CacheRule`]), [`Policy::call_blocking`] (no runtime). Errors are a
+//!   [`CallError`] saying exactly what happened.
+//! - Classifiers: [`Classify`], [`EveryErrorTransient`] (default), [`Http`] (feature `http`).
+//! - Observability: [`events`] (every core event to `tracing`, with care for levels),
+//!   [`Listener`], [`Metrics`] (counters under stable names), [`health`] (a registry of
+//!   named breakers and budgets, `serde`-serializable reports).
+//! - [`tower`] (feature `tower`): a `Layer`/`Service` applying a policy to any service.
 //!
 //! ## Features
-//! - `tokio` (default): [`TokioClock`].
+//! - `tokio` (default): [`TokioClock`], the async calls, cancellation tokens.
+//! - `quanta`: [`QuantaClock`].
+//! - `http`: the [`Http`] classifier.
+//! - `tower`: the [`tower`] layer (implies `tokio` and `http`).
+//! - `serde`: `Serialize` on health reports and metrics snapshots.
 #![warn(missing_docs)]
 #![cfg_attr(
     test,
@@ -35,10 +78,31 @@
     )
 )]
 
+mod cache;
+mod classify;
 mod clock;
+pub mod events;
+mod handles;
+pub mod health;
+mod metrics;
+mod policy;
+#[cfg(feature = "quanta")]
+mod quanta;
 #[cfg(feature = "tokio")]
 mod tokio;
+#[cfg(feature = "tower")]
+pub mod tower;
 
+#[cfg(feature = "quanta")]
+pub use self::quanta::QuantaClock;
 #[cfg(feature = "tokio")]
 pub use self::tokio::TokioClock;
-pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use cache::{CacheRule, SuccessCache, ZeroTtl};
+#[cfg(feature = "http")]
+pub use classify::{http_outcome, retry_after, Http};
+pub use classify::{Classify, EveryErrorTransient};
+pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock};
+pub use events::{Both, Ended, Listener, NoListener};
+pub use handles::{entropy_seed, Breaker, Budget};
+pub use metrics::{Metrics, MetricsSnapshot};
+pub use policy::{CallError, CallOptions, Policy, PolicyBuilder};

@@ -41,6 +41,30 @@ impl TokioClock {
         TokioClock { epoch }
     }
 
+    /// The process-wide tokio clock: its epoch is [`process_epoch`](crate::process_epoch)
+    /// (an hour before the first reading), shared with [`MonotonicClock::global`]
+    /// (crate::MonotonicClock::global), the breaker and budget handles and the health registry.
+    /// This is the clock a [`Policy`](crate::Policy) reads unless told otherwise.
+    ///
+    /// Under paused time it follows the runtime's clock; a paused runtime starts at the real
+    /// time it was created, so it reads after the epoch.
+    ///
+    /// ```
+    /// use stormguard_std::{Clock, TokioClock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let clock = TokioClock::global();
+    /// let before = clock.now();
+    /// tokio::time::advance(std::time::Duration::from_millis(100)).await;
+    /// assert_eq!((clock.now() - before).as_millis(), 100);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn global() -> Self {
+        TokioClock::with_epoch(tokio::time::Instant::from_std(crate::process_epoch()))
+    }
+
     /// The tokio instant this clock counts from.
     #[must_use]
     pub const fn epoch(&self) -> tokio::time::Instant {

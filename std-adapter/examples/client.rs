@@ -1,0 +1,2 @@
+//! A client behind the tower layer (written in a later step).
+fn main() {}

@@ -1,0 +1,2 @@
+//! The health endpoint (written in a later step).
+fn main() {}

@@ -1,0 +1,275 @@
+//! Success caching (document 004's `SuccessCacheDurationSeconds`), opt-in (DESIGN.md,
+//! "Decisions": success caching is off by default).
+//!
+//! The rule is a small pure piece on synthetic time, [`CacheRule`]: what is stored (the value
+//! of a call whose attempt the classifier called a success, and nothing else: no error, no
+//! fallback value, no rejection), when it was stored (the instant the call ended), and when it
+//! expires (`ttl` later; at exactly `ttl` it is expired; a clock read earlier than the store
+//! counts as no time passed). It reads no clock and belongs in the core: it lives here until
+//! the core has it. [`SuccessCache`] keeps one value under that rule, shared lock-free.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+use stormguard_core::{Duration, Instant, Outcome};
+
+/// When a cached success may be served: a pure function of the instant it was stored and now.
+///
+/// ```
+/// use stormguard_core::{Duration, Instant, Outcome};
+/// use stormguard_std::CacheRule;
+///
+/// let rule = CacheRule::new(Duration::from_secs(5)).unwrap();
+/// let stored = Instant::from_secs(100);
+/// assert!(rule.stores(Outcome::Success));
+/// assert!(!rule.stores(Outcome::Transient));
+/// assert!(rule.is_fresh(stored, Instant::from_secs(104)));
+/// assert!(!rule.is_fresh(stored, Instant::from_secs(105))); // expired at exactly the ttl
+/// assert!(rule.is_fresh(stored, Instant::from_secs(99))); // a clock read earlier: no time passed
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheRule {
+    ttl: Duration,
+}
+
+/// A zero time-to-live: a cache that never serves anything is a mistake, not a setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZeroTtl;
+
+impl fmt::Display for ZeroTtl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a success cache's time-to-live must be above zero")
+    }
+}
+
+impl std::error::Error for ZeroTtl {}
+
+impl CacheRule {
+    /// Successes are served for `ttl` after they were stored; `ttl` must be above zero.
+    ///
+    /// ```
+    /// use stormguard_core::Duration;
+    /// use stormguard_std::{CacheRule, ZeroTtl};
+    /// assert_eq!(CacheRule::new(Duration::ZERO), Err(ZeroTtl));
+    /// ```
+    pub const fn new(ttl: Duration) -> Result<CacheRule, ZeroTtl> {
+        if ttl.is_zero() {
+            Err(ZeroTtl)
+        } else {
+            Ok(CacheRule { ttl })
+        }
+    }
+
+    /// How long a success is served.
+    ///
+    /// ```
+    /// use stormguard_core::Duration;
+    /// let rule = stormguard_std::CacheRule::new(Duration::from_secs(5)).unwrap();
+    /// assert_eq!(rule.ttl(), Duration::from_secs(5));
+    /// ```
+    #[must_use]
+    pub const fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Whether a call whose last attempt counted as `outcome` leaves its value in the cache:
+    /// only [`Outcome::Success`].
+    ///
+    /// ```
+    /// use stormguard_core::Outcome;
+    /// let rule = stormguard_std::CacheRule::new(stormguard_core::Duration::from_secs(1)).unwrap();
+    /// assert!(!rule.stores(Outcome::Throttled { retry_after: None }));
+    /// ```
+    #[must_use]
+    pub const fn stores(&self, outcome: Outcome) -> bool {
+        matches!(outcome, Outcome::Success)
+    }
+
+    /// When a value stored at `stored` expires (saturating).
+    ///
+    /// ```
+    /// use stormguard_core::{Duration, Instant};
+    /// let rule = stormguard_std::CacheRule::new(Duration::from_secs(5)).unwrap();
+    /// assert_eq!(rule.expires_at(Instant::from_secs(1)), Instant::from_secs(6));
+    /// ```
+    #[must_use]
+    pub const fn expires_at(&self, stored: Instant) -> Instant {
+        stored.saturating_add(self.ttl)
+    }
+
+    /// Whether a value stored at `stored` may be served at `now`.
+    ///
+    /// ```
+    /// use stormguard_core::{Duration, Instant};
+    /// let rule = stormguard_std::CacheRule::new(Duration::from_millis(1)).unwrap();
+    /// assert!(rule.is_fresh(Instant::ZERO, Instant::from_nanos(999_999)));
+    /// ```
+    #[must_use]
+    pub const fn is_fresh(&self, stored: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(stored).as_nanos() < self.ttl.as_nanos()
+    }
+}
+
+struct Entry<T> {
+    stored: Instant,
+    value: T,
+}
+
+/// One cached success, shared lock-free (an `arc-swap` slot: reading takes no lock and
+/// allocates nothing; storing allocates the new entry). Use with
+/// [`Policy::call_cached`](crate::Policy::call_cached).
+///
+/// ```
+/// use stormguard_core::{Duration, Instant};
+/// use stormguard_std::SuccessCache;
+///
+/// let cache = SuccessCache::new(Duration::from_secs(5)).unwrap();
+/// cache.store(Instant::from_secs(10), "answer");
+/// assert_eq!(cache.get(Instant::from_secs(12)), Some("answer"));
+/// assert_eq!(cache.get(Instant::from_secs(15)), None);
+/// ```
+pub struct SuccessCache<T> {
+    rule: CacheRule,
+    slot: ArcSwapOption<Entry<T>>,
+}
+
+impl<T> SuccessCache<T> {
+    /// An empty cache serving successes for `ttl`.
+    ///
+    /// ```
+    /// use stormguard_core::Duration;
+    /// assert!(stormguard_std::SuccessCache::<u8>::new(Duration::ZERO).is_err());
+    /// ```
+    pub fn new(ttl: Duration) -> Result<SuccessCache<T>, ZeroTtl> {
+        Ok(SuccessCache {
+            rule: CacheRule::new(ttl)?,
+            slot: ArcSwapOption::empty(),
+        })
+    }
+
+    /// The rule it follows.
+    ///
+    /// ```
+    /// use stormguard_core::Duration;
+    /// let cache = stormguard_std::SuccessCache::<u8>::new(Duration::from_secs(2)).unwrap();
+    /// assert_eq!(cache.rule().ttl(), Duration::from_secs(2));
+    /// ```
+    #[must_use]
+    pub const fn rule(&self) -> &CacheRule {
+        &self.rule
+    }
+
+    /// Keeps `value` as stored at `now`, replacing what was there.
+    ///
+    /// ```
+    /// use stormguard_core::{Duration, Instant};
+    /// let cache = stormguard_std::SuccessCache::new(Duration::from_secs(2)).unwrap();
+    /// cache.store(Instant::ZERO, 1);
+    /// cache.store(Instant::ZERO, 2);
+    /// assert_eq!(cache.get(Instant::ZERO), Some(2));
+    /// ```
+    pub fn store(&self, now: Instant, value: T) {
+        self.slot
+            .store(Some(Arc::new(Entry { stored: now, value })));
+    }
+
+    /// Forgets the cached value.
+    ///
+    /// ```
+    /// use stormguard_core::{Duration, Instant};
+    /// let cache = stormguard_std::SuccessCache::new(Duration::from_secs(2)).unwrap();
+    /// cache.store(Instant::ZERO, 1);
+    /// cache.clear();
+    /// assert_eq!(cache.get(Instant::ZERO), None);
+    /// ```
+    pub fn clear(&self) {
+        self.slot.store(None);
+    }
+}
+
+impl<T: Clone> SuccessCache<T> {
+    /// The cached value, if it is fresh at `now`.
+    ///
+    /// ```
+    /// use stormguard_core::{Duration, Instant};
+    /// let cache = stormguard_std::SuccessCache::<u8>::new(Duration::from_secs(2)).unwrap();
+    /// assert_eq!(cache.get(Instant::ZERO), None);
+    /// ```
+    #[must_use]
+    pub fn get(&self, now: Instant) -> Option<T> {
+        let guard = self.slot.load();
+        let entry = guard.as_ref()?;
+        self.rule
+            .is_fresh(entry.stored, now)
+            .then(|| entry.value.clone())
+    }
+}
+
+impl<T> fmt::Debug for SuccessCache<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SuccessCache")
+            .field("rule", &self.rule)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(ms: u64) -> CacheRule {
+        CacheRule::new(Duration::from_millis(ms)).unwrap()
+    }
+
+    #[test]
+    fn only_successes_are_stored() {
+        let r = rule(10);
+        assert!(r.stores(Outcome::Success));
+        for o in [
+            Outcome::Transient,
+            Outcome::TimedOut,
+            Outcome::Permanent,
+            Outcome::Cancelled,
+            Outcome::Throttled {
+                retry_after: Some(Duration::from_secs(1)),
+            },
+        ] {
+            assert!(!r.stores(o), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn a_success_is_fresh_until_exactly_its_ttl() {
+        let r = rule(5_000);
+        let stored = Instant::from_millis(1_000);
+        assert!(r.is_fresh(stored, stored));
+        assert!(r.is_fresh(stored, Instant::from_millis(5_999)));
+        assert!(!r.is_fresh(stored, Instant::from_millis(6_000)));
+        assert!(!r.is_fresh(stored, Instant::MAX));
+        assert_eq!(r.expires_at(stored), Instant::from_millis(6_000));
+    }
+
+    #[test]
+    fn a_clock_that_steps_back_means_no_time_passed() {
+        let r = rule(1);
+        assert!(r.is_fresh(Instant::from_secs(9), Instant::from_secs(3)));
+    }
+
+    #[test]
+    fn expiry_saturates_at_the_end_of_time() {
+        let r = CacheRule::new(Duration::MAX).unwrap();
+        assert_eq!(r.expires_at(Instant::from_secs(1)), Instant::MAX);
+        assert!(r.is_fresh(Instant::from_secs(1), Instant::MAX));
+    }
+
+    #[test]
+    fn the_cache_serves_the_latest_store_until_it_expires() {
+        let cache = SuccessCache::new(Duration::from_secs(5)).unwrap();
+        assert_eq!(cache.get(Instant::ZERO), None);
+        cache.store(Instant::from_secs(1), 1);
+        cache.store(Instant::from_secs(3), 2);
+        assert_eq!(cache.get(Instant::from_secs(7)), Some(2));
+        assert_eq!(cache.get(Instant::from_secs(8)), None);
+    }
+}

@@ -1,0 +1,203 @@
+//! Classifiers: how an attempt's result counts (DESIGN.md, "The breaker": success, transient,
+//! throttled, permanent, cancelled).
+
+use stormguard_core::Outcome;
+
+/// Decides how an attempt's result counts: the caller's classification of what happened.
+/// Implemented by [`EveryErrorTransient`] (the default), by [`Http`] (feature `http`) and by
+/// every `Fn(&Result<T, E>) -> Outcome`.
+///
+/// ```
+/// use stormguard_core::Outcome;
+/// use stormguard_std::Classify;
+///
+/// #[derive(Debug)]
+/// enum DbError { ConnectionReset, Deadlock, UniqueViolation }
+///
+/// let classify = |r: &Result<u64, DbError>| match r {
+///     Ok(_) => Outcome::Success,
+///     Err(DbError::ConnectionReset) => Outcome::Transient,
+///     Err(DbError::Deadlock) => Outcome::Throttled { retry_after: None },
+///     Err(DbError::UniqueViolation) => Outcome::Permanent,
+/// };
+/// assert_eq!(classify.classify(&Err(DbError::UniqueViolation)), Outcome::Permanent);
+/// ```
+pub trait Classify<T, E> {
+    /// How `result` counts.
+    fn classify(&self, result: &Result<T, E>) -> Outcome;
+}
+
+/// The default classification: `Ok` is a success, every `Err` a transient failure.
+///
+/// ```
+/// use stormguard_core::Outcome;
+/// use stormguard_std::{Classify, EveryErrorTransient};
+/// assert_eq!(EveryErrorTransient.classify(&Ok::<u8, ()>(1)), Outcome::Success);
+/// assert_eq!(EveryErrorTransient.classify(&Err::<u8, ()>(())), Outcome::Transient);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EveryErrorTransient;
+
+impl<T, E> Classify<T, E> for EveryErrorTransient {
+    #[inline]
+    fn classify(&self, result: &Result<T, E>) -> Outcome {
+        match result {
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::Transient,
+        }
+    }
+}
+
+impl<T, E, F: Fn(&Result<T, E>) -> Outcome> Classify<T, E> for F {
+    #[inline]
+    fn classify(&self, result: &Result<T, E>) -> Outcome {
+        self(result)
+    }
+}
+
+#[cfg(feature = "http")]
+pub use self::http_preset::{http_outcome, retry_after, Http};
+
+#[cfg(feature = "http")]
+mod http_preset {
+    use http::{header::RETRY_AFTER, HeaderMap, Response, StatusCode};
+    use stormguard_core::{Duration, Outcome};
+
+    use super::Classify;
+
+    /// The HTTP preset: connection errors (`Err`) and 5xx are transient; 429, and 503 with a
+    /// `Retry-After` header, are throttled with the header honoured as `retry_after`; other 4xx
+    /// are permanent (the request is wrong; retrying cannot help); everything else succeeds.
+    /// The default classifier of the tower layer.
+    ///
+    /// ```
+    /// use http::{Response, StatusCode};
+    /// use stormguard_core::{Duration, Outcome};
+    /// use stormguard_std::{Classify, Http};
+    ///
+    /// let status = |s: u16| Response::builder().status(s).body(()).unwrap();
+    /// let c = |r: Result<Response<()>, ()>| Http.classify(&r);
+    /// assert_eq!(c(Ok(status(200))), Outcome::Success);
+    /// assert_eq!(c(Ok(status(502))), Outcome::Transient);
+    /// assert_eq!(c(Ok(status(404))), Outcome::Permanent);
+    /// assert_eq!(c(Err(())), Outcome::Transient);
+    /// let throttled = Response::builder().status(429).header("retry-after", "3").body(()).unwrap();
+    /// assert_eq!(
+    ///     c(Ok(throttled)),
+    ///     Outcome::Throttled { retry_after: Some(Duration::from_secs(3)) }
+    /// );
+    /// ```
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Http;
+
+    impl<B, E> Classify<Response<B>, E> for Http {
+        fn classify(&self, result: &Result<Response<B>, E>) -> Outcome {
+            match result {
+                Ok(response) => http_outcome(response.status(), response.headers()),
+                Err(_) => Outcome::Transient,
+            }
+        }
+    }
+
+    /// How a response with `status` and `headers` counts, by the [`Http`] preset's rules.
+    ///
+    /// ```
+    /// use http::{HeaderMap, StatusCode};
+    /// use stormguard_core::Outcome;
+    /// // 503 without Retry-After: the server is failing, not defending itself.
+    /// assert_eq!(
+    ///     stormguard_std::http_outcome(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new()),
+    ///     Outcome::Transient
+    /// );
+    /// ```
+    #[must_use]
+    pub fn http_outcome(status: StatusCode, headers: &HeaderMap) -> Outcome {
+        let hint = || retry_after(headers);
+        match status {
+            StatusCode::TOO_MANY_REQUESTS => Outcome::Throttled {
+                retry_after: hint(),
+            },
+            StatusCode::SERVICE_UNAVAILABLE if headers.contains_key(RETRY_AFTER) => {
+                Outcome::Throttled {
+                    retry_after: hint(),
+                }
+            }
+            s if s.is_server_error() => Outcome::Transient,
+            s if s.is_client_error() => Outcome::Permanent,
+            _ => Outcome::Success,
+        }
+    }
+
+    /// The `Retry-After` header as a duration: delay-seconds, or an HTTP date counted from the
+    /// system clock (a date in the past is zero). `None` when absent or unreadable.
+    ///
+    /// ```
+    /// use http::HeaderMap;
+    /// use stormguard_core::Duration;
+    /// let mut h = HeaderMap::new();
+    /// h.insert("retry-after", "120".parse().unwrap());
+    /// assert_eq!(stormguard_std::retry_after(&h), Some(Duration::from_secs(120)));
+    /// h.insert("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+    /// assert_eq!(stormguard_std::retry_after(&h), Some(Duration::ZERO));
+    /// h.insert("retry-after", "soon".parse().unwrap());
+    /// assert_eq!(stormguard_std::retry_after(&h), None);
+    /// ```
+    #[must_use]
+    pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+        let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+        if let Ok(secs) = value.parse::<u64>() {
+            return Some(Duration::from_secs(secs));
+        }
+        let at = httpdate::parse_http_date(value).ok()?;
+        let left = at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        Some(Duration::from(left))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn response(status: u16, retry_after: Option<&str>) -> Response<()> {
+            let mut b = Response::builder().status(status);
+            if let Some(v) = retry_after {
+                b = b.header(RETRY_AFTER, v);
+            }
+            b.body(()).unwrap()
+        }
+
+        #[test]
+        fn the_http_preset_sorts_statuses() {
+            let c = |r: Response<()>| Http.classify(&Ok::<_, ()>(r));
+            assert_eq!(c(response(204, None)), Outcome::Success);
+            assert_eq!(c(response(304, None)), Outcome::Success);
+            assert_eq!(c(response(500, None)), Outcome::Transient);
+            assert_eq!(c(response(503, None)), Outcome::Transient);
+            assert_eq!(
+                c(response(503, Some("7"))),
+                Outcome::Throttled {
+                    retry_after: Some(Duration::from_secs(7))
+                }
+            );
+            assert_eq!(
+                c(response(429, None)),
+                Outcome::Throttled { retry_after: None }
+            );
+            assert_eq!(c(response(400, None)), Outcome::Permanent);
+            assert_eq!(c(response(409, None)), Outcome::Permanent);
+        }
+
+        #[test]
+        fn a_future_http_date_is_counted_from_now() {
+            let at = std::time::SystemTime::now() + std::time::Duration::from_secs(90);
+            let mut h = HeaderMap::new();
+            h.insert(RETRY_AFTER, httpdate::fmt_http_date(at).parse().unwrap());
+            let d = retry_after(&h).unwrap();
+            assert!(
+                d > Duration::from_secs(85) && d <= Duration::from_secs(90),
+                "{d}"
+            );
+        }
+    }
+}

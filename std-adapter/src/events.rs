@@ -1,0 +1,238 @@
+//! Events: every core event goes to `tracing` and to the policy's [`Listener`].
+//!
+//! The core hands its events to a sink; a policy forwards each one to [`trace`] (target
+//! `stormguard`, the breaker's name in the `breaker` field) and to its listener. Levels:
+//!
+//! | event | level | why |
+//! |---|---|---|
+//! | `StateChanged` to open or isolated | WARN | a dependency is being cut off: someone should look |
+//! | `StateChanged` to anything else | INFO | recovery steps, rare and worth a line |
+//! | `ProbesReclaimed` | INFO | probes lost without an outcome: callers are abandoning attempts |
+//! | `Rejected`, `Retry`, `ProbeStarted`, `RampStep` | DEBUG | per call: a polling loop refused 10 times a second must not flood the logs |
+//!
+//! The success path emits no event, so tracing costs nothing there.
+
+use stormguard_core::{Event, Name, RefusalReason, State};
+
+/// How one call ended, as reported to [`Listener::on_call`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Ended {
+    /// The operation's value came back (or a cached one, see [`Ended::Cached`]).
+    Succeeded,
+    /// The operation's own error stands.
+    Failed,
+    /// The last attempt hit its attempt timeout.
+    TimedOut,
+    /// Refused locally, after the guarded pause (a fallback may have replaced it).
+    Rejected(RefusalReason),
+    /// The deadline passed.
+    DeadlineExceeded,
+    /// The caller cancelled (a token, or dropped the call's future).
+    Cancelled,
+    /// Served from the success cache without calling.
+    Cached,
+}
+
+impl Ended {
+    /// A stable, lower-case name for logs and metrics labels.
+    ///
+    /// ```
+    /// assert_eq!(stormguard_std::Ended::DeadlineExceeded.as_str(), "deadline_exceeded");
+    /// ```
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Ended::Succeeded => "succeeded",
+            Ended::Failed => "failed",
+            Ended::TimedOut => "timed_out",
+            Ended::Rejected(_) => "rejected",
+            Ended::DeadlineExceeded => "deadline_exceeded",
+            Ended::Cancelled => "cancelled",
+            Ended::Cached => "cached",
+        }
+    }
+}
+
+/// Receives a policy's events and call reports. Every method has an empty default, so a
+/// listener implements what it needs; a closure `Fn(&Event<'_>)` is a listener of events.
+/// [`Metrics`](crate::Metrics) is one; [`Both`] runs two.
+///
+/// Called synchronously on the calling task: keep it cheap and never block.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use stormguard_core::Event;
+/// use stormguard_std::{Ended, Listener};
+///
+/// #[derive(Default)]
+/// struct Opens(AtomicU32);
+///
+/// impl Listener for Opens {
+///     fn on_event(&self, event: &Event<'_>) {
+///         if let Event::StateChanged { to: stormguard_core::State::Open, .. } = event {
+///             self.0.fetch_add(1, Ordering::Relaxed);
+///         }
+///     }
+/// }
+/// let opens = Opens::default();
+/// opens.on_call(&stormguard_core::Name::new("db"), 1, Ended::Succeeded); // default: nothing
+/// ```
+pub trait Listener {
+    /// A core event, delivered as it happens (a `Rejected` event before its pause is served).
+    fn on_event(&self, event: &Event<'_>) {
+        let _ = event;
+    }
+
+    /// An attempt is starting (`attempt` is 1 for the first).
+    fn on_attempt(&self, name: &Name, attempt: u32) {
+        let _ = (name, attempt);
+    }
+
+    /// A call ended after `attempts` attempts. Reported once per call, also when the call's
+    /// future was dropped (as [`Ended::Cancelled`]).
+    fn on_call(&self, name: &Name, attempts: u32, ended: Ended) {
+        let _ = (name, attempts, ended);
+    }
+}
+
+/// No listener: events still go to `tracing`.
+///
+/// ```
+/// use stormguard_std::{Listener, NoListener};
+/// NoListener.on_attempt(&stormguard_core::Name::new("db"), 1);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoListener;
+
+impl Listener for NoListener {}
+
+impl<F: Fn(&Event<'_>)> Listener for F {
+    fn on_event(&self, event: &Event<'_>) {
+        self(event);
+    }
+}
+
+/// Two listeners, both told everything (first `.0`, then `.1`).
+///
+/// ```
+/// use stormguard_std::{Both, Listener, Metrics};
+/// let metrics = Metrics::new("db");
+/// let both = Both(metrics.clone(), |e: &stormguard_core::Event<'_>| println!("{}", e.kind()));
+/// both.on_attempt(&stormguard_core::Name::new("db"), 1);
+/// assert_eq!(metrics.snapshot().attempts, 1);
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Both<A, B>(pub A, pub B);
+
+impl<A: Listener, B: Listener> Listener for Both<A, B> {
+    fn on_event(&self, event: &Event<'_>) {
+        self.0.on_event(event);
+        self.1.on_event(event);
+    }
+    fn on_attempt(&self, name: &Name, attempt: u32) {
+        self.0.on_attempt(name, attempt);
+        self.1.on_attempt(name, attempt);
+    }
+    fn on_call(&self, name: &Name, attempts: u32, ended: Ended) {
+        self.0.on_call(name, attempts, ended);
+        self.1.on_call(name, attempts, ended);
+    }
+}
+
+/// Logs one core event with `tracing` (target `stormguard`, levels as in the module docs).
+///
+/// ```
+/// use stormguard_core::{Duration, Event, Name, RefusalReason};
+/// let name = Name::new("payments");
+/// stormguard_std::events::trace(&Event::Rejected {
+///     name: &name,
+///     reason: RefusalReason::BreakerOpen,
+///     delay: Duration::from_millis(100),
+///     retry_after: Duration::from_secs(14),
+/// });
+/// ```
+pub fn trace(event: &Event<'_>) {
+    let breaker = event.name().as_str();
+    match *event {
+        Event::StateChanged {
+            from,
+            to: to @ (State::Open | State::Isolated),
+            reason,
+            break_for,
+            ..
+        } => tracing::warn!(
+            target: "stormguard",
+            breaker,
+            from = from.as_str(),
+            to = to.as_str(),
+            reason = reason.map(|r| r.as_str()),
+            break_ms = break_for.map(|d| d.as_millis()),
+            "breaker opened"
+        ),
+        Event::StateChanged {
+            from,
+            to,
+            reason,
+            break_for,
+            ..
+        } => tracing::info!(
+            target: "stormguard",
+            breaker,
+            from = from.as_str(),
+            to = to.as_str(),
+            reason = reason.map(|r| r.as_str()),
+            break_ms = break_for.map(|d| d.as_millis()),
+            "breaker state changed"
+        ),
+        Event::ProbesReclaimed { count, .. } => tracing::info!(
+            target: "stormguard",
+            breaker,
+            count,
+            "half-open probes reclaimed without an outcome"
+        ),
+        Event::Rejected {
+            reason,
+            delay,
+            retry_after,
+            ..
+        } => tracing::debug!(
+            target: "stormguard",
+            breaker,
+            reason = reason.as_str(),
+            pause_ms = delay.as_millis(),
+            retry_after_ms = retry_after.as_millis(),
+            "call rejected"
+        ),
+        Event::Retry {
+            attempt,
+            delay,
+            after,
+            ..
+        } => tracing::debug!(
+            target: "stormguard",
+            breaker,
+            attempt,
+            delay_ms = delay.as_millis(),
+            after = ?after,
+            "retrying"
+        ),
+        Event::ProbeStarted { .. } => {
+            tracing::debug!(target: "stormguard", breaker, "half-open probe started");
+        }
+        Event::RampStep { fraction, cap, .. } => tracing::debug!(
+            target: "stormguard",
+            breaker,
+            fraction = fraction.as_f64(),
+            cap = cap.as_f64(),
+            "recovery ramp step"
+        ),
+        _ => tracing::debug!(target: "stormguard", breaker, kind = event.kind(), "event"),
+    }
+}
+
+/// Sends `event` to `tracing` and to `listener`.
+pub(crate) fn emit<L: Listener>(listener: &L, event: &Event<'_>) {
+    trace(event);
+    listener.on_event(event);
+}

@@ -1,0 +1,348 @@
+//! Health: a registry of named breakers and budgets, read as one report.
+//!
+//! A breaker's health follows its state: closed is `healthy`; half-open and recovering are
+//! `degraded` (the dependency is on probation: a recovering breaker still sheds part of the
+//! traffic); open and isolated are `unavailable`. A budget more than 90% spent is `degraded`
+//! (retries are about to be refused). The report's status is the worst of its entries.
+
+use std::sync::{Arc, RwLock};
+
+use stormguard_core::{BudgetSnapshot, Instant, Snapshot, State};
+
+use crate::clock::{default_clock, Clock, DefaultClock};
+use crate::{Breaker, Budget};
+
+/// How well a dependency (or the whole set) is doing, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum Status {
+    /// Closed breaker, budget with room.
+    Healthy,
+    /// Half-open or recovering breaker, nearly empty budget.
+    Degraded,
+    /// Open or isolated breaker: calls are refused.
+    Unavailable,
+}
+
+impl Status {
+    /// The status a breaker in `state` reports.
+    ///
+    /// ```
+    /// use stormguard_core::State;
+    /// use stormguard_std::health::Status;
+    /// assert_eq!(Status::of_state(State::Recovering), Status::Degraded);
+    /// assert_eq!(Status::of_state(State::Isolated), Status::Unavailable);
+    /// ```
+    #[must_use]
+    pub const fn of_state(state: State) -> Status {
+        match state {
+            State::Closed => Status::Healthy,
+            State::HalfOpen | State::Recovering => Status::Degraded,
+            State::Open | State::Isolated => Status::Unavailable,
+        }
+    }
+
+    /// A stable, lower-case name.
+    ///
+    /// ```
+    /// assert_eq!(stormguard_std::health::Status::Degraded.as_str(), "degraded");
+    /// ```
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::Healthy => "healthy",
+            Status::Degraded => "degraded",
+            Status::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// One breaker's health: its snapshot, in plain units.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct BreakerHealth {
+    /// The breaker's name.
+    pub name: String,
+    /// `healthy`, `degraded` or `unavailable`.
+    pub status: Status,
+    /// `closed`, `open`, `half_open`, `recovering` or `isolated`.
+    pub state: &'static str,
+    /// Consecutive transient failures while closed.
+    pub consecutive_failures: u16,
+    /// Consecutive opens without a close.
+    pub consecutive_opens: u8,
+    /// Probes in flight while half-open.
+    pub probes_in_flight: u8,
+    /// The break last served or being served, in milliseconds.
+    pub break_ms: Option<u64>,
+    /// Milliseconds until half-open (0 unless open).
+    pub until_half_open_ms: u64,
+    /// The admitted fraction while recovering.
+    pub ramp_fraction: Option<f64>,
+    /// The learned median latency of successful calls, in milliseconds.
+    pub normal_latency_ms: Option<f64>,
+    /// The learned normal failure rate.
+    pub normal_failure_rate: Option<f64>,
+    /// Calls, failures and slow calls in the trip window.
+    pub window_calls: u32,
+    /// Failures in the trip window.
+    pub window_failures: u32,
+    /// Slow calls in the trip window.
+    pub window_slow: u32,
+}
+
+impl From<&Snapshot> for BreakerHealth {
+    fn from(s: &Snapshot) -> Self {
+        #[allow(clippy::cast_precision_loss)] // nanoseconds of a latency: far below 2^53
+        let ms = |d: stormguard_core::Duration| d.as_nanos() as f64 / 1e6;
+        BreakerHealth {
+            name: s.name.as_str().to_owned(),
+            status: Status::of_state(s.state),
+            state: s.state.as_str(),
+            consecutive_failures: s.consecutive_failures,
+            consecutive_opens: s.consecutive_opens,
+            probes_in_flight: s.probes_in_flight,
+            break_ms: s.break_duration.map(|d| d.as_millis()),
+            until_half_open_ms: s.until_half_open.as_millis(),
+            ramp_fraction: s.ramp_fraction.map(|r| r.as_f64()),
+            normal_latency_ms: s.normal_latency.map(ms),
+            normal_failure_rate: s.normal_failure_rate.map(|r| r.as_f64()),
+            window_calls: s.window_calls,
+            window_failures: s.window_failures,
+            window_slow: s.window_slow,
+        }
+    }
+}
+
+/// One budget's health.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct BudgetHealth {
+    /// The budget's name.
+    pub name: String,
+    /// `healthy`, or `degraded` when more than 90% is spent.
+    pub status: Status,
+    /// Whole retries available.
+    pub available: u32,
+    /// 0 (full) to 1 (empty).
+    pub utilization: f64,
+}
+
+impl From<&BudgetSnapshot> for BudgetHealth {
+    fn from(s: &BudgetSnapshot) -> Self {
+        let utilization = s.utilization.as_f64();
+        BudgetHealth {
+            name: s.name.as_str().to_owned(),
+            status: if s.utilization.ppm() > 900_000 {
+                Status::Degraded
+            } else {
+                Status::Healthy
+            },
+            available: s.available,
+            utilization,
+        }
+    }
+}
+
+/// Every registered breaker and budget, read at one instant.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Report {
+    /// The worst status of the entries (`healthy` when there are none).
+    pub status: Status,
+    /// The breakers, in registration order.
+    pub breakers: Vec<BreakerHealth>,
+    /// The budgets, in registration order.
+    pub budgets: Vec<BudgetHealth>,
+}
+
+#[derive(Default)]
+struct Entries {
+    breakers: Vec<Breaker>,
+    budgets: Vec<Budget>,
+}
+
+/// A registry of named breakers and budgets for a health endpoint. Cloneable (one `Arc`); the
+/// registry's lock is taken by registration and reports only, never on the call path.
+///
+/// ```
+/// use stormguard_std::health::{Registry, Status};
+/// use stormguard_std::Policy;
+///
+/// let payments = Policy::builder("payments").build()?;
+/// let search = Policy::builder("search").build()?;
+/// let health = Registry::new();
+/// health.register(&payments);
+/// health.register(&search);
+/// search.isolate();
+///
+/// let report = health.report();
+/// assert_eq!(report.status, Status::Unavailable);
+/// assert_eq!(report.breakers[1].state, "isolated");
+/// assert_eq!(report.budgets.len(), 2);
+/// # Ok::<(), stormguard_core::SettingsError>(())
+/// ```
+#[derive(Clone)]
+pub struct Registry<K = DefaultClock> {
+    entries: Arc<RwLock<Entries>>,
+    clock: K,
+}
+
+impl Registry {
+    /// An empty registry reading the process-wide clock.
+    #[must_use]
+    pub fn new() -> Registry {
+        Registry::with_clock(default_clock())
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new()
+    }
+}
+
+impl<K: Clock> Registry<K> {
+    /// An empty registry reading `clock` (the clock of the policies whose parts it reports).
+    ///
+    /// ```
+    /// use stormguard_std::{health::Registry, ManualClock};
+    /// let registry = Registry::with_clock(ManualClock::new());
+    /// assert!(registry.report().breakers.is_empty());
+    /// ```
+    #[must_use]
+    pub fn with_clock(clock: K) -> Registry<K> {
+        Registry {
+            entries: Arc::new(RwLock::new(Entries::default())),
+            clock,
+        }
+    }
+
+    /// Adds a policy's breaker and budget (each once, however often it is registered).
+    pub fn register<K2, L>(&self, policy: &crate::Policy<K2, L>) {
+        if let Some(b) = policy.breaker() {
+            self.add_breaker(b);
+        }
+        if let Some(b) = policy.budget() {
+            self.add_budget(b);
+        }
+    }
+
+    /// Adds a breaker (once).
+    ///
+    /// ```
+    /// let registry = stormguard_std::health::Registry::new();
+    /// let breaker = stormguard_std::Breaker::of(5, "db")?;
+    /// registry.add_breaker(&breaker);
+    /// registry.add_breaker(&breaker.clone());
+    /// assert_eq!(registry.report().breakers.len(), 1);
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub fn add_breaker(&self, breaker: &Breaker) {
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        if !entries.breakers.iter().any(|b| b.same_as(breaker)) {
+            entries.breakers.push(breaker.clone());
+        }
+    }
+
+    /// Adds a budget (once).
+    ///
+    /// ```
+    /// let registry = stormguard_std::health::Registry::new();
+    /// registry.add_budget(&stormguard_std::Budget::defaults("db"));
+    /// assert_eq!(registry.report().budgets[0].available, 30);
+    /// ```
+    pub fn add_budget(&self, budget: &Budget) {
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        if !entries.budgets.iter().any(|b| b.same_as(budget)) {
+            entries.budgets.push(budget.clone());
+        }
+    }
+
+    /// Every entry's health now.
+    ///
+    /// ```
+    /// let registry = stormguard_std::health::Registry::new();
+    /// assert_eq!(registry.report().status, stormguard_std::health::Status::Healthy);
+    /// ```
+    #[must_use]
+    pub fn report(&self) -> Report {
+        self.report_at(self.clock.now())
+    }
+
+    /// Every entry's health at `now`.
+    #[must_use]
+    pub fn report_at(&self, now: Instant) -> Report {
+        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
+        let breakers: Vec<BreakerHealth> = entries
+            .breakers
+            .iter()
+            .map(|b| BreakerHealth::from(&b.snapshot_at(now)))
+            .collect();
+        let budgets: Vec<BudgetHealth> = entries
+            .budgets
+            .iter()
+            .map(|b| BudgetHealth::from(&b.snapshot_at(now)))
+            .collect();
+        let status = breakers
+            .iter()
+            .map(|b| b.status)
+            .chain(budgets.iter().map(|b| b.status))
+            .max()
+            .unwrap_or(Status::Healthy);
+        Report {
+            status,
+            breakers,
+            budgets,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stormguard_core::{BreakerSettings, Duration, Outcome, Recovery};
+
+    #[test]
+    fn a_recovering_breaker_reads_as_degraded() {
+        let clock = crate::ManualClock::starting_at(Instant::from_secs(1));
+        let settings = BreakerSettings::builder("ramp")
+            .consecutive_failures(1)
+            .probe_successes(1)
+            .jitter(false)
+            .recovery(Some(Recovery::over(0.25)))
+            .build()
+            .unwrap();
+        let breaker = Breaker::new(settings);
+        let registry = Registry::with_clock(clock.clone());
+        registry.add_breaker(&breaker);
+        let b = breaker.shared();
+        let p = b.try_acquire(clock.now(), None, &mut |_| {}).unwrap();
+        b.on_outcome(clock.now(), p, Outcome::Transient, &mut |_| {});
+        assert_eq!(registry.report().status, Status::Unavailable);
+        clock.advance(Duration::from_secs(16));
+        assert_eq!(registry.report().breakers[0].state, "half_open");
+        assert_eq!(registry.report().status, Status::Degraded);
+        let p = b.try_acquire(clock.now(), None, &mut |_| {}).unwrap();
+        clock.advance(Duration::from_millis(5));
+        b.on_outcome(clock.now(), p, Outcome::Success, &mut |_| {});
+        let report = registry.report();
+        assert_eq!(report.breakers[0].state, "recovering");
+        assert_eq!(report.status, Status::Degraded);
+        assert!(report.breakers[0].ramp_fraction.is_some());
+    }
+
+    #[test]
+    fn an_exhausted_budget_reads_as_degraded() {
+        let registry = Registry::with_clock(crate::ManualClock::new());
+        let budget = Budget::defaults("db");
+        registry.add_budget(&budget);
+        for _ in 0..30 {
+            budget.shared().try_withdraw(Instant::ZERO).unwrap();
+        }
+        let report = registry.report();
+        assert_eq!(report.budgets[0].available, 0);
+        assert_eq!(report.status, Status::Degraded);
+    }
+}

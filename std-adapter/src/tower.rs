@@ -1,0 +1,1 @@
+//! tower (in progress).

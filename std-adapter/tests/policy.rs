@@ -1,0 +1,579 @@
+//! The async policy on tokio's paused clock: guarded rejection, deadlines, budget, fallback,
+//! caching and cancellation, with no real waiting.
+#![cfg(feature = "tokio")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic,
+    missing_docs
+)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration as StdDuration;
+
+use stormguard_core::{
+    Backoff, BreakerSettings, BudgetSettings, Duration, Event, Jitter, Outcome, RefusalReason,
+    State, GUARD_PAUSE,
+};
+use stormguard_std::{
+    Breaker, Budget, CallError, CallOptions, Clock, Ended, Listener, Metrics, Policy, SuccessCache,
+    TokioClock,
+};
+use tokio::time::Instant as TokioInstant;
+use tokio_util::sync::CancellationToken;
+
+fn ms(n: u64) -> StdDuration {
+    StdDuration::from_millis(n)
+}
+
+fn no_jitter() -> Backoff {
+    Backoff::builder().jitter(Jitter::None).build().unwrap()
+}
+
+/// A breaker that opens on the first failure, breaks for exactly 10 s, and closes on one
+/// successful probe.
+fn touchy(name: &'static str) -> Breaker {
+    Breaker::new(
+        BreakerSettings::builder(name)
+            .consecutive_failures(1)
+            .failure_rate(None)
+            .slow_calls(None)
+            .jitter(false)
+            .break_duration(Duration::from_secs(10))
+            .probe_successes(1)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// Records each event with the (paused) tokio time it arrived at.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<(TokioInstant, String)>>>);
+
+impl Listener for Recorder {
+    fn on_event(&self, event: &Event<'_>) {
+        let line = match event {
+            Event::Rejected { reason, delay, .. } => format!("rejected {reason} pause={delay}"),
+            Event::StateChanged { to, .. } => format!("state {to}"),
+            Event::Retry { attempt, delay, .. } => format!("retry #{attempt} in {delay}"),
+            other => other.kind().to_string(),
+        };
+        self.0.lock().unwrap().push((TokioInstant::now(), line));
+    }
+}
+
+impl Recorder {
+    fn lines(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, l)| l.clone())
+            .collect()
+    }
+}
+
+async fn ok(_: u32) -> Result<u32, &'static str> {
+    Ok(7)
+}
+
+async fn fails(_: u32) -> Result<u32, &'static str> {
+    Err("boom")
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_rejection_pause_is_exactly_100_ms() {
+    let policy = Policy::builder("pause").build().unwrap();
+    policy.isolate();
+    let start = TokioInstant::now();
+    let r = policy.call(ok).await;
+    assert_eq!(start.elapsed(), ms(100));
+    let rejection = *r.unwrap_err().rejection().unwrap();
+    assert_eq!(rejection.reason, RefusalReason::Isolated);
+    assert_eq!(rejection.pause, GUARD_PAUSE);
+    assert_eq!(rejection.retry_after, Duration::MAX);
+    assert_eq!(rejection.attempts, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_pause_is_40_ms_with_40_ms_of_deadline_left() {
+    let policy = Policy::builder("deadline").build().unwrap();
+    policy.isolate();
+    let start = TokioInstant::now();
+    let r = policy
+        .call_with(CallOptions::new().within(ms(40)), ok)
+        .await;
+    assert_eq!(start.elapsed(), ms(40));
+    assert_eq!(
+        r.unwrap_err().rejection().unwrap().pause,
+        Duration::from_millis(40)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_retry_pauses_only_for_what_is_left_of_the_deadline() {
+    // One retry's worth of budget (a floor of 0.1/s holds 1 token), already spent.
+    let budget = Budget::new(
+        BudgetSettings::builder("thin")
+            .floor_per_second(0.1)
+            .build()
+            .unwrap(),
+    );
+    budget
+        .shared()
+        .try_withdraw(TokioClock::global().now())
+        .unwrap();
+    let policy = Policy::builder("thin")
+        .budget(budget)
+        .no_breaker()
+        .deadline(ms(100))
+        // A 100 ms wait could not end before the deadline (the call would end at once as
+        // deadline exceeded); a 10 ms one could, so the budget is asked.
+        .backoff(
+            Backoff::builder()
+                .base(Duration::from_millis(10))
+                .jitter(Jitter::None)
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let start = TokioInstant::now();
+    let r = policy
+        .call(|_| async {
+            tokio::time::sleep(ms(60)).await;
+            Err::<u32, _>("slow failure")
+        })
+        .await;
+    assert_eq!(start.elapsed(), ms(100));
+    match r {
+        Err(CallError::Rejected { rejection, last }) => {
+            assert_eq!(rejection.reason, RefusalReason::BudgetExhausted);
+            assert_eq!(rejection.pause, Duration::from_millis(40));
+            assert_eq!(rejection.last, Some(Outcome::Transient));
+            assert_eq!(last, Some("slow failure"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_rejected_event_is_seen_before_the_pause_ends() {
+    let recorder = Recorder::default();
+    let policy = Policy::builder("announce")
+        .listener(recorder.clone())
+        .build()
+        .unwrap();
+    policy.isolate();
+    let start = TokioInstant::now();
+    let _ = policy.call(ok).await;
+    let events = recorder.0.lock().unwrap().clone();
+    let (at, line) = events.last().unwrap();
+    assert_eq!(line, "rejected isolated pause=100ms");
+    assert_eq!(*at, start, "announced when the pause began");
+    assert_eq!(start.elapsed(), ms(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_call_ends_the_pause_at_once() {
+    let policy = Policy::builder("drop").build().unwrap();
+    policy.isolate();
+    let start = TokioInstant::now();
+    tokio::select! {
+        _ = policy.call(ok) => panic!("the pause should still be running"),
+        () = tokio::time::sleep(ms(30)) => {}
+    }
+    assert_eq!(start.elapsed(), ms(30));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_token_ends_the_pause_at_once_with_a_cancellation() {
+    let metrics = Metrics::new("token");
+    let policy = Policy::builder("token")
+        .listener(metrics.clone())
+        .build()
+        .unwrap();
+    policy.isolate();
+    let token = CancellationToken::new();
+    let canceller = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(ms(25)).await;
+        canceller.cancel();
+    });
+    let start = TokioInstant::now();
+    let r = policy
+        .call_with(CallOptions::new().cancel_on(&token), ok)
+        .await;
+    assert_eq!(r, Err(CallError::Cancelled));
+    assert_eq!(start.elapsed(), ms(25));
+    assert_eq!(metrics.snapshot().calls_ended("cancelled"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_token_ends_a_backoff_wait_at_once() {
+    let policy = Policy::builder("wait")
+        .no_breaker()
+        .backoff(no_jitter())
+        .build()
+        .unwrap();
+    let token = CancellationToken::new();
+    let canceller = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(ms(50)).await;
+        canceller.cancel();
+    });
+    let start = TokioInstant::now();
+    let r = policy
+        .call_with(CallOptions::new().cancel_on(&token), fails)
+        .await;
+    assert_eq!(r, Err(CallError::Cancelled));
+    assert_eq!(
+        start.elapsed(),
+        ms(50),
+        "mid-way through the 100 ms backoff"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_stop_at_the_deadline() {
+    let attempts = AtomicU32::new(0);
+    let policy = Policy::builder("deadline")
+        .no_breaker()
+        .no_budget()
+        .max_attempts(10)
+        .deadline(ms(250))
+        .backoff(no_jitter())
+        .build()
+        .unwrap();
+    let start = TokioInstant::now();
+    let r = policy
+        .call(|_| {
+            attempts.fetch_add(1, Ordering::Relaxed);
+            fails(0)
+        })
+        .await;
+    // 0 ms: fails, waits 100 ms; 100 ms: fails, a 200 ms wait would end past 250 ms.
+    assert_eq!(r, Err(CallError::DeadlineExceeded { last: Some("boom") }));
+    assert_eq!(attempts.load(Ordering::Relaxed), 2);
+    assert_eq!(start.elapsed(), ms(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_stop_at_an_empty_budget() {
+    let budget = Budget::new(
+        BudgetSettings::builder("one-retry")
+            .floor_per_second(0.1)
+            .build()
+            .unwrap(),
+    );
+    let policy = Policy::builder("budget")
+        .no_breaker()
+        .budget(budget.clone())
+        .max_attempts(5)
+        .backoff(no_jitter())
+        .build()
+        .unwrap();
+    let attempts = AtomicU32::new(0);
+    let start = TokioInstant::now();
+    let r = policy
+        .call(|_| {
+            attempts.fetch_add(1, Ordering::Relaxed);
+            fails(0)
+        })
+        .await;
+    match r {
+        Err(CallError::Rejected { rejection, last }) => {
+            assert_eq!(rejection.reason, RefusalReason::BudgetExhausted);
+            assert_eq!(rejection.attempts, 2);
+            assert_eq!(last, Some("boom"));
+            assert!(rejection.retry_after > Duration::ZERO);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(attempts.load(Ordering::Relaxed), 2);
+    // A 100 ms backoff, then the refused retry's 100 ms pause.
+    assert_eq!(start.elapsed(), ms(200));
+    assert_eq!(budget.shared().available(TokioClock::global().now()), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_past_its_timeout_is_cut_off_as_timed_out() {
+    let policy = Policy::builder("slow")
+        .no_budget()
+        .max_attempts(2)
+        .attempt_timeout(ms(300))
+        .backoff(no_jitter())
+        .build()
+        .unwrap();
+    let start = TokioInstant::now();
+    let r = policy
+        .call(|attempt| async move {
+            if attempt == 1 {
+                Err("refused")
+            } else {
+                tokio::time::sleep(ms(10_000)).await;
+                Ok(1)
+            }
+        })
+        .await;
+    assert_eq!(
+        r,
+        Err(CallError::TimedOut {
+            last: Some("refused")
+        })
+    );
+    assert_eq!(start.elapsed(), ms(100 + 300));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttled_outcome_waits_its_retry_after() {
+    let policy = Policy::builder("throttled")
+        .no_breaker()
+        .backoff(no_jitter())
+        .build()
+        .unwrap();
+    let times = Mutex::new(Vec::new());
+    let start = TokioInstant::now();
+    let r = policy
+        .call_with(
+            CallOptions::new().classify(|r: &Result<u32, u16>| match r {
+                Ok(_) => Outcome::Success,
+                Err(429) => Outcome::Throttled {
+                    retry_after: Some(Duration::from_secs(2)),
+                },
+                Err(_) => Outcome::Transient,
+            }),
+            |attempt| {
+                times.lock().unwrap().push(start.elapsed());
+                async move {
+                    if attempt == 1 {
+                        Err(429)
+                    } else {
+                        Ok(5)
+                    }
+                }
+            },
+        )
+        .await;
+    assert_eq!(r, Ok(5));
+    assert_eq!(*times.lock().unwrap(), [ms(0), ms(2_000)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fallback_replaces_refusals_after_the_same_pause() {
+    let policy = Policy::builder("fallback").build().unwrap();
+    policy.isolate();
+    let start = TokioInstant::now();
+    let seen = Mutex::new(None);
+    let r = policy
+        .call_or(
+            |rejection| {
+                *seen.lock().unwrap() = Some(rejection.reason);
+                0
+            },
+            ok,
+        )
+        .await;
+    assert_eq!(r, Ok(0));
+    assert_eq!(start.elapsed(), ms(100));
+    assert_eq!(*seen.lock().unwrap(), Some(RefusalReason::Isolated));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fallback_never_hides_a_dependency_failure() {
+    let policy = Policy::builder("no-fallback")
+        .max_attempts(1)
+        .build()
+        .unwrap();
+    let r = policy.call_or(|_| 0, fails).await;
+    assert_eq!(r, Err(CallError::Failed("boom")));
+    assert_eq!(policy.breaker().unwrap().state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_success_is_served_from_the_cache_until_it_expires() {
+    let policy = Policy::builder("cached").build().unwrap();
+    let cache = SuccessCache::new(Duration::from_secs(5)).unwrap();
+    let calls = AtomicU32::new(0);
+    let fetch = || {
+        policy.call_cached(&cache, |_| async {
+            Ok::<_, ()>(calls.fetch_add(1, Ordering::Relaxed))
+        })
+    };
+    assert_eq!(fetch().await, Ok(0));
+    tokio::time::advance(ms(4_999)).await;
+    assert_eq!(fetch().await, Ok(0), "fresh: served without a call");
+    tokio::time::advance(ms(1)).await;
+    assert_eq!(
+        fetch().await,
+        Ok(1),
+        "expired at exactly the ttl: called again"
+    );
+    // Even an open breaker does not stop a fresh cached value.
+    policy.isolate();
+    assert_eq!(fetch().await, Ok(1));
+    assert_eq!(calls.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn errors_and_fallbacks_are_never_cached() {
+    let policy = Policy::builder("uncached").max_attempts(1).build().unwrap();
+    let cache = SuccessCache::new(Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        policy.call_cached(&cache, fails).await,
+        Err(CallError::Failed("boom"))
+    );
+    assert_eq!(cache.get(TokioClock::global().now()), None);
+    // A classifier that calls an `Ok` a failure: the value comes back, but is not cached.
+    let r = policy
+        .call_cached_with(
+            CallOptions::new().classify(|_: &Result<u32, ()>| Outcome::Transient),
+            &cache,
+            |_| async { Ok(3) },
+        )
+        .await;
+    assert_eq!(r, Ok(3));
+    assert_eq!(cache.get(TokioClock::global().now()), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancellation_never_counts_as_a_failure() {
+    let breaker = touchy("cancel");
+    let policy = Policy::builder("cancel")
+        .breaker(breaker.clone())
+        .build()
+        .unwrap();
+    // By token, mid-attempt.
+    let token = CancellationToken::new();
+    let canceller = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(ms(10)).await;
+        canceller.cancel();
+    });
+    let r = policy
+        .call_with(CallOptions::new().cancel_on(&token), |_| async {
+            tokio::time::sleep(ms(1_000)).await;
+            Err::<u32, _>("never")
+        })
+        .await;
+    assert_eq!(r, Err(CallError::Cancelled));
+    assert_eq!(breaker.state(), State::Closed);
+    assert_eq!(breaker.snapshot().consecutive_failures, 0);
+    // By dropping the future, mid-attempt.
+    tokio::select! {
+        _ = policy.call(|_| async {
+            tokio::time::sleep(ms(1_000)).await;
+            Err::<u32, _>("never")
+        }) => panic!("still running"),
+        () = tokio::time::sleep(ms(10)) => {}
+    }
+    assert_eq!(breaker.state(), State::Closed);
+    assert_eq!(breaker.snapshot().consecutive_failures, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_probe_gives_its_slot_back() {
+    let breaker = touchy("probe");
+    let policy = Policy::builder("probe")
+        .breaker(breaker.clone())
+        .max_attempts(1)
+        .build()
+        .unwrap();
+    assert_eq!(policy.call(fails).await, Err(CallError::Failed("boom")));
+    assert_eq!(breaker.state(), State::Open);
+    // The core keeps the break's end in whole milliseconds (rounded up): 1 ms of slack.
+    tokio::time::advance(ms(10_001)).await;
+    assert_eq!(breaker.state(), State::HalfOpen);
+    // The only probe slot is taken by an attempt whose caller goes away.
+    tokio::select! {
+        _ = policy.call(|_| async {
+            tokio::time::sleep(ms(1_000)).await;
+            Ok::<u32, &str>(1)
+        }) => panic!("still running"),
+        () = tokio::time::sleep(ms(10)) => {}
+    }
+    assert_eq!(breaker.snapshot().probes_in_flight, 0);
+    // The next caller gets the slot at once, and its success closes the breaker.
+    assert_eq!(policy.call(ok).await, Ok(7));
+    assert_eq!(breaker.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_breaker_refuses_with_its_remaining_break_as_retry_after() {
+    let breaker = touchy("open");
+    let recorder = Recorder::default();
+    let policy = Policy::builder("open")
+        .breaker(breaker.clone())
+        .max_attempts(1)
+        .listener(recorder.clone())
+        .build()
+        .unwrap();
+    let _ = policy.call(fails).await;
+    tokio::time::advance(ms(4_000)).await;
+    let r = policy.call(ok).await.unwrap_err();
+    let rejection = r.rejection().unwrap();
+    assert_eq!(rejection.reason, RefusalReason::BreakerOpen);
+    // 6 s of break were left when refused; retry_after counts from the end of the pause.
+    // (The core keeps the break's end in whole milliseconds, rounded up.)
+    let after = rejection.retry_after;
+    assert!(
+        after >= Duration::from_millis(5_900) && after <= Duration::from_millis(5_901),
+        "{after}"
+    );
+    assert_eq!(r.retry_after(), Some(after.into()));
+    assert_eq!(
+        recorder.lines(),
+        ["state open", "rejected breaker_open pause=100ms"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn metrics_count_calls_attempts_retries_and_rejections() {
+    let policy = Policy::builder("counted")
+        .breaker(touchy("counted"))
+        .backoff(no_jitter())
+        .build()
+        .unwrap();
+    let metrics = Metrics::for_policy(&policy);
+    let policy = policy.with_listener(metrics.clone());
+    assert_eq!(policy.call(ok).await, Ok(7));
+    // Opens on the first failure: the retry is refused by the open breaker.
+    let _ = policy.call(fails).await;
+    let s = metrics.snapshot();
+    assert_eq!(s.calls, 2);
+    assert_eq!(s.calls_ended("succeeded"), 1);
+    assert_eq!(s.calls_ended("rejected"), 1);
+    assert_eq!(s.attempts, 2);
+    assert_eq!(s.retries, 1);
+    assert_eq!(s.rejected_for("breaker_open"), 1);
+    assert_eq!(s.entered("open"), 1);
+    assert_eq!(s.breaker_state, Some("open"));
+    assert!(s.budget_utilization.unwrap() > 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_call_is_reported_as_cancelled() {
+    #[derive(Clone, Default)]
+    struct Ends(Arc<Mutex<Vec<Ended>>>);
+    impl Listener for Ends {
+        fn on_call(&self, _: &stormguard_core::Name, _: u32, ended: Ended) {
+            self.0.lock().unwrap().push(ended);
+        }
+    }
+    let ends = Ends::default();
+    let policy = Policy::builder("dropped")
+        .listener(ends.clone())
+        .build()
+        .unwrap();
+    tokio::select! {
+        _ = policy.call(|_| async {
+            tokio::time::sleep(ms(1_000)).await;
+            Ok::<u32, ()>(1)
+        }) => panic!("still running"),
+        () = tokio::time::sleep(ms(10)) => {}
+    }
+    assert_eq!(*ends.0.lock().unwrap(), [Ended::Cancelled]);
+}
