@@ -1,8 +1,9 @@
 //! Conversions between embassy-time and the core's time, and a clock that reads embassy's.
 //!
 //! embassy counts ticks since boot at [`TICK_HZ`] (chosen by the firmware); the core counts
-//! nanoseconds in a `u64`. Converting between them is exact whenever the result is representable:
-//! the arithmetic is done in 128 bits and only the final value saturates (at
+//! nanoseconds in a `u64`. Converting between them is exact whenever the result is representable
+//! (in 64-bit arithmetic at every tick rate up to 18 GHz, 128-bit above), and only the final value
+//! saturates (at
 //! [`CoreInstant::MAX`] / [`CoreDuration::MAX`] or their embassy counterparts).
 //!
 //! Rounding: a tick count becomes nanoseconds rounded down (exact when the tick rate divides
@@ -15,36 +16,94 @@ use stormguard_core::{Duration as CoreDuration, Instant as CoreInstant};
 
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
-/// `ticks` at `hz` ticks per second, as nanoseconds rounded down; saturates at `u64::MAX`.
-/// A zero `hz` (never a real tick rate) gives `u64::MAX`.
-const fn ticks_to_nanos(ticks: u64, hz: u64) -> u64 {
-    // A u64 times 10^9 always fits in a u128; only the quotient can exceed u64.
-    let wide = (ticks as u128).saturating_mul(NANOS_PER_SEC as u128);
-    let Some(nanos) = wide.checked_div(hz as u128) else {
-        return u64::MAX;
-    };
-    if nanos > u64::MAX as u128 {
-        u64::MAX
-    } else {
-        nanos as u64
+/// The greatest common divisor (`gcd(0, b) == b`).
+const fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while let Some(r) = a.checked_rem(b) {
+        a = b;
+        b = r;
+    }
+    a
+}
+
+/// `num / den` in lowest terms (`(0, 0)` for `0 / 0`).
+const fn reduced(num: u64, den: u64) -> (u64, u64) {
+    let g = gcd(num, den);
+    match (num.checked_div(g), den.checked_div(g)) {
+        (Some(n), Some(d)) => (n, d),
+        _ => (0, 0),
     }
 }
 
-/// `nanos` as ticks at `hz` ticks per second, rounded up; saturates at `u64::MAX`.
-const fn nanos_to_ticks_ceil(nanos: u64, hz: u64) -> u64 {
-    let wide = (nanos as u128).saturating_mul(hz as u128);
-    let Some(whole) = wide.checked_div(NANOS_PER_SEC as u128) else {
+/// Nanoseconds per tick, in lowest terms, at the firmware's tick rate.
+const NANOS_PER_TICK: (u64, u64) = reduced(NANOS_PER_SEC, TICK_HZ);
+/// Ticks per nanosecond, in lowest terms, at the firmware's tick rate.
+const TICKS_PER_NANO: (u64, u64) = reduced(TICK_HZ, NANOS_PER_SEC);
+
+/// `value * num / den` (`num / den` in lowest terms), rounded down or (`ceil`) up, saturating at
+/// `u64::MAX`; `u64::MAX` for a zero `den` (never a real tick rate).
+///
+/// `num / den` is the tick rate over 10^9 or its inverse: constants in a firmware (the rate is
+/// embassy's `TICK_HZ`), so every branch on them is decided at compile time. In lowest terms,
+/// `den * num` fits in a `u64` at every tick rate up to 18 GHz, and then the result is exact in
+/// 64-bit arithmetic: with `value = q * den + r`, `value * num / den = q * num + r * num / den`,
+/// where `r * num < den * num`. That avoids 128-bit division, which a 32-bit core has no
+/// instruction for and which costs over 700 bytes of flash wherever it is inlined. Faster rates
+/// take the 128-bit path.
+#[inline]
+const fn scale(value: u64, (num, den): (u64, u64), ceil: bool) -> u64 {
+    if den.checked_mul(num).is_none() {
+        return scale_wide(value, num, den, ceil);
+    }
+    let (Some(q), Some(r)) = (value.checked_div(den), value.checked_rem(den)) else {
         return u64::MAX;
     };
-    let ticks = match wide.checked_rem(NANOS_PER_SEC as u128) {
-        Some(0) | None => whole,
-        Some(_) => whole.saturating_add(1),
+    // `r * num < den * num`, which fits.
+    let part = r.wrapping_mul(num);
+    let (Some(mut frac), Some(rem)) = (part.checked_div(den), part.checked_rem(den)) else {
+        return u64::MAX;
     };
-    if ticks > u64::MAX as u128 {
+    if ceil && rem != 0 {
+        frac = frac.wrapping_add(1); // at most `num`
+    }
+    q.saturating_mul(num).saturating_add(frac)
+}
+
+/// [`scale`] in 128-bit arithmetic, for tick rates above 18 GHz.
+#[inline(never)]
+const fn scale_wide(value: u64, num: u64, den: u64, ceil: bool) -> u64 {
+    // A u64 times a u64 always fits in a u128; only the quotient can exceed u64.
+    let wide = (value as u128).wrapping_mul(num as u128);
+    let (Some(whole), Some(rem)) = (wide.checked_div(den as u128), wide.checked_rem(den as u128))
+    else {
+        return u64::MAX;
+    };
+    let whole = if ceil && rem != 0 {
+        whole.saturating_add(1)
+    } else {
+        whole
+    };
+    if whole > u64::MAX as u128 {
         u64::MAX
     } else {
-        ticks as u64
+        whole as u64
     }
+}
+
+/// `ticks` at `hz` ticks per second, as nanoseconds rounded down; saturates at `u64::MAX`.
+/// A zero `hz` (never a real tick rate) gives `u64::MAX`. (The conversions use the firmware's
+/// rate, reduced at compile time; this is their model at any rate, for the tests.)
+#[cfg(test)]
+const fn ticks_to_nanos(ticks: u64, hz: u64) -> u64 {
+    scale(ticks, reduced(NANOS_PER_SEC, hz), false)
+}
+
+/// `nanos` as ticks at `hz` ticks per second, rounded up; saturates at `u64::MAX`.
+#[cfg(test)]
+const fn nanos_to_ticks_ceil(nanos: u64, hz: u64) -> u64 {
+    if hz == 0 {
+        return u64::MAX;
+    }
+    scale(nanos, reduced(hz, NANOS_PER_SEC), true)
 }
 
 /// An embassy instant (ticks since boot) as a core [`Instant`](CoreInstant) (nanoseconds since
@@ -58,7 +117,7 @@ const fn nanos_to_ticks_ceil(nanos: u64, hz: u64) -> u64 {
 /// ```
 #[must_use]
 pub const fn to_core_instant(instant: EmbassyInstant) -> CoreInstant {
-    CoreInstant::from_nanos(ticks_to_nanos(instant.as_ticks(), TICK_HZ))
+    CoreInstant::from_nanos(scale(instant.as_ticks(), NANOS_PER_TICK, false))
 }
 
 /// An embassy duration as a core [`Duration`](CoreDuration), rounded down and saturating at
@@ -72,7 +131,7 @@ pub const fn to_core_instant(instant: EmbassyInstant) -> CoreInstant {
 /// ```
 #[must_use]
 pub const fn to_core_duration(duration: EmbassyDuration) -> CoreDuration {
-    CoreDuration::from_nanos(ticks_to_nanos(duration.as_ticks(), TICK_HZ))
+    CoreDuration::from_nanos(scale(duration.as_ticks(), NANOS_PER_TICK, false))
 }
 
 /// A core [`Duration`](CoreDuration) as an embassy duration, rounded **up** to whole ticks (a
@@ -90,7 +149,7 @@ pub const fn to_core_duration(duration: EmbassyDuration) -> CoreDuration {
 /// ```
 #[must_use]
 pub const fn to_embassy_duration(duration: CoreDuration) -> EmbassyDuration {
-    EmbassyDuration::from_ticks(nanos_to_ticks_ceil(duration.as_nanos(), TICK_HZ))
+    EmbassyDuration::from_ticks(scale(duration.as_nanos(), TICKS_PER_NANO, true))
 }
 
 /// A core [`Instant`](CoreInstant) (nanoseconds since boot) as an embassy instant (ticks since
@@ -109,7 +168,7 @@ pub const fn to_embassy_duration(duration: CoreDuration) -> EmbassyDuration {
 /// ```
 #[must_use]
 pub const fn to_embassy_instant(instant: CoreInstant) -> EmbassyInstant {
-    EmbassyInstant::from_ticks(nanos_to_ticks_ceil(instant.as_nanos(), TICK_HZ))
+    EmbassyInstant::from_ticks(scale(instant.as_nanos(), TICKS_PER_NANO, true))
 }
 
 /// A clock reading embassy's time driver: [`now`](EmbassyClock::now) is
@@ -170,6 +229,52 @@ mod tests {
                 assert!(ticks_to_nanos(ticks, hz) >= nanos, "{nanos} ns at {hz} Hz");
             }
         }
+    }
+
+    #[test]
+    fn the_64_bit_path_agrees_with_128_bit_arithmetic() {
+        let values = [
+            0,
+            1,
+            999,
+            1_000_001,
+            30_517,
+            30_518,
+            123_456_789,
+            NANOS_PER_SEC - 1,
+            10 * NANOS_PER_SEC + 7,
+            u64::MAX / 1_000_000_000,
+            u64::MAX / 32_768,
+            u64::MAX / 1000,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for hz in [
+            1,
+            3,
+            1_000,
+            32_768,
+            40_000,
+            1_000_000,
+            16_000_000,
+            1_000_000_000,
+        ] {
+            for v in values {
+                assert_eq!(
+                    ticks_to_nanos(v, hz),
+                    scale_wide(v, NANOS_PER_SEC, hz, false),
+                    "{v} ticks at {hz} Hz"
+                );
+                assert_eq!(
+                    nanos_to_ticks_ceil(v, hz),
+                    scale_wide(v, hz, NANOS_PER_SEC, true),
+                    "{v} ns at {hz} Hz"
+                );
+            }
+        }
+        // Above 18 GHz the 128-bit path is taken, and agrees with itself.
+        assert_eq!(ticks_to_nanos(3, 20_000_000_001), 0);
+        assert_eq!(nanos_to_ticks_ceil(1, 20_000_000_001), 21);
     }
 
     #[test]
