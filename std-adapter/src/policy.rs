@@ -81,6 +81,9 @@ impl<E> CallError<E> {
     #[must_use]
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
+            CallError::Rejected { rejection, .. } if rejection.retry_after == Duration::MAX => {
+                Some(std::time::Duration::MAX)
+            }
             CallError::Rejected { rejection, .. } => Some(rejection.retry_after.into()),
             _ => None,
         }
@@ -1252,7 +1255,7 @@ mod run {
             Fut: Future<Output = Result<T, E>>,
         {
             let now = self.clock.now();
-            self.run(now, CallOptions::new(), |a: Attempt| op(a.number))
+            self.run(now, CallOptions::new(), |a: Attempt| Some(op(a.number)))
                 .await
                 .0
         }
@@ -1293,7 +1296,9 @@ mod run {
             C: Classify<T, E>,
         {
             let now = self.clock.now();
-            self.run(now, options, |a: Attempt| op(a.number)).await.0
+            self.run(now, options, |a: Attempt| Some(op(a.number)))
+                .await
+                .0
         }
 
         /// [`Policy::call`] with a fallback for refusals: when the call is refused (breaker
@@ -1423,15 +1428,18 @@ mod run {
                 self.listener.on_call(&self.name, 0, Ended::Cached);
                 return Ok(value);
             }
-            let (result, stored) = self.run(now, options, |a: Attempt| op(a.number)).await;
+            let (result, stored) = self
+                .run(now, options, |a: Attempt| Some(op(a.number)))
+                .await;
             if let (Ok(value), Some(at)) = (&result, stored) {
                 cache.store(at, value.clone());
             }
             result
         }
 
-        /// The call loop: poll the core, do what it says. Returns the result and, when the
-        /// last attempt was classified a success, the instant it ended (for the cache).
+        /// The call loop: poll the core, do what it says. `op` returns `None` when it cannot
+        /// make the attempt (a permanent outcome). Returns the result and, when the last
+        /// attempt was classified a success, the instant it ended (for the cache).
         pub(crate) async fn run<T, E, F, Fut, C>(
             &self,
             start: Instant,
@@ -1439,7 +1447,7 @@ mod run {
             mut op: F,
         ) -> (Result<T, CallError<E>>, Option<Instant>)
         where
-            F: FnMut(Attempt) -> Fut,
+            F: FnMut(Attempt) -> Option<Fut>,
             Fut: Future<Output = Result<T, E>>,
             C: Classify<T, E>,
         {
@@ -1464,16 +1472,23 @@ mod run {
                         let timeout = call
                             .attempt_deadline()
                             .map(|d| d.saturating_duration_since(now));
-                        let ran = race(op(attempt), cancel, timeout).await;
-                        now = self.clock.now();
-                        let outcome = match ran {
-                            Ran::Returned(result) => {
-                                let outcome = options.classify.classify(&result);
-                                last = Some(result);
-                                outcome
+                        let outcome = match op(attempt) {
+                            Some(fut) => {
+                                let ran = race(fut, cancel, timeout).await;
+                                now = self.clock.now();
+                                match ran {
+                                    Ran::Returned(result) => {
+                                        let outcome = options.classify.classify(&result);
+                                        last = Some(result);
+                                        outcome
+                                    }
+                                    Ran::Cancelled => Outcome::Cancelled,
+                                    Ran::TimedOut => Outcome::TimedOut,
+                                }
                             }
-                            Ran::Cancelled => Outcome::Cancelled,
-                            Ran::TimedOut => Outcome::TimedOut,
+                            // The operation cannot be attempted again (a request that cannot
+                            // be replayed): a permanent outcome, so the call ends here.
+                            None => Outcome::Permanent,
                         };
                         succeeded_at = (outcome == Outcome::Success).then_some(now);
                         if let Some(permit) = guard.disarm() {

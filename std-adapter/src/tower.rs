@@ -1,1 +1,479 @@
-//! tower (in progress).
+//! A [`tower`](https://docs.rs/tower) `Layer`/`Service` applying a [`Policy`] to any service:
+//! hyper, axum, tonic and reqwest stacks (feature `tower`).
+//!
+//! [`PolicyLayer`] wraps a service; every request becomes one guarded call: the breaker is
+//! asked before every attempt, the budget before every retry, each attempt races its attempt
+//! deadline, refusals come back after the guarded pause as [`CallError::Rejected`]. The
+//! default classifier is [`Http`] (5xx and connection errors transient, 429 and 503 with
+//! `Retry-After` throttled, other 4xx permanent).
+//!
+//! Retries need the request again. [`Requests`] says which requests can be replayed and how:
+//! the default, [`HttpRequests`], replays only idempotent requests (`GET`, `HEAD`, `OPTIONS`,
+//! `PUT`, `DELETE`, `TRACE`, or a request carrying the [`Idempotent`] extension) whose body
+//! can be cloned (buffered bodies: `Full<Bytes>`, `String`, `Vec<u8>`, `()`, ...). A request
+//! that cannot be replayed gets exactly one attempt (still guarded by the breaker, the
+//! deadline and the attempt timeout). It can also carry the call's remaining deadline to the
+//! next hop in a header, and adopt one from the request it is given (both opt-in).
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use http::{Request, Response};
+//! use stormguard_std::tower::PolicyLayer;
+//! use stormguard_std::Policy;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let policy = Policy::builder("inventory").build()?;
+//! let client = ServiceBuilder::new()
+//!     .layer(PolicyLayer::new(policy).propagate_deadline())
+//!     .service(service_fn(|req: Request<String>| async move {
+//!         // The next hop sees how long it has, in milliseconds.
+//!         let left = req.headers()["x-stormguard-deadline-ms"].to_str().unwrap().to_owned();
+//!         Ok::<_, Infallible>(Response::new(left))
+//!     }));
+//! let response = client.oneshot(Request::get("/stock/42").body(String::new())?).await?;
+//! assert!(response.into_body().parse::<u64>()? <= 30_000);
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::header::HeaderName;
+use http::{Extensions, HeaderMap, HeaderValue, Method, Request, Uri, Version};
+use stormguard_core::Duration;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::classify::{Classify, Http};
+use crate::clock::{Clock, DefaultClock};
+use crate::events::{Listener, NoListener};
+use crate::policy::Attempt;
+use crate::{CallError, CallOptions, Policy};
+
+/// The header the remaining deadline travels in by default: whole milliseconds left.
+pub const DEADLINE_HEADER: HeaderName = HeaderName::from_static("x-stormguard-deadline-ms");
+
+/// Marks a request as safe to repeat whatever its method (an idempotency key is on it, say):
+/// insert it into the request's extensions.
+///
+/// ```
+/// let mut req = http::Request::post("/payments").body(String::from("{...}")).unwrap();
+/// req.extensions_mut().insert(stormguard_std::tower::Idempotent);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Idempotent;
+
+/// How the layer treats requests: which can be replayed for a retry, and how a deadline
+/// travels with them.
+pub trait Requests<Req> {
+    /// What a replayable request keeps for its retries.
+    type Template: Send + 'static;
+
+    /// A template to replay `req` from, or `None` if it must not (or cannot) be repeated.
+    fn template(&self, req: &Req) -> Option<Self::Template>;
+
+    /// A fresh copy of the request.
+    fn replay(&self, template: &Self::Template) -> Req;
+
+    /// The remaining deadline the request carries, if it is to be adopted.
+    fn incoming_deadline(&self, req: &Req) -> Option<Duration> {
+        let _ = req;
+        None
+    }
+
+    /// Writes the time left until the call's deadline into an attempt's request, if
+    /// deadlines are propagated.
+    fn set_deadline(&self, req: &mut Req, left: Duration) {
+        let _ = (req, left);
+    }
+}
+
+/// Never replays: every request gets exactly one attempt.
+///
+/// ```
+/// use stormguard_std::tower::{Requests, SingleAttempt};
+/// assert!(Requests::<u8>::template(&SingleAttempt, &1).is_none());
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SingleAttempt;
+
+impl<Req> Requests<Req> for SingleAttempt {
+    type Template = std::convert::Infallible;
+    fn template(&self, _: &Req) -> Option<Self::Template> {
+        None
+    }
+    fn replay(&self, never: &Self::Template) -> Req {
+        match *never {}
+    }
+}
+
+/// Replays every request by cloning it (for request types that are `Clone` and always safe to
+/// repeat, e.g. reads in a custom protocol).
+///
+/// ```
+/// use stormguard_std::tower::{CloneRequests, Requests};
+/// let t = CloneRequests.template(&"ping").unwrap();
+/// assert_eq!(CloneRequests.replay(&t), "ping");
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CloneRequests;
+
+impl<Req: Clone + Send + 'static> Requests<Req> for CloneRequests {
+    type Template = Req;
+    fn template(&self, req: &Req) -> Option<Req> {
+        Some(req.clone())
+    }
+    fn replay(&self, template: &Req) -> Req {
+        template.clone()
+    }
+}
+
+/// The HTTP rules: replay idempotent requests with clonable bodies; optionally propagate the
+/// remaining deadline in a header and adopt one from the incoming request.
+///
+/// ```
+/// use http::Request;
+/// use stormguard_std::tower::{HttpRequests, Idempotent, Requests};
+///
+/// let rules = HttpRequests::default();
+/// assert!(rules.template(&Request::get("/").body(()).unwrap()).is_some());
+/// assert!(rules.template(&Request::post("/").body(()).unwrap()).is_none());
+/// let mut marked = Request::post("/").body(()).unwrap();
+/// marked.extensions_mut().insert(Idempotent);
+/// assert!(rules.template(&marked).is_some());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct HttpRequests {
+    propagate: Option<HeaderName>,
+    adopt: Option<HeaderName>,
+}
+
+impl HttpRequests {
+    /// Writes the call's remaining deadline (whole milliseconds, rounded down) into `header` of
+    /// every attempt's request.
+    ///
+    /// ```
+    /// use stormguard_std::tower::{HttpRequests, DEADLINE_HEADER};
+    /// let rules = HttpRequests::default().propagate_in(DEADLINE_HEADER);
+    /// # let _ = rules;
+    /// ```
+    #[must_use]
+    pub fn propagate_in(mut self, header: HeaderName) -> Self {
+        self.propagate = Some(header);
+        self
+    }
+
+    /// Reads a remaining deadline (whole milliseconds) from `header` of the request the layer
+    /// is given, and ends the call by then at the latest.
+    ///
+    /// ```
+    /// use http::Request;
+    /// use stormguard_core::Duration;
+    /// use stormguard_std::tower::{HttpRequests, Requests, DEADLINE_HEADER};
+    /// let rules = HttpRequests::default().adopt_from(DEADLINE_HEADER);
+    /// let req = Request::get("/").header(DEADLINE_HEADER, "250").body(()).unwrap();
+    /// assert_eq!(rules.incoming_deadline(&req), Some(Duration::from_millis(250)));
+    /// ```
+    #[must_use]
+    pub fn adopt_from(mut self, header: HeaderName) -> Self {
+        self.adopt = Some(header);
+        self
+    }
+}
+
+/// Whether `method` may be repeated without changing the outcome (RFC 9110, 9.2.2).
+fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
+    )
+}
+
+/// Everything of a request but its body, kept for replays.
+#[derive(Clone, Debug)]
+pub struct HttpTemplate<B> {
+    method: Method,
+    uri: Uri,
+    version: Version,
+    headers: HeaderMap,
+    extensions: Extensions,
+    body: B,
+}
+
+impl<B: Clone + Send + 'static> Requests<Request<B>> for HttpRequests {
+    type Template = HttpTemplate<B>;
+
+    fn template(&self, req: &Request<B>) -> Option<HttpTemplate<B>> {
+        let repeatable = idempotent(req.method()) || req.extensions().get::<Idempotent>().is_some();
+        repeatable.then(|| HttpTemplate {
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+            version: req.version(),
+            headers: req.headers().clone(),
+            extensions: req.extensions().clone(),
+            body: req.body().clone(),
+        })
+    }
+
+    fn replay(&self, t: &HttpTemplate<B>) -> Request<B> {
+        let mut req = Request::new(t.body.clone());
+        *req.method_mut() = t.method.clone();
+        *req.uri_mut() = t.uri.clone();
+        *req.version_mut() = t.version;
+        *req.headers_mut() = t.headers.clone();
+        *req.extensions_mut() = t.extensions.clone();
+        req
+    }
+
+    fn incoming_deadline(&self, req: &Request<B>) -> Option<Duration> {
+        let header = self.adopt.as_ref()?;
+        let ms = req
+            .headers()
+            .get(header)?
+            .to_str()
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(Duration::from_millis(ms))
+    }
+
+    fn set_deadline(&self, req: &mut Request<B>, left: Duration) {
+        if let Some(header) = &self.propagate {
+            req.headers_mut()
+                .insert(header.clone(), HeaderValue::from(left.as_millis()));
+        }
+    }
+}
+
+/// A `tower::Layer` applying a [`Policy`] to the service it wraps: [`PolicyService`].
+///
+/// ```
+/// use stormguard_std::tower::PolicyLayer;
+/// let layer = PolicyLayer::new(stormguard_std::Policy::builder("api").build()?)
+///     .adopt_deadline()
+///     .propagate_deadline();
+/// # let _ = layer;
+/// # Ok::<(), stormguard_core::SettingsError>(())
+/// ```
+pub struct PolicyLayer<K = DefaultClock, L = NoListener, C = Http, R = HttpRequests> {
+    policy: Arc<Policy<K, L>>,
+    classify: C,
+    requests: R,
+}
+
+impl<K, L> PolicyLayer<K, L> {
+    /// Applies `policy`, classifying with [`Http`] and replaying with [`HttpRequests`].
+    pub fn new(policy: Policy<K, L>) -> Self {
+        PolicyLayer::shared(Arc::new(policy))
+    }
+
+    /// Like [`PolicyLayer::new`], for a policy already behind an `Arc`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let policy = Arc::new(stormguard_std::Policy::builder("api").build()?);
+    /// let layer = stormguard_std::tower::PolicyLayer::shared(policy.clone());
+    /// # let _ = layer;
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub fn shared(policy: Arc<Policy<K, L>>) -> Self {
+        PolicyLayer {
+            policy,
+            classify: Http,
+            requests: HttpRequests::default(),
+        }
+    }
+}
+
+impl<K, L, C> PolicyLayer<K, L, C, HttpRequests> {
+    /// Writes the remaining deadline into [`DEADLINE_HEADER`] of every attempt's request.
+    pub fn propagate_deadline(mut self) -> Self {
+        self.requests = self.requests.propagate_in(DEADLINE_HEADER);
+        self
+    }
+
+    /// Adopts a remaining deadline from [`DEADLINE_HEADER`] of the request given.
+    pub fn adopt_deadline(mut self) -> Self {
+        self.requests = self.requests.adopt_from(DEADLINE_HEADER);
+        self
+    }
+}
+
+impl<K, L, C, R> PolicyLayer<K, L, C, R> {
+    /// Classifies responses with `classify` instead.
+    ///
+    /// ```
+    /// use stormguard_core::Outcome;
+    /// let layer = stormguard_std::tower::PolicyLayer::new(stormguard_std::Policy::builder("api").build()?)
+    ///     .classify(|r: &Result<String, std::io::Error>| match r {
+    ///         Ok(_) => Outcome::Success,
+    ///         Err(_) => Outcome::Transient,
+    ///     });
+    /// # let _ = layer;
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub fn classify<C2>(self, classify: C2) -> PolicyLayer<K, L, C2, R> {
+        PolicyLayer {
+            policy: self.policy,
+            classify,
+            requests: self.requests,
+        }
+    }
+
+    /// Treats requests by `requests`' rules instead (e.g. [`CloneRequests`],
+    /// [`SingleAttempt`], or your own [`Requests`]).
+    ///
+    /// ```
+    /// use stormguard_std::tower::{PolicyLayer, SingleAttempt};
+    /// let layer = PolicyLayer::new(stormguard_std::Policy::builder("api").build()?)
+    ///     .requests(SingleAttempt);
+    /// # let _ = layer;
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub fn requests<R2>(self, requests: R2) -> PolicyLayer<K, L, C, R2> {
+        PolicyLayer {
+            policy: self.policy,
+            classify: self.classify,
+            requests,
+        }
+    }
+
+    /// The policy applied.
+    pub fn policy(&self) -> &Arc<Policy<K, L>> {
+        &self.policy
+    }
+}
+
+impl<K, L, C: Clone, R: Clone> Clone for PolicyLayer<K, L, C, R> {
+    fn clone(&self) -> Self {
+        PolicyLayer {
+            policy: Arc::clone(&self.policy),
+            classify: self.classify.clone(),
+            requests: self.requests.clone(),
+        }
+    }
+}
+
+impl<K, L, C: fmt::Debug, R: fmt::Debug> fmt::Debug for PolicyLayer<K, L, C, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyLayer")
+            .field("policy", &self.policy.name().as_str())
+            .field("classify", &self.classify)
+            .field("requests", &self.requests)
+            .finish()
+    }
+}
+
+impl<S, K, L, C: Clone, R: Clone> Layer<S> for PolicyLayer<K, L, C, R> {
+    type Service = PolicyService<S, K, L, C, R>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        PolicyService {
+            inner,
+            policy: Arc::clone(&self.policy),
+            classify: self.classify.clone(),
+            requests: self.requests.clone(),
+        }
+    }
+}
+
+/// A service under a [`Policy`]: each request is one guarded call. Its error is
+/// [`CallError`] around the inner service's error; a response the classifier calls a failure
+/// (a 503 after the last retry) comes back as the response it is.
+pub struct PolicyService<S, K = DefaultClock, L = NoListener, C = Http, R = HttpRequests> {
+    inner: S,
+    policy: Arc<Policy<K, L>>,
+    classify: C,
+    requests: R,
+}
+
+impl<S: Clone, K, L, C: Clone, R: Clone> Clone for PolicyService<S, K, L, C, R> {
+    fn clone(&self) -> Self {
+        PolicyService {
+            inner: self.inner.clone(),
+            policy: Arc::clone(&self.policy),
+            classify: self.classify.clone(),
+            requests: self.requests.clone(),
+        }
+    }
+}
+
+impl<S, K, L, C, R> fmt::Debug for PolicyService<S, K, L, C, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyService")
+            .field("policy", &self.policy.name().as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The future of a [`PolicyService`] call.
+pub type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, CallError<E>>> + Send>>;
+
+impl<S, Req, K, L, C, R> Service<Req> for PolicyService<S, K, L, C, R>
+where
+    S: Service<Req> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send,
+    S::Error: Send,
+    Req: Send + 'static,
+    K: Clock + Send + Sync + 'static,
+    L: Listener + Send + Sync + 'static,
+    C: Classify<S::Response, S::Error> + Clone + Send + Sync + 'static,
+    R: Requests<Req> + Clone + Send + Sync + 'static,
+    R::Template: Send + Sync,
+{
+    type Response = S::Response;
+    type Error = CallError<S::Error>;
+    type Future = ResponseFuture<S::Response, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(CallError::Failed)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        // The service that was polled ready serves the first attempt; retries use clones,
+        // each polled ready before it is called.
+        let clone = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, clone);
+        let spare = self.inner.clone();
+        let policy = Arc::clone(&self.policy);
+        let classify = self.classify.clone();
+        let requests = self.requests.clone();
+        Box::pin(async move {
+            let template = requests.template(&req);
+            let mut options = CallOptions::new().classify(classify);
+            if template.is_none() {
+                options = options.single_attempt();
+            }
+            if let Some(left) = requests.incoming_deadline(&req) {
+                options = options.within(left);
+            }
+            let mut first = Some((ready, req));
+            let start = policy.clock().now();
+            let op = move |attempt: Attempt| {
+                let (svc, mut req) = match first.take() {
+                    Some(ready) => (Some(ready.0), ready.1),
+                    None => (None, requests.replay(template.as_ref()?)),
+                };
+                if let Some(left) = attempt.call_left {
+                    requests.set_deadline(&mut req, left);
+                }
+                let mut svc = svc.unwrap_or_else(|| spare.clone());
+                let fresh = attempt.number > 1;
+                Some(async move {
+                    if fresh {
+                        poll_fn(|cx| svc.poll_ready(cx)).await?;
+                    }
+                    svc.call(req).await
+                })
+            };
+            policy.run(start, options, op).await.0
+        })
+    }
+}

@@ -1,0 +1,151 @@
+//! The tower layer over a fake service on tokio's paused clock.
+#![cfg(feature = "tower")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic,
+    missing_docs
+)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use http::{Method, Request, Response, StatusCode};
+use stormguard_core::{Backoff, Jitter, State};
+use stormguard_std::tower::{Idempotent, PolicyLayer, DEADLINE_HEADER};
+use stormguard_std::{CallError, Policy};
+use tokio::time::Instant as TokioInstant;
+use tower::{service_fn, Layer, ServiceExt};
+
+fn policy() -> Policy {
+    Policy::builder("api")
+        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
+        .build()
+        .unwrap()
+}
+
+/// A service answering `statuses` in turn (then 200), counting requests.
+fn scripted(
+    statuses: &'static [u16],
+    hits: Arc<AtomicU32>,
+) -> impl tower::Service<
+    Request<String>,
+    Response = Response<String>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<String>, Infallible>> + Send,
+> + Clone
+       + Send
+       + 'static {
+    service_fn(move |req: Request<String>| {
+        let n = hits.fetch_add(1, Ordering::Relaxed) as usize;
+        let status = statuses.get(n).copied().unwrap_or(200);
+        async move {
+            let mut r = Response::new(req.uri().path().to_owned());
+            *r.status_mut() = StatusCode::from_u16(status).unwrap();
+            if status == 429 {
+                r.headers_mut().insert("retry-after", "2".parse().unwrap());
+            }
+            Ok(r)
+        }
+    })
+}
+
+fn request(method: Method) -> Request<String> {
+    Request::builder()
+        .method(method)
+        .uri("/orders")
+        .body(String::new())
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_get_is_retried_after_a_5xx() {
+    let hits = Arc::new(AtomicU32::new(0));
+    let svc = PolicyLayer::new(policy()).layer(scripted(&[503, 502], hits.clone()));
+    let r = svc.oneshot(request(Method::GET)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(hits.load(Ordering::Relaxed), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_post_is_never_retried() {
+    let hits = Arc::new(AtomicU32::new(0));
+    let svc = PolicyLayer::new(policy()).layer(scripted(&[503, 503], hits.clone()));
+    let r = svc.oneshot(request(Method::POST)).await.unwrap();
+    // The failure stands, as the response it is.
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(hits.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_post_marked_idempotent_is_retried() {
+    let hits = Arc::new(AtomicU32::new(0));
+    let svc = PolicyLayer::new(policy()).layer(scripted(&[500], hits.clone()));
+    let mut req = request(Method::POST);
+    req.extensions_mut().insert(Idempotent);
+    let r = svc.oneshot(req).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(hits.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_waits_its_retry_after_and_is_not_a_failure() {
+    let hits = Arc::new(AtomicU32::new(0));
+    let p = policy();
+    let breaker = p.breaker().unwrap().clone();
+    let svc = PolicyLayer::new(p).layer(scripted(&[429], hits.clone()));
+    let start = TokioInstant::now();
+    let r = svc.oneshot(request(Method::GET)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(start.elapsed(), StdDuration::from_secs(2));
+    assert_eq!(breaker.snapshot().consecutive_failures, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_refuses_with_retry_after() {
+    let hits = Arc::new(AtomicU32::new(0));
+    let p = policy();
+    p.isolate();
+    let svc = PolicyLayer::new(p).layer(scripted(&[], hits.clone()));
+    let e = svc.oneshot(request(Method::GET)).await.unwrap_err();
+    assert!(matches!(e, CallError::Rejected { .. }));
+    assert_eq!(e.retry_after(), Some(StdDuration::MAX));
+    assert_eq!(hits.load(Ordering::Relaxed), 0);
+    assert_eq!(State::Isolated.as_str(), "isolated");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_travels_to_the_next_hop_and_is_adopted() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let next_hop = service_fn(move |req: Request<String>| {
+        let record = record.clone();
+        async move {
+            let left = req
+                .headers()
+                .get(DEADLINE_HEADER)
+                .map(|v| v.to_str().unwrap().to_owned());
+            record.lock().unwrap().push(left);
+            tokio::time::sleep(StdDuration::from_millis(400)).await;
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }
+    });
+    let svc = PolicyLayer::new(policy())
+        .adopt_deadline()
+        .propagate_deadline()
+        .layer(next_hop);
+    let mut req = request(Method::GET);
+    req.headers_mut()
+        .insert(DEADLINE_HEADER, "250".parse().unwrap());
+    let start = TokioInstant::now();
+    let e = svc.oneshot(req).await.unwrap_err();
+    // The adopted 250 ms bound the call: the attempt was cut off then.
+    assert_eq!(e, CallError::DeadlineExceeded { last: None });
+    assert_eq!(start.elapsed(), StdDuration::from_millis(250));
+    assert_eq!(*seen.lock().unwrap(), [Some("250".to_owned())]);
+}
