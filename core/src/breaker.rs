@@ -351,6 +351,26 @@ const PHASE_MASK: u64 = 0b111;
 /// Phase, epoch and count: the bits a success while closed could change.
 const QUIET_MASK: u64 = (1 << 21) - 1;
 
+/// Successful samples the tail estimate needs before the attempt ceiling and hedging trust it.
+const TAIL_SAMPLES: u32 = 20;
+/// The measured attempt ceiling, in multiples of the recent p95.
+const CEILING_MULTIPLE: u64 = 3;
+
+/// Why a hedged attempt is not to be launched now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub enum HedgeSuppressed {
+    /// The breaker is not closed: no hedging while half-open, recovering or open.
+    NotClosed,
+    /// There is no learned latency yet to hedge against (fewer than 20 successes).
+    NoBaseline,
+    /// The dependency is near the breaker's trip point: a hedge would add load to a
+    /// dependency that is already failing.
+    NearTrip,
+}
+
 /// The ramp's floor and step: 5%.
 const RAMP_INITIAL: u16 = 50;
 /// One whole, in the ramp's thousandths.
@@ -1202,6 +1222,36 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         self.emit(&n, now, events);
     }
 
+    /// The measured attempt ceiling: 3x the recent p95 of successful calls, once 20 of them
+    /// are in the baseline. It may only tighten a configured attempt timeout.
+    pub(crate) fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        let (p95, samples) = self.stats.tail(now, self.s());
+        if samples < TAIL_SAMPLES {
+            return None;
+        }
+        p95.map(|p| p.saturating_mul(CEILING_MULTIPLE))
+    }
+
+    /// When a hedged second attempt should start after the first (the learned p95 of normal
+    /// latency, never a fixed delay), or why hedging is suppressed now.
+    pub(crate) fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        let s = self.s();
+        let (_, c, r) = self.load();
+        if c.state(&r, s, self.seed, now) != State::Closed {
+            return Err(HedgeSuppressed::NotClosed);
+        }
+        let (p95, samples) = self.stats.tail(now, s);
+        let p95 = match p95 {
+            Some(p) if samples >= TAIL_SAMPLES => p,
+            _ => return Err(HedgeSuppressed::NoBaseline),
+        };
+        let consecutive_near = c.count.saturating_mul(2) >= s.consecutive_failures();
+        if consecutive_near || stats::near_trip(&self.stats.readings(now, s), s) {
+            return Err(HedgeSuppressed::NearTrip);
+        }
+        Ok(p95)
+    }
+
     pub(crate) fn normal_latency(&self, now: Instant) -> Option<Duration> {
         self.stats.latency(now, self.s()).0
     }
@@ -1366,6 +1416,20 @@ macro_rules! single_threaded_api {
         /// twice, does nothing.
         pub fn handle_timeout(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
             self.core.handle_timeout(now, events);
+        }
+
+        /// The measured attempt ceiling (3x the recent p95 of successful calls, once there are 20),
+        /// which the call driver uses to tighten the configured attempt timeout.
+        #[must_use]
+        pub fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+            self.core.attempt_ceiling(now)
+        }
+
+        /// When to launch a hedged second attempt after the first (the learned p95 of normal
+        /// latency), or why not now: never while half-open or recovering, never without a
+        /// baseline, never near the trip point. A hedge is a retry: fund it from the budget.
+        pub fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+            self.core.hedge_after(now)
         }
 
         /// The learned median latency of successful calls, once there is one.

@@ -71,6 +71,12 @@ pub trait Admission {
     fn release(&mut self, permit: Permit);
     /// How long a healthy call takes (the learned median), if known.
     fn normal_latency(&self, now: Instant) -> Option<Duration>;
+    /// The measured attempt ceiling (3x the recent p95), if known: it may only tighten the
+    /// configured attempt timeout.
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        let _ = now;
+        None
+    }
 }
 
 /// The budget side of a call: implemented by [`Budget`], the shared budget, and [`Unlimited`].
@@ -122,6 +128,9 @@ impl<S: SettingsRef> Admission for Breaker<S> {
     }
     fn normal_latency(&self, now: Instant) -> Option<Duration> {
         Breaker::normal_latency(self, now)
+    }
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        Breaker::attempt_ceiling(self, now)
     }
 }
 
@@ -177,6 +186,9 @@ impl<A: Admission + ?Sized> Admission for &mut A {
     fn normal_latency(&self, now: Instant) -> Option<Duration> {
         (**self).normal_latency(now)
     }
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        (**self).attempt_ceiling(now)
+    }
 }
 
 impl Funding for Budget {
@@ -224,7 +236,8 @@ pub struct Parts<A, F> {
 }
 
 /// How a call retries and how long it may take. Defaults: 3 attempts, a 30 s deadline, a 10 s
-/// attempt timeout, [`Backoff::DEFAULT`].
+/// attempt timeout tightened by the breaker's measured ceiling (3x the recent p95),
+/// [`Backoff::DEFAULT`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -232,6 +245,7 @@ pub struct CallSettings {
     max_attempts: u32,
     deadline: Option<Duration>,
     attempt_timeout: Option<Duration>,
+    measured_ceiling: bool,
     backoff: Backoff,
     seed: u64,
 }
@@ -243,6 +257,7 @@ impl CallSettings {
         max_attempts: 3,
         deadline: Some(Duration::from_secs(30)),
         attempt_timeout: Some(Duration::from_secs(10)),
+        measured_ceiling: true,
         backoff: Backoff::DEFAULT,
         seed: 0,
     };
@@ -256,6 +271,7 @@ impl CallSettings {
             max_attempts: 10,
             deadline: None,
             attempt_timeout: Some(Duration::from_secs(10)),
+            measured_ceiling: true,
             backoff: Backoff::worker(),
             seed: 0,
         }
@@ -284,6 +300,13 @@ impl CallSettings {
     #[must_use]
     pub const fn attempt_timeout(&self) -> Option<Duration> {
         self.attempt_timeout
+    }
+
+    /// Whether the breaker's measured attempt ceiling (3x the recent p95) tightens the
+    /// attempt timeout.
+    #[must_use]
+    pub const fn measured_ceiling(&self) -> bool {
+        self.measured_ceiling
     }
 
     /// The backoff between attempts.
@@ -323,6 +346,14 @@ impl CallSettingsBuilder {
     /// The timeout per attempt (default 10 s); `None` for none (the deadline still bounds it).
     pub const fn attempt_timeout(mut self, d: Option<Duration>) -> Self {
         self.inner.attempt_timeout = d;
+        self
+    }
+
+    /// Whether the breaker's measured attempt ceiling, 3x the recent p95 of successful calls
+    /// (once 20 are known), tightens the attempt timeout (default on). It can only tighten:
+    /// a configured timeout shorter than the ceiling stands.
+    pub const fn measured_ceiling(mut self, on: bool) -> Self {
+        self.inner.measured_ceiling = on;
         self
     }
 
@@ -600,10 +631,16 @@ impl Call {
             self.phase = Phase::Over(f);
             return Step::Done(f);
         }
-        let timeout = match (self.settings.attempt_timeout, left) {
-            (Some(t), Some(l)) => Some(t.min(l)),
-            (t, l) => t.or(l),
+        let ceiling = if self.settings.measured_ceiling {
+            parts.breaker.attempt_ceiling(now)
+        } else {
+            None
         };
+        // The tightest of the configured timeout, the measured ceiling and the time left.
+        let timeout = [self.settings.attempt_timeout, ceiling, left]
+            .into_iter()
+            .flatten()
+            .min();
         match parts.breaker.try_acquire(now, timeout, events) {
             Ok(permit) => {
                 self.attempts = self.attempts.saturating_add(1);

@@ -6,7 +6,7 @@
 use core::cell::Cell;
 
 use crate::breaker::single_threaded_api;
-use crate::breaker::{Core, Permit, Snapshot, State};
+use crate::breaker::{Core, HedgeSuppressed, Permit, Snapshot, State};
 use crate::call::Admission;
 use crate::error::{Bound, SettingsError};
 use crate::event::Event;

@@ -71,7 +71,7 @@ mod subscription;
 mod time;
 
 pub use backoff::{Backoff, BackoffBuilder, Jitter};
-pub use breaker::{Breaker, Permit, SettingsRef, Snapshot, State, TripReason};
+pub use breaker::{Breaker, HedgeSuppressed, Permit, SettingsRef, Snapshot, State, TripReason};
 pub use budget::{Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot};
 #[allow(unused_imports)] // filled in by the piece in progress
 pub use bulkhead::*;

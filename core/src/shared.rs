@@ -18,7 +18,7 @@
 
 use core::fmt;
 
-use crate::breaker::{Core, Permit, Snapshot, State};
+use crate::breaker::{Core, HedgeSuppressed, Permit, Snapshot, State};
 use crate::budget::{BudgetCore, BudgetSnapshot};
 use crate::call::{Admission, Funding};
 use crate::loom::AtomicU64;
@@ -153,6 +153,17 @@ impl SharedBreaker {
     #[must_use]
     pub fn normal_latency(&self, now: Instant) -> Option<Duration> {
         self.core.normal_latency(now)
+    }
+
+    /// The measured attempt ceiling (3x the recent p95, once there are 20 successes).
+    #[must_use]
+    pub fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        self.core.attempt_ceiling(now)
+    }
+
+    /// When to launch a hedged attempt, or why not now (see [`Breaker::hedge_after`](crate::Breaker::hedge_after)).
+    pub fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        self.core.hedge_after(now)
     }
 
     /// The learned normal failure rate, once armed.
@@ -306,6 +317,9 @@ impl Admission for &SharedBreaker {
     }
     fn normal_latency(&self, now: Instant) -> Option<Duration> {
         self.core.normal_latency(now)
+    }
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        self.core.attempt_ceiling(now)
     }
 }
 

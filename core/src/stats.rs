@@ -154,8 +154,8 @@ pub(crate) const HIST_BUCKETS: usize = (HIST_OCTAVES * HIST_SUB) as usize;
 /// 16-bit bucket counts, four to a word.
 const LANES: usize = 4;
 const HIST_WORDS: usize = HIST_BUCKETS / LANES;
-/// The median is re-read whenever a bucket's count passes a multiple of this (and after each
-/// decay).
+/// The median is re-read whenever a bucket's count passes a multiple of this (and at least
+/// every trip-window bucket, and after each decay).
 const MEMO_EVERY: u64 = 64;
 
 /// A fixed-size log-linear histogram of successful calls' latencies: 240 sixteen-bit counts,
@@ -173,6 +173,10 @@ pub(crate) struct Histogram<W> {
     memo: W,
     /// The memoized slow-call threshold in ns (+1; 0 for none yet).
     slow_at: W,
+    /// The memoized 95th-percentile bucket (+1; 0 for none yet).
+    tail: W,
+    /// When the memo is next re-read at the latest, in ns.
+    memo_until: W,
 }
 
 impl<W: Word> Histogram<W> {
@@ -184,6 +188,8 @@ impl<W: Word> Histogram<W> {
                 last_sample: word!(W),
                 memo: word!(W),
                 slow_at: word!(W),
+                tail: word!(W),
+                memo_until: word!(W),
             }
         }
     }
@@ -261,22 +267,30 @@ impl<W: Word> Histogram<W> {
             }
         }
         let mut memo = 0;
+        let mut tail = 0;
         if total > 0 {
             let rank = total.div_ceil(2);
+            // The 95th percentile's rank, rounded up.
+            let rank95 = total.saturating_mul(95).div_ceil(100).max(1);
             let mut seen: u64 = 0;
             'scan: for (wi, w) in self.lanes.iter().enumerate() {
                 let v = w.get();
                 for i in 0..LANES {
                     seen = seen.saturating_add(Histogram::<W>::lane(v, i));
-                    if seen >= rank {
-                        let bucket = wi.saturating_mul(LANES).saturating_add(i);
-                        memo = (u64::try_from(bucket).unwrap_or(0).saturating_add(1) << 32)
-                            | total.min(u64::from(u32::MAX));
+                    let bucket = u64::try_from(wi.saturating_mul(LANES).saturating_add(i))
+                        .unwrap_or(0)
+                        .saturating_add(1);
+                    if memo == 0 && seen >= rank {
+                        memo = (bucket << 32) | total.min(u64::from(u32::MAX));
+                    }
+                    if seen >= rank95 {
+                        tail = bucket;
                         break 'scan;
                     }
                 }
             }
         }
+        self.tail.swap(tail);
         self.memo.swap(memo);
         let (median, samples) = self.reading();
         let threshold =
@@ -340,10 +354,14 @@ impl<W: Word> Histogram<W> {
         if self.last_sample.get().saturating_add(1_000_000) < stamp {
             self.last_sample.fetch_max(stamp);
         }
-        // Re-read the median while warming up, then whenever a bucket's count passes a
-        // multiple of 16 (about every 16 samples per bucket in use).
+        // Re-read the median and p95 while warming up, and then at most one trip-window
+        // bucket (3 s at the defaults) after the last reading, or when a bucket's count passes
+        // a multiple of 64.
         let samples = self.memo.get() & 0xFFFF_FFFF;
-        if refresh || samples < 64 || count.is_multiple_of(MEMO_EVERY) {
+        let due = self.memo_until.get() <= now.as_nanos();
+        if refresh || due || samples < 64 || count.is_multiple_of(MEMO_EVERY) {
+            self.memo_until
+                .swap(now.as_nanos().saturating_add(s.bucket_width().as_nanos()));
             self.refresh(s);
         }
     }
@@ -357,6 +375,14 @@ impl<W: Word> Histogram<W> {
                     >= half_window.saturating_mul(2).as_nanos()
             }
         }
+    }
+
+    /// The memoized 95th percentile (read as its bucket's upper bound).
+    fn p95(&self) -> Option<Duration> {
+        self.tail
+            .get()
+            .checked_sub(1)
+            .map(|b| Histogram::<W>::upper_bound(usize::try_from(b).unwrap_or(HIST_BUCKETS - 1)))
     }
 
     /// The memoized median (read as its bucket's upper bound) and sample count.
@@ -466,6 +492,15 @@ impl<W: Word> Stats<W> {
         self.latency.reading()
     }
 
+    /// The learned 95th percentile of successful calls' latency, with the samples behind it
+    /// (none once the baseline has gone a whole window without a sample).
+    pub(crate) fn tail(&self, now: Instant, s: &BreakerSettings) -> (Option<Duration>, u32) {
+        if self.latency.expired(now, half_baseline(s)) {
+            return (None, 0);
+        }
+        (self.latency.p95(), self.latency.reading().1)
+    }
+
     /// The slow-call threshold in force at `now`: memoized with the median, one load.
     pub(crate) fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration> {
         if self.latency.expired(now, half_baseline(s)) {
@@ -496,6 +531,8 @@ pub(crate) trait Measure {
     fn readings(&self, now: Instant, s: &BreakerSettings) -> Readings;
     /// The learned median latency and the samples behind it.
     fn latency(&self, now: Instant, s: &BreakerSettings) -> (Option<Duration>, u32);
+    /// The learned 95th percentile and the samples behind it.
+    fn tail(&self, now: Instant, s: &BreakerSettings) -> (Option<Duration>, u32);
     /// The slow-call threshold in force.
     fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration>;
     /// Empties the trip window.
@@ -511,6 +548,9 @@ impl<W: Word> Measure for Stats<W> {
     }
     fn latency(&self, now: Instant, s: &BreakerSettings) -> (Option<Duration>, u32) {
         Stats::latency(self, now, s)
+    }
+    fn tail(&self, now: Instant, s: &BreakerSettings) -> (Option<Duration>, u32) {
+        Stats::tail(self, now, s)
     }
     fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration> {
         Stats::slow_threshold(self, now, s)
@@ -530,6 +570,9 @@ impl Measure for NoStats {
         Readings::default()
     }
     fn latency(&self, _: Instant, _: &BreakerSettings) -> (Option<Duration>, u32) {
+        (None, 0)
+    }
+    fn tail(&self, _: Instant, _: &BreakerSettings) -> (Option<Duration>, u32) {
         (None, 0)
     }
     fn slow_threshold(&self, _: Instant, s: &BreakerSettings) -> Option<Duration> {
@@ -563,6 +606,40 @@ pub(crate) fn slow_threshold(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// `true` when the window's failure rate has reached half the trip point of the rate rules in
+/// force (with at least half the minimum calls seen): hedging stops adding load there.
+pub(crate) fn near_trip(r: &Readings, s: &BreakerSettings) -> bool {
+    let w = r.window;
+    if w.calls.saturating_mul(2) < s.minimum_calls() || w.failures == 0 {
+        return false;
+    }
+    let (failures, calls) = (u64::from(w.failures), u64::from(w.calls));
+    // failures / calls >= point / 2, with the point as a fraction in ppm.
+    let reached_half = |point_ppm: u64| {
+        u128::from(failures).saturating_mul(2_000_000)
+            >= u128::from(calls).saturating_mul(u128::from(point_ppm))
+    };
+    if let Some(ceiling) = s.failure_ratio() {
+        if reached_half(u64::from(ceiling.ppm())) {
+            return true;
+        }
+    }
+    if let Some(rule) = s.failure_rate() {
+        if r.baseline_calls >= rule.arming_outcomes() && r.baseline_calls > 0 {
+            let base_ppm = u64::from(r.baseline_failures)
+                .saturating_mul(1_000_000)
+                .checked_div(u64::from(r.baseline_calls))
+                .unwrap_or(0);
+            let relative = base_ppm.saturating_mul(u64::from(rule.multiple().milli())) / 1000;
+            let point = relative.max(u64::from(rule.floor().ppm()));
+            if reached_half(point) {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// The trip decision over a window's readings: which rule, if any, says the dependency is

@@ -854,3 +854,46 @@ fn a_relative_rule_with_another_multiple_is_honoured() {
     });
     assert_eq!(trips.first().map(|t| t.1), Some(TripReason::FailureRate));
 }
+
+#[test]
+fn hedging_waits_for_the_learned_p95_and_is_suppressed_when_not_closed_or_near_the_trip_point() {
+    use stormguard_core::HedgeSuppressed;
+    let mut b = Breaker::new(
+        BreakerSettings::builder("search")
+            .jitter(false)
+            .build()
+            .unwrap(),
+    );
+    let t = Instant::from_secs(1);
+    assert_eq!(b.hedge_after(t), Err(HedgeSuppressed::NoBaseline));
+    // Latencies 1..=100 ms: the p95 reads within 12.5% above 95 ms.
+    let mut now = t;
+    for i in 1..=100u64 {
+        let p = b.try_acquire(now).unwrap();
+        b.on_outcome(now + ms(i), p, Outcome::Success, &mut |_| {});
+        now += ms(10);
+    }
+    // The tail is re-read at least once a trip-window bucket (3 s): one more call after that.
+    now += secs(3);
+    call(&mut b, now, ms(50), Outcome::Success).unwrap();
+    let after = b.hedge_after(now).unwrap();
+    assert!(
+        after >= ms(95) && after <= Duration::from_micros(108_000),
+        "{after}"
+    );
+    // Failures approaching the consecutive threshold: a hedge would add load to a failing
+    // dependency.
+    for _ in 0..3 {
+        call(&mut b, now, MS, Outcome::Transient).unwrap();
+    }
+    assert_eq!(b.hedge_after(now), Err(HedgeSuppressed::NearTrip));
+    for _ in 0..2 {
+        call(&mut b, now, MS, Outcome::Transient).unwrap();
+    }
+    assert_eq!(b.hedge_after(now), Err(HedgeSuppressed::NotClosed));
+    assert_eq!(
+        b.hedge_after(now + secs(15)),
+        Err(HedgeSuppressed::NotClosed),
+        "never half-open"
+    );
+}

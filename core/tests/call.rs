@@ -542,3 +542,63 @@ fn a_rejection_is_handed_out_once_then_reported_as_done() {
         Step::Done(Finished::Rejected(r))
     );
 }
+
+/// Teaches a breaker that healthy calls take `latency`.
+fn warm(b: &mut Breaker, mut now: Instant, latency: Duration, calls: u32) -> Instant {
+    for _ in 0..calls {
+        let p = b.try_acquire(now).unwrap();
+        now += latency;
+        b.on_outcome(now, p, Outcome::Success, &mut |_| {});
+    }
+    now
+}
+
+#[test]
+fn the_measured_attempt_ceiling_only_ever_tightens_the_configured_timeout() {
+    let mut p = parts();
+    let start = Instant::from_secs(1);
+    // Not yet 20 successes: no ceiling, the configured 10 s stands.
+    let now = warm(&mut p.breaker, start, ms(20), 19);
+    assert_eq!(p.breaker.attempt_ceiling(now), None);
+    let mut call = Call::begin(&CallSettings::DEFAULT, now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(call.attempt_deadline(), Some(now + secs(10)));
+    call.complete(&mut p, permit, now + ms(20), Outcome::Success, &mut |_| {});
+    // Armed: 3x the p95 (20 ms reads as at most 22.5 ms) tightens 10 s to about 60-68 ms.
+    let now = warm(&mut p.breaker, now + ms(20), ms(20), 10);
+    let ceiling = p.breaker.attempt_ceiling(now).unwrap();
+    assert!(
+        ceiling >= ms(60) && ceiling <= Duration::from_micros(67_500),
+        "{ceiling}"
+    );
+    let mut call = Call::begin(&CallSettings::DEFAULT, now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(call.attempt_deadline(), Some(now + ceiling));
+    call.complete(&mut p, permit, now + ms(20), Outcome::Success, &mut |_| {});
+    // A configured timeout shorter than the ceiling stands.
+    let short = CallSettings::builder()
+        .attempt_timeout(Some(ms(30)))
+        .build()
+        .unwrap();
+    let mut call = Call::begin(&short, now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(call.attempt_deadline(), Some(now + ms(30)));
+    call.complete(&mut p, permit, now + ms(20), Outcome::Success, &mut |_| {});
+    // And it can be turned off.
+    let off = CallSettings::builder()
+        .measured_ceiling(false)
+        .build()
+        .unwrap();
+    let mut call = Call::begin(&off, now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(call.attempt_deadline(), Some(now + secs(10)));
+    call.complete(&mut p, permit, now + ms(20), Outcome::Success, &mut |_| {});
+}

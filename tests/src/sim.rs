@@ -235,6 +235,7 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
                             .max_attempts(l.call.max_attempts())
                             .deadline(l.call.deadline())
                             .attempt_timeout(l.call.attempt_timeout())
+                            .measured_ceiling(l.call.measured_ceiling())
                             .backoff(*l.call.backoff())
                             .seed(derive(seed, c64, 0xCA11 + k64))
                             .build()

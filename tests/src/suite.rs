@@ -142,6 +142,13 @@ pub fn dotnet_example() -> Result<Scenario, SettingsError> {
             budget: budget.then(|| BudgetSettings::defaults("dependency")),
         })
     };
+    // With a breaker, the call driver applies the breaker's measured attempt ceiling (3x the
+    // recent p95 of successful calls), as the original's policy does.
+    let measured = Layer {
+        call: call(secs(10))?,
+        breaker: Some(BreakerSettings::builder_named(DEPENDENCY).build()?),
+        budget: Some(BudgetSettings::defaults("dependency")),
+    };
     Ok(Scenario {
         name: "dotnet-example".to_string(),
         description: "the .NET original's simulation: p50 20 ms, p99 200 ms, 8x brownout 30 s in \
@@ -158,9 +165,10 @@ pub fn dotnet_example() -> Result<Scenario, SettingsError> {
         }),
         strategies: vec![
             Strategy::single("x3-attempts+budget", layer(secs(10), true)?),
-            // 3 x the healthy p95 (20 ms x e^(1.645 x 0.99) = 102 ms): a fixed stand-in for the
-            // original's measured attempt ceiling, which our core does not have.
+            // 3 x the healthy p95 (20 ms x e^(1.645 x 0.99) = 102 ms): a fixed ceiling, for
+            // comparison with the measured one.
             Strategy::single("x3-attempts+budget+306ms", layer(ms(306), true)?),
+            Strategy::single("x3-attempts+budget+breaker", measured),
         ],
     })
 }
@@ -365,7 +373,7 @@ pub fn commentary(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
                     r.strategy, r.load_multiplier_run, r.load_multiplier, r.amplification, r.availability, r.latency_p99_ms, r.breaker_opens
                 ));
             }
-            out.push("differences: the original's Http preset has a measured attempt ceiling (3x the recent p95) that turns slow brownout attempts into timeouts; our core has no such ceiling, so the as-configured arm (10 s attempt timeout) times nothing out, and the 306 ms arm fixes the ceiling at 3x the healthy p95. Our dependency fails nothing at base; theirs is the same model (no capacity).".to_string());
+            out.push("differences: the original's Http preset has a measured attempt ceiling (3x the recent p95) that turns slow brownout attempts into timeouts; ours measures it in the breaker, so the arm with a breaker is the faithful one; the as-configured arm without a breaker (10 s attempt timeout) times nothing out, and the 306 ms arm fixes the ceiling at 3x the healthy p95. Our dependency fails nothing at base; theirs is the same model (no capacity).".to_string());
         }
         "budget-25pct" | "budget-50pct" => {
             let (their_plain, their_budget, their_avail) = if scenario.name == "budget-25pct" {
