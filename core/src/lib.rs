@@ -57,6 +57,7 @@ mod call;
 mod engine;
 mod error;
 mod event;
+mod explain;
 mod lean;
 mod loom;
 mod name;
@@ -83,6 +84,7 @@ pub use call::{
 pub use engine::*;
 pub use error::{Bound, Field, RefusalReason, Refused, SettingsError};
 pub use event::Event;
+pub use explain::Explain;
 pub use lean::LeanBreaker;
 pub use name::{Name, NameTooLong, NAME_CAPACITY};
 pub use outcome::Outcome;

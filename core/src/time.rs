@@ -397,7 +397,9 @@ impl From<Duration> for core::time::Duration {
 }
 
 fn write_nanos(f: &mut fmt::Formatter<'_>, nanos: u64) -> fmt::Result {
-    if nanos == u64::MAX {
+    if nanos == 0 {
+        f.write_str("0s")
+    } else if nanos == u64::MAX {
         f.write_str("forever")
     } else if nanos >= NANOS_PER_SEC && nanos.is_multiple_of(NANOS_PER_MILLI) {
         let ms = nanos / NANOS_PER_MILLI;

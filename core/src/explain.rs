@@ -1,0 +1,257 @@
+//! A policy describes itself in plain text: what bounds a call first, the worst-case timeline
+//! of its attempts, the load it can add, what is measured now and what is missing. It is a
+//! `core::fmt::Display`, so it works on a microcontroller (through `defmt`'s `Display2Format`
+//! or a fixed buffer) as on a host.
+
+use core::fmt;
+
+use crate::breaker::Snapshot;
+use crate::budget::BudgetSnapshot;
+use crate::call::GUARD_PAUSE;
+use crate::{BreakerSettings, BudgetSettings, CallSettings, Duration, State};
+
+/// A policy's description: its call settings, and the breaker and budget it uses, if any,
+/// optionally with their current readings.
+///
+/// ```
+/// use stormguard_core::{BreakerSettings, BudgetSettings, CallSettings, Explain};
+///
+/// let breaker = BreakerSettings::defaults("payments");
+/// let budget = BudgetSettings::defaults("payments");
+/// let text = Explain::new(&CallSettings::DEFAULT)
+///     .breaker(&breaker)
+///     .budget(&budget)
+///     .to_string();
+/// assert!(text.contains("the attempt limit bounds a call first"));
+/// assert!(text.contains("retry budget"));
+/// ```
+#[derive(Clone, Copy, Debug)]
+#[must_use]
+pub struct Explain<'a> {
+    call: &'a CallSettings,
+    breaker: Option<&'a BreakerSettings>,
+    budget: Option<&'a BudgetSettings>,
+    breaker_now: Option<Snapshot>,
+    budget_now: Option<BudgetSnapshot>,
+}
+
+impl<'a> Explain<'a> {
+    /// A description of a policy with these call settings (no breaker, no budget yet).
+    pub const fn new(call: &'a CallSettings) -> Explain<'a> {
+        Explain {
+            call,
+            breaker: None,
+            budget: None,
+            breaker_now: None,
+            budget_now: None,
+        }
+    }
+
+    /// The breaker the policy asks before every attempt.
+    pub const fn breaker(mut self, settings: &'a BreakerSettings) -> Explain<'a> {
+        self.breaker = Some(settings);
+        self
+    }
+
+    /// The retry budget the policy asks before every retry.
+    pub const fn budget(mut self, settings: &'a BudgetSettings) -> Explain<'a> {
+        self.budget = Some(settings);
+        self
+    }
+
+    /// What the breaker measures now (its snapshot), for the "measured now" part.
+    pub const fn breaker_now(mut self, snapshot: Snapshot) -> Explain<'a> {
+        self.breaker_now = Some(snapshot);
+        self
+    }
+
+    /// What the budget holds now, for the "measured now" part.
+    pub const fn budget_now(mut self, snapshot: BudgetSnapshot) -> Explain<'a> {
+        self.budget_now = Some(snapshot);
+        self
+    }
+
+    /// The worst case of one call: every attempt running to its timeout and every wait at its
+    /// longest, without the deadline's cut. `None` when attempts have no timeout.
+    fn unbounded_worst(&self) -> Option<Duration> {
+        let per_attempt = self.call.attempt_timeout()?;
+        let attempts = self.call.max_attempts();
+        let mut total = per_attempt.saturating_mul(u64::from(attempts));
+        for retry in 1..attempts {
+            total = total.saturating_add(self.call.backoff().nominal(retry, false));
+        }
+        Some(total)
+    }
+}
+
+impl fmt::Display for Explain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let call = self.call;
+        let attempts = call.max_attempts();
+        let retries = attempts.saturating_sub(1);
+        let name = self
+            .breaker
+            .map(|b| b.name().as_str())
+            .or(self.budget.map(|b| b.name().as_str()));
+        match name {
+            Some(n) => writeln!(f, "policy `{n}`")?,
+            None => writeln!(f, "policy")?,
+        }
+
+        // What bounds a call first.
+        match (call.deadline(), self.unbounded_worst()) {
+            (Some(deadline), Some(worst)) if worst > deadline => writeln!(
+                f,
+                "- the deadline bounds a call first: {deadline}, before {attempts} attempts \
+                 could run to their timeouts ({worst})"
+            )?,
+            (Some(deadline), Some(worst)) => writeln!(
+                f,
+                "- the attempt limit bounds a call first: {attempts} attempts take at most \
+                 {worst}, inside the {deadline} deadline"
+            )?,
+            (Some(deadline), None) => writeln!(
+                f,
+                "- the deadline bounds a call: {deadline} (attempts have no timeout)"
+            )?,
+            (None, Some(worst)) => writeln!(
+                f,
+                "- the attempt limit bounds a call: {attempts} attempts take at most {worst} \
+                 (no deadline)"
+            )?,
+            (None, None) => writeln!(f, "- nothing bounds how long a call may take")?,
+        }
+
+        // The worst-case timeline.
+        writeln!(f, "- worst-case timeline:")?;
+        let mut at = Duration::ZERO;
+        for attempt in 1..=attempts {
+            if let Some(d) = call.deadline() {
+                if at >= d {
+                    writeln!(f, "    {at}: deadline reached, the call ends")?;
+                    break;
+                }
+            }
+            match call.attempt_timeout() {
+                Some(t) => {
+                    let end = at.saturating_add(t);
+                    match call.deadline() {
+                        Some(d) if end >= d => {
+                            writeln!(f, "    {at}: attempt {attempt}, cut at {d} by the deadline if it hangs")?;
+                            break;
+                        }
+                        _ => writeln!(f, "    {at}: attempt {attempt}, cut at {end} if it hangs")?,
+                    }
+                    at = end;
+                }
+                None => {
+                    writeln!(
+                        f,
+                        "    {at}: attempt {attempt}, no timeout: it may hang until the deadline"
+                    )?;
+                    break;
+                }
+            }
+            if attempt < attempts {
+                let wait = call.backoff().nominal(attempt, false);
+                writeln!(f, "    {at}: wait up to {wait} ({})", call.backoff())?;
+                at = at.saturating_add(wait);
+            }
+        }
+        if self.breaker.is_some() || self.budget.is_some() {
+            writeln!(f, "    a refusal is reported after a {GUARD_PAUSE} pause (less if the deadline is nearer)")?;
+        }
+        if call.measured_ceiling() && self.breaker.is_some() {
+            writeln!(
+                f,
+                "    attempts are also cut at 3x the learned p95 once the breaker knows it"
+            )?;
+        }
+
+        // The load it can add.
+        let plural = if retries == 1 { "retry" } else { "retries" };
+        if retries == 0 {
+            writeln!(f, "- load: no retries: one attempt per call")?;
+        } else {
+            let factor = attempts;
+            match self.budget {
+                Some(b) => writeln!(
+                    f,
+                    "- load: up to {retries} {plural} per call ({factor}x) only while the retry budget \
+                     lasts; it holds retries to {b}, so in an outage the sustained load is about \
+                     1x plus the floor"
+                )?,
+                None => writeln!(
+                    f,
+                    "- load: up to {retries} {plural} per call: {factor}x the load on a dependency \
+                     that is failing every call"
+                )?,
+            }
+        }
+        if let Some(now) = self.budget_now {
+            writeln!(
+                f,
+                "    budget spent now: {} ({} retries available)",
+                now.utilization, now.available
+            )?;
+        }
+
+        // What is measured now.
+        match (self.breaker, self.breaker_now) {
+            (Some(_), Some(s)) => {
+                write!(f, "- measured now: breaker {}", s.state)?;
+                match s.normal_latency {
+                    Some(l) => write!(f, ", normal latency {l}")?,
+                    None => write!(f, ", no latency baseline yet (cold)")?,
+                }
+                match s.normal_failure_rate {
+                    Some(r) => write!(f, ", normal failure rate {r}")?,
+                    None => write!(f, ", no failure-rate baseline yet (cold)")?,
+                }
+                if s.state == State::Open {
+                    write!(f, ", half-open in {}", s.until_half_open)?;
+                }
+                writeln!(f)?;
+            }
+            (Some(_), None) => {
+                writeln!(f, "- measured now: not given (pass the breaker's snapshot)")?
+            }
+            (None, _) => {}
+        }
+
+        // What is missing.
+        let mut missing = false;
+        let mut gap = |f: &mut fmt::Formatter<'_>, text: &str| -> fmt::Result {
+            if !missing {
+                writeln!(f, "- missing:")?;
+                missing = true;
+            }
+            writeln!(f, "    {text}")
+        };
+        if self.breaker.is_none() {
+            gap(
+                f,
+                "no breaker: nothing stops a call reaching a dependency that is already down",
+            )?;
+        }
+        if self.budget.is_none() && retries > 0 {
+            gap(f, "no retry budget: in an outage every call makes all its attempts, and a fleet multiplies its load")?;
+        }
+        if call.deadline().is_none() {
+            gap(
+                f,
+                "no deadline: a caller cannot know how long a call may take",
+            )?;
+        }
+        if call.attempt_timeout().is_none() {
+            gap(
+                f,
+                "no attempt timeout: a hung attempt holds the call until the deadline",
+            )?;
+        }
+        if !missing {
+            writeln!(f, "- missing: nothing")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,116 @@
+//! A policy explains itself: golden texts for several policies.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic
+)]
+
+use stormguard_core::{
+    Backoff, Breaker, BreakerSettings, Budget, BudgetSettings, CallSettings, Duration, Explain,
+    Instant, Jitter, Outcome,
+};
+
+#[test]
+fn the_default_policy_with_breaker_and_budget_explains_itself() {
+    let breaker = BreakerSettings::defaults("payments");
+    let budget = BudgetSettings::defaults("payments");
+    let text = Explain::new(&CallSettings::DEFAULT)
+        .breaker(&breaker)
+        .budget(&budget)
+        .to_string();
+    let want = "\
+policy `payments`
+- the deadline bounds a call first: 30s, before 3 attempts could run to their timeouts (30.300s)
+- worst-case timeline:
+    0s: attempt 1, cut at 10s if it hangs
+    10s: wait up to 100ms (exponential from 100ms (1s after throttling), x2, capped at 30s, full jitter)
+    10.100s: attempt 2, cut at 20.100s if it hangs
+    20.100s: wait up to 200ms (exponential from 100ms (1s after throttling), x2, capped at 30s, full jitter)
+    20.300s: attempt 3, cut at 30s by the deadline if it hangs
+    a refusal is reported after a 100ms pause (less if the deadline is nearer)
+    attempts are also cut at 3x the learned p95 once the breaker knows it
+- load: up to 2 retries per call (3x) only while the retry budget lasts; it holds retries to 10% of a retry per success, at least 3 per second, up to 30 banked, so in an outage the sustained load is about 1x plus the floor
+- measured now: not given (pass the breaker's snapshot)
+- missing: nothing
+";
+    assert_eq!(text, want);
+}
+
+#[test]
+fn a_bare_retry_policy_says_what_is_missing() {
+    let text = Explain::new(&CallSettings::DEFAULT).to_string();
+    let want = "\
+policy
+- the deadline bounds a call first: 30s, before 3 attempts could run to their timeouts (30.300s)
+- worst-case timeline:
+    0s: attempt 1, cut at 10s if it hangs
+    10s: wait up to 100ms (exponential from 100ms (1s after throttling), x2, capped at 30s, full jitter)
+    10.100s: attempt 2, cut at 20.100s if it hangs
+    20.100s: wait up to 200ms (exponential from 100ms (1s after throttling), x2, capped at 30s, full jitter)
+    20.300s: attempt 3, cut at 30s by the deadline if it hangs
+- load: up to 2 retries per call: 3x the load on a dependency that is failing every call
+- missing:
+    no breaker: nothing stops a call reaching a dependency that is already down
+    no retry budget: in an outage every call makes all its attempts, and a fleet multiplies its load
+";
+    assert_eq!(text, want);
+}
+
+#[test]
+fn a_short_policy_is_bounded_by_its_attempts_and_reports_what_it_measures() {
+    let call = CallSettings::builder()
+        .max_attempts(2)
+        .attempt_timeout(Some(Duration::from_millis(200)))
+        .deadline(Some(Duration::from_secs(2)))
+        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
+        .build()
+        .unwrap();
+    let settings = BreakerSettings::defaults("radio");
+    let mut breaker = Breaker::new(settings);
+    let mut now = Instant::from_secs(1);
+    for _ in 0..30 {
+        let p = breaker.try_acquire(now).unwrap();
+        now += Duration::from_millis(8);
+        breaker.on_outcome(now, p, Outcome::Success, &mut |_| {});
+    }
+    let text = Explain::new(&call)
+        .breaker(&settings)
+        .breaker_now(breaker.snapshot(now))
+        .to_string();
+    let want = "\
+policy `radio`
+- the attempt limit bounds a call first: 2 attempts take at most 500ms, inside the 2s deadline
+- worst-case timeline:
+    0s: attempt 1, cut at 200ms if it hangs
+    200ms: wait up to 100ms (exponential from 100ms (1s after throttling), x2, capped at 30s, no jitter)
+    300ms: attempt 2, cut at 500ms if it hangs
+    a refusal is reported after a 100ms pause (less if the deadline is nearer)
+    attempts are also cut at 3x the learned p95 once the breaker knows it
+- load: up to 1 retry per call: 2x the load on a dependency that is failing every call
+- measured now: breaker closed, normal latency 8.388ms, no failure-rate baseline yet (cold)
+- missing:
+    no retry budget: in an outage every call makes all its attempts, and a fleet multiplies its load
+";
+    assert_eq!(text, want);
+}
+
+#[test]
+fn a_budget_reports_what_it_has_spent() {
+    let budget = BudgetSettings::defaults("b");
+    let mut b = Budget::new(budget);
+    let now = Instant::from_secs(1);
+    for _ in 0..15 {
+        b.try_withdraw(now).unwrap();
+    }
+    let text = Explain::new(&CallSettings::DEFAULT)
+        .budget(&budget)
+        .budget_now(b.snapshot(now))
+        .to_string();
+    assert!(
+        text.contains("    budget spent now: 50% (15 retries available)\n"),
+        "{text}"
+    );
+    assert!(text.contains("no breaker: nothing stops"), "{text}");
+}
