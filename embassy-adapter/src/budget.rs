@@ -29,6 +29,8 @@ use crate::EmbassyClock;
 /// ```
 pub struct Budget<M: RawMutex> {
     inner: Mutex<M, RefCell<stormguard_core::Budget>>,
+    /// The name, outside the lock, so a handle can lend it to the events it names.
+    name: Name,
 }
 
 impl<M: RawMutex> Budget<M> {
@@ -42,6 +44,7 @@ impl<M: RawMutex> Budget<M> {
     #[must_use]
     pub const fn from_core(budget: stormguard_core::Budget) -> Budget<M> {
         Budget {
+            name: *budget.settings().name(),
             inner: Mutex::new(RefCell::new(budget)),
         }
     }
@@ -65,10 +68,11 @@ impl<M: RawMutex> Budget<M> {
             .unwrap_or(BudgetSettings::defaults("busy"))
     }
 
-    /// The budget's name (a copy).
+    /// The budget's name (a copy; the budget keeps one outside its lock, which the events of
+    /// its handles borrow).
     #[must_use]
-    pub fn name(&self) -> Name {
-        *self.settings().name()
+    pub const fn name(&self) -> Name {
+        self.name
     }
 
     /// Whole retries the budget would fund now (embassy's clock).
@@ -107,11 +111,8 @@ impl<M: RawMutex> Budget<M> {
     /// # Ok::<(), stormguard_core::Refused>(())
     /// ```
     #[must_use]
-    pub fn handle(&self) -> BudgetRef<'_, M> {
-        BudgetRef {
-            budget: self,
-            name: self.name(),
-        }
+    pub const fn handle(&self) -> BudgetRef<'_, M> {
+        BudgetRef { budget: self }
     }
 }
 
@@ -128,7 +129,6 @@ impl<M: RawMutex> core::fmt::Debug for Budget<M> {
 #[derive(Clone, Copy, Debug)]
 pub struct BudgetRef<'a, M: RawMutex> {
     budget: &'a Budget<M>,
-    name: Name,
 }
 
 impl<'a, M: RawMutex> BudgetRef<'a, M> {
@@ -141,7 +141,7 @@ impl<'a, M: RawMutex> BudgetRef<'a, M> {
 
 impl<M: RawMutex> Funding for BudgetRef<'_, M> {
     fn name(&self) -> Option<&Name> {
-        Some(&self.name)
+        Some(&self.budget.name)
     }
 
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {

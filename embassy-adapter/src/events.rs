@@ -6,10 +6,11 @@
 //!
 //! Events are never delivered while a breaker's lock is held: a transition's events are kept in a
 //! small fixed buffer (a transition makes at most five) and handed out once the lock is released,
+//! named again with [`Event::with_name`] (their name borrows the breaker, which the lock guards),
 //! so a listener may read the breaker that produced them, and a slow listener never lengthens a
 //! critical section.
 
-use stormguard_core::{Duration, Event, Name, Outcome, Ratio, RefusalReason, State, TripReason};
+use stormguard_core::{Event, Name};
 
 /// Receives every event a [`Policy`](crate::Policy) (its breaker, its budget, its calls)
 /// produces. Implemented by [`NoListener`] and by every `Fn(&Event<'_>)`, so a plain function
@@ -74,7 +75,7 @@ pub fn log(event: &Event<'_>) {
     #[cfg(feature = "defmt")]
     match event {
         Event::StateChanged {
-            to: State::Open | State::Isolated,
+            to: stormguard_core::State::Open | stormguard_core::State::Isolated,
             ..
         } => defmt::warn!("stormguard: {}", event),
         Event::StateChanged { .. } => defmt::info!("stormguard: {}", event),
@@ -84,123 +85,9 @@ pub fn log(event: &Event<'_>) {
     let _ = event;
 }
 
-/// An event without its name: what is kept while a lock is held, and named again (with the copy
-/// of the name the handle carries) once it is released.
-#[derive(Clone, Copy, Debug)]
-enum Unnamed {
-    StateChanged {
-        from: State,
-        to: State,
-        reason: Option<TripReason>,
-        break_for: Option<Duration>,
-    },
-    ProbeStarted,
-    ProbesReclaimed {
-        count: u8,
-    },
-    RampStep {
-        fraction: Ratio,
-        cap: Ratio,
-    },
-    Rejected {
-        reason: RefusalReason,
-        delay: Duration,
-        retry_after: Duration,
-    },
-    Retry {
-        attempt: u32,
-        delay: Duration,
-        after: Outcome,
-    },
-}
-
-impl Unnamed {
-    fn of(event: &Event<'_>) -> Option<Unnamed> {
-        Some(match *event {
-            Event::StateChanged {
-                from,
-                to,
-                reason,
-                break_for,
-                ..
-            } => Unnamed::StateChanged {
-                from,
-                to,
-                reason,
-                break_for,
-            },
-            Event::ProbeStarted { .. } => Unnamed::ProbeStarted,
-            Event::ProbesReclaimed { count, .. } => Unnamed::ProbesReclaimed { count },
-            Event::RampStep { fraction, cap, .. } => Unnamed::RampStep { fraction, cap },
-            Event::Rejected {
-                reason,
-                delay,
-                retry_after,
-                ..
-            } => Unnamed::Rejected {
-                reason,
-                delay,
-                retry_after,
-            },
-            Event::Retry {
-                attempt,
-                delay,
-                after,
-                ..
-            } => Unnamed::Retry {
-                attempt,
-                delay,
-                after,
-            },
-            // A kind this crate does not know yet (a newer core): not kept, delivered at once.
-            _ => return None,
-        })
-    }
-
-    fn named(self, name: &Name) -> Event<'_> {
-        match self {
-            Unnamed::StateChanged {
-                from,
-                to,
-                reason,
-                break_for,
-            } => Event::StateChanged {
-                name,
-                from,
-                to,
-                reason,
-                break_for,
-            },
-            Unnamed::ProbeStarted => Event::ProbeStarted { name },
-            Unnamed::ProbesReclaimed { count } => Event::ProbesReclaimed { name, count },
-            Unnamed::RampStep { fraction, cap } => Event::RampStep {
-                name,
-                fraction,
-                cap,
-            },
-            Unnamed::Rejected {
-                reason,
-                delay,
-                retry_after,
-            } => Event::Rejected {
-                name,
-                reason,
-                delay,
-                retry_after,
-            },
-            Unnamed::Retry {
-                attempt,
-                delay,
-                after,
-            } => Event::Retry {
-                name,
-                attempt,
-                delay,
-                after,
-            },
-        }
-    }
-}
+/// The name a held event carries while it waits for the lock to be released: the event is
+/// named again, with [`Event::with_name`], when it is delivered.
+static UNNAMED: Name = Name::new("");
 
 /// Room for one transition's events: the core emits at most five per transition (probes
 /// reclaimed, two state changes, a probe started, a ramp step).
@@ -209,7 +96,7 @@ const HELD: usize = 8;
 /// Events kept while a lock is held, delivered after it is released.
 #[derive(Debug, Default)]
 pub(crate) struct Held {
-    events: heapless::Vec<Unnamed, HELD>,
+    events: heapless::Vec<Event<'static>, HELD>,
 }
 
 impl Held {
@@ -219,20 +106,18 @@ impl Held {
         }
     }
 
-    /// Keeps `event` for later; one that cannot be kept (a kind this crate does not know, or a
-    /// full buffer, neither of which the current core produces) goes to `direct` at once rather
-    /// than being dropped.
+    /// Keeps `event` for later; one that cannot be kept (a full buffer, which the current core
+    /// never fills) goes to `direct` at once rather than being dropped.
     pub(crate) fn keep(&mut self, event: Event<'_>, direct: &mut dyn FnMut(Event<'_>)) {
-        match Unnamed::of(&event) {
-            Some(u) if self.events.push(u).is_ok() => {}
-            _ => direct(event),
+        if self.events.push(event.with_name(&UNNAMED)).is_err() {
+            direct(event);
         }
     }
 
     /// Hands the kept events to `sink`, named `name`, in order.
     pub(crate) fn deliver(self, name: &Name, sink: &mut dyn FnMut(Event<'_>)) {
-        for u in self.events {
-            sink(u.named(name));
+        for e in &self.events {
+            sink(e.with_name(name));
         }
     }
 }
@@ -240,6 +125,7 @@ impl Held {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stormguard_core::{Duration, Outcome, Ratio, RefusalReason, State, TripReason};
 
     #[test]
     fn every_event_kind_survives_being_held_and_named_again() {

@@ -7,17 +7,21 @@
 //! `embassy_sync` raw mutex, and forwards events to `defmt` and a listener. It allocates nothing.
 //!
 //! ```no_run
-//! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
-//! use stormguard_core::{BreakerSettings, BudgetSettings, CallSettings};
-//! use stormguard_embassy::{Breaker, Budget, CallError, Policy};
+//! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+//! use stormguard_core::{BreakerSettings, BudgetSettings, CallSettings, LeanBreaker};
+//! use stormguard_embassy::{Breaker, Budget, CallError, NoListener, Policy};
 //!
-//! const SENSOR: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 3) {
+//! static SENSOR: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 3) {
 //!     Ok(s) => s,
 //!     Err(_) => panic!("invalid breaker settings"),
 //! };
-//! static BREAKER: Breaker<CriticalSectionRawMutex> = Breaker::new(SENSOR);
-//! static RETRIES: Budget<CriticalSectionRawMutex> = Budget::new(BudgetSettings::defaults("i2c"));
-//! static POLICY: Policy<'static, CriticalSectionRawMutex> =
+//! // The lean breaker: consecutive failures, a doubling jittered break, probes; 40 bytes.
+//! static BREAKER: Breaker<Cs, LeanBreaker> = match Breaker::lean(&SENSOR) {
+//!     Ok(b) => b,
+//!     Err(_) => panic!("settings that need statistics"),
+//! };
+//! static RETRIES: Budget<Cs> = Budget::new(BudgetSettings::defaults("i2c"));
+//! static POLICY: Policy<'static, Cs, NoListener, LeanBreaker> =
 //!     Policy::new(&BREAKER, CallSettings::DEFAULT).with_budget(&RETRIES);
 //!
 //! # async fn read_sensor() -> Result<u16, ()> { Ok(0) }
@@ -38,11 +42,15 @@
 //!   rejection pause; cancellation is any future (a `Signal`'s `wait()`).
 //! - [`Breaker`] and [`Budget`]: the core's breaker and budget behind an `embassy_sync` blocking
 //!   raw mutex, `const`-constructible so they live in `static`s; never locked across `.await`.
+//!   The breaker is any of the core's three ([`CoreBreaker`]): [`Breaker::lean`] (consecutive
+//!   failures only, a few words), [`Breaker::from_static`] (every rule, settings in a `static`)
+//!   or [`Breaker::new`] (every rule, its own copy of the settings).
 //!   Their [`handle`](Breaker::handle)s implement the core's [`Admission`](stormguard_core::Admission)
 //!   and [`Funding`](stormguard_core::Funding), so the core's [`Call`](stormguard_core::Call)
 //!   driver runs over them unchanged.
 //! - [`Policy`]: `policy.call(|attempt| async { ... }).await`, with [`CallOptions`] for a
-//!   classifier, a cancellation and a deadline, and [`CallError`] saying what happened.
+//!   classifier, a cancellation and a deadline, and [`CallError`] saying what happened. Seed
+//!   each device's jitter at start-up: [`Breaker::set_seed`] and [`Policy::set_seed`].
 //! - [`events`]: events to `defmt` and to a [`Listener`].
 //!
 //! ## Sharing
@@ -80,7 +88,7 @@ mod policy;
 pub mod sleep;
 pub mod time;
 
-pub use breaker::{Breaker, BreakerRef};
+pub use breaker::{Breaker, BreakerRef, CoreBreaker};
 pub use budget::{Budget, BudgetRef};
 pub use events::{Listener, NoListener};
 pub use policy::{CallError, CallOptions, Classify, EveryErrorTransient, Policy};

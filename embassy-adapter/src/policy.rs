@@ -8,6 +8,7 @@
 use core::fmt;
 use core::future::Future;
 use core::pin::pin;
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use embassy_futures::select::{select3, Either3};
 use embassy_sync::blocking_mutex::raw::RawMutex;
@@ -20,7 +21,7 @@ use stormguard_core::{
 use crate::events::{self, Listener, NoListener};
 use crate::sleep::{sleep_until, Never, Slept};
 use crate::time::{to_core_instant, to_embassy_duration, to_embassy_instant};
-use crate::{Breaker, Budget, BudgetRef, EmbassyClock};
+use crate::{Breaker, Budget, BudgetRef, CoreBreaker, EmbassyClock};
 
 /// Decides how an attempt's result counts: the caller's classification of what happened.
 /// Implemented by [`EveryErrorTransient`] (the default) and by every
@@ -253,20 +254,26 @@ impl<E: defmt::Format> defmt::Format for CallError<E> {
 ///
 /// A `Policy` borrows its [`Breaker`] and [`Budget`] (several policies may share a budget) and
 /// is built by `const fn`s, so it can be a `static` next to them. The listener type `L`
-/// defaults to [`NoListener`]; a plain `fn(&Event<'_>)` pointer works in a `static`.
+/// defaults to [`NoListener`]; a plain `fn(&Event<'_>)` pointer works in a `static`. `B` is the
+/// breaker's core breaker ([`CoreBreaker`]), the full by-value one by default.
 ///
 /// ```
 /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
-/// use stormguard_core::{BreakerSettings, BudgetSettings, CallSettings};
-/// use stormguard_embassy::{Breaker, Budget, CallError, Policy};
+/// use stormguard_core::{BreakerSettings, BudgetSettings, CallSettings, LeanBreaker};
+/// use stormguard_embassy::{Breaker, Budget, CallError, NoListener, Policy};
 ///
-/// const SENSOR: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 3) {
+/// type Cs = CriticalSectionRawMutex;
+///
+/// static SENSOR: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 3) {
 ///     Ok(s) => s,
 ///     Err(_) => panic!("invalid breaker settings"),
 /// };
-/// static BREAKER: Breaker<CriticalSectionRawMutex> = Breaker::new(SENSOR);
-/// static RETRIES: Budget<CriticalSectionRawMutex> = Budget::new(BudgetSettings::defaults("i2c"));
-/// static POLICY: Policy<'static, CriticalSectionRawMutex> =
+/// static BREAKER: Breaker<Cs, LeanBreaker> = match Breaker::lean(&SENSOR) {
+///     Ok(b) => b,
+///     Err(_) => panic!("settings that need statistics"),
+/// };
+/// static RETRIES: Budget<Cs> = Budget::new(BudgetSettings::defaults("i2c"));
+/// static POLICY: Policy<'static, Cs, NoListener, LeanBreaker> =
 ///     Policy::new(&BREAKER, CallSettings::DEFAULT).with_budget(&RETRIES);
 ///
 /// async fn read_temperature() -> Result<i16, ()> {
@@ -277,22 +284,28 @@ impl<E: defmt::Format> defmt::Format for CallError<E> {
 ///     POLICY.call(|_attempt| read_temperature()).await
 /// }
 /// ```
-pub struct Policy<'a, M: RawMutex, L = NoListener> {
-    breaker: &'a Breaker<M>,
+pub struct Policy<'a, M: RawMutex, L = NoListener, B = stormguard_core::Breaker> {
+    breaker: &'a Breaker<M, B>,
     budget: Option<&'a Budget<M>>,
     settings: CallSettings,
+    /// The device's own seed for the calls' backoff jitter, once set.
+    seed: Seed,
     listener: L,
 }
 
-impl<'a, M: RawMutex> Policy<'a, M> {
+impl<'a, M: RawMutex, B> Policy<'a, M, NoListener, B> {
     /// A policy guarding calls with `breaker`, retrying as `settings` say, with no retry budget
     /// (add one with [`Policy::with_budget`]) and no listener.
     #[must_use]
-    pub const fn new(breaker: &'a Breaker<M>, settings: CallSettings) -> Policy<'a, M> {
+    pub const fn new(
+        breaker: &'a Breaker<M, B>,
+        settings: CallSettings,
+    ) -> Policy<'a, M, NoListener, B> {
         Policy {
             breaker,
             budget: None,
             settings,
+            seed: Seed::unset(),
             listener: NoListener,
         }
     }
@@ -310,17 +323,18 @@ impl<'a, M: RawMutex> Policy<'a, M> {
     ///     Policy::new(&BREAKER, CallSettings::DEFAULT).with_listener(telemetry);
     /// ```
     #[must_use]
-    pub const fn with_listener<L: Listener>(self, listener: L) -> Policy<'a, M, L> {
+    pub const fn with_listener<L: Listener>(self, listener: L) -> Policy<'a, M, L, B> {
         Policy {
             breaker: self.breaker,
             budget: self.budget,
             settings: self.settings,
+            seed: self.seed,
             listener,
         }
     }
 }
 
-impl<'a, M: RawMutex, L> Policy<'a, M, L> {
+impl<'a, M: RawMutex, L, B> Policy<'a, M, L, B> {
     /// Bounds this policy's retries with `budget` (asked before every retry, never before a
     /// call's first attempt).
     #[must_use]
@@ -329,9 +343,39 @@ impl<'a, M: RawMutex, L> Policy<'a, M, L> {
         self
     }
 
+    /// Seeds the backoff jitter of every call with `seed` (mixed with the call's own seed, from
+    /// the settings and the start instant), so that devices flashed with the same `const`
+    /// settings do not retry in step. For a policy built at run time; a `static` one is seeded
+    /// at start-up with [`Policy::set_seed`].
+    #[must_use]
+    pub const fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Seed::new(seed);
+        self
+    }
+
+    /// Seeds the backoff jitter of the calls that start from now on (at start-up, from the
+    /// chip's unique ID or RNG, like [`Breaker::set_seed`]).
+    ///
+    /// ```
+    /// # use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
+    /// # use stormguard_core::{BreakerSettings, CallSettings};
+    /// # use stormguard_embassy::{Breaker, Policy};
+    /// static BREAKER: Breaker<CriticalSectionRawMutex> =
+    ///     Breaker::new(BreakerSettings::defaults("radio"));
+    /// static POLICY: Policy<'static, CriticalSectionRawMutex> =
+    ///     Policy::new(&BREAKER, CallSettings::DEFAULT);
+    ///
+    /// # use critical_section as _; // the host's critical-section implementation, for this test
+    /// # let device_seed = 0x5eed;
+    /// POLICY.set_seed(device_seed);
+    /// ```
+    pub fn set_seed(&self, seed: u64) {
+        self.seed.set(seed);
+    }
+
     /// The breaker guarding the calls.
     #[must_use]
-    pub const fn breaker(&self) -> &'a Breaker<M> {
+    pub const fn breaker(&self) -> &'a Breaker<M, B> {
         self.breaker
     }
 
@@ -354,7 +398,7 @@ impl<'a, M: RawMutex, L> Policy<'a, M, L> {
     }
 }
 
-impl<M: RawMutex, L: Listener> Policy<'_, M, L> {
+impl<M: RawMutex, L: Listener, B: CoreBreaker> Policy<'_, M, L, B> {
     /// Runs `op` under the policy: `op(attempt)` (1 for the first attempt) makes one attempt;
     /// `Ok` is a success and every `Err` a transient failure (see [`Policy::call_with`] for
     /// another classification, a cancellation or a tighter deadline).
@@ -443,6 +487,9 @@ impl<M: RawMutex, L: Listener> Policy<'_, M, L> {
         let mut sink = |e: Event<'_>| self.emit(&e);
         let mut now = clock.now();
         let mut call = Call::begin(&self.settings, now);
+        if let Some(seed) = self.seed.get() {
+            call = call.with_seed(seed);
+        }
         if let Some(at) = deadline {
             call = call.with_deadline(to_core_instant(at));
         }
@@ -510,6 +557,48 @@ impl<M: RawMutex, L: Listener> Policy<'_, M, L> {
     }
 }
 
+/// A policy's device seed, settable at run time from any task: two halves and whether it is set,
+/// in 32-bit atomics (thumbv7m/v7em have no 64-bit ones; load and store are enough, so thumbv6m
+/// too). A read racing a second `set` may mix the two seeds' halves, which is still a seed.
+#[derive(Debug)]
+struct Seed {
+    set: AtomicBool,
+    high: AtomicU32,
+    low: AtomicU32,
+}
+
+impl Seed {
+    const fn unset() -> Seed {
+        Seed {
+            set: AtomicBool::new(false),
+            high: AtomicU32::new(0),
+            low: AtomicU32::new(0),
+        }
+    }
+
+    const fn new(seed: u64) -> Seed {
+        Seed {
+            set: AtomicBool::new(true),
+            high: AtomicU32::new((seed >> 32) as u32),
+            low: AtomicU32::new(seed as u32),
+        }
+    }
+
+    fn set(&self, seed: u64) {
+        self.high.store((seed >> 32) as u32, Ordering::Relaxed);
+        self.low.store(seed as u32, Ordering::Relaxed);
+        self.set.store(true, Ordering::Release);
+    }
+
+    fn get(&self) -> Option<u64> {
+        if !self.set.load(Ordering::Acquire) {
+            return None;
+        }
+        let high = u64::from(self.high.load(Ordering::Relaxed));
+        Some(high << 32 | u64::from(self.low.load(Ordering::Relaxed)))
+    }
+}
+
 /// The call's result from how the core says it finished and the last attempt's result.
 fn finish<T, E>(finished: Finished, last: Option<Result<T, E>>) -> Result<T, CallError<E>> {
     let last_error = |last: Option<Result<T, E>>| last.and_then(Result::err);
@@ -547,13 +636,13 @@ async fn until(deadline: Option<Instant>) {
 
 /// Gives an attempt's permit back if the call's future is dropped before the attempt's outcome
 /// is reported, so a half-open probe slot never leaks.
-struct PermitGuard<'a, M: RawMutex> {
-    breaker: &'a Breaker<M>,
+struct PermitGuard<'a, M: RawMutex, B: CoreBreaker> {
+    breaker: &'a Breaker<M, B>,
     permit: Option<Permit>,
 }
 
-impl<'a, M: RawMutex> PermitGuard<'a, M> {
-    fn new(breaker: &'a Breaker<M>, permit: Permit) -> Self {
+impl<'a, M: RawMutex, B: CoreBreaker> PermitGuard<'a, M, B> {
+    fn new(breaker: &'a Breaker<M, B>, permit: Permit) -> Self {
         PermitGuard {
             breaker,
             permit: Some(permit),
@@ -566,7 +655,7 @@ impl<'a, M: RawMutex> PermitGuard<'a, M> {
     }
 }
 
-impl<M: RawMutex> Drop for PermitGuard<'_, M> {
+impl<M: RawMutex, B: CoreBreaker> Drop for PermitGuard<'_, M, B> {
     fn drop(&mut self) {
         if let Some(permit) = self.permit.take() {
             self.breaker.release(permit);

@@ -23,11 +23,13 @@ use embassy_sync::signal::Signal;
 use embassy_time::{Duration as EDuration, Instant as EInstant, MockDriver, Timer};
 use serial_test::serial;
 use stormguard_core::{
-    Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration, Event, Jitter, Outcome,
-    Recovery, RefusalReason, State, GUARD_PAUSE,
+    Backoff, Bound, BreakerSettings, BudgetSettings, CallSettings, Duration, Event, Field, Jitter,
+    LeanBreaker, Outcome, Recovery, RefusalReason, SettingsError, State, GUARD_PAUSE,
 };
 use stormguard_embassy::sleep::{sleep, Never, Slept};
-use stormguard_embassy::{Breaker, Budget, CallError, CallOptions, Policy};
+use stormguard_embassy::{
+    Breaker, Budget, CallError, CallOptions, CoreBreaker, NoListener, Policy,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Harness
@@ -749,3 +751,195 @@ fn an_async_closure_may_borrow_a_driver_mutably_across_attempts() {
     assert_eq!(r, Ok(2));
     assert_eq!(bus.transactions, 2);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The three core breakers, and seeds
+
+static SENSOR_STATIC: BreakerSettings = SENSOR;
+static DEFAULTS_STATIC: BreakerSettings = BreakerSettings::defaults("radio");
+
+/// A breaker's whole life through a policy: three failures open it, a call is refused, after
+/// the break two probes close it. Returns the events, each with the name it carried.
+fn lifecycle<B: CoreBreaker>(breaker: &Breaker<NoopRawMutex, B>) -> Vec<String> {
+    let log = RefCell::new(Vec::new());
+    let policy = Policy::new(breaker, ONE_SHOT).with_listener(|e: &Event<'_>| {
+        log.borrow_mut()
+            .push(format!("{}: {}", e.name().as_str(), e.kind()));
+    });
+    for _ in 0..3 {
+        assert_eq!(run_ms(policy.call(fails)).0, Err(CallError::Failed("nack")));
+    }
+    assert_eq!(breaker.state(), State::Open);
+    assert!(matches!(
+        run_ms(policy.call(answers)).0,
+        Err(CallError::Rejected { .. })
+    ));
+    advance(ms(1_000));
+    assert_eq!(breaker.state(), State::HalfOpen);
+    assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
+    assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
+    assert_eq!(breaker.state(), State::Closed);
+    log.take()
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn the_lean_the_static_and_the_owning_breakers_run_the_same_rules() {
+    fresh();
+    let lean = Breaker::<NoopRawMutex, LeanBreaker>::lean(&SENSOR_STATIC).unwrap();
+    let lean_events = lifecycle(&lean);
+    fresh();
+    let from_static = Breaker::<NoopRawMutex, _>::from_static(&SENSOR_STATIC);
+    let static_events = lifecycle(&from_static);
+    fresh();
+    let owning = Breaker::<NoopRawMutex>::new(SENSOR);
+    let owning_events = lifecycle(&owning);
+    assert_eq!(
+        lean_events,
+        [
+            "sensor: state_changed",
+            "sensor: rejected",
+            "sensor: state_changed",
+            "sensor: probe_started",
+            "sensor: probe_started",
+            "sensor: state_changed"
+        ]
+    );
+    assert_eq!(static_events, lean_events);
+    assert_eq!(owning_events, lean_events);
+    assert_eq!(lean.name().as_str(), "sensor");
+    assert_eq!(lean.settings(), SENSOR);
+    assert_eq!(from_static.settings(), SENSOR);
+}
+
+#[test]
+fn a_lean_breaker_refuses_settings_that_need_statistics() {
+    let refused = Breaker::<NoopRawMutex, LeanBreaker>::lean(&DEFAULTS_STATIC).err();
+    assert_eq!(
+        refused,
+        Some(SettingsError {
+            field: Field::FailureMultiple,
+            bound: Bound::UnsetWithoutStatistics
+        })
+    );
+}
+
+static LEAN_STATIC: Breaker<CriticalSectionRawMutex, LeanBreaker> =
+    match Breaker::lean(&SENSOR_STATIC) {
+        Ok(b) => b,
+        Err(_) => panic!(),
+    };
+static LEAN_SEEN: std::sync::Mutex<Vec<State>> = std::sync::Mutex::new(Vec::new());
+
+fn read_back_lean(e: &Event<'_>) {
+    if let Event::StateChanged { .. } = e {
+        LEAN_SEEN.lock().unwrap().push(LEAN_STATIC.state());
+    }
+}
+
+static LEAN_POLICY: Policy<'static, CriticalSectionRawMutex, fn(&Event<'_>), LeanBreaker> =
+    Policy::new(&LEAN_STATIC, ONE_SHOT)
+        .with_budget(&STATIC_BUDGET)
+        .with_listener(read_back_lean);
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_static_lean_policy_is_shared_and_its_listener_may_read_the_breaker() {
+    fn is_sync<T: Sync + Send>(_: &T) {}
+    fn is_send<T: Send>(_: &T) {}
+    fresh();
+    LEAN_POLICY.reset();
+    LEAN_SEEN.lock().unwrap().clear();
+    for _ in 0..3 {
+        assert_eq!(
+            run_ms(LEAN_POLICY.call(fails)).0,
+            Err(CallError::Failed("nack"))
+        );
+    }
+    LEAN_POLICY.isolate();
+    LEAN_POLICY.reset();
+    assert_eq!(
+        *LEAN_SEEN.lock().unwrap(),
+        [State::Open, State::Isolated, State::Closed]
+    );
+    is_sync(&LEAN_STATIC);
+    is_sync(&LEAN_POLICY);
+    let call = LEAN_POLICY.call(fails);
+    is_send(&call);
+}
+
+/// The wait before the first retry of a failing call through `policy` (full jitter).
+fn first_wait<B: CoreBreaker>(policy: &Policy<'_, NoopRawMutex, NoListener, B>) -> EDuration {
+    let starts = RefCell::new(Vec::new());
+    let t0 = now();
+    let _ = run(
+        policy.call(|attempt| {
+            starts.borrow_mut().push(now() - t0);
+            async move {
+                if attempt < 2 {
+                    Err("nack")
+                } else {
+                    Ok(attempt)
+                }
+            }
+        }),
+        EDuration::from_ticks(1),
+    );
+    starts.take()[1]
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_policy_seed_reseeds_every_calls_backoff_jitter() {
+    // CallSettings::DEFAULT: full jitter over a 100 ms first wait.
+    let waits = |seed: Option<u64>, set_later: bool| {
+        fresh();
+        let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("radio"));
+        let mut policy = Policy::new(&breaker, CallSettings::DEFAULT);
+        if let Some(seed) = seed {
+            if set_later {
+                policy.set_seed(seed);
+            } else {
+                policy = policy.with_seed(seed);
+            }
+        }
+        [first_wait(&policy), first_wait(&policy)]
+    };
+    let unseeded = waits(None, false);
+    let a = waits(Some(1), false);
+    let b = waits(Some(2), false);
+    assert_eq!(waits(Some(1), true), a, "set_seed seeds like with_seed");
+    assert_eq!(
+        waits(Some(1), false),
+        a,
+        "a seed gives the same waits again"
+    );
+    assert_ne!(a, b, "two devices' seeds give different waits");
+    assert_ne!(a, unseeded);
+    for w in a.into_iter().chain(b) {
+        assert!(w <= ms(100), "{w:?} is within the full-jitter range");
+    }
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_breaker_seed_set_in_place_reseeds_its_break_jitter() {
+    // The defaults jitter the break; only the failure count matters here.
+    let opened_for = |seed: u64| {
+        fresh();
+        let breaker = Breaker::<NoopRawMutex, LeanBreaker>::lean(&JITTERED).unwrap();
+        breaker.set_seed(seed);
+        let policy = Policy::new(&breaker, ONE_SHOT);
+        for _ in 0..3 {
+            assert_eq!(run_ms(policy.call(fails)).0, Err(CallError::Failed("nack")));
+        }
+        breaker.snapshot().unwrap().break_duration.unwrap()
+    };
+    assert_eq!(opened_for(7), opened_for(7));
+    assert_ne!(opened_for(7), opened_for(8));
+}
+
+static JITTERED: BreakerSettings = match BreakerSettings::consecutive_only("jittered", 3) {
+    Ok(s) => s,
+    Err(_) => panic!(),
+};
