@@ -5,6 +5,10 @@
 //! twice within its 1 s deadline (if the retry budget allows), cuts a read that takes longer than
 //! 100 ms, and after three failed calls in a row leaves the sensor alone for a growing break,
 //! answering every read meanwhile with a refusal after a 100 ms pause, never a busy loop.
+//!
+//! The breaker is the lean one: a sensor read needs no failure-rate statistics, only "three
+//! failures in a row", and the lean breaker keeps that in 40 bytes of RAM with its settings in
+//! flash.
 #![no_std]
 #![no_main]
 
@@ -16,9 +20,10 @@ use embassy_nrf::{bind_interrupts, peripherals};
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
 use embassy_time::{Duration, Timer};
 use stormguard_core::{
-    BreakerSettings, BudgetSettings, CallSettings, Duration as CoreDuration, Outcome, SettingsError,
+    BreakerSettings, BudgetSettings, CallSettings, Duration as CoreDuration, LeanBreaker, Outcome,
+    SettingsError,
 };
-use stormguard_embassy::{Breaker, Budget, CallError, CallOptions, Policy};
+use stormguard_embassy::{Breaker, Budget, CallError, CallOptions, NoListener, Policy};
 use {defmt_rtt as _, panic_probe as _};
 
 bind_interrupts!(struct Irqs {
@@ -33,7 +38,7 @@ const fn valid<T: Copy>(settings: Result<T, SettingsError>) -> T {
 }
 
 /// Three failed calls in a row open the breaker for 2 s (jittered, doubling up to 2 min).
-const SENSOR_BREAKER: BreakerSettings = valid(
+static SENSOR_BREAKER: BreakerSettings = valid(
     BreakerSettings::builder("tmp117")
         .consecutive_failures(3)
         .failure_rate(None)
@@ -50,9 +55,14 @@ const READ: CallSettings = valid(
         .build(),
 );
 
-static BREAKER: Breaker<CriticalSectionRawMutex> = Breaker::new(SENSOR_BREAKER);
-static RETRIES: Budget<CriticalSectionRawMutex> = Budget::new(BudgetSettings::defaults("i2c"));
-static SENSOR: Policy<'static, CriticalSectionRawMutex> =
+type Cs = CriticalSectionRawMutex;
+
+static BREAKER: Breaker<Cs, LeanBreaker> = match Breaker::lean(&SENSOR_BREAKER) {
+    Ok(b) => b,
+    Err(_) => panic!("settings that need statistics"),
+};
+static RETRIES: Budget<Cs> = Budget::new(BudgetSettings::defaults("i2c"));
+static SENSOR: Policy<'static, Cs, NoListener, LeanBreaker> =
     Policy::new(&BREAKER, READ).with_budget(&RETRIES);
 
 const TMP117: u8 = 0x48;
@@ -83,10 +93,14 @@ fn classify(result: &Result<i32, twim::Error>) -> Outcome {
 async fn main(_spawner: Spawner) {
     let p = embassy_nrf::init(Default::default());
 
-    // Each device jitters its breaks differently, so a fleet does not retry in step.
+    // Each device jitters its breaks and its retries differently, so a fleet does not retry in
+    // step after a shared outage.
+    let mut rng = Rng::new_blocking(p.RNG);
     let mut seed = [0u8; 8];
-    Rng::new_blocking(p.RNG).blocking_fill_bytes(&mut seed);
+    rng.blocking_fill_bytes(&mut seed);
     BREAKER.set_seed(u64::from_le_bytes(seed));
+    rng.blocking_fill_bytes(&mut seed);
+    SENSOR.set_seed(u64::from_le_bytes(seed));
 
     let mut tx_ram = [0u8; 4];
     let mut i2c = Twim::new(

@@ -1,6 +1,8 @@
-//! On-target test of stormguard-embassy: a breaker, a retry budget and call policies in
+//! On-target test of stormguard-embassy: breakers, a retry budget and call policies in
 //! `static`s, guarding a simulated flaky I2C sensor, on an emulated Cortex-M3 (QEMU
-//! lm3s6965evb), timed by the chip's SysTick at 1 kHz.
+//! lm3s6965evb), timed by the chip's SysTick at 1 kHz. The sensor's breakers are lean (the
+//! natural choice for a sensor: consecutive failures only, 40 bytes each); the budgeted policy's
+//! is a full breaker (every default rule) over settings in a `static`.
 //!
 //! Every check prints `ok NAME` or `FAILED NAME: detail` over semihosting; the run closes with
 //! `N passed, N failed` and exits non-zero when any check failed (a panic exits 1 too).
@@ -9,6 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use core::future::pending;
+use core::mem::size_of;
 use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use cortex_m_semihosting::{debug, hprintln};
@@ -20,9 +23,9 @@ use embassy_time::{Duration, Instant, Timer};
 use panic_semihosting as _;
 use stormguard_core::{
     Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration as CoreDuration, Event,
-    Jitter, Outcome, RefusalReason, SettingsError, State, GUARD_PAUSE,
+    Jitter, LeanBreaker, Outcome, RefusalReason, SettingsError, State, GUARD_PAUSE,
 };
-use stormguard_embassy::{Breaker, Budget, CallError, CallOptions, Policy};
+use stormguard_embassy::{Breaker, Budget, CallError, CallOptions, NoListener, Policy};
 
 /// lm3s6965evb's core clock under QEMU.
 const CORE_HZ: u32 = 12_000_000;
@@ -87,8 +90,9 @@ const fn ok<T: Copy>(r: Result<T, SettingsError>) -> T {
 }
 
 /// Three NACKs in a row open the breaker for exactly 500 ms (no jitter, so the test can wait
-/// for the break); two successful probes close it.
-const SENSOR_BREAKER: BreakerSettings = ok(BreakerSettings::builder("temp-sensor")
+/// for the break); two successful probes close it. No rule that needs statistics: a lean
+/// breaker's settings, in a `static` it refers to.
+static SENSOR_BREAKER: BreakerSettings = ok(BreakerSettings::builder("temp-sensor")
     .consecutive_failures(3)
     .failure_rate(None)
     .slow_calls(None)
@@ -123,8 +127,13 @@ static OPENS: AtomicU32 = AtomicU32::new(0);
 static CLOSES: AtomicU32 = AtomicU32::new(0);
 static PROBES: AtomicU32 = AtomicU32::new(0);
 static REJECTIONS: AtomicU32 = AtomicU32::new(0);
+/// Events that reached the listener named anything but the lean breaker's name.
+static MISNAMED: AtomicU32 = AtomicU32::new(0);
 
 fn count(event: &Event<'_>) {
+    if event.name().as_str() != "temp-sensor" {
+        MISNAMED.fetch_add(1, Ordering::Relaxed);
+    }
     let counter = match event {
         Event::StateChanged {
             to: State::Open, ..
@@ -139,16 +148,28 @@ fn count(event: &Event<'_>) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-static BREAKER: Breaker<Cs> = Breaker::new(SENSOR_BREAKER);
-static POLICY: Policy<'static, Cs, fn(&Event<'_>)> =
+/// A lean breaker over `settings`; a compile-time error for settings that need statistics.
+const fn lean(settings: &'static BreakerSettings) -> Breaker<Cs, LeanBreaker> {
+    match Breaker::lean(settings) {
+        Ok(b) => b,
+        Err(_) => panic!("settings that need statistics"),
+    }
+}
+
+static BREAKER: Breaker<Cs, LeanBreaker> = lean(&SENSOR_BREAKER);
+static POLICY: Policy<'static, Cs, fn(&Event<'_>), LeanBreaker> =
     Policy::new(&BREAKER, ONE_SHOT).with_listener(count);
 
-static TIMEOUT_BREAKER: Breaker<Cs> = Breaker::new(SENSOR_BREAKER);
-static TIMEOUT_POLICY: Policy<'static, Cs> = Policy::new(&TIMEOUT_BREAKER, SHORT);
+static TIMEOUT_BREAKER: Breaker<Cs, LeanBreaker> = lean(&SENSOR_BREAKER);
+static TIMEOUT_POLICY: Policy<'static, Cs, NoListener, LeanBreaker> =
+    Policy::new(&TIMEOUT_BREAKER, SHORT);
 
-static BUDGET_BREAKER: Breaker<Cs> = Breaker::new(BreakerSettings::defaults("budgeted"));
+/// Every default rule (relative failure rate, slow calls, latency baseline): a full breaker.
+static BUDGETED: BreakerSettings = BreakerSettings::defaults("budgeted");
+type Full = stormguard_core::Breaker<&'static BreakerSettings>;
+static BUDGET_BREAKER: Breaker<Cs, Full> = Breaker::from_static(&BUDGETED);
 static BUDGET: Budget<Cs> = Budget::new(ONE_RETRY);
-static BUDGET_POLICY: Policy<'static, Cs> =
+static BUDGET_POLICY: Policy<'static, Cs, NoListener, Full> =
     Policy::new(&BUDGET_BREAKER, RETRYING).with_budget(&BUDGET);
 
 static STOP: Signal<Cs, ()> = Signal::new();
@@ -196,6 +217,25 @@ async fn main(spawner: Spawner) {
         passed: 0,
         failed: 0,
     };
+
+    // 0. Each device seeds its jitter (the chip's unique ID or RNG on a real board); the RAM
+    //    goals hold on the target: under 64 B per lean breaker, under 1 KiB per full one.
+    BREAKER.set_seed(0x5eed_0001);
+    POLICY.set_seed(0x5eed_0002);
+    BUDGET_BREAKER.set_seed(0x5eed_0003);
+    BUDGET_POLICY.set_seed(0x5eed_0004);
+    let lean_size = size_of::<Breaker<Cs, LeanBreaker>>();
+    let full_size = size_of::<Breaker<Cs, Full>>();
+    t.check(
+        "a lean breaker takes under 64 B of RAM, a full one under 1 KiB",
+        lean_size < 64 && full_size < 1024,
+        format_args!("lean {lean_size} B, full {full_size} B"),
+    );
+    hprintln!(
+        "   (size_of: lean breaker {} B, full breaker {} B)",
+        lean_size,
+        full_size
+    );
 
     // 1. The breaker opens after three NACKs.
     SENSOR.set(NACKS);
@@ -350,6 +390,14 @@ async fn main(spawner: Spawner) {
         "a call dropped mid-probe gives its probe slot back",
         reopened && dropped && probes_out == Some(0) && next == Ok(215),
         format_args!("reopened {reopened}, probes out {probes_out:?}, next {next:?}"),
+    );
+
+    // 9. Events held under the lean breaker's lock are delivered named after it.
+    let misnamed = MISNAMED.load(Ordering::Relaxed);
+    t.check(
+        "every event reaches the listener named after its lean breaker",
+        misnamed == 0 && OPENS.load(Ordering::Relaxed) == 2,
+        format_args!("{misnamed} misnamed"),
     );
 
     hprintln!("{} passed, {} failed", t.passed, t.failed);
