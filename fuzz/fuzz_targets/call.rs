@@ -331,12 +331,13 @@ fuzz_target!(|input: Input| {
                 budget: &mut pair.budget,
             };
             assert_eq!(a.poll(&mut parts, clock.now(), &mut |_| {}), Step::Done(f));
-        } else {
+        } else if rejection.is_none() {
             // Bounded by the loop, not by the driver: give up as a caller would.
             a.cancel();
             b.cancel();
             tally.cancelled += 1;
         }
+        // (A call whose rejection was handed out on the loop's last poll ended as rejected.)
         longest_hold = longest_hold.max(deadline.map_or(Duration::ZERO, |d| d - begin));
         if clock.sane() {
             let floor = clock
