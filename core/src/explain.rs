@@ -22,7 +22,7 @@ use crate::{BreakerSettings, BudgetSettings, CallSettings, Duration, State};
 ///     .breaker(&breaker)
 ///     .budget(&budget)
 ///     .to_string();
-/// assert!(text.contains("the attempt limit bounds a call first"));
+/// assert!(text.contains("the deadline bounds a call first"));
 /// assert!(text.contains("retry budget"));
 /// ```
 #[derive(Clone, Copy, Debug)]
