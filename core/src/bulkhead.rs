@@ -53,7 +53,7 @@ pub struct BulkheadSettings {
 /// ```
 /// use stormguard_core::{BulkheadSettings, Duration, Field};
 /// let err = BulkheadSettings::builder("db").max_in_flight(0).build().unwrap_err();
-/// assert_eq!(err.field, Field::HalfOpenProbes); // until a field of its own exists
+/// assert_eq!(err.field, Field::MaxInFlight);
 /// let s = BulkheadSettings::builder("db").bounded_wait(4, Duration::from_millis(50)).build()?;
 /// assert_eq!(s.max_queue(), 4);
 /// # Ok::<(), stormguard_core::SettingsError>(())
@@ -144,17 +144,13 @@ impl BulkheadSettingsBuilder {
     }
 
     /// Checks every bound and returns the settings, or the first setting at fault.
-    ///
-    /// Until `Field` names bulkhead settings of its own, the limit on calls in flight is
-    /// reported as [`Field::HalfOpenProbes`] (the other limit on concurrent calls) and the wait
-    /// as [`Field::Deadline`] (the other bound on how long a caller waits).
     pub const fn build(self) -> Result<BulkheadSettings, SettingsError> {
         if self.settings.max_in_flight == 0 {
-            return Err(SettingsError::new(Field::HalfOpenProbes, Bound::AtLeast(1)));
+            return Err(SettingsError::new(Field::MaxInFlight, Bound::AtLeast(1)));
         }
         if self.settings.max_queue > 0 && self.settings.max_wait.is_zero() {
             return Err(SettingsError::new(
-                Field::Deadline,
+                Field::MaxWait,
                 Bound::AtLeastDuration(Duration::from_nanos(1)),
             ));
         }

@@ -114,6 +114,9 @@ pub enum Field {
     MaxAttempts,
     Deadline,
     AttemptTimeout,
+    MaxInFlight,
+    MaxQueue,
+    MaxWait,
 }
 
 impl Field {
@@ -153,6 +156,9 @@ impl Field {
             Field::MaxAttempts => "max_attempts",
             Field::Deadline => "deadline",
             Field::AttemptTimeout => "attempt_timeout",
+            Field::MaxInFlight => "max_in_flight",
+            Field::MaxQueue => "max_queue",
+            Field::MaxWait => "max_wait",
         }
     }
 }

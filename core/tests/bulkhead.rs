@@ -243,14 +243,14 @@ fn every_invalid_bulkhead_setting_is_a_typed_error() {
     assert_eq!(
         b().max_in_flight(0).build(),
         Err(SettingsError {
-            field: Field::HalfOpenProbes,
+            field: Field::MaxInFlight,
             bound: Bound::AtLeast(1)
         })
     );
     assert_eq!(
         b().bounded_wait(3, Duration::ZERO).build(),
         Err(SettingsError {
-            field: Field::Deadline,
+            field: Field::MaxWait,
             bound: Bound::AtLeastDuration(Duration::from_nanos(1))
         })
     );
