@@ -75,14 +75,19 @@ mod time;
 pub use backoff::{Backoff, BackoffBuilder, Jitter};
 pub use breaker::{Breaker, HedgeSuppressed, Permit, SettingsRef, Snapshot, State, TripReason};
 pub use budget::{Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot};
-#[allow(unused_imports)] // filled in by the piece in progress
-pub use bulkhead::*;
+pub use bulkhead::{
+    Bulkhead, BulkheadEntry, BulkheadGuard, BulkheadPermit, BulkheadSettings,
+    BulkheadSettingsBuilder, BulkheadSlots, BulkheadSnapshot, BulkheadTicket, Bulkheaded,
+    SharedBulkhead,
+};
 pub use call::{
     Admission, Call, CallSettings, CallSettingsBuilder, Finished, Funding, Parts, Rejection, Step,
     Unguarded, Unlimited, GUARD_PAUSE,
 };
-#[allow(unused_imports)] // filled in by the piece in progress
-pub use engine::*;
+pub use engine::{
+    AddPolicyError, DecisionTrail, Policy, PolicyDecision, PolicyEngine, PolicyEvaluation,
+    PolicyMatch, PolicyPredicate, PolicyVerdict,
+};
 pub use error::{Bound, Field, RefusalReason, Refused, SettingsError};
 pub use event::Event;
 pub use explain::Explain;
@@ -98,6 +103,5 @@ pub use settings::{
     MAX_PROBES, TRIP_BUCKETS,
 };
 pub use shared::{PermitGuard, SharedBreaker, SharedBudget};
-#[allow(unused_imports)] // filled in by the piece in progress
-pub use subscription::*;
+pub use subscription::{SubscriptionRetry, SubscriptionStatus};
 pub use time::{Duration, Instant, MAX_BREAK};
