@@ -167,6 +167,8 @@ pub const fn to_embassy_duration(duration: CoreDuration) -> EmbassyDuration {
 /// assert_eq!(to_core_instant(at), deadline);
 /// ```
 #[must_use]
+// A policy converts three deadlines with it: one copy of its division, not three inlined ones.
+#[inline(never)]
 pub const fn to_embassy_instant(instant: CoreInstant) -> EmbassyInstant {
     EmbassyInstant::from_ticks(scale(instant.as_nanos(), TICKS_PER_NANO, true))
 }
