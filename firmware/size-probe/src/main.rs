@@ -1,12 +1,16 @@
-//! The size probe: a firmware that reads a sensor once a second, built three ways that differ
+//! The size probe: a firmware that reads a sensor once a second, built in variants that differ
 //! only in how the read is made:
 //!
 //! - no feature: the read, unguarded (the baseline);
-//! - `guard-consecutive`: through a policy with a consecutive-only breaker and a retry budget;
-//! - `guard-full`: through a policy with a default breaker (every default trip rule) and a budget.
+//! - `guard-lean`: through a policy with a lean breaker (`LeanBreaker`: consecutive failures,
+//!   doubling jittered break, probes; settings in a `static`) and a retry budget;
+//! - `guard-full`: through a policy with a full breaker over the default settings (every default
+//!   rule: relative failure rate, slow calls, latency baseline) in a `static`, and a budget;
+//! - `guard-owned`: as `guard-full`, with a breaker holding its own copy of the settings.
 //!
-//! `firmware/size-report.sh` builds all three and subtracts the baseline's sections from the
-//! others': what is left is what stormguard adds.
+//! `firmware/size-report.sh` builds them all and subtracts the baseline's sections from the
+//! others': what is left is what stormguard adds. With several features, the first in the list
+//! above wins (so `--all-features` builds, for the lints).
 #![no_std]
 #![no_main]
 
@@ -35,23 +39,49 @@ async fn read_sensor() -> Result<u16, Nack> {
     }
 }
 
-#[cfg(any(feature = "guard-consecutive", feature = "guard-full"))]
+#[cfg(any(
+    feature = "guard-lean",
+    feature = "guard-full",
+    feature = "guard-owned"
+))]
 mod guard {
     use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
     use stormguard_core::{BreakerSettings, BudgetSettings, CallSettings};
-    use stormguard_embassy::{Breaker, Budget, Policy};
+    use stormguard_embassy::{Breaker, Budget, NoListener, Policy};
 
-    #[cfg(feature = "guard-consecutive")]
-    const SETTINGS: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 5) {
+    #[cfg(feature = "guard-lean")]
+    type Core = stormguard_core::LeanBreaker;
+    #[cfg(all(feature = "guard-full", not(feature = "guard-lean")))]
+    type Core = stormguard_core::Breaker<&'static BreakerSettings>;
+    #[cfg(all(
+        feature = "guard-owned",
+        not(any(feature = "guard-lean", feature = "guard-full"))
+    ))]
+    type Core = stormguard_core::Breaker;
+
+    #[cfg(feature = "guard-lean")]
+    static SETTINGS: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 5) {
         Ok(s) => s,
         Err(_) => panic!("invalid breaker settings"),
     };
-    #[cfg(all(feature = "guard-full", not(feature = "guard-consecutive")))]
-    const SETTINGS: BreakerSettings = BreakerSettings::defaults("sensor");
+    #[cfg(not(feature = "guard-lean"))]
+    static SETTINGS: BreakerSettings = BreakerSettings::defaults("sensor");
 
-    pub static BREAKER: Breaker<Cs> = Breaker::new(SETTINGS);
+    #[cfg(feature = "guard-lean")]
+    pub static BREAKER: Breaker<Cs, Core> = match Breaker::lean(&SETTINGS) {
+        Ok(b) => b,
+        Err(_) => panic!("settings that need statistics"),
+    };
+    #[cfg(all(feature = "guard-full", not(feature = "guard-lean")))]
+    pub static BREAKER: Breaker<Cs, Core> = Breaker::from_static(&SETTINGS);
+    #[cfg(all(
+        feature = "guard-owned",
+        not(any(feature = "guard-lean", feature = "guard-full"))
+    ))]
+    pub static BREAKER: Breaker<Cs, Core> = Breaker::new(SETTINGS);
+
     pub static BUDGET: Budget<Cs> = Budget::new(BudgetSettings::defaults("sensor"));
-    pub static POLICY: Policy<'static, Cs> =
+    pub static POLICY: Policy<'static, Cs, NoListener, Core> =
         Policy::new(&BREAKER, CallSettings::DEFAULT).with_budget(&BUDGET);
 }
 
@@ -61,9 +91,17 @@ async fn main(_spawner: Spawner) {
         systick_time_driver::init(p.SYST, 25_000_000);
     }
     loop {
-        #[cfg(not(any(feature = "guard-consecutive", feature = "guard-full")))]
+        #[cfg(not(any(
+            feature = "guard-lean",
+            feature = "guard-full",
+            feature = "guard-owned"
+        )))]
         let reading = read_sensor().await.map_err(|_| 1u32);
-        #[cfg(any(feature = "guard-consecutive", feature = "guard-full"))]
+        #[cfg(any(
+            feature = "guard-lean",
+            feature = "guard-full",
+            feature = "guard-owned"
+        ))]
         let reading = guard::POLICY
             .call(|_| read_sensor())
             .await
