@@ -1,2 +1,238 @@
-//! The adapter's overhead (written in a later step).
-fn main() {}
+//! What the adapter adds to the core, beside the crates a Rust service would otherwise use.
+//!
+//! `cargo bench -p stormguard-std --features quanta` (the bench needs `quanta`; `tokio` is
+//! on by default). Everything is measured in one run, with an `AtomicU64::fetch_add` as the
+//! unit, so the figures can be quoted as ratios on any machine:
+//! - clock reads: `std::time::Instant::now()`, `quanta`, and the adapter's clocks;
+//! - `policy.call` around a ready future, against the bare future (polled once with a no-op
+//!   waker: no runtime, no timer, exactly what the call path itself costs);
+//! - the shared breaker's acquire + record through the adapter (two clock reads included),
+//!   1 and 2 threads, beside `failsafe` and `recloser`;
+//! - the shared budget's deposit / withdraw beside tower's `TpsBudget`;
+//! - `governor`'s `check()` as a reference for a lock-free limiter.
+#![allow(
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects,
+    clippy::panic
+)]
+
+use std::future::Future;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use failsafe::CircuitBreaker as _;
+use stormguard_core::{
+    BreakerSettings, BudgetSettings, Call, CallSettings, Duration, Instant, Outcome, Parts,
+    SharedBreaker, SharedBudget, Step,
+};
+use stormguard_std::{
+    Breaker, Budget, Clock, ManualClock, MonotonicClock, Policy, QuantaClock, TokioClock,
+};
+use tower::retry::budget::Budget as _;
+
+/// Polls a future once with a no-op waker; the futures measured here are always ready.
+fn poll_once<F: Future>(fut: F) -> Option<F::Output> {
+    let mut fut = pin!(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
+
+/// Runs `op` on two threads at once, `iters` times each; the wall time per operation of one
+/// thread (what each caller experiences under contention).
+fn two_threads(iters: u64, op: impl Fn() + Sync) -> StdDuration {
+    let start = StdInstant::now();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            let op = &op;
+            s.spawn(move || {
+                for _ in 0..iters {
+                    op();
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+fn consecutive_only() -> BreakerSettings {
+    BreakerSettings::consecutive_only("bench", 5).unwrap()
+}
+
+fn baseline_and_clocks(c: &mut Criterion) {
+    let counter = AtomicU64::new(0);
+    c.bench_function("baseline/fetch_add", |b| {
+        b.iter(|| black_box(counter.fetch_add(1, Ordering::AcqRel)))
+    });
+    c.bench_function("clock/std Instant::now", |b| {
+        b.iter(|| black_box(StdInstant::now()))
+    });
+    let q = quanta::Clock::new();
+    c.bench_function("clock/quanta Clock::now", |b| b.iter(|| black_box(q.now())));
+    let clock = MonotonicClock::global();
+    c.bench_function("clock/MonotonicClock", |b| {
+        b.iter(|| black_box(clock.now()))
+    });
+    let clock = TokioClock::global();
+    c.bench_function("clock/TokioClock (no runtime)", |b| {
+        b.iter(|| black_box(clock.now()))
+    });
+    let clock = QuantaClock::global();
+    c.bench_function("clock/QuantaClock", |b| b.iter(|| black_box(clock.now())));
+}
+
+fn policy_call(c: &mut Criterion) {
+    c.bench_function("call/bare ready future", |b| {
+        b.iter(|| poll_once(async { Ok::<u32, ()>(black_box(1)) }))
+    });
+    let quanta = Policy::builder("bench")
+        .breaker(Breaker::new(consecutive_only()))
+        .clock(QuantaClock::global())
+        .build()
+        .unwrap();
+    c.bench_function(
+        "call/policy, quanta, consecutive-only breaker + budget",
+        |b| b.iter(|| poll_once(quanta.call(|_| async { Ok::<u32, ()>(black_box(1)) }))),
+    );
+    let defaults = Policy::builder("bench")
+        .clock(QuantaClock::global())
+        .build()
+        .unwrap();
+    c.bench_function("call/policy, quanta, default breaker + budget", |b| {
+        b.iter(|| poll_once(defaults.call(|_| async { Ok::<u32, ()>(black_box(1)) })))
+    });
+    let tokio_clock = Policy::builder("bench")
+        .breaker(Breaker::new(consecutive_only()))
+        .build()
+        .unwrap();
+    c.bench_function(
+        "call/policy, TokioClock, consecutive-only breaker + budget",
+        |b| b.iter(|| poll_once(tokio_clock.call(|_| async { Ok::<u32, ()>(black_box(1)) }))),
+    );
+    let manual = Policy::builder("bench")
+        .breaker(Breaker::new(consecutive_only()))
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    c.bench_function(
+        "call/policy, frozen clock, consecutive-only breaker + budget",
+        |b| b.iter(|| poll_once(manual.call(|_| async { Ok::<u32, ()>(black_box(1)) }))),
+    );
+    // The core's own share: the call driver over the same shared breaker and budget, with no
+    // clock (synthetic time), no future and no adapter: begin, poll, complete, poll.
+    let breaker = SharedBreaker::new(consecutive_only());
+    let budget = SharedBudget::new(BudgetSettings::defaults("bench"));
+    let settings = CallSettings::DEFAULT;
+    let mut now = Instant::from_secs(1);
+    c.bench_function(
+        "call/core driver alone, consecutive-only breaker + budget",
+        |b| {
+            b.iter(|| {
+                now += Duration::from_micros(1);
+                let mut parts = Parts {
+                    breaker: &breaker,
+                    budget: &budget,
+                };
+                let mut call = Call::begin(&settings, now);
+                let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else {
+                    unreachable!()
+                };
+                call.complete(&mut parts, permit, now, Outcome::Success, &mut |_| {});
+                black_box(call.poll(&mut parts, now, &mut |_| {}))
+            })
+        },
+    );
+}
+
+fn breakers(c: &mut Criterion) {
+    let clock = QuantaClock::global();
+    for (label, settings) in [
+        ("consecutive-only", consecutive_only()),
+        ("full defaults", BreakerSettings::defaults("bench")),
+    ] {
+        let breaker = Breaker::new(settings);
+        let op = || {
+            let shared = breaker.shared();
+            let p = shared.try_acquire(clock.now(), None, &mut |_| {}).unwrap();
+            shared.on_outcome(clock.now(), p, Outcome::Success, &mut |_| {});
+        };
+        c.bench_function(&format!("breaker/stormguard {label}, quanta"), |b| {
+            b.iter(op)
+        });
+        c.bench_function(
+            &format!("breaker/stormguard {label}, quanta, 2 threads"),
+            |b| b.iter_custom(|iters| two_threads(iters, op)),
+        );
+    }
+    let failsafe = failsafe::Config::new().build();
+    let op = || {
+        let _ = black_box(failsafe.call(|| Ok::<(), ()>(())));
+    };
+    c.bench_function("breaker/failsafe", |b| b.iter(op));
+    c.bench_function("breaker/failsafe, 2 threads", |b| {
+        b.iter_custom(|iters| two_threads(iters, op))
+    });
+    let recloser = recloser::Recloser::default();
+    let op = || {
+        let _ = black_box(recloser.call(|| Ok::<(), ()>(())));
+    };
+    c.bench_function("breaker/recloser", |b| b.iter(op));
+    c.bench_function("breaker/recloser, 2 threads", |b| {
+        b.iter_custom(|iters| two_threads(iters, op))
+    });
+}
+
+fn budgets(c: &mut Criterion) {
+    let clock = QuantaClock::global();
+    let ours = Budget::new(BudgetSettings::defaults("bench"));
+    c.bench_function("budget/stormguard deposit, quanta", |b| {
+        b.iter(|| ours.shared().deposit(clock.now()))
+    });
+    c.bench_function("budget/stormguard withdraw, quanta", |b| {
+        b.iter(|| {
+            let _ = black_box(ours.shared().try_withdraw(clock.now()));
+        })
+    });
+    let tps = tower::retry::budget::TpsBudget::default();
+    c.bench_function("budget/tower TpsBudget deposit", |b| {
+        b.iter(|| tps.deposit())
+    });
+    c.bench_function("budget/tower TpsBudget withdraw", |b| {
+        b.iter(|| black_box(tps.withdraw()))
+    });
+}
+
+fn limiter(c: &mut Criterion) {
+    let quota = governor::Quota::per_second(NonZeroU32::MAX);
+    let limiter = governor::RateLimiter::direct(quota);
+    let op = || {
+        let _ = black_box(limiter.check());
+    };
+    c.bench_function("limiter/governor check", |b| b.iter(op));
+    c.bench_function("limiter/governor check, 2 threads", |b| {
+        b.iter_custom(|iters| two_threads(iters, op))
+    });
+}
+
+fn quick() -> Criterion {
+    Criterion::default()
+        .warm_up_time(StdDuration::from_millis(500))
+        .measurement_time(StdDuration::from_secs(2))
+        .sample_size(40)
+}
+
+criterion_group! {
+    name = overhead;
+    config = quick();
+    targets = baseline_and_clocks, policy_call, breakers, budgets, limiter
+}
+criterion_main!(overhead);

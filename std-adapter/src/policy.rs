@@ -732,7 +732,7 @@ impl<K, L> PolicyBuilder<K, L> {
     ///
     /// ```
     /// use stormguard_core::Field;
-    /// let e = stormguard_std::Policy::builder("db").max_attempts(0).build().unwrap_err();
+    /// let e = stormguard_std::Policy::builder("db").max_attempts(0).build().err().unwrap();
     /// assert_eq!(e.field, Field::MaxAttempts);
     /// ```
     pub fn build(self) -> Result<Policy<K, L>, SettingsError> {

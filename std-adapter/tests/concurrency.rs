@@ -131,7 +131,7 @@ async fn probes_in_flight_never_exceed_the_limit_and_no_slot_is_lost() {
                         r
                     }
                 });
-                if (n + id) % 7 == 0 {
+                if (n + id).is_multiple_of(7) {
                     // Some callers give up after 1 ms: their permits must come back.
                     let _ = tokio::time::timeout(StdDuration::from_millis(1), call).await;
                 } else {

@@ -75,8 +75,10 @@ async fn serve(dep: Arc<Dependency>) -> String {
     format!("http://{addr}/item")
 }
 
+type Transitions = Vec<(State, Option<TripReason>)>;
+
 #[derive(Clone, Default)]
-struct Trips(Arc<Mutex<Vec<(State, Option<TripReason>)>>>);
+struct Trips(Arc<Mutex<Transitions>>);
 
 impl Listener for Trips {
     fn on_event(&self, event: &Event<'_>) {
