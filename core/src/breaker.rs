@@ -981,7 +981,9 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 attempt_timeout,
                 &mut n,
             );
-            if c != c0 && !self.control.cas(raw, c.pack()) {
+            // Bit 31 of the word is unused, so the packed form compares exactly like the fields.
+            let new = c.pack();
+            if new != raw && !self.control.cas(raw, new) {
                 continue;
             }
             let result = match decision {
@@ -1099,7 +1101,9 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 readings.as_ref(),
                 &mut n,
             );
-            if c != c0 && !self.control.cas(raw, c.pack()) {
+            // Bit 31 of the word is unused, so the packed form compares exactly like the fields.
+            let new = c.pack();
+            if new != raw && !self.control.cas(raw, new) {
                 continue;
             }
             if let Some(slow) = evidence {

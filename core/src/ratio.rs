@@ -144,6 +144,22 @@ impl fmt::Debug for Ratio {
     }
 }
 
+/// `n * m / d` rounded down, exact and saturating, in 64-bit arithmetic (no 128-bit helpers on
+/// a microcontroller): with `n = q d + r`, it is `q m + r m / d`, and `r m < d m < 2^64`.
+pub(crate) const fn mul_div(n: u64, m: u32, d: u32) -> u64 {
+    let (d, m) = (d as u64, m as u64);
+    match (n.checked_div(d), n.checked_rem(d)) {
+        (Some(q), Some(r)) => {
+            let part = match r.saturating_mul(m).checked_div(d) {
+                Some(p) => p,
+                None => 0,
+            };
+            q.saturating_mul(m).saturating_add(part)
+        }
+        _ => u64::MAX,
+    }
+}
+
 /// A multiple (`3x`, `2.5x`), held in thousandths.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -194,11 +210,7 @@ impl Multiple {
     /// `d * self`, saturating.
     #[must_use]
     pub fn apply(self, d: crate::Duration) -> crate::Duration {
-        if let Some(product) = d.as_nanos().checked_mul(u64::from(self.milli)) {
-            return crate::Duration::from_nanos(product / 1000);
-        }
-        let nanos = u128::from(d.as_nanos()).saturating_mul(u128::from(self.milli)) / 1000;
-        crate::Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+        crate::Duration::from_nanos(mul_div(d.as_nanos(), self.milli, 1000))
     }
 }
 
@@ -250,6 +262,22 @@ mod tests {
         assert!(half.reached_by(1, 2));
         assert!(!half.reached_by(1, 0));
         assert_eq!(Ratio::of(1, 3).map(Ratio::ppm), Some(333_333));
+    }
+
+    #[test]
+    fn mul_div_is_exact_and_saturates() {
+        for (n, m, d) in [
+            (0u64, 5u32, 7u32),
+            (u64::MAX, 1, 1),
+            (u64::MAX / 3, 2999, 1000),
+            (123_456_789_012, 250_000, 1_000_000),
+            (999, 1_000_000, 1_000_000),
+        ] {
+            let exact = u128::from(n) * u128::from(m) / u128::from(d);
+            let want = u64::try_from(exact).unwrap_or(u64::MAX);
+            assert_eq!(mul_div(n, m, d), want, "{n} * {m} / {d}");
+        }
+        assert_eq!(mul_div(u64::MAX, 3000, 1000), u64::MAX);
     }
 
     #[test]

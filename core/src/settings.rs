@@ -271,9 +271,11 @@ impl Recovery {
     /// The ramp length for a break of `served`: the fraction of it, clamped.
     #[must_use]
     pub fn length_for(&self, served: Duration) -> Duration {
-        let nanos = u128::from(served.as_nanos()).saturating_mul(u128::from(self.fraction.ppm()))
-            / 1_000_000;
-        let raw = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+        let raw = Duration::from_nanos(crate::ratio::mul_div(
+            served.as_nanos(),
+            self.fraction.ppm(),
+            crate::ratio::PPM,
+        ));
         raw.max(self.min).min(self.max)
     }
 
