@@ -98,6 +98,18 @@ pub type DefaultClock = crate::TokioClock;
 #[cfg(not(feature = "tokio"))]
 pub type DefaultClock = MonotonicClock;
 
+/// A `std` duration since an epoch as the core's instant, saturating at [`Instant::MAX`].
+/// Whole seconds and the sub-second part in 64-bit arithmetic: cheaper than going through
+/// `as_nanos()`'s 128 bits, and this runs twice per attempt.
+#[inline]
+pub(crate) fn instant_after(d: std::time::Duration) -> Instant {
+    Instant::from_nanos(
+        d.as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(d.subsec_nanos())),
+    )
+}
+
 /// The process-wide [`DefaultClock`].
 pub(crate) fn default_clock() -> DefaultClock {
     DefaultClock::global()
@@ -170,7 +182,7 @@ impl MonotonicClock {
     /// ```
     #[must_use]
     pub fn to_core(&self, at: std::time::Instant) -> Instant {
-        Instant::ZERO.saturating_add(Duration::from(at.saturating_duration_since(self.epoch)))
+        instant_after(at.saturating_duration_since(self.epoch))
     }
 
     /// A core instant as a `std` instant, for sleeping until a deadline the core computed.
@@ -199,6 +211,7 @@ impl Default for MonotonicClock {
 }
 
 impl Clock for MonotonicClock {
+    #[inline]
     fn now(&self) -> Instant {
         self.to_core(std::time::Instant::now())
     }
@@ -293,6 +306,14 @@ mod tests {
         let clock = MonotonicClock::with_epoch(earlier + std::time::Duration::from_secs(5));
         assert_eq!(clock.to_core(earlier), Instant::ZERO);
         assert_eq!(clock.epoch(), earlier + std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn std_durations_convert_exactly_and_saturate() {
+        let d = std::time::Duration::new(12_345, 678_901_234);
+        assert_eq!(instant_after(d), Instant::ZERO + Duration::from(d));
+        assert_eq!(instant_after(std::time::Duration::MAX), Instant::MAX);
+        assert_eq!(instant_after(std::time::Duration::ZERO), Instant::ZERO);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The `quanta` clock: a calibrated TSC read, cheaper than `std::time::Instant::now()`.
 
-use stormguard_core::{Duration, Instant};
+use stormguard_core::Instant;
 
 use crate::Clock;
 
@@ -64,15 +64,14 @@ impl Default for QuantaClock {
 impl Clock for QuantaClock {
     #[inline]
     fn now(&self) -> Instant {
-        Instant::ZERO.saturating_add(Duration::from(
-            self.clock.now().saturating_duration_since(self.epoch),
-        ))
+        crate::clock::instant_after(self.clock.now().saturating_duration_since(self.epoch))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stormguard_core::Duration;
 
     #[test]
     fn the_quanta_clock_never_steps_back() {

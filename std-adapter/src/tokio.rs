@@ -1,6 +1,6 @@
 //! The tokio clock.
 
-use stormguard_core::{Duration, Instant};
+use stormguard_core::Instant;
 
 use crate::Clock;
 
@@ -74,7 +74,7 @@ impl TokioClock {
     /// `at` in the core's terms: time since the epoch, [`Instant::ZERO`] for anything earlier.
     #[must_use]
     pub fn to_core(&self, at: tokio::time::Instant) -> Instant {
-        Instant::ZERO.saturating_add(Duration::from(at.saturating_duration_since(self.epoch)))
+        crate::clock::instant_after(at.saturating_duration_since(self.epoch))
     }
 
     /// A core instant as a tokio instant, for `tokio::time::sleep_until` a deadline the core
@@ -93,6 +93,7 @@ impl Default for TokioClock {
 }
 
 impl Clock for TokioClock {
+    #[inline]
     fn now(&self) -> Instant {
         self.to_core(tokio::time::Instant::now())
     }
@@ -101,6 +102,7 @@ impl Clock for TokioClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stormguard_core::Duration;
 
     #[tokio::test(start_paused = true)]
     async fn the_tokio_clock_follows_paused_time() {
