@@ -277,6 +277,18 @@ impl CallSettings {
         }
     }
 
+    /// A builder starting from these settings (to derive a variant, e.g. a single attempt for a
+    /// request that cannot be replayed).
+    pub const fn to_builder(self) -> CallSettingsBuilder {
+        CallSettingsBuilder { inner: self }
+    }
+
+    /// The seed the backoff jitter is drawn from (mixed with each call's start time).
+    #[must_use]
+    pub const fn seed(&self) -> u64 {
+        self.seed
+    }
+
     /// A builder starting from [`CallSettings::DEFAULT`].
     pub const fn builder() -> CallSettingsBuilder {
         CallSettingsBuilder {

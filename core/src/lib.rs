@@ -53,6 +53,7 @@ mod backoff;
 mod breaker;
 mod budget;
 mod bulkhead;
+mod cache;
 mod call;
 mod engine;
 mod error;
@@ -80,6 +81,7 @@ pub use bulkhead::{
     BulkheadSettingsBuilder, BulkheadSlots, BulkheadSnapshot, BulkheadTicket, Bulkheaded,
     SharedBulkhead,
 };
+pub use cache::{CacheRule, ZeroTtl};
 pub use call::{
     Admission, Call, CallSettings, CallSettingsBuilder, Finished, Funding, Parts, Rejection, Step,
     Unguarded, Unlimited, GUARD_PAUSE,

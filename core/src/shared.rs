@@ -30,6 +30,9 @@ use crate::{
 /// A circuit breaker shared by many threads through `&self`, lock-free. Same settings, same
 /// rules, same decisions as [`Breaker`](crate::Breaker) for any sequential input.
 ///
+/// Breaks end on whole milliseconds (the end is rounded up), so half-open and `retry_after` can
+/// land up to 1 ms after the jittered break; breaks are whole milliseconds too.
+///
 /// ```
 /// use stormguard_core::{BreakerSettings, Instant, Outcome, SharedBreaker, State};
 ///

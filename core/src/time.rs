@@ -384,9 +384,14 @@ impl Sub<Instant> for Instant {
 impl From<core::time::Duration> for Duration {
     /// Lossless below 584 years; saturates at [`Duration::MAX`] above.
     fn from(d: core::time::Duration) -> Self {
-        Duration {
-            nanos: u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
-        }
+        // Whole seconds and the sub-second part in 64 bits: cheaper than the 128-bit
+        // `as_nanos` on a call path that converts every clock reading.
+        let nanos = d
+            .as_secs()
+            .checked_mul(NANOS_PER_SEC)
+            .and_then(|n| n.checked_add(u64::from(d.subsec_nanos())))
+            .unwrap_or(u64::MAX);
+        Duration { nanos }
     }
 }
 
