@@ -117,6 +117,12 @@ pub enum Field {
     MaxInFlight,
     MaxQueue,
     MaxWait,
+    Rate,
+    Period,
+    Burst,
+    WindowEvents,
+    Window,
+    Cooldown,
 }
 
 impl Field {
@@ -159,6 +165,12 @@ impl Field {
             Field::MaxInFlight => "max_in_flight",
             Field::MaxQueue => "max_queue",
             Field::MaxWait => "max_wait",
+            Field::Rate => "rate",
+            Field::Period => "period",
+            Field::Burst => "burst",
+            Field::WindowEvents => "window_events",
+            Field::Window => "window",
+            Field::Cooldown => "cooldown",
         }
     }
 }

@@ -97,8 +97,12 @@ pub use keyed::{Keyed, KeyedRefusal, Member};
 pub use lean::LeanBreaker;
 pub use name::{Name, NameTooLong, NAME_CAPACITY};
 pub use outcome::Outcome;
-#[allow(unused_imports)] // filled in by the piece in progress
-pub use ratelimit::*;
+pub use ratelimit::{
+    KeyedLimitError, KeyedLimiter, KeyedRateLimiter, KeyedWindowLimiter, LimitRule,
+    LimiterHashState, LimiterHasher, RateLimitSettings, RateLimitSettingsBuilder, RateLimiter,
+    SharedRateLimiter, SharedWindowLimiter, WindowLimitSettings, WindowLimitSettingsBuilder,
+    WindowLimiter, MAX_WINDOW_EVENTS,
+};
 pub use ratio::{Multiple, Ratio};
 pub use settings::{
     BreakerSettings, BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls, MAX_COUNT,

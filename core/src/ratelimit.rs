@@ -82,15 +82,13 @@ use crate::loom::AtomicU64;
 use crate::packed::{const_unless_loom, field, mask, put, word, Word};
 use crate::{Duration, Instant, Name};
 
-// `Field` has no variants of the limiters' own yet; these are the closest existing ones, kept in
-// one place so that each can be switched to its own variant (`Rate`, `Period`, `Burst`,
-// `WindowEvents`, `Window`, `Cooldown`) in one line.
-const FIELD_CELLS: Field = Field::FloorRate;
-const FIELD_PERIOD: Field = Field::TripWindow;
-const FIELD_BURST: Field = Field::MaxAttempts;
-const FIELD_EVENTS: Field = Field::FloorRate;
-const FIELD_WINDOW: Field = Field::TripWindow;
-const FIELD_COOLDOWN: Field = Field::BreakDuration;
+// The settings fields the limiters' errors name.
+const FIELD_CELLS: Field = Field::Rate;
+const FIELD_PERIOD: Field = Field::Period;
+const FIELD_BURST: Field = Field::Burst;
+const FIELD_EVENTS: Field = Field::WindowEvents;
+const FIELD_WINDOW: Field = Field::Window;
+const FIELD_COOLDOWN: Field = Field::Cooldown;
 
 const NANOS_PER_MILLI: u64 = 1_000_000;
 

@@ -407,21 +407,21 @@ fn the_window_limiter_survives_huge_time_jumps_and_the_end_of_time() {
 fn invalid_rate_limit_settings_are_typed_errors() {
     let b = || RateLimitSettings::builder("x");
     let cases = [
-        (b().rate(0, secs(1)), Field::FloorRate, Bound::AtLeast(1)),
+        (b().rate(0, secs(1)), Field::Rate, Bound::AtLeast(1)),
         (
             b().rate(1, Duration::ZERO),
-            Field::TripWindow,
+            Field::Period,
             Bound::AtLeastDuration(Duration::from_nanos(1)),
         ),
         (
             b().rate(1001, Duration::from_micros(1)),
-            Field::FloorRate,
+            Field::Rate,
             Bound::AtMost(1000),
         ),
-        (b().burst(0), Field::MaxAttempts, Bound::AtLeast(1)),
+        (b().burst(0), Field::Burst, Bound::AtLeast(1)),
         (
             b().rate(1, secs(1_000_000_000)).burst(u32::MAX),
-            Field::MaxAttempts,
+            Field::Burst,
             Bound::AtMost(u64::MAX / 1_000_000_000_000_000_000),
         ),
     ];
@@ -445,20 +445,20 @@ fn invalid_rate_limit_settings_are_typed_errors() {
 fn invalid_window_settings_are_typed_errors() {
     let b = || WindowLimitSettings::builder("x");
     let cases = [
-        (b().events(0), Field::FloorRate, Bound::AtLeast(1)),
+        (b().events(0), Field::WindowEvents, Bound::AtLeast(1)),
         (
             b().events(MAX_WINDOW_EVENTS + 1),
-            Field::FloorRate,
+            Field::WindowEvents,
             Bound::AtMost(u64::from(MAX_WINDOW_EVENTS)),
         ),
         (
             b().window(Duration::from_micros(999)),
-            Field::TripWindow,
+            Field::Window,
             Bound::AtLeastDuration(ms(1)),
         ),
         (
             b().cooldown(Duration::ZERO),
-            Field::BreakDuration,
+            Field::Cooldown,
             Bound::AtLeastDuration(ms(1)),
         ),
     ];
