@@ -27,7 +27,6 @@ use crate::packed::{const_unless_loom, field, put, word, Word};
 use crate::ratio::Ratio;
 use crate::settings::{BreakerSettings, MAX_COUNT};
 use crate::stats::{self, Measure, NoStats, Readings, Sample, Stats};
-use crate::time::Tick;
 use crate::{Duration, Instant, Name, Outcome, SettingsError};
 
 /// The breaker's state, as read at an instant.
@@ -237,8 +236,80 @@ pub(crate) struct Control {
     /// Consecutive opens without a close in between: the break's exponent.
     pub(crate) opens: u8,
     /// Open: when the break ends. HalfOpen with probes out: when they are reclaimed.
-    /// Recovering: when the ramp started.
-    pub(crate) mark: Tick,
+    /// Recovering: when the ramp started. Kept in its own word, tagged with the epoch (see
+    /// [`Mark`]); the packed control word does not hold it.
+    pub(crate) mark: Mark,
+}
+
+/// The largest millisecond a [`Mark`] holds (56 bits: over two million years).
+const MARK_MS: u64 = (1 << 56) - 1;
+
+/// A point in time in whole milliseconds since the epoch, as the breaker's mark word stores it
+/// beside its epoch tag. Not wrapping: a breaker left alone for any length of time reads its
+/// break as over and its ramp as run out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub(crate) struct Mark(pub(crate) u64);
+
+impl Mark {
+    /// A mark whose writer has not stored it yet (the shared form writes the control word
+    /// first): never reached, no time elapsed since it. Readers treat it conservatively.
+    pub(crate) const PENDING: Mark = Mark(MARK_MS);
+
+    /// The millisecond `now` falls in.
+    pub(crate) const fn of(now: Instant) -> Mark {
+        let ms = now.as_millis();
+        Mark(if ms < MARK_MS { ms } else { MARK_MS - 1 })
+    }
+
+    /// The first whole millisecond at or after `now + d`: a span is never served short.
+    pub(crate) const fn deadline(now: Instant, d: Duration) -> Mark {
+        let ms = now.saturating_add(d).since_epoch().as_millis_ceil();
+        Mark(if ms < MARK_MS { ms } else { MARK_MS - 1 })
+    }
+
+    const fn instant(self) -> Instant {
+        Instant::from_millis(self.0)
+    }
+
+    /// `true` once `now` has reached this mark (never for a pending one).
+    pub(crate) const fn reached(self, now: Instant) -> bool {
+        self.0 != MARK_MS && now.as_nanos() >= self.instant().as_nanos()
+    }
+
+    /// Time from `now` until this mark; zero once reached.
+    pub(crate) const fn remaining(self, now: Instant) -> Duration {
+        self.instant().saturating_duration_since(now)
+    }
+
+    /// Time from this mark to `now`; zero if `now` is earlier or the mark is pending.
+    pub(crate) const fn elapsed(self, now: Instant) -> Duration {
+        if self.0 == MARK_MS {
+            Duration::ZERO
+        } else {
+            now.saturating_duration_since(self.instant())
+        }
+    }
+
+    /// The mark word: the epoch tag in the high 8 bits, the millisecond in the low 56.
+    const fn pack(self, epoch: u8) -> u64 {
+        put(epoch as u64, 56, 8) | put(self.0, 0, 56)
+    }
+
+    /// The period a mark word belongs to.
+    const fn tag(w: u64) -> u8 {
+        // Masked to 8 bits.
+        field(w, 56, 8) as u8
+    }
+
+    /// The mark of period `epoch` from its word: pending if the word belongs to another period.
+    const fn read(w: u64, epoch: u8) -> Mark {
+        if field(w, 56, 8) == epoch as u64 {
+            Mark(field(w, 0, 56))
+        } else {
+            Mark::PENDING
+        }
+    }
 }
 
 impl Control {
@@ -249,7 +320,7 @@ impl Control {
             count: 0,
             probes: 0,
             opens: 0,
-            mark: Tick(0),
+            mark: Mark(0),
         }
     }
 
@@ -259,7 +330,6 @@ impl Control {
             | put(self.count as u64, 11, 10)
             | put(self.probes as u64, 21, 5)
             | put(self.opens as u64, 26, 5)
-            | put(self.mark.0 as u64, 32, 32)
     }
 
     pub(crate) const fn unpack(w: u64) -> Control {
@@ -277,7 +347,7 @@ impl Control {
             count: field(w, 11, 10) as u16,
             probes: field(w, 21, 5) as u8,
             opens: field(w, 26, 5) as u8,
-            mark: Tick(field(w, 32, 32) as u32),
+            mark: Mark::PENDING,
         }
     }
 
@@ -485,7 +555,7 @@ fn open(
     c.epoch = c.epoch.wrapping_add(1);
     let d = break_for(s, c.opens, seed);
     c.phase = Phase::Open;
-    c.mark = Tick::deadline(now, d);
+    c.mark = Mark::deadline(now, d);
     c.count = 0;
     c.probes = 0;
     n.change(Change {
@@ -520,7 +590,7 @@ fn recovered(c: &mut Control, s: &BreakerSettings, now: Instant, n: &mut Notes) 
     c.epoch = c.epoch.wrapping_add(1);
     c.count = 0;
     c.probes = 0;
-    c.mark = Tick::of(now);
+    c.mark = Mark::of(now);
     n.change(Change {
         from: State::HalfOpen,
         to: State::Recovering,
@@ -543,6 +613,10 @@ pub(crate) fn advance(
     match c.phase {
         Phase::Open if c.mark.reached(now) => {
             c.phase = Phase::HalfOpen;
+            // A new period: the break's end is no probe deadline. (In the shared form the
+            // first probe's deadline is stored after the control word; until then the mark of
+            // this period reads as pending, so no probe is reclaimed on the break's old end.)
+            c.epoch = c.epoch.wrapping_add(1);
             c.count = 0;
             c.probes = 0;
             n.change(Change {
@@ -593,7 +667,7 @@ pub(crate) fn admit(
         Phase::Recovering => Ok(Admit::Ramp),
         Phase::Open => Err(Refused {
             reason: RefusalReason::BreakerOpen,
-            retry_after: c.mark.remaining(now),
+            retry_after: open_remaining(c, s, seed, now),
         }),
         Phase::Isolated => Err(Refused {
             reason: RefusalReason::Isolated,
@@ -612,8 +686,8 @@ pub(crate) fn admit(
                 Some(t) => t,
                 None => break_for(s, c.opens, seed),
             };
-            let reclaim = Tick::deadline(now, hold);
-            if c.probes == 0 || later(reclaim, c.mark) {
+            let reclaim = Mark::deadline(now, hold);
+            if c.probes == 0 || c.mark == Mark::PENDING || reclaim > c.mark {
                 c.mark = reclaim;
             }
             c.probes = c.probes.saturating_add(1);
@@ -646,10 +720,15 @@ pub(crate) fn admit_ramp(
     }
 }
 
-/// `true` when tick `a` lies after tick `b` (wrapping comparison).
-fn later(a: Tick, b: Tick) -> bool {
-    let ahead = a.0.wrapping_sub(b.0);
-    ahead != 0 && ahead < (1 << 31)
+/// What is left of the break while Open: never more than the break itself (a clock that
+/// stepped back means no time passed; a mark still pending reads as a break just begun).
+pub(crate) fn open_remaining(
+    c: &Control,
+    s: &BreakerSettings,
+    seed: u64,
+    now: Instant,
+) -> Duration {
+    c.mark.remaining(now).min(break_for(s, c.opens, seed))
 }
 
 /// What one outcome means for the control state. `slow` is the reading of the latency against
@@ -800,6 +879,8 @@ pub(crate) struct Core<W, M = Stats<W>, S = BreakerSettings> {
     settings: S,
     seed: u64,
     control: W,
+    /// The control state's mark, with the epoch it belongs to (see [`Mark`]).
+    mark: W,
     ramp: W,
     stats: M,
 }
@@ -849,7 +930,7 @@ impl<W: Word> Core<W> {
     const_unless_loom! {
         pub(crate) fn new(settings: BreakerSettings) -> Core<W> {
             let seed = seed_from(settings.name());
-            Core { settings, seed, control: word!(W), ramp: word!(W), stats: Stats::new() }
+            Core { settings, seed, control: word!(W), mark: word!(W), ramp: word!(W), stats: Stats::new() }
         }
     }
 
@@ -862,7 +943,7 @@ impl<W: Word> Core<W, Stats<W>, &'static BreakerSettings> {
     const_unless_loom! {
         pub(crate) fn new_static(settings: &'static BreakerSettings) -> Self {
             let seed = seed_from(settings.name());
-            Core { settings, seed, control: word!(W), ramp: word!(W), stats: Stats::new() }
+            Core { settings, seed, control: word!(W), mark: word!(W), ramp: word!(W), stats: Stats::new() }
         }
     }
 }
@@ -871,7 +952,7 @@ impl<W: Word> Core<W, NoStats, &'static BreakerSettings> {
     const_unless_loom! {
         pub(crate) fn lean(settings: &'static BreakerSettings) -> Self {
             let seed = seed_from(settings.name());
-            Core { settings, seed, control: word!(W), ramp: word!(W), stats: NoStats }
+            Core { settings, seed, control: word!(W), mark: word!(W), ramp: word!(W), stats: NoStats }
         }
     }
 
@@ -894,14 +975,56 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     /// not read in any other phase).
     #[inline]
     fn load(&self) -> (u64, Control, Ramp) {
-        let raw = self.control.get();
-        let c = Control::unpack(raw);
+        let mut raw = self.control.get();
+        let mut c = Control::unpack(raw);
+        if c.phase != Phase::Closed {
+            // Read the mark, then check the control word has not moved on meanwhile: a mark
+            // of a later period beside a control word of an earlier one would read as pending
+            // and refuse a call on a stale view.
+            loop {
+                let w = self.mark.get();
+                let again = self.control.get();
+                if again == raw {
+                    c.mark = Mark::read(w, c.epoch);
+                    break;
+                }
+                raw = again;
+                c = Control::unpack(raw);
+                if c.phase == Phase::Closed {
+                    break;
+                }
+            }
+        }
         let r = if c.phase == Phase::Recovering {
             Ramp::current(self.ramp.get(), c.epoch)
         } else {
             Ramp::IDLE
         };
         (raw, c, r)
+    }
+
+    /// Stores the mark a committed transition set: after the control word, tagged with its
+    /// epoch; a later probe deadline in the same period only ever moves it later.
+    fn commit_mark(&self, before: &Control, after: &Control) {
+        let unchanged = after.mark == before.mark && after.epoch == before.epoch;
+        if unchanged || after.mark == Mark::PENDING || after.phase == Phase::Closed {
+            return;
+        }
+        let (epoch, mark) = (after.epoch, after.mark);
+        self.mark.update(|w| {
+            // A writer of an earlier period that comes late must not clobber a later period's
+            // mark: periods advance a step at a time, so a tag up to half the wheel ahead is newer.
+            let ahead = Mark::tag(w).wrapping_sub(epoch);
+            if ahead != 0 && ahead < 128 {
+                return w;
+            }
+            let current = Mark::read(w, epoch);
+            if current == Mark::PENDING || mark > current {
+                mark.pack(epoch)
+            } else {
+                w
+            }
+        });
     }
 
     fn emit(&self, n: &Notes, now: Instant, events: &mut dyn FnMut(Event<'_>)) {
@@ -981,11 +1104,13 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 attempt_timeout,
                 &mut n,
             );
-            // Bit 31 of the word is unused, so the packed form compares exactly like the fields.
+            // The mark lives in its own word; every transition that moves it also changes the
+            // control word (a probe count, a new period), so comparing packed words suffices.
             let new = c.pack();
             if new != raw && !self.control.cas(raw, new) {
                 continue;
             }
+            self.commit_mark(&c0, &c);
             let result = match decision {
                 Ok(Admit::Grant(kind)) => Ok(kind),
                 Ok(Admit::Ramp) => {
@@ -1101,11 +1226,13 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 readings.as_ref(),
                 &mut n,
             );
-            // Bit 31 of the word is unused, so the packed form compares exactly like the fields.
+            // The mark lives in its own word; every transition that moves it also changes the
+            // control word (a probe count, a new period), so comparing packed words suffices.
             let new = c.pack();
             if new != raw && !self.control.cas(raw, new) {
                 continue;
             }
+            self.commit_mark(&c0, &c);
             if let Some(slow) = evidence {
                 let (old, new) = self.ramp.update(|w| {
                     let mut r = Ramp::current(w, c.epoch);
@@ -1207,7 +1334,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     pub(crate) fn poll_timeout(&self, now: Instant) -> Option<Instant> {
         let (_, c, _) = self.load();
         match c.phase {
-            Phase::Open => Some(now.saturating_add(c.mark.remaining(now))),
+            Phase::Open => Some(now.saturating_add(open_remaining(&c, self.s(), self.seed, now))),
             Phase::HalfOpen if c.probes > 0 => Some(now.saturating_add(c.mark.remaining(now))),
             Phase::Recovering => {
                 let length = Duration::from_millis(ramp_length_ms(self.s(), c.opens, self.seed));
@@ -1292,7 +1419,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             consecutive_opens: c.opens,
             break_duration: (c.opens > 0).then(|| break_for(s, c.opens, self.seed)),
             until_half_open: if state == State::Open {
-                c.mark.remaining(now)
+                open_remaining(&c, s, self.seed, now)
             } else {
                 Duration::ZERO
             },
@@ -1534,7 +1661,7 @@ mod tests {
             count: 1000,
             probes: 31,
             opens: 31,
-            mark: Tick(0xDEAD_BEEF),
+            mark: Mark::PENDING,
         };
         assert_eq!(Control::unpack(c.pack()), c);
         let r = Ramp {
@@ -1558,6 +1685,6 @@ mod tests {
     #[test]
     fn a_fresh_breaker_is_closed_in_period_zero() {
         let b = Breaker::new(BreakerSettings::defaults("x"));
-        assert_eq!(Control::unpack(b.control_word()), Control::new());
+        assert_eq!(b.control_word(), Control::new().pack());
     }
 }

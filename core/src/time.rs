@@ -453,10 +453,8 @@ impl fmt::Debug for Instant {
     }
 }
 
-/// A point in time folded to wrapping milliseconds, as the breaker's compact control state
-/// stores it (so the shared form fits one atomic word). Comparisons are wrapping: they are
-/// correct while the two points are less than 2^31 ms (about 24.8 days) apart, which is why
-/// breaks are bounded well below that.
+/// A point in time folded to wrapping milliseconds, as the retry budget's packed state stamps
+/// its floor accrual (see `budget.rs` for how it reads a wrapped stamp).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub(crate) struct Tick(pub(crate) u32);
@@ -467,51 +465,9 @@ impl Tick {
         // Truncation is the point: the tick wraps every 2^32 ms.
         Tick((now.as_millis() & 0xFFFF_FFFF) as u32)
     }
-
-    /// The first whole millisecond at or after `now + d` (so a span is never served short),
-    /// with `d` capped below the wrap bound.
-    pub(crate) fn deadline(now: Instant, d: Duration) -> Tick {
-        let d = d.min(Duration::from_millis(MAX_TICK_SPAN_MS));
-        let end = now.saturating_add(d).since_epoch().as_millis_ceil();
-        // Truncation is the point: the tick wraps every 2^32 ms.
-        Tick((end & 0xFFFF_FFFF) as u32)
-    }
-
-    /// Time from `now` until this tick; zero if it has passed (or lies more than ~24.8 days ahead,
-    /// which the breaker never stores).
-    pub(crate) fn remaining(self, now: Instant) -> Duration {
-        let now_tick = Tick::of(now);
-        let ahead = self.0.wrapping_sub(now_tick.0);
-        if ahead == 0 || ahead > MAX_TICK_SPAN_MS as u32 {
-            return Duration::ZERO;
-        }
-        // The tick itself starts at a whole millisecond; subtract how far into the current one
-        // `now` already is.
-        let into_ms = now.as_nanos() % NANOS_PER_MILLI;
-        Duration::from_millis(u64::from(ahead)).saturating_sub(Duration::from_nanos(into_ms))
-    }
-
-    /// `true` once `now` has reached this tick.
-    pub(crate) fn reached(self, now: Instant) -> bool {
-        self.remaining(now).is_zero()
-    }
-
-    /// Time elapsed from this tick to `now`; zero if `now` is earlier (a clock that stepped back)
-    /// or if the two are more than ~24.8 days apart.
-    pub(crate) fn elapsed(self, now: Instant) -> Duration {
-        let behind = Tick::of(now).0.wrapping_sub(self.0);
-        if behind > MAX_TICK_SPAN_MS as u32 {
-            return Duration::ZERO;
-        }
-        let into_ms = now.as_nanos() % NANOS_PER_MILLI;
-        Duration::from_millis(u64::from(behind)).saturating_add(Duration::from_nanos(into_ms))
-    }
 }
 
-/// The longest span a [`Tick`] comparison is exact for: 2^31 - 1 ms (about 24.8 days).
-pub(crate) const MAX_TICK_SPAN_MS: u64 = (1 << 31) - 1;
-
-/// The longest break a breaker may be configured with: safely inside the [`Tick`] range.
+/// The longest break (and trip window) a breaker may be configured with: a week.
 pub const MAX_BREAK: Duration = Duration::from_secs(7 * 24 * 3600);
 
 #[cfg(test)]
@@ -557,27 +513,6 @@ mod tests {
         assert_eq!(Duration::from_nanos(1).as_millis_ceil(), 1);
         assert_eq!(Duration::from_millis(3).as_millis_ceil(), 3);
         assert_eq!(Duration::from_nanos(3_000_001).as_millis(), 3);
-    }
-
-    #[test]
-    fn ticks_wrap_and_compare_within_their_range() {
-        let now = Instant::from_millis(u64::from(u32::MAX) - 5);
-        let until = Tick::deadline(now, Duration::from_millis(10));
-        assert_eq!(until.remaining(now), Duration::from_millis(10));
-        let later = now + Duration::from_millis(4);
-        assert_eq!(until.remaining(later), Duration::from_millis(6));
-        let past = now + Duration::from_millis(11);
-        assert!(until.reached(past));
-        assert_eq!(Tick::of(now).elapsed(past), Duration::from_millis(11));
-        // A clock that steps back sees no elapsed time.
-        assert_eq!(Tick::of(past).elapsed(now), Duration::ZERO);
-    }
-
-    #[test]
-    fn a_tick_deadline_is_never_shorter_than_the_span() {
-        let now = Instant::from_nanos(5_250_000);
-        let until = Tick::deadline(now, Duration::from_millis(2));
-        assert_eq!(until.remaining(now), Duration::from_nanos(2_750_000));
     }
 
     #[test]

@@ -897,3 +897,61 @@ fn hedging_waits_for_the_learned_p95_and_is_suppressed_when_not_closed_or_near_t
         "never half-open"
     );
 }
+
+#[test]
+fn a_breaker_left_alone_for_months_while_open_reads_half_open() {
+    let mut b = Breaker::new(
+        BreakerSettings::builder("idle")
+            .consecutive_failures(1)
+            .jitter(false)
+            .build()
+            .unwrap(),
+    );
+    let t0 = Instant::from_secs(1_000);
+    call(&mut b, t0, Duration::ZERO, Outcome::Transient).unwrap();
+    for days in [1u64, 25, 30, 49, 50, 365, 3650] {
+        let t = t0 + secs(days * 86_400);
+        assert_eq!(b.state(t), State::HalfOpen, "after {days} days");
+        assert!(b.check(t).is_ok(), "after {days} days");
+    }
+}
+
+#[test]
+fn a_recovering_breaker_left_alone_for_months_reads_closed() {
+    let settings = BreakerSettings::builder("idle")
+        .consecutive_failures(1)
+        .probe_successes(1)
+        .jitter(false)
+        .recovery(Some(Recovery::over(0.25)))
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let t0 = Instant::from_secs(1_000);
+    call(&mut b, t0, Duration::ZERO, Outcome::Transient).unwrap();
+    let t1 = t0 + secs(15);
+    call(&mut b, t1, Duration::ZERO, Outcome::Success).unwrap();
+    assert_eq!(b.state(t1), State::Recovering);
+    for days in [1u64, 25, 49, 100] {
+        assert_eq!(
+            b.state(t1 + secs(days * 86_400)),
+            State::Closed,
+            "after {days} days"
+        );
+    }
+}
+
+#[test]
+fn a_clock_stepping_back_while_open_never_lengthens_retry_after_beyond_the_break() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t0 = Instant::from_secs(100 * 86_400);
+    trip(&mut b, t0);
+    for back in [secs(1), secs(3600), secs(30 * 86_400)] {
+        let r = b.check(t0 - back).unwrap_err();
+        assert_eq!(r.reason, RefusalReason::BreakerOpen);
+        assert_eq!(
+            r.retry_after,
+            secs(15),
+            "stepped back {back}: no time passed"
+        );
+    }
+}

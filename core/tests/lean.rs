@@ -23,8 +23,9 @@ static DEFAULTS: BreakerSettings = BreakerSettings::defaults("full");
 
 #[test]
 fn a_lean_breaker_is_a_few_words() {
-    // Settings by reference, a seed, the control word and the ramp word; no statistics.
-    assert!(core::mem::size_of::<LeanBreaker>() <= 4 * core::mem::size_of::<u64>());
+    // Settings by reference, a seed, the control, mark and ramp words; no statistics. Under
+    // the embedded goal of 64 bytes on any target.
+    assert!(core::mem::size_of::<LeanBreaker>() <= 5 * core::mem::size_of::<u64>());
 }
 
 #[test]

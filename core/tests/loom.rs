@@ -200,3 +200,31 @@ fn deposits_racing_a_withdrawal_are_all_counted() {
         assert_eq!(budget.available(T0), 1);
     });
 }
+
+#[test]
+fn a_late_mark_of_an_earlier_period_never_hides_a_later_break() {
+    loom::model(|| {
+        let b = Arc::new(tripped(2, 2));
+        // Half-open: one probe out, taken before the race.
+        let first = b.try_acquire(AFTER, None, &mut |_| {}).unwrap();
+        let b1 = b.clone();
+        // A second probe is granted (and its deadline stored) while ...
+        let hold = Some(Duration::from_secs(60)); // a later deadline than the first probe's
+        let acquirer = thread::spawn(move || b1.try_acquire(AFTER, hold, &mut |_| {}).ok());
+        let b2 = b.clone();
+        // ... the first probe fails and re-opens the breaker for a doubled break.
+        let reopener =
+            thread::spawn(move || b2.on_outcome(AFTER, first, Outcome::Transient, &mut |_| {}));
+        reopener.join().unwrap();
+        if let Some(p) = acquirer.join().unwrap() {
+            b.release(p);
+        }
+        assert_eq!(b.state(AFTER), State::Open);
+        let r = b.check(AFTER).unwrap_err();
+        assert!(r.retry_after <= Duration::from_secs(30), "{r:?}");
+        // Once the doubled break is over, the breaker reads half-open and admits a probe.
+        let later = AFTER + Duration::from_secs(30);
+        assert_eq!(b.state(later), State::HalfOpen);
+        assert!(b.try_acquire(later, None, &mut |_| {}).is_ok());
+    });
+}
