@@ -720,15 +720,19 @@ pub(crate) fn admit_ramp(
     }
 }
 
-/// What is left of the break while Open: never more than the break itself (a clock that
-/// stepped back means no time passed; a mark still pending reads as a break just begun).
+/// What is left of the break while Open: never more than the break itself plus the part of a
+/// millisecond its end is rounded up by (a clock that stepped back means no time passed; a mark
+/// still pending reads as a break just begun).
 pub(crate) fn open_remaining(
     c: &Control,
     s: &BreakerSettings,
     seed: u64,
     now: Instant,
 ) -> Duration {
-    c.mark.remaining(now).min(break_for(s, c.opens, seed))
+    let longest = break_for(s, c.opens, seed)
+        .saturating_add(Duration::from_millis(1))
+        .saturating_sub(Duration::from_nanos(1));
+    c.mark.remaining(now).min(longest)
 }
 
 /// What one outcome means for the control state. `slow` is the reading of the latency against

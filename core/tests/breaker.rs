@@ -948,10 +948,12 @@ fn a_clock_stepping_back_while_open_never_lengthens_retry_after_beyond_the_break
     for back in [secs(1), secs(3600), secs(30 * 86_400)] {
         let r = b.check(t0 - back).unwrap_err();
         assert_eq!(r.reason, RefusalReason::BreakerOpen);
-        assert_eq!(
-            r.retry_after,
-            secs(15),
-            "stepped back {back}: no time passed"
+        // No time passed: the whole break, at most plus the rounding of its end to a whole
+        // millisecond.
+        assert!(
+            r.retry_after >= secs(15) && r.retry_after < secs(15) + ms(1),
+            "stepped back {back}: {}",
+            r.retry_after
         );
     }
 }
