@@ -967,7 +967,7 @@ impl<W: Word> Core<W, NoStats, &'static BreakerSettings> {
 
 impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     #[inline]
-    fn s(&self) -> &BreakerSettings {
+    pub(crate) fn s(&self) -> &BreakerSettings {
         self.settings.get()
     }
 
@@ -1462,6 +1462,50 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
 pub struct Breaker<S: SettingsRef = BreakerSettings> {
     core: Core<Cell<u64>, Stats<Cell<u64>>, S>,
 }
+
+/// The call driver's `Admission` for a breaker type that holds a `core: Core<..>`: every form
+/// answers through the same core.
+macro_rules! admission_via_core {
+    (impl [$($generics:tt)*] for $ty:ty) => {
+        impl<$($generics)*> $crate::call::Admission for $ty {
+            fn name(&self) -> &$crate::Name {
+                self.core.s().name()
+            }
+            fn try_acquire(
+                &mut self,
+                now: $crate::Instant,
+                attempt_timeout: Option<$crate::Duration>,
+                events: &mut dyn FnMut($crate::Event<'_>),
+            ) -> Result<$crate::Permit, $crate::Refused> {
+                self.core.try_acquire(now, attempt_timeout, events)
+            }
+            fn check(&self, now: $crate::Instant) -> Result<(), $crate::Refused> {
+                self.core.check(now)
+            }
+            fn on_outcome(
+                &mut self,
+                now: $crate::Instant,
+                permit: $crate::Permit,
+                outcome: $crate::Outcome,
+                events: &mut dyn FnMut($crate::Event<'_>),
+            ) {
+                self.core.on_outcome(now, permit, outcome, events);
+            }
+            fn release(&mut self, permit: $crate::Permit) {
+                self.core.release(&permit);
+            }
+            fn normal_latency(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+                self.core.normal_latency(now)
+            }
+            fn attempt_ceiling(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+                self.core.attempt_ceiling(now)
+            }
+        }
+    };
+}
+pub(crate) use admission_via_core;
+
+admission_via_core!(impl [S: SettingsRef] for Breaker<S>);
 
 /// The `&mut` API both single-threaded breakers share, delegating to their core.
 macro_rules! single_threaded_api {

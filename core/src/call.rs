@@ -34,7 +34,7 @@
 use core::fmt;
 
 use crate::backoff::Backoff;
-use crate::breaker::{Breaker, Permit, SettingsRef};
+use crate::breaker::Permit;
 use crate::budget::Budget;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
@@ -98,41 +98,6 @@ pub struct Unguarded(pub Name);
 #[derive(Clone, Copy, Debug, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Unlimited;
-
-impl<S: SettingsRef> Admission for Breaker<S> {
-    fn name(&self) -> &Name {
-        Breaker::name(self)
-    }
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        self.try_acquire_with(now, attempt_timeout, &mut |e| events(e))
-    }
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        Breaker::check(self, now)
-    }
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        Breaker::on_outcome(self, now, permit, outcome, &mut |e| events(e));
-    }
-    fn release(&mut self, permit: Permit) {
-        Breaker::release(self, permit);
-    }
-    fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        Breaker::normal_latency(self, now)
-    }
-    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
-        Breaker::attempt_ceiling(self, now)
-    }
-}
 
 impl Admission for Unguarded {
     fn name(&self) -> &Name {

@@ -5,9 +5,8 @@
 
 use core::cell::Cell;
 
-use crate::breaker::single_threaded_api;
+use crate::breaker::{admission_via_core, single_threaded_api};
 use crate::breaker::{Core, HedgeSuppressed, Permit, Snapshot, State};
-use crate::call::Admission;
 use crate::error::{Bound, SettingsError};
 use crate::event::Event;
 use crate::packed::const_unless_loom;
@@ -68,37 +67,7 @@ impl LeanBreaker {
     single_threaded_api!();
 }
 
-impl Admission for LeanBreaker {
-    fn name(&self) -> &Name {
-        LeanBreaker::name(self)
-    }
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        self.core.try_acquire(now, attempt_timeout, events)
-    }
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        self.core.check(now)
-    }
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        self.core.on_outcome(now, permit, outcome, events);
-    }
-    fn release(&mut self, permit: Permit) {
-        self.core.release(&permit);
-    }
-    fn normal_latency(&self, _: Instant) -> Option<Duration> {
-        None
-    }
-}
+admission_via_core!(impl [] for LeanBreaker);
 
 #[cfg(feature = "defmt")]
 impl defmt::Format for LeanBreaker {

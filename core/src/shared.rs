@@ -18,9 +18,9 @@
 
 use core::fmt;
 
-use crate::breaker::{Core, HedgeSuppressed, Permit, Snapshot, State};
+use crate::breaker::{admission_via_core, Core, HedgeSuppressed, Permit, Snapshot, State};
 use crate::budget::{BudgetCore, BudgetSnapshot};
-use crate::call::{Admission, Funding};
+use crate::call::Funding;
 use crate::loom::AtomicU64;
 use crate::packed::const_unless_loom;
 use crate::{
@@ -291,40 +291,7 @@ impl SharedBudget {
     }
 }
 
-impl Admission for &SharedBreaker {
-    fn name(&self) -> &Name {
-        SharedBreaker::name(self)
-    }
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        self.core.try_acquire(now, attempt_timeout, events)
-    }
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        self.core.check(now)
-    }
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        self.core.on_outcome(now, permit, outcome, events);
-    }
-    fn release(&mut self, permit: Permit) {
-        self.core.release(&permit);
-    }
-    fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        self.core.normal_latency(now)
-    }
-    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
-        self.core.attempt_ceiling(now)
-    }
-}
+admission_via_core!(impl [] for &SharedBreaker);
 
 impl Funding for &SharedBudget {
     fn name(&self) -> Option<&Name> {
