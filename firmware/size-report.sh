@@ -147,12 +147,18 @@ owners() {
         ' | awk -F '\t' '$2 != "" { print }'
 }
 
+# first N: the first N lines of the input, reading all of it (`head` would exit early and, under
+# pipefail, fail the pipeline with SIGPIPE whenever the writer is still writing).
+first() {
+    awk -v n="$1" 'NR <= n'
+}
+
 # added VARIANT DEPTH N: the N largest owners of flash in VARIANT beyond the baseline's.
 added() {
     local v=$1 depth=$2 n=$3
     awk -F '\t' 'NR == FNR { base[$2] = $1; next } { d = $1 - base[$2]; if (d != 0) printf "%6d  %s\n", d, $2 }' \
         <(owners "$OUT/baseline.elf" "$depth") <(owners "$OUT/$v.elf" "$depth") |
-        sort -rn | head -n "$n"
+        sort -rn | first "$n"
 }
 
 # unescape: the $LT$-style escapes of legacy-mangled Rust names, which llvm-nm leaves in.
@@ -167,7 +173,7 @@ symbols() {
     local v=$1 n=$2
     syms() { "$LLVM_NM" --print-size --size-sort --radix=d -C "$1" | awk '$3 ~ /^[tTrR]$/ { s = $2 + 0; $1 = $2 = $3 = ""; sub(/^ +/, ""); sub(/::h[0-9a-f]+$/, ""); print s "\t" $0 }' | unescape; }
     awk -F '\t' 'NR == FNR { base[$2] = 1; next } !($2 in base) { printf "%6d  %s\n", $1, $2 }' \
-        <(syms "$OUT/baseline.elf") <(syms "$OUT/$v.elf") | sort -rn | head -n "$n"
+        <(syms "$OUT/baseline.elf") <(syms "$OUT/$v.elf") | sort -rn | first "$n"
 }
 
 for v in guard-lean guard-full; do
