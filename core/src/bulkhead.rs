@@ -1000,6 +1000,10 @@ impl<A: Admission, B: BulkheadSlots> Admission for Bulkheaded<A, B> {
     fn normal_latency(&self, now: Instant) -> Option<Duration> {
         self.breaker.normal_latency(now)
     }
+
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        self.breaker.attempt_ceiling(now)
+    }
 }
 
 impl fmt::Display for Bulkhead {

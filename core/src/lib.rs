@@ -98,10 +98,10 @@ pub use lean::LeanBreaker;
 pub use name::{Name, NameTooLong, NAME_CAPACITY};
 pub use outcome::Outcome;
 pub use ratelimit::{
-    KeyedLimitError, KeyedLimiter, KeyedRateLimiter, KeyedWindowLimiter, LimitRule,
-    LimiterHashState, LimiterHasher, RateLimitSettings, RateLimitSettingsBuilder, RateLimiter,
-    SharedRateLimiter, SharedWindowLimiter, WindowLimitSettings, WindowLimitSettingsBuilder,
-    WindowLimiter, MAX_WINDOW_EVENTS,
+    KeyedLimitError, KeyedLimiter, KeyedRateLimiter, KeyedWindowLimiter, Limit, LimitRule,
+    LimiterHashState, LimiterHasher, RateLimitSettings, RateLimitSettingsBuilder, RateLimited,
+    RateLimiter, SharedRateLimiter, SharedWindowLimiter, WindowLimitSettings,
+    WindowLimitSettingsBuilder, WindowLimiter, MAX_WINDOW_EVENTS,
 };
 pub use ratio::{Multiple, Ratio};
 pub use settings::{

@@ -77,10 +77,13 @@ use core::fmt;
 use core::hash::{BuildHasher, Hash, Hasher};
 use core::num::NonZeroU32;
 
+use crate::breaker::Permit;
+use crate::call::Admission;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
+use crate::event::Event;
 use crate::loom::AtomicU64;
 use crate::packed::{const_unless_loom, field, mask, put, word, Word};
-use crate::{Duration, Instant, Name};
+use crate::{Duration, Instant, Name, Outcome};
 
 // The settings fields the limiters' errors name.
 const FIELD_CELLS: Field = Field::Rate;
@@ -1151,6 +1154,181 @@ impl SharedWindowLimiter {
     #[must_use]
     pub const fn name(&self) -> &Name {
         &self.core.rule.name
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A limiter in front of a breaker, for the call driver
+
+/// A rate limiter as the call driver sees it: one cell per attempt. Implemented by every single
+/// limiter, `&mut` and shared, so [`RateLimited`] serves both forms.
+///
+/// ```
+/// use stormguard_core::{Instant, Limit, RateLimiter, RateLimitSettings, SharedRateLimiter};
+///
+/// fn one_attempt(limit: &mut impl Limit) -> bool {
+///     limit.take(Instant::ZERO).is_ok()
+/// }
+/// let shared = SharedRateLimiter::new(RateLimitSettings::per_second("api", 1)?);
+/// assert!(one_attempt(&mut &shared));
+/// assert!(!one_attempt(&mut &shared));
+/// assert!(one_attempt(&mut RateLimiter::new(RateLimitSettings::per_second("api", 1)?)));
+/// # Ok::<(), stormguard_core::SettingsError>(())
+/// ```
+pub trait Limit {
+    /// Takes one cell at `now`, or refuses with the time until one is available.
+    fn take(&mut self, now: Instant) -> Result<(), Refused>;
+    /// Would a cell be granted at `now`? Changes nothing.
+    fn peek(&self, now: Instant) -> Result<(), Refused>;
+}
+
+impl<W: Word, R: sealed::Rule> LimiterCore<W, R> {
+    fn peek(&self, now: Instant) -> Result<(), Refused> {
+        self.rule.decide(self.word.get(), now, 1).0
+    }
+}
+
+macro_rules! limit_for {
+    ($($ty:ty),*) => {$(
+        impl Limit for $ty {
+            #[inline]
+            fn take(&mut self, now: Instant) -> Result<(), Refused> {
+                self.core.check_n(now, 1)
+            }
+            fn peek(&self, now: Instant) -> Result<(), Refused> {
+                self.core.peek(now)
+            }
+        }
+    )*};
+}
+limit_for!(
+    RateLimiter,
+    WindowLimiter,
+    &SharedRateLimiter,
+    &SharedWindowLimiter
+);
+
+impl<L: Limit + ?Sized> Limit for &mut L {
+    fn take(&mut self, now: Instant) -> Result<(), Refused> {
+        (**self).take(now)
+    }
+    fn peek(&self, now: Instant) -> Result<(), Refused> {
+        (**self).peek(now)
+    }
+}
+
+/// A rate limiter in front of a breaker (or [`Unguarded`](crate::Unguarded)), as one
+/// [`Admission`] for the call driver: every attempt, retries included, takes a cell. A refusal
+/// carries [`RefusalReason::RateLimited`] and the exact time until the next cell, and the driver
+/// serves it as a guarded rejection like any other (the pause, capped by the deadline, then the
+/// refusal with that `retry_after`).
+///
+/// The breaker is asked first whether it would admit (a look that changes nothing), so an open
+/// breaker does not spend the limiter's cells; then the limiter takes its cell; then the breaker
+/// admits. A cell is not given back if the breaker refuses in between (another thread opened it):
+/// the limiter may then run slightly under its rate, never over. Events carry the breaker's name.
+///
+/// ```
+/// use stormguard_core::{
+///     Call, CallSettings, Instant, Name, Parts, RateLimited, RateLimiter, RateLimitSettings,
+///     RefusalReason, Step, Unguarded, Unlimited,
+/// };
+///
+/// let limiter = RateLimiter::new(RateLimitSettings::per_second("search", 1)?);
+/// let mut parts = Parts {
+///     breaker: RateLimited::new(Unguarded(Name::new("search")), limiter),
+///     budget: Unlimited,
+/// };
+/// let now = Instant::from_secs(1);
+/// let mut first = Call::begin(&CallSettings::DEFAULT, now);
+/// assert!(matches!(first.poll(&mut parts, now, &mut |_| {}), Step::Attempt(_)));
+///
+/// let mut second = Call::begin(&CallSettings::DEFAULT, now);
+/// let Step::Reject(r) = second.poll(&mut parts, now, &mut |_| {}) else { panic!() };
+/// assert_eq!(r.reason, RefusalReason::RateLimited);
+/// assert_eq!(r.pause, stormguard_core::GUARD_PAUSE);
+/// # Ok::<(), stormguard_core::SettingsError>(())
+/// ```
+#[derive(Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RateLimited<A, L> {
+    breaker: A,
+    limiter: L,
+}
+
+impl<A, L> RateLimited<A, L> {
+    /// `limiter` in front of `breaker`.
+    pub const fn new(breaker: A, limiter: L) -> Self {
+        RateLimited { breaker, limiter }
+    }
+
+    /// The breaker behind the limiter.
+    pub const fn breaker(&self) -> &A {
+        &self.breaker
+    }
+
+    /// The breaker behind the limiter.
+    pub fn breaker_mut(&mut self) -> &mut A {
+        &mut self.breaker
+    }
+
+    /// The limiter.
+    pub const fn limiter(&self) -> &L {
+        &self.limiter
+    }
+
+    /// The limiter.
+    pub fn limiter_mut(&mut self) -> &mut L {
+        &mut self.limiter
+    }
+
+    /// The two parts.
+    pub fn into_parts(self) -> (A, L) {
+        (self.breaker, self.limiter)
+    }
+}
+
+impl<A: Admission, L: Limit> Admission for RateLimited<A, L> {
+    fn name(&self) -> &Name {
+        self.breaker.name()
+    }
+
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        self.breaker.check(now)?;
+        self.limiter.take(now)?;
+        self.breaker.try_acquire(now, attempt_timeout, events)
+    }
+
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        self.breaker.check(now)?;
+        self.limiter.peek(now)
+    }
+
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        self.breaker.on_outcome(now, permit, outcome, events);
+    }
+
+    fn release(&mut self, permit: Permit) {
+        self.breaker.release(permit);
+    }
+
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        self.breaker.normal_latency(now)
+    }
+
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        self.breaker.attempt_ceiling(now)
     }
 }
 

@@ -10,8 +10,8 @@
 
 use stormguard_core::{
     Backoff, Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event,
-    Finished, Instant, Jitter, Name, Outcome, Parts, RefusalReason, Rejection, Step, Unguarded,
-    Unlimited, GUARD_PAUSE,
+    Finished, Instant, Jitter, Name, Outcome, Parts, RateLimitSettings, RateLimited, RateLimiter,
+    RefusalReason, Rejection, SharedRateLimiter, Step, Unguarded, Unlimited, GUARD_PAUSE,
 };
 
 fn ms(n: u64) -> Duration {
@@ -601,4 +601,72 @@ fn the_measured_attempt_ceiling_only_ever_tightens_the_configured_timeout() {
     };
     assert_eq!(call.attempt_deadline(), Some(now + secs(10)));
     call.complete(&mut p, permit, now + ms(20), Outcome::Success, &mut |_| {});
+}
+
+#[test]
+fn every_attempt_of_a_rate_limited_call_takes_a_cell_and_a_refusal_is_guarded() {
+    // 2 cells a second, burst 2: the first attempt and one retry pass, the second retry is
+    // refused by the limiter with the time until the next cell, served as a guarded rejection.
+    let limiter = RateLimiter::new(RateLimitSettings::per_second("search", 2).unwrap());
+    let mut p = Parts {
+        breaker: RateLimited::new(Unguarded(Name::new("search")), limiter),
+        budget: Unlimited,
+    };
+    let mut now = Instant::from_secs(1);
+    let mut call = Call::begin(&no_jitter(), now);
+    let mut events = Vec::new();
+    let (result, did) = drive(&mut call, &mut p, &mut now, &mut events, |_| {
+        (ms(1), Outcome::Transient)
+    });
+    let Err(rejection) = result else {
+        panic!("{result:?}")
+    };
+    assert_eq!(rejection.reason, RefusalReason::RateLimited);
+    assert_eq!(rejection.last, Some(Outcome::Transient));
+    assert_eq!(rejection.pause, GUARD_PAUSE);
+    // The two cells went at 1.000 s and 1.101 s (after the 100 ms backoff); the third, asked at
+    // 1.302 s, is due at 1.500 s.
+    assert_eq!(
+        did,
+        vec![
+            Did::Attempt,
+            Did::Wait(ms(100)),
+            Did::Attempt,
+            Did::Wait(ms(200)),
+            Did::Reject(rejection)
+        ]
+    );
+    // `retry_after` counts from the end of the pause, when the caller hears of the refusal.
+    assert_eq!(rejection.retry_after, ms(500 - 302) - GUARD_PAUSE);
+    assert_eq!(call.attempts(), 2);
+}
+
+#[test]
+fn an_open_breaker_behind_a_rate_limiter_spends_none_of_its_cells() {
+    let limiter = SharedRateLimiter::new(RateLimitSettings::per_second("api", 1).unwrap());
+    let mut p = Parts {
+        breaker: RateLimited::new(Breaker::of(1, "api").unwrap(), &limiter),
+        budget: Unlimited,
+    };
+    let now = Instant::from_secs(1);
+    p.breaker.breaker_mut().isolate(now, &mut |_| {});
+    for _ in 0..5 {
+        let mut call = Call::begin(&CallSettings::DEFAULT, now);
+        let Step::Reject(r) = call.poll(&mut p, now, &mut |_| {}) else {
+            panic!()
+        };
+        assert_eq!(r.reason, RefusalReason::Isolated);
+    }
+    assert_eq!(limiter.available(now), 1, "refused calls took no cell");
+    p.breaker.breaker_mut().reset(now, &mut |_| {});
+    let mut call = Call::begin(&CallSettings::DEFAULT, now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(limiter.available(now), 0);
+    call.complete(&mut p, permit, now + ms(5), Outcome::Success, &mut |_| {});
+    assert_eq!(
+        p.breaker.breaker().snapshot(now).state,
+        stormguard_core::State::Closed
+    );
 }
