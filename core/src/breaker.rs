@@ -1500,6 +1500,12 @@ macro_rules! admission_via_core {
             fn attempt_ceiling(&self, now: $crate::Instant) -> Option<$crate::Duration> {
                 self.core.attempt_ceiling(now)
             }
+            fn hedge_after(
+                &self,
+                now: $crate::Instant,
+            ) -> Result<$crate::Duration, $crate::HedgeSuppressed> {
+                self.core.hedge_after(now)
+            }
         }
     };
 }

@@ -5,7 +5,7 @@
 use core::cell::Cell;
 use core::fmt;
 
-use crate::breaker::Permit;
+use crate::breaker::{HedgeSuppressed, Permit};
 use crate::call::Admission;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::loom::AtomicU64;
@@ -1003,6 +1003,10 @@ impl<A: Admission, B: BulkheadSlots> Admission for Bulkheaded<A, B> {
 
     fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         self.breaker.attempt_ceiling(now)
+    }
+
+    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        self.breaker.hedge_after(now)
     }
 }
 

@@ -34,7 +34,7 @@
 use core::fmt;
 
 use crate::backoff::Backoff;
-use crate::breaker::Permit;
+use crate::breaker::{HedgeSuppressed, Permit};
 use crate::budget::Budget;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
@@ -76,6 +76,13 @@ pub trait Admission {
     fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         let _ = now;
         None
+    }
+    /// When to launch a hedged second attempt after the first (the learned p95), or why not:
+    /// never while half-open or recovering, without a baseline, or near the trip point.
+    /// Without a breaker there is nothing learned to hedge against.
+    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        let _ = now;
+        Err(HedgeSuppressed::NoBaseline)
     }
 }
 
@@ -154,6 +161,9 @@ impl<A: Admission + ?Sized> Admission for &mut A {
     fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         (**self).attempt_ceiling(now)
     }
+    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        (**self).hedge_after(now)
+    }
 }
 
 impl Funding for Budget {
@@ -211,6 +221,7 @@ pub struct CallSettings {
     deadline: Option<Duration>,
     attempt_timeout: Option<Duration>,
     measured_ceiling: bool,
+    hedging: bool,
     backoff: Backoff,
     seed: u64,
 }
@@ -223,6 +234,7 @@ impl CallSettings {
         deadline: Some(Duration::from_secs(30)),
         attempt_timeout: Some(Duration::from_secs(10)),
         measured_ceiling: true,
+        hedging: false,
         backoff: Backoff::DEFAULT,
         seed: 0,
     };
@@ -237,6 +249,7 @@ impl CallSettings {
             deadline: None,
             attempt_timeout: Some(Duration::from_secs(10)),
             measured_ceiling: true,
+            hedging: false,
             backoff: Backoff::worker(),
             seed: 0,
         }
@@ -286,6 +299,12 @@ impl CallSettings {
         self.measured_ceiling
     }
 
+    /// Whether a slow attempt is hedged (see [`CallSettingsBuilder::hedging`]).
+    #[must_use]
+    pub const fn hedging(&self) -> bool {
+        self.hedging
+    }
+
     /// The backoff between attempts.
     #[must_use]
     pub const fn backoff(&self) -> &Backoff {
@@ -331,6 +350,17 @@ impl CallSettingsBuilder {
     /// a configured timeout shorter than the ceiling stands.
     pub const fn measured_ceiling(mut self, on: bool) -> Self {
         self.inner.measured_ceiling = on;
+        self
+    }
+
+    /// Hedging (default off): when an attempt is slower than the breaker's learned p95 of
+    /// healthy calls, a second attempt is launched beside it, and whichever succeeds first wins
+    /// (the adapter cancels the other). At most 2 attempts are in flight; a hedge is an attempt
+    /// (it counts toward the maximum) and a retry (the budget funds it); never while the breaker
+    /// is half-open or recovering, without a learned baseline, or near the trip point. Only for
+    /// operations that are safe to run twice.
+    pub const fn hedging(mut self, on: bool) -> Self {
+        self.inner.hedging = on;
         self
     }
 
@@ -439,6 +469,21 @@ pub enum Step {
     Done(Finished),
 }
 
+/// Why [`Call::hedge`] launched nothing (the attempt in flight simply goes on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum NoHedge {
+    /// Hedging is off in the call's settings.
+    Off,
+    /// Not one attempt in flight (none, or a hedge already runs), or the attempts are spent.
+    NotNow,
+    /// The breaker says not now.
+    Suppressed(HedgeSuppressed),
+    /// The budget (or the breaker, when it changed in between) refused the extra attempt.
+    Refused(Refused),
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Ready,
@@ -459,6 +504,8 @@ pub struct Call {
     deadline: Option<Instant>,
     attempt_deadline: Option<Instant>,
     attempts: u32,
+    /// Attempts in flight: 1, or 2 while a hedge runs.
+    running: u8,
     last: Option<Outcome>,
     phase: Phase,
     rng: fastrand::Rng,
@@ -474,6 +521,7 @@ impl Call {
             deadline: settings.deadline.map(|d| now.saturating_add(d)),
             attempt_deadline: None,
             attempts: 0,
+            running: 0,
             last: None,
             phase: Phase::Ready,
             rng: fastrand::Rng::with_seed(seed),
@@ -502,7 +550,7 @@ impl Call {
         self.deadline
     }
 
-    /// When the attempt in flight must be given up (its timeout, capped by the deadline).
+    /// When the attempt started last must be given up (its timeout, capped by the deadline).
     #[must_use]
     pub const fn attempt_deadline(&self) -> Option<Instant> {
         self.attempt_deadline
@@ -608,25 +656,103 @@ impl Call {
             self.phase = Phase::Over(f);
             return Step::Done(f);
         }
-        let ceiling = if self.settings.measured_ceiling {
-            parts.breaker.attempt_ceiling(now)
-        } else {
-            None
-        };
-        // The tightest of the configured timeout, the measured ceiling and the time left.
-        let timeout = [self.settings.attempt_timeout, ceiling, left]
-            .into_iter()
-            .flatten()
-            .min();
+        let timeout = self.attempt_timeout(&parts.breaker, now);
         match parts.breaker.try_acquire(now, timeout, events) {
             Ok(permit) => {
-                self.attempts = self.attempts.saturating_add(1);
-                self.attempt_deadline = timeout.map(|t| now.saturating_add(t));
+                self.started(timeout, now);
                 self.phase = Phase::InFlight;
                 Step::Attempt(permit)
             }
             Err(refused) => self.reject(parts, refused, now, events),
         }
+    }
+
+    /// The timeout of an attempt started at `now`: the tightest of the configured timeout, the
+    /// measured ceiling and the time left.
+    fn attempt_timeout<A: Admission>(&self, breaker: &A, now: Instant) -> Option<Duration> {
+        let ceiling = if self.settings.measured_ceiling {
+            breaker.attempt_ceiling(now)
+        } else {
+            None
+        };
+        [self.settings.attempt_timeout, ceiling, self.remaining(now)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn started(&mut self, timeout: Option<Duration>, now: Instant) {
+        self.attempts = self.attempts.saturating_add(1);
+        self.running = self.running.saturating_add(1);
+        self.attempt_deadline = timeout.map(|t| now.saturating_add(t));
+    }
+
+    /// Can a hedge be launched beside the attempt in flight? Everything but the breaker.
+    fn may_hedge(&self) -> Result<(), NoHedge> {
+        if !self.settings.hedging {
+            return Err(NoHedge::Off);
+        }
+        if self.phase != Phase::InFlight
+            || self.running != 1
+            || self.attempts >= self.settings.max_attempts
+        {
+            return Err(NoHedge::NotNow);
+        }
+        Ok(())
+    }
+
+    /// How long after launching the attempt just started (by [`Step::Attempt`]) to launch a
+    /// hedge beside it, if it has not finished by then; `None` when the call will not hedge
+    /// (hedging off, attempts spent, the breaker not closed or without a baseline, or the
+    /// hedge would start past the attempt's own deadline). Call it right after the attempt
+    /// starts, at the same `now`; when the time comes, ask [`Call::hedge`].
+    #[must_use]
+    pub fn hedge_delay<A: Admission, F: Funding>(
+        &self,
+        parts: &Parts<A, F>,
+        now: Instant,
+    ) -> Option<Duration> {
+        self.may_hedge().ok()?;
+        let after = parts.breaker.hedge_after(now).ok()?;
+        match self.attempt_deadline {
+            Some(d) if now.saturating_add(after) >= d => None,
+            _ => Some(after),
+        }
+    }
+
+    /// Launches a hedge beside the attempt in flight, at `now` (when [`Call::hedge_delay`] has
+    /// passed and the attempt is still running), or says why not; the attempt in flight goes
+    /// on either way. The breaker decides again (it may have left the closed state), then the
+    /// budget funds the hedge like a retry, then the breaker admits it. The permit is reported
+    /// with [`Call::complete`] like any attempt; [`Call::attempt_deadline`] is now the hedge's.
+    ///
+    /// With two attempts in flight, the first success ends the call (report the other, once
+    /// cancelled, as [`Outcome::Cancelled`]); a failure waits for the other attempt, and only
+    /// when both have failed does the call retry (or end).
+    pub fn hedge<A: Admission, F: Funding>(
+        &mut self,
+        parts: &mut Parts<A, F>,
+        now: Instant,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, NoHedge> {
+        self.may_hedge()?;
+        parts
+            .breaker
+            .hedge_after(now)
+            .map_err(NoHedge::Suppressed)?;
+        parts.breaker.check(now).map_err(NoHedge::Refused)?;
+        parts.budget.try_fund_retry(now).map_err(NoHedge::Refused)?;
+        let timeout = self.attempt_timeout(&parts.breaker, now);
+        let permit = parts
+            .breaker
+            .try_acquire(now, timeout, events)
+            .map_err(NoHedge::Refused)?;
+        self.started(timeout, now);
+        events(Event::Hedged {
+            name: parts.breaker.name(),
+            attempt: self.attempts,
+        });
+        Ok(permit)
     }
 
     /// Reports how the attempt behind `permit` ended, at `now`. The breaker and budget learn
@@ -641,11 +767,27 @@ impl Call {
     ) {
         parts.breaker.on_outcome(now, permit, outcome, events);
         parts.budget.on_outcome(now, outcome);
-        self.attempt_deadline = None;
         if self.phase != Phase::InFlight {
             return;
         }
+        self.running = self.running.saturating_sub(1);
         self.last = Some(outcome);
+        if self.running > 0 {
+            // The other attempt of a hedged pair runs on: a success or a cancellation ends the
+            // call, and so does a permanent failure (the request itself is refused); any other
+            // failure waits for the other attempt.
+            let finished = match outcome {
+                Outcome::Success => Some(Finished::Succeeded),
+                Outcome::Cancelled => Some(Finished::Cancelled),
+                Outcome::Permanent => Some(Finished::Failed(outcome)),
+                _ => None,
+            };
+            if let Some(f) = finished {
+                self.phase = Phase::Over(f);
+            }
+            return;
+        }
+        self.attempt_deadline = None;
         let finished = match outcome {
             Outcome::Success => Some(Finished::Succeeded),
             Outcome::Cancelled => Some(Finished::Cancelled),

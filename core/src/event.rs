@@ -70,6 +70,13 @@ pub enum Event<'a> {
         /// The outcome that caused the retry.
         after: Outcome,
     },
+    /// A hedged attempt was launched beside a slow one.
+    Hedged {
+        /// The name of the breaker guarding the call (or the policy's).
+        name: &'a Name,
+        /// The attempt launched (2 when the first attempt is hedged).
+        attempt: u32,
+    },
 }
 
 impl Event<'_> {
@@ -82,7 +89,8 @@ impl Event<'_> {
             | Event::ProbesReclaimed { name, .. }
             | Event::RampStep { name, .. }
             | Event::Rejected { name, .. }
-            | Event::Retry { name, .. } => name,
+            | Event::Retry { name, .. }
+            | Event::Hedged { name, .. } => name,
         }
     }
 
@@ -133,6 +141,7 @@ impl Event<'_> {
                 delay,
                 after,
             },
+            Event::Hedged { attempt, .. } => Event::Hedged { name, attempt },
         }
     }
 
@@ -146,6 +155,7 @@ impl Event<'_> {
             Event::RampStep { .. } => "ramp_step",
             Event::Rejected { .. } => "rejected",
             Event::Retry { .. } => "retry",
+            Event::Hedged { .. } => "hedged",
         }
     }
 }
@@ -185,6 +195,10 @@ mod tests {
                 attempt: 2,
                 delay: Duration::ZERO,
                 after: Outcome::Transient,
+            },
+            Event::Hedged {
+                name: &a,
+                attempt: 2,
             },
         ];
         for e in events {

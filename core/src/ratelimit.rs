@@ -77,7 +77,7 @@ use core::fmt;
 use core::hash::{BuildHasher, Hash, Hasher};
 use core::num::NonZeroU32;
 
-use crate::breaker::Permit;
+use crate::breaker::{HedgeSuppressed, Permit};
 use crate::call::Admission;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
@@ -1329,6 +1329,10 @@ impl<A: Admission, L: Limit> Admission for RateLimited<A, L> {
 
     fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         self.breaker.attempt_ceiling(now)
+    }
+
+    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        self.breaker.hedge_after(now)
     }
 }
 

@@ -10,8 +10,9 @@
 
 use stormguard_core::{
     Backoff, Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event,
-    Finished, Instant, Jitter, Name, Outcome, Parts, RateLimitSettings, RateLimited, RateLimiter,
-    RefusalReason, Rejection, SharedRateLimiter, Step, Unguarded, Unlimited, GUARD_PAUSE,
+    Finished, Instant, Jitter, Name, NoHedge, Outcome, Parts, RateLimitSettings, RateLimited,
+    RateLimiter, RefusalReason, Rejection, SharedRateLimiter, Step, Unguarded, Unlimited,
+    GUARD_PAUSE,
 };
 
 fn ms(n: u64) -> Duration {
@@ -668,5 +669,225 @@ fn an_open_breaker_behind_a_rate_limiter_spends_none_of_its_cells() {
     assert_eq!(
         p.breaker.breaker().snapshot(now).state,
         stormguard_core::State::Closed
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hedging
+
+fn hedging() -> CallSettings {
+    no_jitter().to_builder().hedging(true).build().unwrap()
+}
+
+/// A breaker that has learned healthy calls take 20 ms, and a full budget.
+fn warm_parts(now: Instant) -> (Parts<Breaker, Budget>, Instant) {
+    let mut p = parts();
+    let now = warm(&mut p.breaker, now, ms(20), 40);
+    (p, now)
+}
+
+#[test]
+fn a_slow_attempt_is_hedged_after_the_learned_p95_and_the_first_success_wins() {
+    let (mut p, now) = warm_parts(Instant::from_secs(1));
+    let budget_before = p.budget.available(now);
+    let mut events = Vec::new();
+    let mut call = Call::begin(&hedging(), now);
+    let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    let after = call
+        .hedge_delay(&p, now)
+        .expect("a warm, closed breaker hedges");
+    assert_eq!(Ok(after), p.breaker.hedge_after(now));
+    // The p95 of 20 ms calls reads at most 12.5% above.
+    assert!(
+        after >= ms(20) && after <= Duration::from_micros(22_500),
+        "{after}"
+    );
+
+    // The first attempt is still running at the p95: the hedge goes out, funded by the budget.
+    let t = now + after;
+    let hedge = call
+        .hedge(&mut p, t, &mut |e| events.push(e.kind()))
+        .unwrap();
+    assert_eq!(events, ["hedged"]);
+    assert_eq!(call.attempts(), 2);
+    assert_eq!(p.budget.available(t), budget_before - 1);
+    // At most two in flight.
+    assert_eq!(call.hedge(&mut p, t, &mut |_| {}), Err(NoHedge::NotNow));
+
+    // The hedge answers first; the call is over; the loser is cancelled and reported as such,
+    // which the breaker does not count as a failure.
+    call.complete(&mut p, hedge, t + ms(20), Outcome::Success, &mut |_| {});
+    assert!(call.is_over());
+    call.complete(&mut p, first, t + ms(21), Outcome::Cancelled, &mut |_| {});
+    assert_eq!(
+        call.poll(&mut p, t + ms(21), &mut |_| {}),
+        Step::Done(Finished::Succeeded)
+    );
+    assert_eq!(p.breaker.snapshot(t).consecutive_failures, 0);
+}
+
+#[test]
+fn a_failure_of_one_hedged_attempt_waits_for_the_other() {
+    let (mut p, now) = warm_parts(Instant::from_secs(1));
+    let mut call = Call::begin(&hedging(), now);
+    let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    let t = now + call.hedge_delay(&p, now).unwrap();
+    let hedge = call.hedge(&mut p, t, &mut |_| {}).unwrap();
+    // The first attempt fails while the hedge runs: no retry is scheduled, the call goes on.
+    call.complete(&mut p, first, t + ms(1), Outcome::Transient, &mut |_| {});
+    assert!(!call.is_over());
+    call.complete(&mut p, hedge, t + ms(20), Outcome::Success, &mut |_| {});
+    assert_eq!(
+        call.poll(&mut p, t + ms(20), &mut |_| {}),
+        Step::Done(Finished::Succeeded)
+    );
+}
+
+#[test]
+fn when_both_hedged_attempts_fail_the_call_retries_and_a_hedge_counts_as_an_attempt() {
+    let (mut p, now) = warm_parts(Instant::from_secs(1));
+    let settings = hedging().to_builder().max_attempts(3).build().unwrap();
+    let mut call = Call::begin(&settings, now);
+    let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    let t = now + call.hedge_delay(&p, now).unwrap();
+    let hedge = call.hedge(&mut p, t, &mut |_| {}).unwrap();
+    call.complete(&mut p, hedge, t + ms(5), Outcome::Transient, &mut |_| {});
+    call.complete(&mut p, first, t + ms(6), Outcome::Transient, &mut |_| {});
+    // Both failed: the ordinary retry, the third and last attempt.
+    let Step::Wait(wait) = call.poll(&mut p, t + ms(6), &mut |_| {}) else {
+        panic!()
+    };
+    let t = t + ms(6) + wait;
+    let Step::Attempt(third) = call.poll(&mut p, t, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(call.attempts(), 3);
+    // No attempt left to hedge with.
+    assert_eq!(call.hedge_delay(&p, t), None);
+    assert_eq!(call.hedge(&mut p, t, &mut |_| {}), Err(NoHedge::NotNow));
+    call.complete(&mut p, third, t + ms(5), Outcome::Transient, &mut |_| {});
+    assert_eq!(
+        call.poll(&mut p, t + ms(5), &mut |_| {}),
+        Step::Done(Finished::Failed(Outcome::Transient))
+    );
+}
+
+#[test]
+fn a_permanent_failure_of_either_hedged_attempt_ends_the_call() {
+    let (mut p, now) = warm_parts(Instant::from_secs(1));
+    let mut call = Call::begin(&hedging(), now);
+    let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    let t = now + call.hedge_delay(&p, now).unwrap();
+    let hedge = call.hedge(&mut p, t, &mut |_| {}).unwrap();
+    call.complete(&mut p, hedge, t + ms(2), Outcome::Permanent, &mut |_| {});
+    assert!(call.is_over());
+    call.complete(&mut p, first, t + ms(3), Outcome::Cancelled, &mut |_| {});
+    assert_eq!(
+        call.poll(&mut p, t + ms(3), &mut |_| {}),
+        Step::Done(Finished::Failed(Outcome::Permanent))
+    );
+}
+
+#[test]
+fn hedging_is_off_by_default_and_suppressed_without_a_baseline_or_a_closed_breaker() {
+    // Off by default.
+    let (mut p, now) = warm_parts(Instant::from_secs(1));
+    let mut call = Call::begin(&no_jitter(), now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(call.hedge_delay(&p, now), None);
+    assert_eq!(
+        call.hedge(&mut p, now + ms(30), &mut |_| {}),
+        Err(NoHedge::Off)
+    );
+    call.complete(&mut p, permit, now + ms(20), Outcome::Success, &mut |_| {});
+
+    // No baseline: a cold breaker, and no breaker at all.
+    let mut cold = parts();
+    let mut call = Call::begin(&hedging(), now);
+    let Step::Attempt(permit) = call.poll(&mut cold, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(call.hedge_delay(&cold, now), None);
+    assert_eq!(
+        call.hedge(&mut cold, now + ms(30), &mut |_| {}),
+        Err(NoHedge::Suppressed(
+            stormguard_core::HedgeSuppressed::NoBaseline
+        ))
+    );
+    call.complete(
+        &mut cold,
+        permit,
+        now + ms(20),
+        Outcome::Success,
+        &mut |_| {},
+    );
+    let mut bare = Parts {
+        breaker: Unguarded(Name::new("bare")),
+        budget: Unlimited,
+    };
+    let mut call = Call::begin(&hedging(), now);
+    let Step::Attempt(_) = call.poll(&mut bare, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(call.hedge_delay(&bare, now), None);
+
+    // The breaker opens while the first attempt runs (another call's failures): the hedge is
+    // suppressed, and nothing is taken from the budget.
+    let mut call = Call::begin(&hedging(), now);
+    let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert!(call.hedge_delay(&p, now).is_some());
+    p.breaker.isolate(now, &mut |_| {});
+    let before = p.budget.available(now);
+    assert_eq!(
+        call.hedge(&mut p, now + ms(30), &mut |_| {}),
+        Err(NoHedge::Suppressed(
+            stormguard_core::HedgeSuppressed::NotClosed
+        ))
+    );
+    assert_eq!(p.budget.available(now), before);
+    call.complete(&mut p, first, now + ms(40), Outcome::Success, &mut |_| {});
+}
+
+#[test]
+fn a_hedge_the_budget_cannot_fund_is_not_launched() {
+    let mut p = Parts {
+        breaker: parts().breaker,
+        budget: Budget::new(
+            BudgetSettings::builder("tight")
+                .floor_per_second_milli(1)
+                .fraction_ppm(1)
+                .build()
+                .unwrap(),
+        ),
+    };
+    let now = warm(&mut p.breaker, Instant::from_secs(1), ms(20), 40);
+    while p.budget.try_withdraw(now).is_ok() {}
+    let mut call = Call::begin(&hedging(), now);
+    let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    let t = now + call.hedge_delay(&p, now).unwrap();
+    let Err(NoHedge::Refused(r)) = call.hedge(&mut p, t, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(r.reason, RefusalReason::BudgetExhausted);
+    assert_eq!(call.attempts(), 1);
+    // The first attempt goes on and decides the call.
+    call.complete(&mut p, first, t + ms(100), Outcome::Success, &mut |_| {});
+    assert_eq!(
+        call.poll(&mut p, t + ms(100), &mut |_| {}),
+        Step::Done(Finished::Succeeded)
     );
 }
