@@ -4,13 +4,14 @@
 //! the cap. After a [`Throttled`](Outcome::Throttled) outcome the curve starts from a longer
 //! base, and a `retry_after` the dependency supplied wins over the curve, capped only by the
 //! maximum, with no jitter. The arithmetic is integer nanoseconds and thousandths; randomness
-//! comes only from the [`fastrand::Rng`] the caller passes, so the same seed gives the same
+//! comes only from the [`JitterRng`] the caller passes, so the same seed gives the same
 //! delays.
 
 use core::fmt;
 
 use crate::error::{Bound, Field, SettingsError};
 use crate::ratio::Multiple;
+use crate::rng::JitterRng;
 use crate::{Duration, Outcome};
 
 /// The shortest base (and throttled base) a backoff may have: less is not a backoff.
@@ -43,15 +44,15 @@ impl Jitter {
     }
 
     /// `nominal` randomized by this jitter, drawing from `rng` (not at all for [`Jitter::None`]).
-    fn apply(self, nominal: Duration, rng: &mut fastrand::Rng) -> Duration {
+    fn apply(self, nominal: Duration, rng: &mut JitterRng) -> Duration {
         let n = nominal.as_nanos();
         match self {
             Jitter::None => nominal,
-            Jitter::Full => Duration::from_nanos(rng.u64(0..=n)),
+            Jitter::Full => Duration::from_nanos(rng.up_to(n)),
             Jitter::Equal => {
-                let half = n / 2;
+                let half = n >> 1;
                 let rest = n.saturating_sub(half);
-                Duration::from_nanos(half.saturating_add(rng.u64(0..=rest)))
+                Duration::from_nanos(half.saturating_add(rng.up_to(rest)))
             }
         }
     }
@@ -80,12 +81,12 @@ impl fmt::Display for Jitter {
 /// | jitter | [`Jitter::Full`] | uniform in `[0, nominal]` |
 ///
 /// ```
-/// use stormguard_core::{Backoff, Duration, Jitter, Outcome};
+/// use stormguard_core::{Backoff, Duration, Jitter, JitterRng, Outcome};
 /// let backoff = Backoff::worker();
 /// let waits: Vec<u64> = (1..=8).map(|r| backoff.nominal(r, false).as_secs()).collect();
 /// assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);
 ///
-/// let mut rng = fastrand::Rng::with_seed(7);
+/// let mut rng = JitterRng::with_seed(7);
 /// let hinted = Outcome::Throttled { retry_after: Some(Duration::from_secs(5)) };
 /// assert_eq!(Backoff::DEFAULT.delay(1, hinted, &mut rng), Duration::from_secs(5));
 /// assert!(Backoff::DEFAULT.delay(3, Outcome::Transient, &mut rng) <= Duration::from_millis(400));
@@ -230,7 +231,7 @@ impl Backoff {
     ///
     /// Random numbers come only from `rng`, so the same seed gives the same delays.
     #[must_use]
-    pub fn delay(&self, retry: u32, last: Outcome, rng: &mut fastrand::Rng) -> Duration {
+    pub fn delay(&self, retry: u32, last: Outcome, rng: &mut JitterRng) -> Duration {
         match last {
             Outcome::Throttled {
                 retry_after: Some(hint),
@@ -473,7 +474,7 @@ mod tests {
             ]
         );
         // No jitter: the delays are the nominal waits, and the RNG is not consulted.
-        let mut rng = fastrand::Rng::with_seed(1);
+        let mut rng = JitterRng::with_seed(1);
         let before = rng.clone();
         for r in 1..=9 {
             assert_eq!(
@@ -510,7 +511,7 @@ mod tests {
     #[test]
     fn a_throttled_outcome_starts_the_curve_from_the_throttled_base() {
         let b = unjittered();
-        let mut rng = fastrand::Rng::with_seed(3);
+        let mut rng = JitterRng::with_seed(3);
         let throttled = Outcome::Throttled { retry_after: None };
         assert_eq!(b.delay(1, throttled, &mut rng), secs(1));
         assert_eq!(b.delay(2, throttled, &mut rng), secs(2));
@@ -522,7 +523,7 @@ mod tests {
     #[test]
     fn a_retry_after_hint_wins_capped_and_unjittered() {
         let b = Backoff::DEFAULT;
-        let mut rng = fastrand::Rng::with_seed(5);
+        let mut rng = JitterRng::with_seed(5);
         let before = rng.clone();
         let hinted = |d| Outcome::Throttled {
             retry_after: Some(d),
@@ -541,7 +542,7 @@ mod tests {
         for jitter in [Jitter::Full, Jitter::Equal] {
             let b = built(Backoff::builder().jitter(jitter));
             let run = |seed| {
-                let mut rng = fastrand::Rng::with_seed(seed);
+                let mut rng = JitterRng::with_seed(seed);
                 (1..=20)
                     .map(|r| b.delay(r, Outcome::Transient, &mut rng))
                     .collect::<Vec<_>>()
@@ -554,7 +555,7 @@ mod tests {
     #[test]
     fn full_jitter_stays_within_zero_and_nominal_and_spreads() {
         let b = Backoff::DEFAULT;
-        let mut rng = fastrand::Rng::with_seed(11);
+        let mut rng = JitterRng::with_seed(11);
         let nominal = b.nominal(4, false);
         let mut lowest = Duration::MAX;
         let mut highest = Duration::ZERO;
@@ -581,7 +582,7 @@ mod tests {
     #[test]
     fn equal_jitter_stays_within_half_and_nominal() {
         let b = built(Backoff::builder().jitter(Jitter::Equal));
-        let mut rng = fastrand::Rng::with_seed(13);
+        let mut rng = JitterRng::with_seed(13);
         for retry in 1..=12 {
             let nominal = b.nominal(retry, false);
             let half = nominal.checked_div(2).unwrap_or(Duration::ZERO);
@@ -598,7 +599,7 @@ mod tests {
 
     #[test]
     fn huge_retry_counts_do_not_overflow() {
-        let mut rng = fastrand::Rng::with_seed(17);
+        let mut rng = JitterRng::with_seed(17);
         let wide = built(
             Backoff::builder()
                 .factor(Multiple::from_milli(u32::MAX))

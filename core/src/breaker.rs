@@ -25,6 +25,7 @@ use crate::error::{RefusalReason, Refused};
 use crate::event::Event;
 use crate::packed::{const_unless_loom, field, put, word, Word};
 use crate::ratio::Ratio;
+use crate::rng::JitterRng;
 use crate::settings::{BreakerSettings, MAX_COUNT};
 use crate::stats::{self, Measure, NoStats, Readings, Sample, Stats};
 use crate::{Duration, Instant, Name, Outcome, SettingsError};
@@ -241,10 +242,11 @@ pub(crate) struct Control {
     pub(crate) mark: Mark,
 }
 
-/// The largest millisecond a [`Mark`] holds (56 bits: over two million years).
-const MARK_MS: u64 = (1 << 56) - 1;
+/// The largest value a [`Mark`] holds (56 bits), reserved for [`Mark::PENDING`]. 56 bits of
+/// microseconds span the whole range of an [`Instant`] (2^64 ns is 2^54 us).
+const MARK_MAX: u64 = (1 << 56) - 1;
 
-/// A point in time in whole milliseconds since the epoch, as the breaker's mark word stores it
+/// A point in time in whole microseconds since the epoch, as the breaker's mark word stores it
 /// beside its epoch tag. Not wrapping: a breaker left alone for any length of time reads its
 /// break as over and its ramp as run out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -254,27 +256,26 @@ pub(crate) struct Mark(pub(crate) u64);
 impl Mark {
     /// A mark whose writer has not stored it yet (the shared form writes the control word
     /// first): never reached, no time elapsed since it. Readers treat it conservatively.
-    pub(crate) const PENDING: Mark = Mark(MARK_MS);
+    pub(crate) const PENDING: Mark = Mark(MARK_MAX);
 
-    /// The millisecond `now` falls in.
+    /// The microsecond `now` falls in.
     pub(crate) const fn of(now: Instant) -> Mark {
-        let ms = now.as_millis();
-        Mark(if ms < MARK_MS { ms } else { MARK_MS - 1 })
+        Mark(now.since_epoch().as_micros())
     }
 
-    /// The first whole millisecond at or after `now + d`: a span is never served short.
+    /// The first whole microsecond at or after `now + d`: a span is never served short, nor
+    /// more than 999 ns long.
     pub(crate) const fn deadline(now: Instant, d: Duration) -> Mark {
-        let ms = now.saturating_add(d).since_epoch().as_millis_ceil();
-        Mark(if ms < MARK_MS { ms } else { MARK_MS - 1 })
+        Mark(now.saturating_add(d).since_epoch().as_micros_ceil())
     }
 
     const fn instant(self) -> Instant {
-        Instant::from_millis(self.0)
+        Instant::from_micros(self.0)
     }
 
     /// `true` once `now` has reached this mark (never for a pending one).
     pub(crate) const fn reached(self, now: Instant) -> bool {
-        self.0 != MARK_MS && now.as_nanos() >= self.instant().as_nanos()
+        self.0 != MARK_MAX && now.as_nanos() >= self.instant().as_nanos()
     }
 
     /// Time from `now` until this mark; zero once reached.
@@ -284,14 +285,14 @@ impl Mark {
 
     /// Time from this mark to `now`; zero if `now` is earlier or the mark is pending.
     pub(crate) const fn elapsed(self, now: Instant) -> Duration {
-        if self.0 == MARK_MS {
+        if self.0 == MARK_MAX {
             Duration::ZERO
         } else {
             now.saturating_duration_since(self.instant())
         }
     }
 
-    /// The mark word: the epoch tag in the high 8 bits, the millisecond in the low 56.
+    /// The mark word: the epoch tag in the high 8 bits, the time in the low 56.
     const fn pack(self, epoch: u8) -> u64 {
         put(epoch as u64, 56, 8) | put(self.0, 0, 56)
     }
@@ -352,10 +353,18 @@ impl Control {
     }
 
     /// The state as read at `now`, without changing anything.
-    pub(crate) fn state(&self, r: &Ramp, s: &BreakerSettings, seed: u64, now: Instant) -> State {
+    pub(crate) fn state<M: Measure>(
+        &self,
+        r: &Ramp,
+        s: &BreakerSettings,
+        seed: u64,
+        now: Instant,
+    ) -> State {
         match self.phase {
             Phase::Open if self.mark.reached(now) => State::HalfOpen,
-            Phase::Recovering if ramp_fraction(self, r, s, seed, now) >= RAMP_ONE => State::Closed,
+            Phase::Recovering if ramp_fraction::<M>(self, r, s, seed, now) >= RAMP_ONE => {
+                State::Closed
+            }
             p => p.state(),
         }
     }
@@ -498,50 +507,73 @@ fn permille(x: u16) -> Ratio {
 /// so the same seed always gives the same breaks and different seeds spread across the band.
 /// Being a pure function, the break just served need not be stored.
 pub(crate) fn break_for(s: &BreakerSettings, opens: u8, seed: u64) -> Duration {
-    let nominal = s.nominal_break(opens.max(1)).as_millis_ceil().max(1);
+    // In whole microseconds, the unit of the mark the break's end is kept in.
+    let nominal = s.nominal_break(opens.max(1)).as_micros_ceil().max(1);
     if !s.jitter() {
-        return Duration::from_millis(nominal);
+        return Duration::from_micros(nominal);
     }
     let floor = nominal.div_ceil(2);
-    let mut rng =
-        fastrand::Rng::with_seed(seed ^ u64::from(opens).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    Duration::from_millis(rng.u64(floor..=nominal))
+    let mut rng = JitterRng::with_seed(seed ^ u64::from(opens).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    Duration::from_micros(floor.saturating_add(rng.up_to(nominal.saturating_sub(floor))))
+}
+
+/// The recovery ramp's settings, if this breaker form can run one: a form without statistics
+/// cannot (it refuses such settings at construction), and with this its build links no ramp
+/// code at all.
+#[inline]
+fn recovery<M: Measure>(s: &BreakerSettings) -> Option<crate::settings::Recovery> {
+    if M::KEEPS {
+        s.recovery()
+    } else {
+        None
+    }
 }
 
 /// The ramp's length: its fraction of the break just served, clamped.
-fn ramp_length_ms(s: &BreakerSettings, opens: u8, seed: u64) -> u64 {
-    s.recovery()
-        .map_or(1, |ramp| {
-            ramp.length_for(break_for(s, opens, seed)).as_millis()
+fn ramp_length<M: Measure>(s: &BreakerSettings, opens: u8, seed: u64) -> Duration {
+    recovery::<M>(s)
+        .map_or(Duration::ZERO, |ramp| {
+            ramp.length_for(break_for(s, opens, seed))
         })
-        .max(1)
+        .max(Duration::from_nanos(1))
 }
 
 /// The admitted fraction while Recovering, in thousandths: the lower of the clock term (5% rising
 /// linearly to 1 over the ramp) and the evidence cap.
-pub(crate) fn ramp_fraction(
+pub(crate) fn ramp_fraction<M: Measure>(
     c: &Control,
     r: &Ramp,
     s: &BreakerSettings,
     seed: u64,
     now: Instant,
 ) -> u16 {
-    let elapsed = c.mark.elapsed(now).as_millis();
-    let length = ramp_length_ms(s, c.opens, seed);
-    let climb = u64::from(RAMP_ONE - RAMP_INITIAL);
-    let clock = u64::from(RAMP_INITIAL)
-        .saturating_add(
-            climb
-                .saturating_mul(elapsed)
-                .checked_div(length)
-                .unwrap_or(climb),
-        )
-        .min(u64::from(RAMP_ONE));
-    u16::try_from(clock).unwrap_or(RAMP_ONE).min(r.cap)
+    if !M::KEEPS {
+        return RAMP_ONE;
+    }
+    let elapsed = c.mark.elapsed(now).as_nanos();
+    let length = ramp_length::<M>(s, c.opens, seed).as_nanos();
+    let climb = RAMP_ONE - RAMP_INITIAL;
+    let risen = if elapsed >= length {
+        climb
+    } else {
+        // elapsed < length: scale both down to 22 bits (rounding off at most one part in 2
+        // million of the ramp, which moves in steps of 1/950 anyway), so the product with the
+        // climb and the division stay in 32 bits, which a microcontroller divides in hardware.
+        let shift = 64u32
+            .saturating_sub(length.leading_zeros())
+            .saturating_sub(22);
+        let (elapsed, length) = ((elapsed >> shift) as u32, (length >> shift) as u32);
+        let part = u32::from(climb)
+            .saturating_mul(elapsed)
+            .checked_div(length)
+            .unwrap_or(0);
+        u16::try_from(part).unwrap_or(climb).min(climb)
+    };
+    RAMP_INITIAL.saturating_add(risen).min(r.cap)
 }
 
 /// Opens the breaker (from any phase) with the grown, jittered break.
-fn open(
+fn open<M: Measure>(
     c: &mut Control,
     r: &Ramp,
     s: &BreakerSettings,
@@ -550,7 +582,7 @@ fn open(
     reason: TripReason,
     n: &mut Notes,
 ) {
-    let from = c.state(r, s, seed, now);
+    let from = c.state::<M>(r, s, seed, now);
     c.opens = c.opens.saturating_add(1).min(MAX_OPENS);
     c.epoch = c.epoch.wrapping_add(1);
     let d = break_for(s, c.opens, seed);
@@ -582,8 +614,8 @@ fn close(c: &mut Control, from: State, n: &mut Notes) {
 }
 
 /// Probes succeeded: close, or start the ramp when one is configured.
-fn recovered(c: &mut Control, s: &BreakerSettings, now: Instant, n: &mut Notes) {
-    if s.recovery().is_none() {
+fn recovered<M: Measure>(c: &mut Control, s: &BreakerSettings, now: Instant, n: &mut Notes) {
+    if recovery::<M>(s).is_none() {
         return close(c, State::HalfOpen, n);
     }
     c.phase = Phase::Recovering;
@@ -602,7 +634,7 @@ fn recovered(c: &mut Control, s: &BreakerSettings, now: Instant, n: &mut Notes) 
 
 /// Realises the transitions that time alone makes: the break ending (Open becomes HalfOpen),
 /// lost probes being reclaimed, the ramp running out.
-pub(crate) fn advance(
+pub(crate) fn advance<M: Measure>(
     c: &mut Control,
     r: &Ramp,
     s: &BreakerSettings,
@@ -633,7 +665,7 @@ pub(crate) fn advance(
             c.probes = 0;
             c.epoch = c.epoch.wrapping_add(1);
         }
-        Phase::Recovering if ramp_fraction(c, r, s, seed, now) >= RAMP_ONE => {
+        Phase::Recovering if ramp_fraction::<M>(c, r, s, seed, now) >= RAMP_ONE => {
             close(c, State::Recovering, n);
         }
         _ => {}
@@ -652,7 +684,7 @@ pub(crate) enum Admit {
 /// The admission rule over the control state. `attempt_timeout` bounds how long a probe slot
 /// may stay out before it is reclaimed.
 #[allow(clippy::too_many_arguments)] // one pure rule, spelled out: every input is needed
-pub(crate) fn admit(
+pub(crate) fn admit<M: Measure>(
     c: &mut Control,
     r: &Ramp,
     s: &BreakerSettings,
@@ -661,7 +693,7 @@ pub(crate) fn admit(
     attempt_timeout: Option<Duration>,
     n: &mut Notes,
 ) -> Result<Admit, Refused> {
-    advance(c, r, s, seed, now, n);
+    advance::<M>(c, r, s, seed, now, n);
     match c.phase {
         Phase::Closed => Ok(Admit::Grant(Kind::Normal)),
         Phase::Recovering => Ok(Admit::Ramp),
@@ -699,14 +731,14 @@ pub(crate) fn admit(
 
 /// The ramp's admission: each offer adds p to the credit, and a whole credit admits one call,
 /// so over any run of offers the admitted count stays within one of the sum of p.
-pub(crate) fn admit_ramp(
+pub(crate) fn admit_ramp<M: Measure>(
     c: &Control,
     r: &mut Ramp,
     s: &BreakerSettings,
     seed: u64,
     now: Instant,
 ) -> Result<Kind, Refused> {
-    let p = ramp_fraction(c, r, s, seed, now);
+    let p = ramp_fraction::<M>(c, r, s, seed, now);
     let credit = r.credit.saturating_add(p);
     if credit >= RAMP_ONE {
         r.credit = credit.saturating_sub(RAMP_ONE);
@@ -721,17 +753,15 @@ pub(crate) fn admit_ramp(
 }
 
 /// What is left of the break while Open: never more than the break itself plus the part of a
-/// millisecond its end is rounded up by (a clock that stepped back means no time passed; a mark
-/// still pending reads as a break just begun).
+/// microsecond its end is rounded up by (a clock that stepped back means no time passed;
+/// a mark still pending reads as a break just begun).
 pub(crate) fn open_remaining(
     c: &Control,
     s: &BreakerSettings,
     seed: u64,
     now: Instant,
 ) -> Duration {
-    let longest = break_for(s, c.opens, seed)
-        .saturating_add(Duration::from_millis(1))
-        .saturating_sub(Duration::from_nanos(1));
+    let longest = break_for(s, c.opens, seed).saturating_add(Duration::from_nanos(999));
     c.mark.remaining(now).min(longest)
 }
 
@@ -739,7 +769,7 @@ pub(crate) fn open_remaining(
 /// the slow-call threshold; `readings` are the statistics after recording it. Returns
 /// `Some(slow)` when the outcome is evidence for the recovery ramp ([`ramp_evidence`]).
 #[allow(clippy::too_many_arguments)] // one pure rule, spelled out: every input is needed
-pub(crate) fn complete(
+pub(crate) fn complete<M: Measure>(
     c: &mut Control,
     r: &Ramp,
     s: &BreakerSettings,
@@ -762,41 +792,42 @@ pub(crate) fn complete(
             } else if outcome.is_failure() {
                 c.count = c.count.saturating_add(1).min(MAX_COUNT);
                 if c.count >= s.consecutive_failures() {
-                    open(c, r, s, seed, now, TripReason::ConsecutiveFailures, n);
+                    open::<M>(c, r, s, seed, now, TripReason::ConsecutiveFailures, n);
                     return None;
                 }
             }
-            if let Some(reason) = readings.and_then(|rd| stats::trip_reason(rd, s)) {
-                open(c, r, s, seed, now, reason, n);
+            let by_statistics = if M::KEEPS { readings } else { None };
+            if let Some(reason) = by_statistics.and_then(|rd| stats::trip_reason(rd, s)) {
+                open::<M>(c, r, s, seed, now, reason, n);
             }
             None
         }
         (Phase::HalfOpen, Kind::Probe) => {
             c.probes = c.probes.saturating_sub(1);
             if outcome.is_failure() {
-                open(c, r, s, seed, now, TripReason::ProbeFailed, n);
+                open::<M>(c, r, s, seed, now, TripReason::ProbeFailed, n);
             } else if outcome == Outcome::Success {
                 if slow {
                     // A slow probe is no recovery: with a ramp it starts the ramp (the trickle a
                     // warming dependency needs); without one it re-opens.
-                    if s.recovery().is_some() {
-                        recovered(c, s, now, n);
+                    if recovery::<M>(s).is_some() {
+                        recovered::<M>(c, s, now, n);
                     } else {
-                        open(c, r, s, seed, now, TripReason::SlowProbe, n);
+                        open::<M>(c, r, s, seed, now, TripReason::SlowProbe, n);
                     }
                     return None;
                 }
                 c.count = c.count.saturating_add(1).min(MAX_COUNT);
                 if c.count >= s.probe_successes() {
-                    recovered(c, s, now, n);
+                    recovered::<M>(c, s, now, n);
                 }
             }
             None
         }
-        (Phase::Recovering, Kind::Ramp) => {
+        (Phase::Recovering, Kind::Ramp) if M::KEEPS => {
             if outcome.is_failure() {
                 // One real failure withdraws the ramp, with the grown break.
-                open(c, r, s, seed, now, TripReason::RampFailure, n);
+                open::<M>(c, r, s, seed, now, TripReason::RampFailure, n);
                 None
             } else if outcome == Outcome::Success {
                 Some(slow)
@@ -1057,7 +1088,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         if n.ramp_step {
             let (_, c, r) = self.load();
             if c.phase == Phase::Recovering {
-                let fraction = permille(ramp_fraction(&c, &r, self.s(), self.seed, now));
+                let fraction = permille(ramp_fraction::<M>(&c, &r, self.s(), self.seed, now));
                 events(Event::RampStep {
                     name,
                     fraction,
@@ -1069,7 +1100,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
 
     pub(crate) fn state(&self, now: Instant) -> State {
         let (_, c, r) = self.load();
-        c.state(&r, self.s(), self.seed, now)
+        c.state::<M>(&r, self.s(), self.seed, now)
     }
 
     #[inline]
@@ -1099,7 +1130,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             let (raw, c0, r) = self.load();
             let mut c = c0;
             let mut n = Notes::default();
-            let decision = admit(
+            let decision = admit::<M>(
                 &mut c,
                 &r,
                 self.s(),
@@ -1124,7 +1155,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                     });
                     self.ramp.update(|w| {
                         let mut r = Ramp::current(w, c.epoch);
-                        result = admit_ramp(&c, &mut r, self.s(), self.seed, now);
+                        result = admit_ramp::<M>(&c, &mut r, self.s(), self.seed, now);
                         r.pack()
                     });
                     result
@@ -1141,7 +1172,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
 
     pub(crate) fn check(&self, now: Instant) -> Result<(), Refused> {
         let (_, mut c, mut r) = self.load();
-        let decision = admit(
+        let decision = admit::<M>(
             &mut c,
             &r,
             self.s(),
@@ -1152,7 +1183,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         )?;
         match decision {
             Admit::Grant(_) => Ok(()),
-            Admit::Ramp => admit_ramp(&c, &mut r, self.s(), self.seed, now).map(|_| ()),
+            Admit::Ramp => admit_ramp::<M>(&c, &mut r, self.s(), self.seed, now).map(|_| ()),
         }
     }
 
@@ -1218,7 +1249,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             let (raw, c0, r) = self.load();
             let mut c = c0;
             let mut n = Notes::default();
-            let evidence = complete(
+            let evidence = complete::<M>(
                 &mut c,
                 &r,
                 s,
@@ -1260,7 +1291,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             let (raw, c0, r) = self.load();
             let mut c = c0;
             let mut step = Notes::default();
-            advance(&mut c, &r, self.s(), self.seed, now, &mut step);
+            advance::<M>(&mut c, &r, self.s(), self.seed, now, &mut step);
             if c == c0 {
                 return;
             }
@@ -1286,7 +1317,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         let mut from = State::Closed;
         self.control.update(|w| {
             let mut c = Control::unpack(w);
-            from = c.state(
+            from = c.state::<M>(
                 &Ramp::current(self.ramp.get(), c.epoch),
                 self.s(),
                 self.seed,
@@ -1312,7 +1343,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         let mut from = State::Closed;
         self.control.update(|w| {
             let c = Control::unpack(w);
-            from = c.state(
+            from = c.state::<M>(
                 &Ramp::current(self.ramp.get(), c.epoch),
                 self.s(),
                 self.seed,
@@ -1341,7 +1372,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             Phase::Open => Some(now.saturating_add(open_remaining(&c, self.s(), self.seed, now))),
             Phase::HalfOpen if c.probes > 0 => Some(now.saturating_add(c.mark.remaining(now))),
             Phase::Recovering => {
-                let length = Duration::from_millis(ramp_length_ms(self.s(), c.opens, self.seed));
+                let length = ramp_length::<M>(self.s(), c.opens, self.seed);
                 Some(now.saturating_add(length.saturating_sub(c.mark.elapsed(now))))
             }
             _ => None,
@@ -1372,7 +1403,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     pub(crate) fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
         let s = self.s();
         let (_, c, r) = self.load();
-        if c.state(&r, s, self.seed, now) != State::Closed {
+        if c.state::<M>(&r, s, self.seed, now) != State::Closed {
             return Err(HedgeSuppressed::NotClosed);
         }
         let (p95, samples) = self.stats.tail(now, s);
@@ -1402,14 +1433,14 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
 
     pub(crate) fn ramp_fraction(&self, now: Instant) -> Option<Ratio> {
         let (_, c, r) = self.load();
-        (c.state(&r, self.s(), self.seed, now) == State::Recovering)
-            .then(|| permille(ramp_fraction(&c, &r, self.s(), self.seed, now)))
+        (c.state::<M>(&r, self.s(), self.seed, now) == State::Recovering)
+            .then(|| permille(ramp_fraction::<M>(&c, &r, self.s(), self.seed, now)))
     }
 
     pub(crate) fn snapshot(&self, now: Instant) -> Snapshot {
         let (_, c, r) = self.load();
         let s = self.s();
-        let state = c.state(&r, s, self.seed, now);
+        let state = c.state::<M>(&r, s, self.seed, now);
         let readings = self.stats.readings(now, s);
         Snapshot {
             name: *s.name(),
@@ -1428,7 +1459,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 Duration::ZERO
             },
             ramp_fraction: (state == State::Recovering)
-                .then(|| permille(ramp_fraction(&c, &r, s, self.seed, now))),
+                .then(|| permille(ramp_fraction::<M>(&c, &r, s, self.seed, now))),
             normal_latency: self.normal_latency(now),
             normal_failure_rate: self.normal_failure_rate(now),
             window_calls: readings.window.calls,

@@ -38,6 +38,7 @@ use crate::breaker::{HedgeSuppressed, Permit};
 use crate::budget::Budget;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
+use crate::rng::JitterRng;
 use crate::{Duration, Instant, Name, Outcome};
 
 /// The guarded-rejection pause: a refusal is reported only after this long (capped by the
@@ -508,7 +509,7 @@ pub struct Call {
     running: u8,
     last: Option<Outcome>,
     phase: Phase,
-    rng: fastrand::Rng,
+    rng: JitterRng,
 }
 
 impl Call {
@@ -524,7 +525,7 @@ impl Call {
             running: 0,
             last: None,
             phase: Phase::Ready,
-            rng: fastrand::Rng::with_seed(seed),
+            rng: JitterRng::with_seed(seed),
         }
     }
 
@@ -532,7 +533,7 @@ impl Call {
     /// boot together with the same `const` settings do not retry in step).
     #[must_use]
     pub fn with_seed(mut self, seed: u64) -> Call {
-        self.rng = fastrand::Rng::with_seed(seed ^ self.rng.u64(..));
+        self.rng = JitterRng::with_seed(seed ^ self.rng.next_u64());
         self
     }
 

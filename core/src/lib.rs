@@ -67,6 +67,7 @@ mod outcome;
 mod packed;
 mod ratelimit;
 mod ratio;
+mod rng;
 mod settings;
 mod shared;
 mod stats;
@@ -104,6 +105,7 @@ pub use ratelimit::{
     WindowLimitSettingsBuilder, WindowLimiter, MAX_WINDOW_EVENTS,
 };
 pub use ratio::{Multiple, Ratio};
+pub use rng::JitterRng;
 pub use settings::{
     BreakerSettings, BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls, MAX_COUNT,
     MAX_PROBES, TRIP_BUCKETS,

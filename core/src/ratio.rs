@@ -6,6 +6,8 @@
 
 use core::fmt;
 
+use crate::time::div_rem_u32;
+
 /// Parts per million in one whole.
 pub(crate) const PPM: u32 = 1_000_000;
 
@@ -147,16 +149,16 @@ impl fmt::Debug for Ratio {
 /// `n * m / d` rounded down, exact and saturating, in 64-bit arithmetic (no 128-bit helpers on
 /// a microcontroller): with `n = q d + r`, it is `q m + r m / d`, and `r m < d m < 2^64`.
 pub(crate) const fn mul_div(n: u64, m: u32, d: u32) -> u64 {
-    let (d, m) = (d as u64, m as u64);
-    match (n.checked_div(d), n.checked_rem(d)) {
-        (Some(q), Some(r)) => {
-            let part = match r.saturating_mul(m).checked_div(d) {
-                Some(p) => p,
+    match div_rem_u32(n, d) {
+        Some((q, r)) => {
+            // r < d, so r * m fits in 64 bits.
+            let part = match div_rem_u32((r as u64).saturating_mul(m as u64), d) {
+                Some((p, _)) => p,
                 None => 0,
             };
-            q.saturating_mul(m).saturating_add(part)
+            q.saturating_mul(m as u64).saturating_add(part)
         }
-        _ => u64::MAX,
+        None => u64::MAX,
     }
 }
 

@@ -30,8 +30,8 @@ use crate::{
 /// A circuit breaker shared by many threads through `&self`, lock-free. Same settings, same
 /// rules, same decisions as [`Breaker`](crate::Breaker) for any sequential input.
 ///
-/// Breaks end on whole milliseconds (the end is rounded up), so half-open and `retry_after` can
-/// land up to 1 ms after the jittered break; breaks are whole milliseconds too.
+/// Breaks are whole microseconds and end on whole microseconds (the end is rounded up), so
+/// half-open and `retry_after` can land up to 1 us after the jittered break.
 ///
 /// ```
 /// use stormguard_core::{BreakerSettings, Instant, Outcome, SharedBreaker, State};

@@ -525,6 +525,10 @@ impl<W: Word> Stats<W> {
 /// What a breaker measures, as the breaker sees it: the full statistics, or nothing at all for a
 /// breaker whose rules need none (the lean, consecutive-only form).
 pub(crate) trait Measure {
+    /// Whether this form keeps statistics at all: known at compile time, so a form without
+    /// them links none of the rules that need them (the relative and absolute rates, slow
+    /// calls, the recovery ramp).
+    const KEEPS: bool;
     /// Records one outcome.
     fn record(&self, now: Instant, s: &BreakerSettings, sample: Sample);
     /// The inputs of [`trip_reason`] at `now`.
@@ -540,6 +544,7 @@ pub(crate) trait Measure {
 }
 
 impl<W: Word> Measure for Stats<W> {
+    const KEEPS: bool = true;
     fn record(&self, now: Instant, s: &BreakerSettings, sample: Sample) {
         Stats::record(self, now, s, sample);
     }
@@ -565,6 +570,7 @@ impl<W: Word> Measure for Stats<W> {
 pub(crate) struct NoStats;
 
 impl Measure for NoStats {
+    const KEEPS: bool = false;
     fn record(&self, _: Instant, _: &BreakerSettings, _: Sample) {}
     fn readings(&self, _: Instant, _: &BreakerSettings) -> Readings {
         Readings::default()

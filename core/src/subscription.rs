@@ -4,6 +4,7 @@
 use core::fmt;
 
 use crate::backoff::Backoff;
+use crate::rng::JitterRng;
 use crate::{Duration, Instant, Outcome};
 
 /// Where a subscription stands (Whizbang's statuses, minus "failed": this helper never gives
@@ -100,7 +101,7 @@ impl fmt::Display for SubscriptionStatus {
 ///
 /// The `n`th consecutive failure waits [`Backoff::delay`]`(n)`: with [`Backoff::subscription`],
 /// 1, 2, 4, 8, 16, 32, 64, then 120 s for ever. Jitter, if the backoff has any, is drawn from a
-/// `fastrand::Rng` seeded by [`with_seed`](SubscriptionRetry::with_seed), so the same seed gives
+/// [`JitterRng`](crate::JitterRng) seeded by [`with_seed`](SubscriptionRetry::with_seed), so the same seed gives
 /// the same schedule. A clock that steps backwards is harmless: times are computed from the
 /// `now` given, saturating.
 ///
@@ -119,7 +120,7 @@ impl fmt::Display for SubscriptionStatus {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubscriptionRetry {
     backoff: Backoff,
-    rng: fastrand::Rng,
+    rng: JitterRng,
     failures: u32,
     attempts: u64,
     last_delay: Option<Duration>,
@@ -139,7 +140,7 @@ impl SubscriptionRetry {
     pub const fn with_backoff(backoff: Backoff) -> SubscriptionRetry {
         SubscriptionRetry {
             backoff,
-            rng: fastrand::Rng::with_seed(0),
+            rng: JitterRng::with_seed(0),
             failures: 0,
             attempts: 0,
             last_delay: None,
@@ -151,7 +152,7 @@ impl SubscriptionRetry {
     /// Without jitter in the backoff, the seed changes nothing.
     #[must_use]
     pub const fn with_seed(mut self, seed: u64) -> SubscriptionRetry {
-        self.rng = fastrand::Rng::with_seed(seed);
+        self.rng = JitterRng::with_seed(seed);
         self
     }
 

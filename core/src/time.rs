@@ -14,6 +14,90 @@ const NANOS_PER_MICRO: u64 = 1_000;
 const NANOS_PER_MILLI: u64 = 1_000_000;
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
+/// `n / d` and `n % d` for a 32-bit divisor, `None` when `d` is zero.
+///
+/// On a 64-bit target this is the machine's division. On a 32-bit one a 64-bit division is a
+/// library routine (about 0.9 KB of flash on a Cortex-M, a software loop on each call), while
+/// every conversion the core makes divides by a constant of at most 30 bits: long division in
+/// 32-bit steps does it with a few hardware divides (4 for milliseconds) and no routine.
+#[inline]
+pub(crate) const fn div_rem_u32(n: u64, d: u32) -> Option<(u64, u32)> {
+    if d == 0 {
+        return None;
+    }
+    #[cfg(target_pointer_width = "64")]
+    {
+        let d = d as u64;
+        match (n.checked_div(d), n.checked_rem(d)) {
+            (Some(q), Some(r)) => Some((q, r as u32)),
+            _ => None,
+        }
+    }
+    #[cfg(not(target_pointer_width = "64"))]
+    {
+        Some(long_division(n, d))
+    }
+}
+
+/// Long division of `n` by a nonzero `d` using only 32-bit divides: the high word first, then
+/// the low word in digits of as many bits as fit beside a remainder below `d`.
+#[cfg(any(not(target_pointer_width = "64"), test))]
+const fn long_division(n: u64, d: u32) -> (u64, u32) {
+    let high = (n >> 32) as u32;
+    let (mut q, mut r) = match (high.checked_div(d), high.checked_rem(d)) {
+        (Some(q), Some(r)) => (q as u64, r),
+        _ => return (0, 0),
+    };
+    // A remainder is below `d`, so `r << digit` fits in 32 bits when `digit` is the number of
+    // leading zeros of `d`; a divisor of 32 bits (digit 0) goes bit by bit in 64-bit arithmetic.
+    let digit = d.leading_zeros();
+    let mut left = 32u32;
+    while left > 0 {
+        if digit == 0 {
+            left = left.saturating_sub(1);
+            let cur = ((r as u64) << 1) | ((n >> left) & 1);
+            let bit = cur >= d as u64;
+            q = (q << 1) | bit as u64;
+            r = if bit {
+                cur.wrapping_sub(d as u64) as u32
+            } else {
+                cur as u32
+            };
+            continue;
+        }
+        let take = if left < digit { left } else { digit };
+        left = left.saturating_sub(take);
+        let chunk = ((n >> left) as u32) & (u32::MAX >> 32u32.saturating_sub(take));
+        let cur = (r << take) | chunk;
+        let (cq, cr) = match (cur.checked_div(d), cur.checked_rem(d)) {
+            (Some(cq), Some(cr)) => (cq, cr),
+            _ => return (0, 0),
+        };
+        q = (q << take) | cq as u64;
+        r = cr;
+    }
+    (q, r)
+}
+
+/// `n / d` rounded up, for the time constants.
+#[inline]
+const fn div_ceil_const(n: u64, d: u64) -> u64 {
+    match div_rem_u32(n, d as u32) {
+        Some((whole, 0)) => whole,
+        Some((whole, _)) => whole.saturating_add(1),
+        None => 0,
+    }
+}
+
+/// `n / d` for the time constants (all nonzero, below 2^30).
+#[inline]
+const fn div_const(n: u64, d: u64) -> u64 {
+    match div_rem_u32(n, d as u32) {
+        Some((q, _)) => q,
+        None => 0,
+    }
+}
+
 /// A span of time, in nanoseconds (`u64`: about 584 years).
 ///
 /// Arithmetic saturates: `Duration::MAX + x == Duration::MAX`, `a - b` with `b > a` is zero.
@@ -98,30 +182,31 @@ impl Duration {
     /// Whole microseconds, rounded down.
     #[must_use]
     pub const fn as_micros(self) -> u64 {
-        self.nanos / NANOS_PER_MICRO
+        div_const(self.nanos, NANOS_PER_MICRO)
+    }
+
+    /// Whole microseconds, rounded up.
+    #[must_use]
+    pub const fn as_micros_ceil(self) -> u64 {
+        div_ceil_const(self.nanos, NANOS_PER_MICRO)
     }
 
     /// Whole milliseconds, rounded down.
     #[must_use]
     pub const fn as_millis(self) -> u64 {
-        self.nanos / NANOS_PER_MILLI
+        div_const(self.nanos, NANOS_PER_MILLI)
     }
 
     /// Whole milliseconds, rounded up.
     #[must_use]
     pub const fn as_millis_ceil(self) -> u64 {
-        let whole = self.nanos / NANOS_PER_MILLI;
-        if self.nanos.is_multiple_of(NANOS_PER_MILLI) {
-            whole
-        } else {
-            whole.saturating_add(1)
-        }
+        div_ceil_const(self.nanos, NANOS_PER_MILLI)
     }
 
     /// Whole seconds, rounded down.
     #[must_use]
     pub const fn as_secs(self) -> u64 {
-        self.nanos / NANOS_PER_SEC
+        div_const(self.nanos, NANOS_PER_SEC)
     }
 
     /// `true` for [`Duration::ZERO`].
@@ -247,7 +332,7 @@ impl Instant {
     /// Whole milliseconds since the epoch, rounded down.
     #[must_use]
     pub const fn as_millis(self) -> u64 {
-        self.nanos / NANOS_PER_MILLI
+        div_const(self.nanos, NANOS_PER_MILLI)
     }
 
     /// The time since the epoch as a [`Duration`].
@@ -473,6 +558,41 @@ pub const MAX_BREAK: Duration = Duration::from_secs(7 * 24 * 3600);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_division_in_32_bit_steps_agrees_with_64_bit_division() {
+        let divisors = [
+            1u32,
+            2,
+            3,
+            7,
+            1_000,
+            1_000_000,
+            1_000_000_000,
+            (1 << 31) - 1,
+            1 << 31,
+            (1 << 31) + 1,
+            u32::MAX,
+        ];
+        let mut x = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut numerators = [0u64; 2006];
+        numerators[..6].copy_from_slice(&[0, 1, u64::MAX, u64::MAX - 1, 1 << 32, (1 << 32) - 1]);
+        for n in &mut numerators[6..] {
+            // xorshift64: numerators of every magnitude.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *n = x >> (x % 64);
+        }
+        for &d in &divisors {
+            for &n in &numerators {
+                let want = (n / u64::from(d), (n % u64::from(d)) as u32);
+                assert_eq!(long_division(n, d), want, "{n} / {d}");
+                assert_eq!(div_rem_u32(n, d), Some(want));
+            }
+        }
+        assert_eq!(div_rem_u32(5, 0), None);
+    }
 
     #[test]
     fn arithmetic_saturates_instead_of_overflowing() {

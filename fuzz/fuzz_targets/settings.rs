@@ -478,8 +478,8 @@ fn backoff(input: &BackoffIn) -> Result<Backoff, SettingsError> {
 }
 
 /// The generator the backoff's jitter draws from, seeded.
-fn fastrand_rng() -> fastrand::Rng {
-    fastrand::Rng::with_seed(7)
+fn fastrand_rng() -> stormguard_core::JitterRng {
+    stormguard_core::JitterRng::with_seed(7)
 }
 
 fn call(input: &CallIn, backoff: Option<Backoff>) -> Result<CallSettings, SettingsError> {
