@@ -787,7 +787,7 @@ pub(crate) fn complete<M: Measure>(
     }
     match (c.phase, permit.kind()) {
         (Phase::Closed, Kind::Normal) => {
-            if outcome == Outcome::Success {
+            if outcome.is_success() {
                 c.count = 0;
             } else if outcome.is_failure() {
                 c.count = c.count.saturating_add(1).min(MAX_COUNT);
@@ -806,7 +806,7 @@ pub(crate) fn complete<M: Measure>(
             c.probes = c.probes.saturating_sub(1);
             if outcome.is_failure() {
                 open::<M>(c, r, s, seed, now, TripReason::ProbeFailed, n);
-            } else if outcome == Outcome::Success {
+            } else if outcome.is_success() {
                 if slow {
                     // A slow probe is no recovery: with a ramp it starts the ramp (the trickle a
                     // warming dependency needs); without one it re-opens.
@@ -829,7 +829,7 @@ pub(crate) fn complete<M: Measure>(
                 // One real failure withdraws the ramp, with the grown break.
                 open::<M>(c, r, s, seed, now, TripReason::RampFailure, n);
                 None
-            } else if outcome == Outcome::Success {
+            } else if outcome.is_success() {
                 Some(slow)
             } else {
                 None
@@ -1196,7 +1196,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         events: &mut dyn FnMut(Event<'_>),
     ) {
         if !self.s().keeps_statistics()
-            && outcome == Outcome::Success
+            && outcome.is_success()
             && permit.kind() == Kind::Normal
         {
             // The common case of a breaker without statistics: a success while closed with no
@@ -1227,7 +1227,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         } else {
             None
         };
-        let slow = outcome == Outcome::TimedOut || threshold.is_some_and(|t| latency > t);
+        let slow = matches!(outcome, Outcome::TimedOut) || threshold.is_some_and(|t| latency > t);
         let mut readings = None;
         if keeps {
             let closed = current && at_outcome.phase == Phase::Closed;
@@ -1236,13 +1236,21 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 counted: outcome.is_counted(),
                 failure: outcome.is_failure(),
                 slow,
-                baseline_latency: (outcome == Outcome::Success).then_some(latency),
+                baseline_latency: (outcome.is_success()).then_some(latency),
             };
             self.stats.record(now, s, sample);
             // The ratios are judged when evidence against the dependency arrives: a failure or
             // a slow call (a fast success can only lower them).
             if closed && (outcome.is_failure() || (slow && outcome.is_counted())) {
                 readings = Some(self.stats.readings(now, s));
+            }
+        }
+        if outcome.is_success() && !slow && permit.kind() == Kind::Normal {
+            // As in `on_outcome`: a fast success while closed with no failures counted changes
+            // nothing (no count to reset, no evidence for a statistical rule).
+            let quiet = u64::from(permit.period()) << 3;
+            if self.control.get() & QUIET_MASK == quiet {
+                return;
             }
         }
         let n = loop {

@@ -594,7 +594,7 @@ impl Call {
             reason: refused.reason,
             retry_after,
             pause,
-            last: self.last.filter(|o| *o != Outcome::Success),
+            last: self.last.filter(|o| !o.is_success()),
             attempts: self.attempts,
         };
         let name = match (by_budget, parts.budget.name()) {

@@ -37,6 +37,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// `true` for [`Outcome::Success`] (a tag test, cheaper than `==`, which compares the
+    /// payload of [`Outcome::Throttled`] too).
+    #[must_use]
+    pub const fn is_success(self) -> bool {
+        matches!(self, Outcome::Success)
+    }
+
     /// `true` for the outcomes that count against the dependency.
     #[must_use]
     pub const fn is_failure(self) -> bool {
