@@ -1195,10 +1195,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
-        if !self.s().keeps_statistics()
-            && outcome.is_success()
-            && permit.kind() == Kind::Normal
-        {
+        if !self.s().keeps_statistics() && outcome.is_success() && permit.kind() == Kind::Normal {
             // The common case of a breaker without statistics: a success while closed with no
             // failures counted changes nothing. Phase, period and count are the low 21 bits.
             let quiet = u64::from(permit.period()) << 3;

@@ -154,7 +154,13 @@ impl fmt::Display for Explain<'_> {
             }
             if attempt < attempts {
                 let wait = call.backoff().nominal(attempt, false);
-                writeln!(f, "    {at}: wait up to {wait} ({})", call.backoff())?;
+                // Without jitter the wait is exactly the nominal one.
+                let up_to = if call.backoff().jitter() == crate::Jitter::None {
+                    ""
+                } else {
+                    "up to "
+                };
+                writeln!(f, "    {at}: wait {up_to}{wait} ({})", call.backoff())?;
                 at = at.saturating_add(wait);
             }
         }
@@ -165,6 +171,14 @@ impl fmt::Display for Explain<'_> {
             writeln!(
                 f,
                 "    attempts are also cut at 3x the learned p95 once the breaker knows it"
+            )?;
+        }
+        if call.hedging() && self.breaker.is_some() && attempts > 1 {
+            writeln!(
+                f,
+                "    an attempt still running at the learned p95 gets a hedge beside it (at most 2 \
+                 in flight, the first success wins, each hedge an attempt and a retry), never \
+                 while the breaker is not closed or is near its trip point"
             )?;
         }
 
@@ -247,6 +261,12 @@ impl fmt::Display for Explain<'_> {
             gap(
                 f,
                 "no attempt timeout: a hung attempt holds the call until the deadline",
+            )?;
+        }
+        if call.hedging() && self.breaker.is_none() {
+            gap(
+                f,
+                "hedging is on but no breaker learns the p95 it waits for: no hedge is ever launched",
             )?;
         }
         if !missing {

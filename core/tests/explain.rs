@@ -84,7 +84,7 @@ policy `radio`
 - the attempt limit bounds a call first: 2 attempts take at most 500ms, inside the 2s deadline
 - worst-case timeline:
     0s: attempt 1, cut at 200ms if it hangs
-    200ms: wait up to 100ms (exponential from 100ms (1s after throttling), x2, capped at 30s, no jitter)
+    200ms: wait 100ms (exponential from 100ms (1s after throttling), x2, capped at 30s, no jitter)
     300ms: attempt 2, cut at 500ms if it hangs
     a refusal is reported after a 100ms pause (less if the deadline is nearer)
     attempts are also cut at 3x the learned p95 once the breaker knows it
@@ -113,4 +113,43 @@ fn a_budget_reports_what_it_has_spent() {
         "{text}"
     );
     assert!(text.contains("no breaker: nothing stops"), "{text}");
+}
+
+#[test]
+fn a_hedging_policy_says_when_it_hedges_and_without_a_breaker_that_it_never_does() {
+    let settings = CallSettings::builder()
+        .max_attempts(2)
+        .deadline(Some(Duration::from_secs(2)))
+        .attempt_timeout(Some(Duration::from_millis(500)))
+        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
+        .hedging(true)
+        .build()
+        .unwrap();
+    let breaker = BreakerSettings::defaults("search");
+    let budget = BudgetSettings::defaults("search");
+    let text = Explain::new(&settings)
+        .breaker(&breaker)
+        .budget(&budget)
+        .to_string();
+    let want = "\
+policy `search`
+- the attempt limit bounds a call first: 2 attempts take at most 1.100s, inside the 2s deadline
+- worst-case timeline:
+    0s: attempt 1, cut at 500ms if it hangs
+    500ms: wait 100ms (exponential from 100ms (1s after throttling), x2, capped at 30s, no jitter)
+    600ms: attempt 2, cut at 1.100s if it hangs
+    a refusal is reported after a 100ms pause (less if the deadline is nearer)
+    attempts are also cut at 3x the learned p95 once the breaker knows it
+    an attempt still running at the learned p95 gets a hedge beside it (at most 2 in flight, the first success wins, each hedge an attempt and a retry), never while the breaker is not closed or is near its trip point
+- load: up to 1 retry per call (2x) only while the retry budget lasts; it holds retries to 10% of a retry per success, at least 3 per second, up to 30 banked, so in an outage the sustained load is about 1x plus the floor
+- measured now: not given (pass the breaker's snapshot)
+- missing: nothing
+";
+    assert_eq!(text, want);
+    let bare = Explain::new(&settings).to_string();
+    assert!(!bare.contains("gets a hedge"), "{bare}");
+    assert!(
+        bare.contains("hedging is on but no breaker learns the p95 it waits for"),
+        "{bare}"
+    );
 }

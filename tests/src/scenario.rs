@@ -2,7 +2,7 @@
 //! compared on it.
 
 use stormguard_core::{
-    BreakerSettings, BudgetSettings, CallSettings, Duration, Name, Recovery, SettingsError,
+    BreakerSettings, BudgetSettings, CallSettings, Duration, Explain, Name, Recovery, SettingsError,
 };
 
 use crate::model::Dependency;
@@ -46,6 +46,39 @@ pub struct Strategy {
     pub name: String,
     /// The layers, top (the caller's) first.
     pub layers: Vec<Layer>,
+}
+
+impl Layer {
+    /// The layer's plain-text self-description (the core's [`Explain`]): what bounds a call
+    /// first, the worst-case timeline, the load it can add, and what is missing.
+    pub fn explain(&self) -> Explain<'_> {
+        let mut e = Explain::new(&self.call);
+        if let Some(b) = &self.breaker {
+            e = e.breaker(b);
+        }
+        if let Some(b) = &self.budget {
+            e = e.budget(b);
+        }
+        e
+    }
+}
+
+impl Strategy {
+    /// Every layer described, top (the caller's) first.
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        let many = self.layers.len() > 1;
+        for (i, layer) in self.layers.iter().enumerate() {
+            if many {
+                out.push_str(&format!("layer {} of {}:\n", i + 1, self.layers.len()));
+            }
+            out.push_str(&layer.explain().to_string());
+            if !out.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        out
+    }
 }
 
 /// The name breakers and budgets carry in the simulator.

@@ -144,3 +144,42 @@ fn durations_read_as_a_number_and_a_unit() {
     assert!(ms("5").is_err());
     assert!(ms("s").is_err());
 }
+
+#[test]
+fn a_scenario_files_strategies_explain_themselves() {
+    let s = config::parse(GOOD).unwrap();
+    let ours = s.strategies[1].explain();
+    let want_lines = [
+        "policy `dependency`",
+        "- the attempt limit bounds a call first: 3 attempts take at most 6.150s, inside the 10s deadline",
+        "    2s: wait up to 50ms (exponential from 50ms (1s after throttling), x2, capped at 5s, equal jitter)",
+        "- missing: nothing",
+    ];
+    for line in want_lines {
+        assert!(ours.lines().any(|l| l == line), "{line:?} not in:\n{ours}");
+    }
+    let bare = s.strategies[0].explain();
+    assert!(
+        bare.contains("no breaker: nothing stops a call reaching a dependency that is already down"),
+        "{bare}"
+    );
+}
+
+#[test]
+fn storm_explain_describes_every_strategy_of_a_file_without_running_it() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_storm"))
+        .args(["--scenario", "scenarios/example.toml", "--explain"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    for strategy in ["retry-x3", "retry-x3+breaker+budget", "ours"] {
+        assert!(
+            text.lines().any(|l| l == format!("-- strategy {strategy}")),
+            "{strategy} missing:\n{text}"
+        );
+    }
+    // Explaining runs nothing: no result table.
+    assert!(!text.contains("availability"), "{text}");
+}

@@ -24,6 +24,8 @@ OPTIONS:
     --json                 print the figures as JSON (one object per scenario x strategy)
     --svg PATH             where to write the chart (default: target/storm/load.svg)
     --list                 list the built-in scenarios and strategies
+    --explain              describe each strategy of the scenarios in plain text (what bounds a
+                           call, its worst case, the load it can add, what is missing); no run
     -h, --help             this text
 
 Progress goes to stderr, results to stdout. The same seed gives the same output, byte for byte.";
@@ -35,6 +37,7 @@ struct Options {
     json: bool,
     svg: PathBuf,
     list: bool,
+    explain: bool,
 }
 
 fn parse_args() -> Result<Option<Options>, String> {
@@ -45,6 +48,7 @@ fn parse_args() -> Result<Option<Options>, String> {
         json: false,
         svg: PathBuf::from("target/storm/load.svg"),
         list: false,
+        explain: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -53,6 +57,7 @@ fn parse_args() -> Result<Option<Options>, String> {
             "-h" | "--help" => return Ok(None),
             "--json" => o.json = true,
             "--list" => o.list = true,
+            "--explain" => o.explain = true,
             "--scenario" => o.scenarios.push(value("--scenario")?),
             "--seed" => {
                 let v = value("--seed")?;
@@ -132,6 +137,17 @@ fn main() -> ExitCode {
             "built-in strategies: {}",
             stormguard_tests::Strategy::BUILTIN.join(", ")
         );
+        return ExitCode::SUCCESS;
+    }
+    if o.explain {
+        for s in &list {
+            println!("== {}: {}", s.name, s.description);
+            for strategy in &s.strategies {
+                println!("-- strategy {}", strategy.name);
+                print!("{}", strategy.explain());
+            }
+            println!();
+        }
         return ExitCode::SUCCESS;
     }
     for s in &mut list {
