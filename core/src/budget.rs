@@ -50,6 +50,11 @@ const LATE_READING_MS: u32 = 1_000;
 /// behind it (the 32-bit millisecond timestamp wraps every ~49.7 days).
 const MAX_FORWARD_MS: u32 = (1 << 31) - 1;
 
+/// How old the stamp of a full budget may grow before an outcome refreshes it (about 12 days):
+/// well inside [`MAX_FORWARD_MS`], so a full budget left unwritten reads the same as one
+/// written at every success.
+const FRESH_MS: u32 = 1 << 30;
+
 /// The settings of a retry budget, its name included. Built with [`BudgetSettings::builder`],
 /// validated by [`BudgetSettingsBuilder::build`], immutable after.
 ///
@@ -494,11 +499,30 @@ impl<W: Word> BudgetCore<W> {
     }
 
     pub(crate) fn on_outcome(&self, now: Instant, outcome: Outcome) {
+        if self.full_at(now) {
+            return;
+        }
         self.step(|s| s.on_outcome(&self.settings, now, outcome));
     }
 
     pub(crate) fn deposit(&self, now: Instant) {
+        if self.full_at(now) {
+            return;
+        }
         self.step(|s| s.deposit(&self.settings, now, self.settings.fraction.ppm()));
+    }
+
+    /// `true` when the budget is full and its stamp fresh: then no outcome and no deposit can
+    /// change what it holds (what does not fit is lost), so the common case of a healthy
+    /// dependency, a full budget and a success, is one load and no write. The stamp is kept
+    /// within [`FRESH_MS`] of `now` so that it never ages into a reading the clock rules would
+    /// take for a step back.
+    #[inline]
+    fn full_at(&self, now: Instant) -> bool {
+        let s = self.state();
+        let capacity = self.settings.capacity_micro();
+        s.tokens > capacity
+            || (s.tokens == capacity && Tick::of(now).0.wrapping_sub(s.stamp) <= FRESH_MS)
     }
 
     pub(crate) fn available(&self, now: Instant) -> u32 {
@@ -665,6 +689,26 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_full_budget_reads_the_same_whether_or_not_its_successes_were_written() {
+        // A full budget skips the write for a success; across months of successes (stamps far
+        // older than the clock rules' horizons) it must still hold exactly its capacity, and
+        // refill from the floor exactly as one written at every success.
+        let mut b = budget();
+        let mut now = T0;
+        assert_eq!(drain(&mut b, now), 30);
+        now += Duration::from_secs(10); // the floor refills it: 3 a second
+        for _ in 0..(90 * 24) {
+            now += Duration::from_secs(3600);
+            b.on_outcome(now, Outcome::Success);
+            assert_eq!(b.available(now), 30);
+        }
+        assert_eq!(drain(&mut b, now), 30);
+        assert_eq!(b.available(now + ms(333)), 0);
+        assert_eq!(b.available(now + ms(334)), 1);
+        assert_eq!(b.available(now + Duration::from_secs(10)), 30);
     }
 
     /// Spends every whole retry at `now`; returns how many there were.
