@@ -269,6 +269,7 @@ impl Mark {
         Mark(now.saturating_add(d).since_epoch().as_micros_ceil())
     }
 
+    #[inline(never)] // a saturating 64-bit multiply: one copy on a microcontroller
     const fn instant(self) -> Instant {
         Instant::from_micros(self.0)
     }

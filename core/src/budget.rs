@@ -26,7 +26,7 @@ use core::fmt;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::packed::{const_unless_loom, word, Word};
 use crate::ratio::{Ratio, PPM};
-use crate::time::Tick;
+use crate::time::{div_rem_u32, Tick};
 use crate::{Duration, Instant, Name, Outcome};
 
 /// One whole retry, in millionths of a retry (the budget's token unit).
@@ -455,7 +455,9 @@ impl BudgetState {
         let now_ms = Tick::of(now).0;
         let lead = self.stamp.wrapping_sub(now_ms);
         let lead = if lead <= LATE_READING_MS { lead } else { 0 };
-        let into_ms = Duration::from_nanos(now.as_nanos() % 1_000_000);
+        let into_ms = Duration::from_nanos(
+            div_rem_u32(now.as_nanos(), 1_000_000).map_or(0, |(_, r)| u64::from(r)),
+        );
         Duration::from_millis(u64::from(ms).saturating_add(u64::from(lead))).saturating_sub(into_ms)
     }
 }

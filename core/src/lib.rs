@@ -112,4 +112,4 @@ pub use settings::{
 };
 pub use shared::{PermitGuard, SharedBreaker, SharedBudget};
 pub use subscription::{SubscriptionRetry, SubscriptionStatus};
-pub use time::{Duration, Instant, MAX_BREAK};
+pub use time::{div_rem_u32, Duration, Instant, MAX_BREAK};

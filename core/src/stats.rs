@@ -5,6 +5,7 @@
 use crate::breaker::TripReason;
 use crate::packed::{const_unless_loom, field, mask, put, word, words, Word};
 use crate::settings::{BreakerSettings, TRIP_BUCKETS};
+use crate::time::div_rem_u32;
 use crate::{Duration, Instant};
 
 /// Counts in one bucket of a sliding window.
@@ -634,11 +635,16 @@ pub(crate) fn near_trip(r: &Readings, s: &BreakerSettings) -> bool {
     }
     if let Some(rule) = s.failure_rate() {
         if r.baseline_calls >= rule.arming_outcomes() && r.baseline_calls > 0 {
-            let base_ppm = u64::from(r.baseline_failures)
-                .saturating_mul(1_000_000)
-                .checked_div(u64::from(r.baseline_calls))
-                .unwrap_or(0);
-            let relative = base_ppm.saturating_mul(u64::from(rule.multiple().milli())) / 1000;
+            let base_ppm = div_rem_u32(
+                u64::from(r.baseline_failures).saturating_mul(1_000_000),
+                r.baseline_calls,
+            )
+            .map_or(0, |(q, _)| q);
+            let relative = div_rem_u32(
+                base_ppm.saturating_mul(u64::from(rule.multiple().milli())),
+                1000,
+            )
+            .map_or(0, |(q, _)| q);
             let point = relative.max(u64::from(rule.floor().ppm()));
             if reached_half(point) {
                 return true;

@@ -19,9 +19,16 @@ const NANOS_PER_SEC: u64 = 1_000_000_000;
 /// On a 64-bit target this is the machine's division. On a 32-bit one a 64-bit division is a
 /// library routine (about 0.9 KB of flash on a Cortex-M, a software loop on each call), while
 /// every conversion the core makes divides by a constant of at most 30 bits: long division in
-/// 32-bit steps does it with a few hardware divides (4 for milliseconds) and no routine.
+/// 32-bit steps does it with a few hardware divides (4 for milliseconds) and no routine. Public
+/// for adapters that convert tick counts the same way.
+///
+/// ```
+/// use stormguard_core::div_rem_u32;
+/// assert_eq!(div_rem_u32(u64::MAX, 1_000_000), Some((u64::MAX / 1_000_000, (u64::MAX % 1_000_000) as u32)));
+/// assert_eq!(div_rem_u32(7, 0), None);
+/// ```
 #[inline]
-pub(crate) const fn div_rem_u32(n: u64, d: u32) -> Option<(u64, u32)> {
+pub const fn div_rem_u32(n: u64, d: u32) -> Option<(u64, u32)> {
     if d == 0 {
         return None;
     }
@@ -42,6 +49,7 @@ pub(crate) const fn div_rem_u32(n: u64, d: u32) -> Option<(u64, u32)> {
 /// Long division of `n` by a nonzero `d` using only 32-bit divides: the high word first, then
 /// the low word in digits of as many bits as fit beside a remainder below `d`.
 #[cfg(any(not(target_pointer_width = "64"), test))]
+#[inline(never)] // one copy: its callers on a microcontroller are many, its loop short
 const fn long_division(n: u64, d: u32) -> (u64, u32) {
     let high = (n >> 32) as u32;
     let (mut q, mut r) = match (high.checked_div(d), high.checked_rem(d)) {

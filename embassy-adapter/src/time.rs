@@ -54,18 +54,36 @@ const fn scale(value: u64, (num, den): (u64, u64), ceil: bool) -> u64 {
     if den.checked_mul(num).is_none() {
         return scale_wide(value, num, den, ceil);
     }
-    let (Some(q), Some(r)) = (value.checked_div(den), value.checked_rem(den)) else {
+    let Some((q, r)) = div_rem(value, den) else {
         return u64::MAX;
     };
     // `r * num < den * num`, which fits.
     let part = r.wrapping_mul(num);
-    let (Some(mut frac), Some(rem)) = (part.checked_div(den), part.checked_rem(den)) else {
+    let Some((mut frac, rem)) = div_rem(part, den) else {
         return u64::MAX;
     };
     if ceil && rem != 0 {
         frac = frac.wrapping_add(1); // at most `num`
     }
     q.saturating_mul(num).saturating_add(frac)
+}
+
+/// `n / d` and `n % d`; `None` for a zero `d`. A divisor that fits 32 bits (every reduced tick
+/// rate in practice) goes through the core's 32-bit long division: on a 32-bit target a 64-bit
+/// division is a library routine of about 0.9 KB of flash.
+#[inline]
+const fn div_rem(n: u64, d: u64) -> Option<(u64, u64)> {
+    if d <= u32::MAX as u64 {
+        match stormguard_core::div_rem_u32(n, d as u32) {
+            Some((q, r)) => Some((q, r as u64)),
+            None => None,
+        }
+    } else {
+        match (n.checked_div(d), n.checked_rem(d)) {
+            (Some(q), Some(r)) => Some((q, r)),
+            _ => None,
+        }
+    }
 }
 
 /// [`scale`] in 128-bit arithmetic, for tick rates above 18 GHz.
