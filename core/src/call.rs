@@ -533,8 +533,14 @@ impl Call {
     /// boot together with the same `const` settings do not retry in step).
     #[must_use]
     pub fn with_seed(mut self, seed: u64) -> Call {
-        self.rng = JitterRng::with_seed(seed ^ self.rng.next_u64());
+        self.reseed(seed);
         self
+    }
+
+    /// [`Call::with_seed`] in place (a `Call` is some 200 bytes: an adapter that keeps it in a
+    /// future avoids moving it).
+    pub fn reseed(&mut self, seed: u64) {
+        self.rng = JitterRng::with_seed(seed ^ self.rng.next_u64());
     }
 
     /// Tightens the call's deadline to `deadline` (the caller's own, or one propagated from

@@ -114,8 +114,9 @@ impl Held {
         }
     }
 
-    /// Hands the kept events to `sink`, named `name`, in order.
-    pub(crate) fn deliver(self, name: &Name, sink: &mut dyn FnMut(Event<'_>)) {
+    /// Hands the kept events to `sink`, named `name`, in order. (By reference: moving the
+    /// buffer, some 260 bytes, would cost a `memcpy` on every call.)
+    pub(crate) fn deliver(&self, name: &Name, sink: &mut dyn FnMut(Event<'_>)) {
         for e in &self.events {
             sink(e.with_name(name));
         }
