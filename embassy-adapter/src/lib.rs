@@ -83,13 +83,21 @@
 
 mod breaker;
 mod budget;
+mod bulkhead;
 pub mod events;
+mod keyed;
 mod policy;
+mod ratelimit;
 pub mod sleep;
+pub mod subscription;
 pub mod time;
 
 pub use breaker::{Breaker, BreakerRef, CoreBreaker};
 pub use budget::{Budget, BudgetRef};
+pub use bulkhead::{Bulkhead, BulkheadRef, BulkheadStep, NoBulkhead};
 pub use events::{Listener, NoListener};
-pub use policy::{CallError, CallOptions, Classify, EveryErrorTransient, Policy};
+pub use keyed::{KeyedBreaker, KeyedPolicy, KeyedRef};
+pub use policy::{CallError, CallOptions, Classify, EveryErrorTransient, Explanation, Policy};
+pub use ratelimit::{LimitSource, LimitStep, NoRateLimit, RateLimit, RateLimitRef};
+pub use subscription::keep_subscribed;
 pub use time::EmbassyClock;
