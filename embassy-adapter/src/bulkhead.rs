@@ -25,7 +25,7 @@ use stormguard_core::{
     SettingsError,
 };
 
-use crate::sleep::Slept;
+use crate::sleep::{sleep_until, Slept};
 use crate::time::to_embassy_instant;
 use crate::EmbassyClock;
 
@@ -309,17 +309,19 @@ pub trait BulkheadStep: sealed::Step {
     /// Puts this step in front of `admission`.
     #[doc(hidden)]
     fn wrap<A: Admission>(&self, admission: A) -> Self::Wrap<A>;
-    /// Whether a call may wait for a slot (a compile-time `false` drops the waiting code).
+    /// Whether a call may wait for a slot before its first attempt (a compile-time `false`
+    /// drops the waiting code).
     #[doc(hidden)]
     const QUEUES: bool;
-    /// Waits for a slot before an attempt (see the module docs).
+    /// Sleeps until `at` (a backoff wait), then waits for a slot before the next attempt (see
+    /// the module docs); one future, so a policy without a bulkhead sleeps exactly as before.
     #[doc(hidden)]
-    #[allow(async_fn_in_trait)]
-    async fn wait_for_slot<X: Future>(
+    fn pause<X: Future>(
         &self,
+        at: Instant,
         deadline: Option<Instant>,
         cancel: Pin<&mut X>,
-    ) -> Slept;
+    ) -> impl Future<Output = Slept>;
 }
 
 impl BulkheadStep for NoBulkhead {
@@ -329,8 +331,14 @@ impl BulkheadStep for NoBulkhead {
         admission
     }
     const QUEUES: bool = false;
-    async fn wait_for_slot<X: Future>(&self, _: Option<Instant>, _: Pin<&mut X>) -> Slept {
-        Slept::Elapsed
+    #[inline]
+    fn pause<X: Future>(
+        &self,
+        at: Instant,
+        _: Option<Instant>,
+        cancel: Pin<&mut X>,
+    ) -> impl Future<Output = Slept> {
+        sleep_until(at, cancel)
     }
 }
 
@@ -340,11 +348,15 @@ impl<'b, M: RawMutex, const W: usize> BulkheadStep for &'b Bulkhead<M, W> {
         Bulkheaded::new(admission, (**self).slots())
     }
     const QUEUES: bool = true;
-    async fn wait_for_slot<X: Future>(
+    async fn pause<X: Future>(
         &self,
+        at: Instant,
         deadline: Option<Instant>,
-        cancel: Pin<&mut X>,
+        mut cancel: Pin<&mut X>,
     ) -> Slept {
+        if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
+            return Slept::Cancelled;
+        }
         Bulkhead::wait_for_slot(self, deadline, cancel).await
     }
 }

@@ -22,9 +22,10 @@ use stormguard_core::{
     Member, Name, Outcome, Permit, RefusalReason, Refused, Snapshot, State,
 };
 
+use crate::events::{self as event_log};
 use crate::events::{Held, Listener, NoListener};
-use crate::policy::{drive, Gate, Run, Seed};
-use crate::sleep::Slept;
+use crate::policy::{begin, drive, funds, Funds, Gate, Seed};
+use crate::sleep::{sleep_until, Slept};
 use crate::{Budget, CallError, CallOptions, Classify, CoreBreaker, EmbassyClock};
 
 /// One breaker per key, at most `N` keys: the core's [`Keyed`] table behind an `embassy_sync`
@@ -339,42 +340,59 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize, L: Lis
         C: Classify<T, E>,
         X: Future,
     {
-        let gate = KeyGate {
-            keyed: self.keyed,
-            key,
-        };
-        let run = Run {
-            gate: &gate,
-            budget: self.budget,
-            settings: &self.settings,
-            seed: self.seed.get(),
-            listener: &self.listener,
-        };
-        drive(run, options, op).await
+        let gate = KeyGate { policy: self, key };
+        drive(&gate, options, op).await
     }
 }
 
-/// One key of a table, as a call's gate.
-struct KeyGate<'a, M: RawMutex, K, B: CoreBreaker, const N: usize> {
-    keyed: &'a KeyedBreaker<M, K, B, N>,
+/// One key of a keyed policy, as a call's gate.
+struct KeyGate<'p, 'a, M: RawMutex, K, B: CoreBreaker, const N: usize, L> {
+    policy: &'p KeyedPolicy<'a, M, K, B, N, L>,
     key: K,
 }
 
-impl<'a, M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> Gate
-    for &KeyGate<'a, M, K, B, N>
+impl<'a, M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize, L: Listener> Gate
+    for &KeyGate<'_, 'a, M, K, B, N, L>
 {
     type Admission = KeyedRef<'a, M, K, B, N>;
+    type Funding = Funds<'a, M>;
     const QUEUES: bool = false;
 
     fn admission(self) -> Self::Admission {
-        self.keyed.handle(self.key.clone())
+        self.policy.keyed.handle(self.key.clone())
     }
 
     fn release(self, permit: Permit) {
-        self.keyed.with(|k| k.release(&self.key, permit));
+        self.policy.keyed.with(|k| k.release(&self.key, permit));
     }
 
-    async fn wait_for_slot<X: Future>(self, _: Option<Instant>, _: Pin<&mut X>) -> Slept {
-        Slept::Elapsed
+    fn begin(
+        self,
+        deadline: Option<embassy_time::Instant>,
+        now: Instant,
+    ) -> (
+        stormguard_core::Call,
+        stormguard_core::Parts<Self::Admission, Self::Funding>,
+    ) {
+        let p = self.policy;
+        let parts = stormguard_core::Parts {
+            breaker: self.admission(),
+            budget: funds(p.budget),
+        };
+        (begin(&p.settings, &p.seed, deadline, now), parts)
+    }
+
+    fn emit(self, event: &Event<'_>) {
+        event_log::log(event);
+        self.policy.listener.on_event(event);
+    }
+
+    fn pause<X: Future>(
+        self,
+        at: Instant,
+        _: Option<Instant>,
+        cancel: Pin<&mut X>,
+    ) -> impl Future<Output = Slept> {
+        sleep_until(at, cancel)
     }
 }

@@ -548,8 +548,8 @@ impl<'a, M: RawMutex, L, B, R, K> Policy<'a, M, L, B, R, K> {
     }
 }
 
-impl<M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep>
-    Policy<'_, M, L, B, R, K>
+impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep>
+    Policy<'a, M, L, B, R, K>
 {
     /// Runs `op` under the policy: `op(attempt)` (1 for the first attempt) makes one attempt;
     /// `Ok` is a success and every `Err` a transient failure (see [`Policy::call_with`] for
@@ -584,11 +584,16 @@ impl<M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep>
     ///     policy.call(|attempt| async move { read_register(attempt).await }).await
     /// }
     /// ```
-    pub async fn call<T, E, F>(&self, op: F) -> Result<T, CallError<E>>
+    // (A plain `fn` returning the driver's future, rather than an `async fn` awaiting it, so
+    // the future a task holds is the driver's alone: no second copy of the arguments.)
+    pub fn call<'s, T, E, F>(
+        &'s self,
+        op: F,
+    ) -> impl Future<Output = Result<T, CallError<E>>> + use<'s, 'a, M, L, B, R, K, T, E, F>
     where
         F: AsyncFnMut(u32) -> Result<T, E>,
     {
-        self.call_with(CallOptions::new(), op).await
+        drive(self, CallOptions::new(), op)
     }
 
     /// [`Policy::call`] with per-call [`CallOptions`]: a classifier, a cancellation future, a
@@ -615,17 +620,17 @@ impl<M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep>
     ///     policy.call_with(options, read).await
     /// }
     /// ```
-    pub async fn call_with<T, E, F, C, X>(
-        &self,
+    pub fn call_with<'s, T, E, F, C, X>(
+        &'s self,
         options: CallOptions<C, X>,
         op: F,
-    ) -> Result<T, CallError<E>>
+    ) -> impl Future<Output = Result<T, CallError<E>>> + use<'s, 'a, M, L, B, R, K, T, E, F, C, X>
     where
         F: AsyncFnMut(u32) -> Result<T, E>,
         C: Classify<T, E>,
         X: Future,
     {
-        drive(self.run(), options, op).await
+        drive(self, options, op)
     }
 
     /// [`Policy::call`] for an operation that is safe to run twice at once, with hedging when
@@ -664,7 +669,7 @@ impl<M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep>
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        drive_hedged(self.run(), CallOptions::new(), op).await
+        drive_hedged(self, CallOptions::new(), op).await
     }
 
     /// [`Policy::call_hedged`] with per-call [`CallOptions`]; a cancellation drops every
@@ -692,7 +697,7 @@ impl<M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep>
         C: Classify<T, E>,
         X: Future,
     {
-        drive_hedged(self.run(), options, op).await
+        drive_hedged(self, options, op).await
     }
 
     /// Forces the breaker open until [`Policy::reset`]; the event goes to `defmt` and the
@@ -736,16 +741,6 @@ impl<M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep>
             breaker_now: self.breaker.snapshot(),
             budget: self.budget.map(Budget::settings),
             budget_now: self.budget.and_then(Budget::snapshot),
-        }
-    }
-
-    fn run(&self) -> Run<'_, &Self, M, L> {
-        Run {
-            gate: self,
-            budget: self.budget,
-            settings: &self.settings,
-            seed: self.seed.get(),
-            listener: &self.listener,
         }
     }
 }
@@ -799,6 +794,7 @@ impl fmt::Display for Explanation {
 /// step), how to give back a permit whose attempt was abandoned, and the bulkhead's wait.
 pub(crate) trait Gate: Copy {
     type Admission: Admission;
+    type Funding: Funding;
     /// Whether an attempt may first wait for a bulkhead slot (`false`: no waiting code).
     const QUEUES: bool;
     /// The admission, for one call.
@@ -806,19 +802,72 @@ pub(crate) trait Gate: Copy {
     /// Gives back the permit of an attempt abandoned before its outcome (the call's future was
     /// dropped), through the same steps that granted it.
     fn release(self, permit: Permit);
-    /// Waits for a bulkhead slot before an attempt, if the gate has a bulkhead that allows it.
-    async fn wait_for_slot<X: Future>(
+    /// Sleeps until `at` (a backoff wait), then waits for a bulkhead slot if the gate has a
+    /// bulkhead that allows it.
+    fn pause<X: Future>(
         self,
+        at: Instant,
         deadline: Option<Instant>,
         cancel: Pin<&mut X>,
-    ) -> Slept;
+    ) -> impl Future<Output = Slept>;
+    /// A call begun at `now` (with the caller's `deadline`, if any), and its parts.
+    fn begin(
+        self,
+        deadline: Option<embassy_time::Instant>,
+        now: Instant,
+    ) -> (Call, Parts<Self::Admission, Self::Funding>);
+    /// Delivers an event to `defmt` and the listener.
+    fn emit(self, event: &Event<'_>);
 }
 
-impl<'a, M: RawMutex, L, B: CoreBreaker, R: LimitStep, K: BulkheadStep> Gate
+/// A call begun at `now` with `settings`, the device's seed and the caller's deadline.
+pub(crate) fn begin(
+    settings: &CallSettings,
+    seed: &Seed,
+    deadline: Option<embassy_time::Instant>,
+    now: Instant,
+) -> Call {
+    let mut call = Call::begin(settings, now);
+    if let Some(seed) = seed.get() {
+        call = call.with_seed(seed);
+    }
+    if let Some(at) = deadline {
+        call = call.with_deadline(to_core_instant(at));
+    }
+    call
+}
+
+/// The funding of a call: the budget's handle, or none.
+pub(crate) fn funds<M: RawMutex>(budget: Option<&Budget<M>>) -> Funds<'_, M> {
+    match budget {
+        Some(b) => Funds::Budget(b.handle()),
+        None => Funds::Unlimited,
+    }
+}
+
+impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep> Gate
     for &Policy<'a, M, L, B, R, K>
 {
     type Admission = R::Wrap<K::Wrap<crate::BreakerRef<'a, M, B>>>;
+    type Funding = Funds<'a, M>;
     const QUEUES: bool = K::QUEUES;
+
+    fn begin(
+        self,
+        deadline: Option<embassy_time::Instant>,
+        now: Instant,
+    ) -> (Call, Parts<Self::Admission, Self::Funding>) {
+        let parts = Parts {
+            breaker: self.admission(),
+            budget: funds(self.budget),
+        };
+        (begin(&self.settings, &self.seed, deadline, now), parts)
+    }
+
+    fn emit(self, event: &Event<'_>) {
+        events::log(event);
+        self.listener.on_event(event);
+    }
 
     #[inline]
     fn admission(self) -> Self::Admission {
@@ -831,64 +880,25 @@ impl<'a, M: RawMutex, L, B: CoreBreaker, R: LimitStep, K: BulkheadStep> Gate
             .release(permit);
     }
 
-    async fn wait_for_slot<X: Future>(
+    #[inline]
+    fn pause<X: Future>(
         self,
+        at: Instant,
         deadline: Option<Instant>,
         cancel: Pin<&mut X>,
-    ) -> Slept {
-        self.bulkhead.wait_for_slot(deadline, cancel).await
-    }
-}
-
-/// One call's surroundings: its gate, budget, settings, device seed and listener.
-pub(crate) struct Run<'r, G, M: RawMutex, L> {
-    pub(crate) gate: G,
-    pub(crate) budget: Option<&'r Budget<M>>,
-    pub(crate) settings: &'r CallSettings,
-    pub(crate) seed: Option<u64>,
-    pub(crate) listener: &'r L,
-}
-
-impl<'r, G: Gate, M: RawMutex, L: Listener> Run<'r, G, M, L> {
-    /// The call begun now, with its parts.
-    fn begin(
-        &self,
-        deadline: Option<embassy_time::Instant>,
-        now: Instant,
-    ) -> (Call, Parts<G::Admission, Funds<'r, M>>) {
-        let parts = Parts {
-            breaker: self.gate.admission(),
-            budget: match self.budget {
-                Some(b) => Funds::Budget(b.handle()),
-                None => Funds::Unlimited,
-            },
-        };
-        let mut call = Call::begin(self.settings, now);
-        if let Some(seed) = self.seed {
-            call = call.with_seed(seed);
-        }
-        if let Some(at) = deadline {
-            call = call.with_deadline(to_core_instant(at));
-        }
-        (call, parts)
-    }
-
-    fn emit(&self, event: &Event<'_>) {
-        events::log(event);
-        self.listener.on_event(event);
+    ) -> impl Future<Output = Slept> {
+        self.bulkhead.pause(at, deadline, cancel)
     }
 }
 
 /// The call loop: ask the core what to do next, do it, report back.
-pub(crate) async fn drive<G, M, L, T, E, F, C, X>(
-    run: Run<'_, G, M, L>,
+pub(crate) async fn drive<G, T, E, F, C, X>(
+    gate: G,
     options: CallOptions<C, X>,
     mut op: F,
 ) -> Result<T, CallError<E>>
 where
     G: Gate,
-    M: RawMutex,
-    L: Listener,
     F: AsyncFnMut(u32) -> Result<T, E>,
     C: Classify<T, E>,
     X: Future,
@@ -901,26 +911,23 @@ where
     let mut cancel = pin!(cancel);
     let clock = EmbassyClock::new();
     let mut now = clock.now();
-    let (mut call, mut parts) = run.begin(deadline, now);
-    let mut sink = |e: Event<'_>| run.emit(&e);
+    let (mut call, mut parts) = gate.begin(deadline, now);
+    let mut sink = |e: Event<'_>| gate.emit(&e);
     // The most recent attempt's result, handed back (or carried by the error) at the end.
     let mut last: Option<Result<T, E>> = None;
-    if G::QUEUES {
-        if run
-            .gate
-            .wait_for_slot(call.deadline(), cancel.as_mut())
-            .await
-            == Slept::Cancelled
-        {
-            call.cancel();
-            return Err(CallError::Cancelled);
-        }
-        now = clock.now();
-    }
+    // With a bulkhead that lets calls wait, the first attempt waits for its slot the way a
+    // retry does after its backoff: through the same pause.
+    let mut enter = G::QUEUES;
     loop {
-        match call.poll(&mut parts, now, &mut sink) {
+        let step = if enter {
+            enter = false;
+            Step::Wait(stormguard_core::Duration::ZERO)
+        } else {
+            call.poll(&mut parts, now, &mut sink)
+        };
+        match step {
             Step::Attempt(permit) => {
-                let guard = PermitGuard::new(run.gate, permit);
+                let guard = PermitGuard::new(gate, permit);
                 let attempt = op(call.attempts());
                 let ran = select3(cancel.as_mut(), attempt, until(call.attempt_deadline())).await;
                 now = clock.now();
@@ -939,41 +946,26 @@ where
             }
             Step::Wait(wait) => {
                 let at = now.saturating_add(wait);
-                if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled
-                    || (G::QUEUES
-                        && run
-                            .gate
-                            .wait_for_slot(call.deadline(), cancel.as_mut())
-                            .await
-                            == Slept::Cancelled)
-                {
+                if gate.pause(at, call.deadline(), cancel.as_mut()).await == Slept::Cancelled {
                     call.cancel();
                     return Err(CallError::Cancelled);
                 }
                 now = clock.now();
             }
-            Step::Reject(rejection) => return reject(rejection, now, cancel.as_mut(), last).await,
+            Step::Reject(rejection) => {
+                // Announced (the core emitted `Rejected` with this pause), then served.
+                let at = now.saturating_add(rejection.pause);
+                if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
+                    return Err(CallError::Cancelled);
+                }
+                return Err(CallError::Rejected {
+                    rejection,
+                    last: last.and_then(Result::err),
+                });
+            }
             Step::Done(finished) => return finish(finished, last),
         }
     }
-}
-
-/// Serves a refusal's guarded pause (announced: the core emitted `Rejected` with it), then
-/// reports it.
-async fn reject<T, E, X: Future>(
-    rejection: Rejection,
-    now: Instant,
-    cancel: Pin<&mut X>,
-    last: Option<Result<T, E>>,
-) -> Result<T, CallError<E>> {
-    let at = now.saturating_add(rejection.pause);
-    if sleep_until(at, cancel).await == Slept::Cancelled {
-        return Err(CallError::Cancelled);
-    }
-    Err(CallError::Rejected {
-        rejection,
-        last: last.and_then(Result::err),
-    })
 }
 
 /// One attempt of a hedged call: the operation's future raced against its own attempt deadline.
@@ -981,15 +973,13 @@ type Timed<Fut> = Select<Fut, Until>;
 
 /// The call loop with hedging: as [`drive`], with a second attempt launched beside a slow one
 /// when the core says so.
-pub(crate) async fn drive_hedged<G, M, L, T, E, F, Fut, C, X>(
-    run: Run<'_, G, M, L>,
+pub(crate) async fn drive_hedged<G, T, E, F, Fut, C, X>(
+    gate: G,
     options: CallOptions<C, X>,
     mut op: F,
 ) -> Result<T, CallError<E>>
 where
     G: Gate,
-    M: RawMutex,
-    L: Listener,
     F: FnMut(u32) -> Fut,
     Fut: Future<Output = Result<T, E>>,
     C: Classify<T, E>,
@@ -1003,31 +993,28 @@ where
     let mut cancel = pin!(cancel);
     let clock = EmbassyClock::new();
     let mut now = clock.now();
-    let (mut call, mut parts) = run.begin(deadline, now);
-    let mut sink = |e: Event<'_>| run.emit(&e);
+    let (mut call, mut parts) = gate.begin(deadline, now);
+    let mut sink = |e: Event<'_>| gate.emit(&e);
     let mut last: Option<Result<T, E>> = None;
-    if G::QUEUES {
-        if run
-            .gate
-            .wait_for_slot(call.deadline(), cancel.as_mut())
-            .await
-            == Slept::Cancelled
-        {
-            call.cancel();
-            return Err(CallError::Cancelled);
-        }
-        now = clock.now();
-    }
+    // With a bulkhead that lets calls wait, the first attempt waits for its slot the way a
+    // retry does after its backoff: through the same pause.
+    let mut enter = G::QUEUES;
     let mut first: Pin<&mut Option<Timed<Fut>>> = pin!(None);
     let mut second: Pin<&mut Option<Timed<Fut>>> = pin!(None);
     loop {
-        match call.poll(&mut parts, now, &mut sink) {
+        let step = if enter {
+            enter = false;
+            Step::Wait(stormguard_core::Duration::ZERO)
+        } else {
+            call.poll(&mut parts, now, &mut sink)
+        };
+        match step {
             Step::Attempt(permit) => {
                 // The first attempt, and when to hedge it if it is still running then.
                 let mut hedge = call
                     .hedge_delay(&parts, now)
                     .map(|d| Timer::at(to_embassy_instant(now.saturating_add(d))));
-                let mut guards = [Some(PermitGuard::new(run.gate, permit)), None];
+                let mut guards = [Some(PermitGuard::new(gate, permit)), None];
                 first.set(Some(select(
                     op(call.attempts()),
                     Until::at(call.attempt_deadline()),
@@ -1063,7 +1050,7 @@ where
                         Ran::Hedge => {
                             hedge = None;
                             if let Ok(permit) = call.hedge(&mut parts, now, &mut sink) {
-                                guards[1] = Some(PermitGuard::new(run.gate, permit));
+                                guards[1] = Some(PermitGuard::new(gate, permit));
                                 second.set(Some(select(
                                     op(call.attempts()),
                                     Until::at(call.attempt_deadline()),
@@ -1114,20 +1101,23 @@ where
             }
             Step::Wait(wait) => {
                 let at = now.saturating_add(wait);
-                if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled
-                    || (G::QUEUES
-                        && run
-                            .gate
-                            .wait_for_slot(call.deadline(), cancel.as_mut())
-                            .await
-                            == Slept::Cancelled)
-                {
+                if gate.pause(at, call.deadline(), cancel.as_mut()).await == Slept::Cancelled {
                     call.cancel();
                     return Err(CallError::Cancelled);
                 }
                 now = clock.now();
             }
-            Step::Reject(rejection) => return reject(rejection, now, cancel.as_mut(), last).await,
+            Step::Reject(rejection) => {
+                // Announced (the core emitted `Rejected` with this pause), then served.
+                let at = now.saturating_add(rejection.pause);
+                if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
+                    return Err(CallError::Cancelled);
+                }
+                return Err(CallError::Rejected {
+                    rejection,
+                    last: last.and_then(Result::err),
+                });
+            }
             Step::Done(finished) => return finish(finished, last),
         }
     }
