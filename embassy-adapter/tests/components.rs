@@ -815,3 +815,54 @@ fn a_policy_explains_itself_with_what_its_breaker_and_budget_measure_now() {
     assert!(text.contains("budget spent now: 0%"), "{text}");
     assert!(text.ends_with("- missing: nothing\n"), "{text}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Steps together, and dropped calls
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_dropped_hedged_call_gives_both_bulkhead_slots_back() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("gateway"));
+    let slots = Bulkhead::<NoopRawMutex>::new(bulkhead(2, None));
+    let policy = Policy::new(&breaker, HEDGED).with_bulkhead(&slots);
+    warm(40, || policy.call(async |_| takes(ms(20)).await));
+    {
+        let mut call = pin!(policy.call_hedged(|_| pending::<Result<u16, &str>>()));
+        for _ in 0..40 {
+            assert!(poll(call.as_mut()).is_pending());
+            advance(ms(1));
+        }
+        assert_eq!(slots.snapshot().unwrap().in_flight, 2, "first and hedge");
+    } // the caller drops the call
+    assert_eq!(slots.snapshot().unwrap().in_flight, 0);
+    assert_eq!(breaker.snapshot().unwrap().consecutive_failures, 0);
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_full_bulkhead_behind_a_rate_limit_spends_no_cell() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("uplink"));
+    let limit = RateLimit::<NoopRawMutex, _>::new(RateLimiter::new(
+        RateLimitSettings::builder("uplink")
+            .rate(1, Duration::from_secs(10))
+            .burst(5)
+            .build()
+            .unwrap(),
+    ));
+    let slots = Bulkhead::<NoopRawMutex>::new(bulkhead(1, None));
+    let policy = Policy::new(&breaker, ONE_SHOT)
+        .with_rate_limit(&limit)
+        .with_bulkhead(&slots);
+    let ((a, _), (b, _)) = run_both(
+        policy.call(async |_| takes(ms(200)).await),
+        policy.call(answers),
+    );
+    assert_eq!(a, Ok(215));
+    let Err(CallError::Rejected { rejection, .. }) = b else {
+        panic!("{b:?}")
+    };
+    assert_eq!(rejection.reason, RefusalReason::BulkheadFull);
+    assert_eq!(limit.available(), 4, "only the admitted call took a cell");
+}
