@@ -7,6 +7,12 @@
 //! Waiting is the core's protocol ([`stormguard_core::Bulkhead`]: queue, turn, abandon); this
 //! module only parks the waiting tasks: their wakers are kept (at most `W`, a const parameter)
 //! beside the core's counts, and a call ending while others wait wakes them to take their turn.
+//!
+//! A waiter the core admits hands its slot straight back and takes it again, through
+//! [`Bulkheaded`], when its attempt starts, with no `.await` in between: among the tasks of one
+//! executor nothing can come between the two. Across executors or from an interrupt (with a
+//! `CriticalSectionRawMutex`), a caller running in that instant may take the slot; the waiter's
+//! attempt is then refused, guarded, and the limit still holds.
 
 use core::cell::RefCell;
 use core::fmt;

@@ -5,6 +5,7 @@ use core::future::Future;
 use core::pin::pin;
 
 use embassy_futures::select::{select, Either};
+use embassy_futures::yield_now;
 use stormguard_core::SubscriptionRetry;
 
 use crate::sleep::{sleep_until, Slept};
@@ -71,6 +72,9 @@ pub async fn keep_subscribed<S, E, C, V, X>(
                     return;
                 }
                 let _ = retry.on_disconnected(clock.now());
+                // Reconnecting is due at once (the core's rule); a subscription that connects
+                // and drops without ever waiting must still let the executor's other tasks run.
+                yield_now().await;
             }
             Either::Second(Err(_)) => {
                 let _ = retry.on_failure(clock.now());

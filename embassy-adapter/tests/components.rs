@@ -714,7 +714,10 @@ fn subscribe_for(
             stop.wait(),
         ));
         while now() - start < stop_after {
-            assert!(poll(task.as_mut()).is_pending(), "runs until cancelled");
+            // Twice: a yield to the executor takes no time.
+            for _ in 0..2 {
+                assert!(poll(task.as_mut()).is_pending(), "runs until cancelled");
+            }
             advance(ms(100));
         }
         stop.signal(());
@@ -865,4 +868,29 @@ fn a_full_bulkhead_behind_a_rate_limit_spends_no_cell() {
     };
     assert_eq!(rejection.reason, RefusalReason::BulkheadFull);
     assert_eq!(limit.available(), 4, "only the admitted call took a cell");
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_subscription_that_drops_at_once_yields_between_reconnections() {
+    fresh();
+    let mut retry = SubscriptionRetry::new();
+    let connects = Cell::new(0);
+    let stop: Signal<NoopRawMutex, ()> = Signal::new();
+    let mut task = pin!(keep_subscribed(
+        &mut retry,
+        async |_| {
+            connects.set(connects.get() + 1);
+            Ok::<(), ()>(())
+        },
+        async |()| {},
+        stop.wait(),
+    ));
+    // Connected and dropped without waiting: the helper yields rather than spin.
+    for n in 1..=3 {
+        assert!(poll(task.as_mut()).is_pending());
+        assert_eq!(connects.get(), n);
+    }
+    stop.signal(());
+    assert_eq!(poll(task.as_mut()), Poll::Ready(()));
 }
