@@ -39,7 +39,7 @@ mod sealed {
 ///
 /// | core breaker | rules | settings | `size_of` on thumbv7em |
 /// |---|---|---|---|
-/// | [`LeanBreaker`] | consecutive failures, doubling jittered break, probes | `&'static` | 32 B |
+/// | [`LeanBreaker`] | consecutive failures, doubling jittered break, probes | `&'static` | 40 B |
 /// | [`Breaker<&'static BreakerSettings>`](stormguard_core::Breaker::from_static) | every rule | `&'static` | about 900 B (the statistics) |
 /// | [`Breaker`](stormguard_core::Breaker) (the default) | every rule | its own copy | about 1.1 KB |
 ///
