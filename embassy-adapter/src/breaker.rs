@@ -9,8 +9,8 @@ use core::fmt;
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 use stormguard_core::{
-    Admission, BreakerSettings, Duration, Event, Instant, LeanBreaker, Name, Outcome, Permit,
-    RefusalReason, Refused, SettingsError, SettingsRef, Snapshot, State,
+    Admission, BreakerSettings, Duration, Event, HedgeSuppressed, Instant, LeanBreaker, Name,
+    Outcome, Permit, RefusalReason, Refused, SettingsError, SettingsRef, Snapshot, State,
 };
 
 use crate::events::{self, Held};
@@ -39,7 +39,7 @@ mod sealed {
 ///
 /// | core breaker | rules | settings | `size_of` on thumbv7em |
 /// |---|---|---|---|
-/// | [`LeanBreaker`] | consecutive failures, doubling jittered break, probes | `&'static` | 32 B |
+/// | [`LeanBreaker`] | consecutive failures, doubling jittered break, probes | `&'static` | 40 B |
 /// | [`Breaker<&'static BreakerSettings>`](stormguard_core::Breaker::from_static) | every rule | `&'static` | about 900 B (the statistics) |
 /// | [`Breaker`](stormguard_core::Breaker) (the default) | every rule | its own copy | about 1.1 KB |
 ///
@@ -428,6 +428,15 @@ impl<M: RawMutex, B: CoreBreaker> Breaker<M, B> {
         }
     }
 
+    /// A handle that does not read the name (its events would be misnamed): only to give a
+    /// permit back through the admission the permit came from, without taking the lock twice.
+    pub(crate) fn releaser(&self) -> BreakerRef<'_, M, B> {
+        BreakerRef {
+            breaker: self,
+            name: B::BUSY_NAME,
+        }
+    }
+
     /// Gives a permit back without an outcome (its attempt was abandoned): a probe slot is
     /// freed at once; nothing is counted. The [`Policy`](crate::Policy) does this from a drop
     /// guard when a call's future is dropped mid-attempt.
@@ -519,5 +528,16 @@ impl<M: RawMutex, B: CoreBreaker> Admission for BreakerRef<'_, M, B> {
 
     fn normal_latency(&self, now: Instant) -> Option<Duration> {
         self.breaker.read(|b| b.normal_latency(now)).flatten()
+    }
+
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        self.breaker.read(|b| b.attempt_ceiling(now)).flatten()
+    }
+
+    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        // Found borrowed (never, see `BUSY`): no hedge, which is always safe.
+        self.breaker
+            .read(|b| b.hedge_after(now))
+            .unwrap_or(Err(HedgeSuppressed::NotClosed))
     }
 }

@@ -161,6 +161,10 @@ mod tests {
                 delay: Duration::from_millis(100),
                 after: Outcome::Transient,
             },
+            Event::Hedged {
+                name: &name,
+                attempt: 2,
+            },
         ];
         let mut held = Held::new();
         for e in events {

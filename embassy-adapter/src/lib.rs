@@ -51,6 +51,17 @@
 //! - [`Policy`]: `policy.call(|attempt| async { ... }).await`, with [`CallOptions`] for a
 //!   classifier, a cancellation and a deadline, and [`CallError`] saying what happened. Seed
 //!   each device's jitter at start-up: [`Breaker::set_seed`] and [`Policy::set_seed`].
+//! - Optional steps in front of the breaker, each the core's own admission wrapper:
+//!   [`Policy::with_rate_limit`] ([`RateLimit`] over the core's GCRA or window limiter, or its
+//!   shared forms) and [`Policy::with_bulkhead`] ([`Bulkhead`], with the core's bounded wait).
+//!   Their refusals are guarded rejections like the breaker's.
+//! - Hedging: [`Policy::call_hedged`] runs the core's hedge beside a slow attempt (at most two in
+//!   flight, the first success wins, the loser dropped and reported as cancelled).
+//! - Keyed scope: [`KeyedBreaker`] (the core's fixed-capacity [`Keyed`](stormguard_core::Keyed)
+//!   table) and [`KeyedPolicy`]: `policy.call(key, op)`.
+//! - [`keep_subscribed`]: a subscription re-established forever on the core's
+//!   [`SubscriptionRetry`](stormguard_core::SubscriptionRetry) schedule.
+//! - [`Policy::explain`]: the policy in plain text (the core's [`Explain`](stormguard_core::Explain)).
 //! - [`events`]: events to `defmt` and to a [`Listener`].
 //!
 //! ## Sharing
@@ -83,13 +94,21 @@
 
 mod breaker;
 mod budget;
+mod bulkhead;
 pub mod events;
+mod keyed;
 mod policy;
+mod ratelimit;
 pub mod sleep;
+pub mod subscription;
 pub mod time;
 
 pub use breaker::{Breaker, BreakerRef, CoreBreaker};
 pub use budget::{Budget, BudgetRef};
+pub use bulkhead::{Bulkhead, BulkheadRef, BulkheadStep, NoBulkhead};
 pub use events::{Listener, NoListener};
-pub use policy::{CallError, CallOptions, Classify, EveryErrorTransient, Policy};
+pub use keyed::{KeyedBreaker, KeyedPolicy, KeyedRef};
+pub use policy::{CallError, CallOptions, Classify, EveryErrorTransient, Explanation, Policy};
+pub use ratelimit::{LimitSource, LimitStep, NoRateLimit, RateLimit, RateLimitRef};
+pub use subscription::keep_subscribed;
 pub use time::EmbassyClock;

@@ -6,22 +6,26 @@
 //! its attempt deadline, sleeps cancellably and delivers events.
 
 use core::fmt;
-use core::future::Future;
-use core::pin::pin;
+use core::future::{poll_fn, Future};
+use core::pin::{pin, Pin};
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::task::{Context, Poll};
 
-use embassy_futures::select::{select3, Either3};
+use embassy_futures::select::{select, select3, Either, Either3, Select};
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_time::Timer;
 use stormguard_core::{
-    Call, CallSettings, Event, Finished, Funding, Instant, Name, Outcome, Parts, Permit, Refused,
-    Rejection, Step, Unlimited,
+    Admission, BreakerSettings, BudgetSettings, BudgetSnapshot, Call, CallSettings, Event, Explain,
+    Finished, Funding, Instant, Name, Outcome, Parts, Permit, Refused, Rejection, Snapshot, Step,
+    Unlimited,
 };
 
+use crate::bulkhead::{BulkheadStep, NoBulkhead};
 use crate::events::{self, Listener, NoListener};
+use crate::ratelimit::{LimitSource, LimitStep, NoRateLimit};
 use crate::sleep::{sleep_until, Never, Slept};
 use crate::time::{to_core_instant, to_embassy_duration, to_embassy_instant};
-use crate::{Breaker, Budget, BudgetRef, CoreBreaker, EmbassyClock};
+use crate::{Breaker, Budget, BudgetRef, Bulkhead, CoreBreaker, EmbassyClock};
 
 /// Decides how an attempt's result counts: the caller's classification of what happened.
 /// Implemented by [`EveryErrorTransient`] (the default) and by every
@@ -284,13 +288,26 @@ impl<E: defmt::Format> defmt::Format for CallError<E> {
 ///     POLICY.call(|_attempt| read_temperature()).await
 /// }
 /// ```
-pub struct Policy<'a, M: RawMutex, L = NoListener, B = stormguard_core::Breaker> {
+///
+/// Optional steps sit in front of the breaker, each a type parameter that costs nothing when
+/// absent: a rate limit (`R`, [`Policy::with_rate_limit`]) and a bulkhead (`K`,
+/// [`Policy::with_bulkhead`]). Their refusals are guarded rejections like the breaker's.
+pub struct Policy<
+    'a,
+    M: RawMutex,
+    L = NoListener,
+    B = stormguard_core::Breaker,
+    R = NoRateLimit,
+    K = NoBulkhead,
+> {
     breaker: &'a Breaker<M, B>,
     budget: Option<&'a Budget<M>>,
     settings: CallSettings,
     /// The device's own seed for the calls' backoff jitter, once set.
     seed: Seed,
     listener: L,
+    limit: R,
+    bulkhead: K,
 }
 
 impl<'a, M: RawMutex, B> Policy<'a, M, NoListener, B> {
@@ -307,9 +324,13 @@ impl<'a, M: RawMutex, B> Policy<'a, M, NoListener, B> {
             settings,
             seed: Seed::unset(),
             listener: NoListener,
+            limit: NoRateLimit,
+            bulkhead: NoBulkhead,
         }
     }
+}
 
+impl<'a, M: RawMutex, B, R: Copy, K: Copy> Policy<'a, M, NoListener, B, R, K> {
     /// Sends every event to `listener` as well as to `defmt`.
     ///
     /// ```
@@ -323,18 +344,135 @@ impl<'a, M: RawMutex, B> Policy<'a, M, NoListener, B> {
     ///     Policy::new(&BREAKER, CallSettings::DEFAULT).with_listener(telemetry);
     /// ```
     #[must_use]
-    pub const fn with_listener<L: Listener>(self, listener: L) -> Policy<'a, M, L, B> {
+    pub const fn with_listener<L: Listener>(self, listener: L) -> Policy<'a, M, L, B, R, K> {
+        let Policy {
+            breaker,
+            budget,
+            settings,
+            seed,
+            listener: NoListener,
+            limit,
+            bulkhead,
+        } = self;
         Policy {
-            breaker: self.breaker,
-            budget: self.budget,
-            settings: self.settings,
-            seed: self.seed,
+            breaker,
+            budget,
+            settings,
+            seed,
             listener,
+            limit,
+            bulkhead,
         }
     }
 }
 
-impl<'a, M: RawMutex, L, B> Policy<'a, M, L, B> {
+impl<'a, M: RawMutex, L: Copy, B, K: Copy> Policy<'a, M, L, B, NoRateLimit, K> {
+    /// Puts a rate limit in front of the breaker: every attempt, retries included, takes a cell
+    /// (an open breaker or a full bulkhead spends none). A refusal is the guarded rejection
+    /// [`RefusalReason::RateLimited`](stormguard_core::RefusalReason::RateLimited), its
+    /// `retry_after` the time until the next cell (counted from the end of the pause).
+    /// (With a listener that is not `Copy`, add the steps before [`Policy::with_listener`].)
+    ///
+    /// ```
+    /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+    /// use stormguard_core::{BreakerSettings, CallSettings, LeanBreaker, RateLimitSettings, RateLimiter};
+    /// use stormguard_embassy::{Breaker, NoListener, Policy, RateLimit};
+    ///
+    /// static LINK: BreakerSettings = match BreakerSettings::consecutive_only("uplink", 3) {
+    ///     Ok(s) => s,
+    ///     Err(_) => panic!(),
+    /// };
+    /// static BREAKER: Breaker<Cs, LeanBreaker> = match Breaker::lean(&LINK) {
+    ///     Ok(b) => b,
+    ///     Err(_) => panic!(),
+    /// };
+    /// static LIMIT: RateLimit<Cs, RateLimiter> = RateLimit::new(RateLimiter::new(
+    ///     match RateLimitSettings::per_minute("uplink", 30) {
+    ///         Ok(s) => s,
+    ///         Err(_) => panic!(),
+    ///     },
+    /// ));
+    /// static POLICY: Policy<'static, Cs, NoListener, LeanBreaker, &RateLimit<Cs, RateLimiter>> =
+    ///     Policy::new(&BREAKER, CallSettings::DEFAULT).with_rate_limit(&LIMIT);
+    /// ```
+    #[must_use]
+    pub const fn with_rate_limit<X: LimitSource + ?Sized>(
+        self,
+        limiter: &'a X,
+    ) -> Policy<'a, M, L, B, &'a X, K> {
+        let Policy {
+            breaker,
+            budget,
+            settings,
+            seed,
+            listener,
+            limit: NoRateLimit,
+            bulkhead,
+        } = self;
+        Policy {
+            breaker,
+            budget,
+            settings,
+            seed,
+            listener,
+            limit: limiter,
+            bulkhead,
+        }
+    }
+}
+
+impl<'a, M: RawMutex, L: Copy, B, R: Copy> Policy<'a, M, L, B, R, NoBulkhead> {
+    /// Puts a bulkhead in front of the breaker (behind the rate limit, if any): every attempt
+    /// takes a slot and gives it back when it ends. A full bulkhead refuses, guarded
+    /// ([`RefusalReason::BulkheadFull`](stormguard_core::RefusalReason::BulkheadFull)); with a
+    /// bounded wait in its settings, an attempt that finds it full first waits for a slot, at
+    /// most the settings' wait and never past the call's deadline, and a cancellation ends the
+    /// wait at once.
+    ///
+    /// ```
+    /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+    /// use stormguard_core::{BreakerSettings, BulkheadSettings, CallSettings, Duration};
+    /// use stormguard_embassy::{Breaker, Bulkhead, NoListener, NoRateLimit, Policy};
+    ///
+    /// static BREAKER: Breaker<Cs> = Breaker::new(BreakerSettings::defaults("flash"));
+    /// static ONE_AT_A_TIME: Bulkhead<Cs> = Bulkhead::new(match BulkheadSettings::builder("flash")
+    ///     .max_in_flight(1)
+    ///     .bounded_wait(3, Duration::from_millis(20))
+    ///     .build()
+    /// {
+    ///     Ok(s) => s,
+    ///     Err(_) => panic!(),
+    /// });
+    /// static POLICY: Policy<'static, Cs, NoListener, stormguard_core::Breaker, NoRateLimit, &Bulkhead<Cs>> =
+    ///     Policy::new(&BREAKER, CallSettings::DEFAULT).with_bulkhead(&ONE_AT_A_TIME);
+    /// ```
+    #[must_use]
+    pub const fn with_bulkhead<M2: RawMutex, const W: usize>(
+        self,
+        bulkhead: &'a Bulkhead<M2, W>,
+    ) -> Policy<'a, M, L, B, R, &'a Bulkhead<M2, W>> {
+        let Policy {
+            breaker,
+            budget,
+            settings,
+            seed,
+            listener,
+            limit,
+            bulkhead: NoBulkhead,
+        } = self;
+        Policy {
+            breaker,
+            budget,
+            settings,
+            seed,
+            listener,
+            limit,
+            bulkhead,
+        }
+    }
+}
+
+impl<'a, M: RawMutex, L, B, R, K> Policy<'a, M, L, B, R, K> {
     /// Bounds this policy's retries with `budget` (asked before every retry, never before a
     /// call's first attempt).
     #[must_use]
@@ -396,9 +534,23 @@ impl<'a, M: RawMutex, L, B> Policy<'a, M, L, B> {
     pub const fn listener(&self) -> &L {
         &self.listener
     }
+
+    /// The rate-limit step ([`NoRateLimit`], or the limiter).
+    #[must_use]
+    pub const fn rate_limit(&self) -> &R {
+        &self.limit
+    }
+
+    /// The bulkhead step ([`NoBulkhead`], or the bulkhead).
+    #[must_use]
+    pub const fn bulkhead(&self) -> &K {
+        &self.bulkhead
+    }
 }
 
-impl<M: RawMutex, L: Listener, B: CoreBreaker> Policy<'_, M, L, B> {
+impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep>
+    Policy<'a, M, L, B, R, K>
+{
     /// Runs `op` under the policy: `op(attempt)` (1 for the first attempt) makes one attempt;
     /// `Ok` is a success and every `Err` a transient failure (see [`Policy::call_with`] for
     /// another classification, a cancellation or a tighter deadline).
@@ -406,14 +558,17 @@ impl<M: RawMutex, L: Listener, B: CoreBreaker> Policy<'_, M, L, B> {
     /// `op` is any async closure (`AsyncFnMut`): a closure returning an async block
     /// (`|attempt| async { ... }`), a function returning a future, or an `async |attempt| ...`
     /// closure, which may borrow a driver mutably across attempts
-    /// (`async |_| sensor.read(&mut i2c).await`).
+    /// (`async |_| sensor.read(&mut i2c).await`). Attempts run one at a time: settings with
+    /// hedging on are not hedged here (a hedge runs the operation twice at once, which such a
+    /// closure cannot); use [`Policy::call_hedged`].
     ///
     /// Each attempt races the attempt deadline (the attempt timeout, capped by the call's
-    /// deadline): an attempt still running then is dropped and counts as
-    /// [`Outcome::TimedOut`]. Failures are retried after the core's backoff, as long as the
-    /// attempts, the deadline, the breaker and the budget allow. A refusal is reported only after
-    /// the guarded pause ([`GUARD_PAUSE`](stormguard_core::GUARD_PAUSE), 100 ms, capped by the
-    /// deadline's remainder), so a task that polls in a loop cannot spin on an open breaker.
+    /// deadline and tightened by the breaker's measured ceiling): an attempt still running then
+    /// is dropped and counts as [`Outcome::TimedOut`]. Failures are retried after the core's
+    /// backoff, as long as the attempts, the deadline, the breaker and the budget allow. A
+    /// refusal is reported only after the guarded pause
+    /// ([`GUARD_PAUSE`](stormguard_core::GUARD_PAUSE), 100 ms, capped by the deadline's
+    /// remainder), so a task that polls in a loop cannot spin on an open breaker.
     ///
     /// Dropping the returned future mid-attempt gives the attempt's half-open probe slot back
     /// (a drop guard releases its permit), so a cancelled caller never leaves the breaker stuck
@@ -429,11 +584,16 @@ impl<M: RawMutex, L: Listener, B: CoreBreaker> Policy<'_, M, L, B> {
     ///     policy.call(|attempt| async move { read_register(attempt).await }).await
     /// }
     /// ```
-    pub async fn call<T, E, F>(&self, op: F) -> Result<T, CallError<E>>
+    // (A plain `fn` returning the driver's future, rather than an `async fn` awaiting it, so
+    // the future a task holds is the driver's alone: no second copy of the arguments.)
+    pub fn call<'s, T, E, F>(
+        &'s self,
+        op: F,
+    ) -> impl Future<Output = Result<T, CallError<E>>> + use<'s, 'a, M, L, B, R, K, T, E, F>
     where
         F: AsyncFnMut(u32) -> Result<T, E>,
     {
-        self.call_with(CallOptions::new(), op).await
+        drive(self, CallOptions::new(), op)
     }
 
     /// [`Policy::call`] with per-call [`CallOptions`]: a classifier, a cancellation future, a
@@ -460,84 +620,84 @@ impl<M: RawMutex, L: Listener, B: CoreBreaker> Policy<'_, M, L, B> {
     ///     policy.call_with(options, read).await
     /// }
     /// ```
-    pub async fn call_with<T, E, F, C, X>(
-        &self,
+    pub fn call_with<'s, T, E, F, C, X>(
+        &'s self,
         options: CallOptions<C, X>,
-        mut op: F,
-    ) -> Result<T, CallError<E>>
+        op: F,
+    ) -> impl Future<Output = Result<T, CallError<E>>> + use<'s, 'a, M, L, B, R, K, T, E, F, C, X>
     where
         F: AsyncFnMut(u32) -> Result<T, E>,
         C: Classify<T, E>,
         X: Future,
     {
-        let CallOptions {
-            classify,
-            cancel,
-            deadline,
-        } = options;
-        let mut cancel = pin!(cancel);
-        let clock = EmbassyClock::new();
-        let mut parts = Parts {
-            breaker: self.breaker.handle(),
-            budget: match self.budget {
-                Some(b) => Funds::Budget(b.handle()),
-                None => Funds::Unlimited,
-            },
-        };
-        let mut sink = |e: Event<'_>| self.emit(&e);
-        let mut now = clock.now();
-        let mut call = Call::begin(&self.settings, now);
-        if let Some(seed) = self.seed.get() {
-            call = call.with_seed(seed);
-        }
-        if let Some(at) = deadline {
-            call = call.with_deadline(to_core_instant(at));
-        }
-        // The most recent attempt's result, handed back (or carried by the error) at the end.
-        let mut last: Option<Result<T, E>> = None;
-        loop {
-            match call.poll(&mut parts, now, &mut sink) {
-                Step::Attempt(permit) => {
-                    let guard = PermitGuard::new(self.breaker, permit);
-                    let attempt = op(call.attempts());
-                    let ran =
-                        select3(cancel.as_mut(), attempt, until(call.attempt_deadline())).await;
-                    now = clock.now();
-                    let outcome = match ran {
-                        Either3::First(_) => Outcome::Cancelled,
-                        Either3::Second(result) => {
-                            let outcome = classify.classify(&result);
-                            last = Some(result);
-                            outcome
-                        }
-                        Either3::Third(()) => Outcome::TimedOut,
-                    };
-                    if let Some(permit) = guard.disarm() {
-                        call.complete(&mut parts, permit, now, outcome, &mut sink);
-                    }
-                }
-                Step::Wait(wait) => {
-                    let at = now.saturating_add(wait);
-                    if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
-                        call.cancel();
-                        return Err(CallError::Cancelled);
-                    }
-                    now = clock.now();
-                }
-                Step::Reject(rejection) => {
-                    // Announced (the core emitted `Rejected` with this pause), then served.
-                    let at = now.saturating_add(rejection.pause);
-                    if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
-                        return Err(CallError::Cancelled);
-                    }
-                    return Err(CallError::Rejected {
-                        rejection,
-                        last: last.and_then(Result::err),
-                    });
-                }
-                Step::Done(finished) => return finish(finished, last),
-            }
-        }
+        drive(self, options, op)
+    }
+
+    /// [`Policy::call`] for an operation that is safe to run twice at once, with hedging when
+    /// the settings ask for it ([`CallSettingsBuilder::hedging`](stormguard_core::CallSettingsBuilder::hedging)):
+    /// when an attempt is still running after the breaker's learned p95 of healthy calls, the
+    /// core may launch a second one beside it (never while the breaker is not closed, without a
+    /// baseline, near the trip point, or when the budget cannot fund it). At most two attempts
+    /// are in flight; the first success wins, and the other is dropped and reported as
+    /// [`Outcome::Cancelled`] (never counted as a failure); a failure of one waits for the
+    /// other. Each attempt keeps its own attempt deadline.
+    ///
+    /// `op` is called once per attempt and its futures may run side by side, so it is a
+    /// `FnMut(attempt) -> Future` whose futures do not borrow it (e.g. `|_| read(&BUS)` over a
+    /// shared bus, or an async block that copies what it needs).
+    ///
+    /// ```
+    /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+    /// use stormguard_core::{BreakerSettings, CallSettings};
+    /// use stormguard_embassy::{Breaker, CallError, Policy};
+    ///
+    /// const HEDGED: CallSettings = match CallSettings::builder().hedging(true).build() {
+    ///     Ok(s) => s,
+    ///     Err(_) => panic!(),
+    /// };
+    /// static BREAKER: Breaker<Cs> = Breaker::new(BreakerSettings::defaults("gateway"));
+    /// static POLICY: Policy<'static, Cs> = Policy::new(&BREAKER, HEDGED);
+    ///
+    /// async fn fetch_config(attempt: u32) -> Result<u32, ()> { Ok(7) }
+    ///
+    /// async fn config() -> Result<u32, CallError<()>> {
+    ///     POLICY.call_hedged(fetch_config).await
+    /// }
+    /// ```
+    pub async fn call_hedged<T, E, F, Fut>(&self, op: F) -> Result<T, CallError<E>>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        drive_hedged(self, CallOptions::new(), op).await
+    }
+
+    /// [`Policy::call_hedged`] with per-call [`CallOptions`]; a cancellation drops every
+    /// attempt in flight.
+    ///
+    /// ```
+    /// # use embassy_sync::blocking_mutex::raw::NoopRawMutex;
+    /// # use embassy_time::{Duration, Instant};
+    /// # use stormguard_embassy::{CallError, CallOptions, Policy};
+    /// async fn query(attempt: u32) -> Result<u8, ()> { Ok(1) }
+    ///
+    /// async fn ask(policy: &Policy<'_, NoopRawMutex>) -> Result<u8, CallError<()>> {
+    ///     let options = CallOptions::new().deadline(Instant::now() + Duration::from_millis(300));
+    ///     policy.call_hedged_with(options, query).await
+    /// }
+    /// ```
+    pub async fn call_hedged_with<T, E, F, Fut, C, X>(
+        &self,
+        options: CallOptions<C, X>,
+        op: F,
+    ) -> Result<T, CallError<E>>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+        X: Future,
+    {
+        drive_hedged(self, options, op).await
     }
 
     /// Forces the breaker open until [`Policy::reset`]; the event goes to `defmt` and the
@@ -551,9 +711,470 @@ impl<M: RawMutex, L: Listener, B: CoreBreaker> Policy<'_, M, L, B> {
         self.breaker.reset(&self.listener);
     }
 
-    fn emit(&self, event: &Event<'_>) {
+    /// The policy in plain text, with what its breaker and budget measure now: what bounds a
+    /// call first, the worst-case timeline of its attempts, the load it can add, what is
+    /// measured now and what is missing (the core's [`Explain`], over copies of the settings
+    /// and snapshots, which stay behind their locks). It is a `core::fmt::Display`: write it to
+    /// a fixed buffer, or log it with `defmt::Display2Format`.
+    ///
+    /// ```
+    /// use core::fmt::Write;
+    /// use embassy_sync::blocking_mutex::raw::NoopRawMutex;
+    /// use stormguard_core::{BreakerSettings, CallSettings};
+    /// use stormguard_embassy::{Breaker, Policy};
+    ///
+    /// # embassy_time::MockDriver::get().reset();
+    /// let breaker: Breaker<NoopRawMutex> = Breaker::new(BreakerSettings::defaults("radio"));
+    /// let policy = Policy::new(&breaker, CallSettings::DEFAULT);
+    /// let mut text: heapless::String<2048> = heapless::String::new();
+    /// write!(text, "{}", policy.explain())?;
+    /// assert!(text.starts_with("policy `radio`"));
+    /// assert!(text.contains("no latency baseline yet (cold)"));
+    /// assert!(text.contains("no retry budget"));
+    /// # Ok::<(), core::fmt::Error>(())
+    /// ```
+    #[must_use]
+    pub fn explain(&self) -> Explanation {
+        Explanation {
+            call: self.settings,
+            breaker: self.breaker.settings(),
+            breaker_now: self.breaker.snapshot(),
+            budget: self.budget.map(Budget::settings),
+            budget_now: self.budget.and_then(Budget::snapshot),
+        }
+    }
+}
+
+/// A policy's description at one moment: copies of its settings and of what its breaker and
+/// budget measure, for the core's [`Explain`]. Made by [`Policy::explain`]; print it with
+/// `{}`, or take the core's [`Explain`] with [`Explanation::as_explain`].
+#[derive(Clone, Copy, Debug)]
+pub struct Explanation {
+    call: CallSettings,
+    breaker: BreakerSettings,
+    breaker_now: Option<Snapshot>,
+    budget: Option<BudgetSettings>,
+    budget_now: Option<BudgetSnapshot>,
+}
+
+impl Explanation {
+    /// The core's [`Explain`] over this description.
+    ///
+    /// ```
+    /// # use embassy_sync::blocking_mutex::raw::NoopRawMutex;
+    /// # use stormguard_core::{BreakerSettings, CallSettings};
+    /// # use stormguard_embassy::{Breaker, Policy};
+    /// # embassy_time::MockDriver::get().reset();
+    /// let breaker: Breaker<NoopRawMutex> = Breaker::new(BreakerSettings::defaults("radio"));
+    /// let explanation = Policy::new(&breaker, CallSettings::DEFAULT).explain();
+    /// assert_eq!(explanation.as_explain().to_string(), explanation.to_string());
+    /// ```
+    pub fn as_explain(&self) -> Explain<'_> {
+        let mut e = Explain::new(&self.call).breaker(&self.breaker);
+        if let Some(now) = self.breaker_now {
+            e = e.breaker_now(now);
+        }
+        if let Some(b) = &self.budget {
+            e = e.budget(b);
+        }
+        if let Some(now) = self.budget_now {
+            e = e.budget_now(now);
+        }
+        e
+    }
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.as_explain(), f)
+    }
+}
+
+/// What a call runs against: the admission its attempts ask (the breaker, behind any optional
+/// step), how to give back a permit whose attempt was abandoned, and the bulkhead's wait.
+pub(crate) trait Gate: Copy {
+    type Admission: Admission;
+    type Funding: Funding;
+    /// Whether an attempt may first wait for a bulkhead slot (`false`: no waiting code).
+    const QUEUES: bool;
+    /// The admission, for one call.
+    fn admission(self) -> Self::Admission;
+    /// Gives back the permit of an attempt abandoned before its outcome (the call's future was
+    /// dropped), through the same steps that granted it.
+    fn release(self, permit: Permit);
+    /// Sleeps until `at` (a backoff wait), then waits for a bulkhead slot if the gate has a
+    /// bulkhead that allows it.
+    fn pause<X: Future>(
+        self,
+        at: Instant,
+        deadline: Option<Instant>,
+        cancel: Pin<&mut X>,
+    ) -> impl Future<Output = Slept>;
+    /// A call begun at `now` (with the caller's `deadline`, if any), and its parts.
+    fn begin(
+        self,
+        deadline: Option<embassy_time::Instant>,
+        now: Instant,
+    ) -> (Call, Parts<Self::Admission, Self::Funding>);
+    /// Delivers an event to `defmt` and the listener.
+    fn emit(self, event: &Event<'_>);
+}
+
+/// A call begun at `now` with `settings`, the device's seed and the caller's deadline.
+pub(crate) fn begin(
+    settings: &CallSettings,
+    seed: &Seed,
+    deadline: Option<embassy_time::Instant>,
+    now: Instant,
+) -> Call {
+    let mut call = Call::begin(settings, now);
+    if let Some(seed) = seed.get() {
+        call = call.with_seed(seed);
+    }
+    if let Some(at) = deadline {
+        call = call.with_deadline(to_core_instant(at));
+    }
+    call
+}
+
+/// The funding of a call: the budget's handle, or none.
+pub(crate) fn funds<M: RawMutex>(budget: Option<&Budget<M>>) -> Funds<'_, M> {
+    match budget {
+        Some(b) => Funds::Budget(b.handle()),
+        None => Funds::Unlimited,
+    }
+}
+
+impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep> Gate
+    for &Policy<'a, M, L, B, R, K>
+{
+    type Admission = R::Wrap<K::Wrap<crate::BreakerRef<'a, M, B>>>;
+    type Funding = Funds<'a, M>;
+    const QUEUES: bool = K::QUEUES;
+
+    fn begin(
+        self,
+        deadline: Option<embassy_time::Instant>,
+        now: Instant,
+    ) -> (Call, Parts<Self::Admission, Self::Funding>) {
+        let parts = Parts {
+            breaker: self.admission(),
+            budget: funds(self.budget),
+        };
+        (begin(&self.settings, &self.seed, deadline, now), parts)
+    }
+
+    fn emit(self, event: &Event<'_>) {
         events::log(event);
         self.listener.on_event(event);
+    }
+
+    #[inline]
+    fn admission(self) -> Self::Admission {
+        self.limit.wrap(self.bulkhead.wrap(self.breaker.handle()))
+    }
+
+    fn release(self, permit: Permit) {
+        self.limit
+            .wrap(self.bulkhead.wrap(self.breaker.releaser()))
+            .release(permit);
+    }
+
+    #[inline]
+    fn pause<X: Future>(
+        self,
+        at: Instant,
+        deadline: Option<Instant>,
+        cancel: Pin<&mut X>,
+    ) -> impl Future<Output = Slept> {
+        self.bulkhead.pause(at, deadline, cancel)
+    }
+}
+
+/// The call loop: ask the core what to do next, do it, report back.
+pub(crate) async fn drive<G, T, E, F, C, X>(
+    gate: G,
+    options: CallOptions<C, X>,
+    mut op: F,
+) -> Result<T, CallError<E>>
+where
+    G: Gate,
+    F: AsyncFnMut(u32) -> Result<T, E>,
+    C: Classify<T, E>,
+    X: Future,
+{
+    let CallOptions {
+        classify,
+        cancel,
+        deadline,
+    } = options;
+    let mut cancel = pin!(cancel);
+    let clock = EmbassyClock::new();
+    let mut now = clock.now();
+    let (mut call, mut parts) = gate.begin(deadline, now);
+    let mut sink = |e: Event<'_>| gate.emit(&e);
+    // The most recent attempt's result, handed back (or carried by the error) at the end.
+    let mut last: Option<Result<T, E>> = None;
+    // With a bulkhead that lets calls wait, the first attempt waits for its slot the way a
+    // retry does after its backoff: through the same pause.
+    let mut enter = G::QUEUES;
+    loop {
+        let step = if enter {
+            enter = false;
+            Step::Wait(stormguard_core::Duration::ZERO)
+        } else {
+            call.poll(&mut parts, now, &mut sink)
+        };
+        match step {
+            Step::Attempt(permit) => {
+                let guard = PermitGuard::new(gate, permit);
+                let attempt = op(call.attempts());
+                let ran = select3(cancel.as_mut(), attempt, until(call.attempt_deadline())).await;
+                now = clock.now();
+                let outcome = match ran {
+                    Either3::First(_) => Outcome::Cancelled,
+                    Either3::Second(result) => {
+                        let outcome = classify.classify(&result);
+                        last = Some(result);
+                        outcome
+                    }
+                    Either3::Third(()) => Outcome::TimedOut,
+                };
+                if let Some(permit) = guard.disarm() {
+                    call.complete(&mut parts, permit, now, outcome, &mut sink);
+                }
+            }
+            Step::Wait(wait) => {
+                let at = now.saturating_add(wait);
+                if gate.pause(at, call.deadline(), cancel.as_mut()).await == Slept::Cancelled {
+                    call.cancel();
+                    return Err(CallError::Cancelled);
+                }
+                now = clock.now();
+            }
+            Step::Reject(rejection) => {
+                // Announced (the core emitted `Rejected` with this pause), then served.
+                let at = now.saturating_add(rejection.pause);
+                if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
+                    return Err(CallError::Cancelled);
+                }
+                return Err(CallError::Rejected {
+                    rejection,
+                    last: last.and_then(Result::err),
+                });
+            }
+            Step::Done(finished) => return finish(finished, last),
+        }
+    }
+}
+
+/// One attempt of a hedged call: the operation's future raced against its own attempt deadline.
+type Timed<Fut> = Select<Fut, Until>;
+
+/// The call loop with hedging: as [`drive`], with a second attempt launched beside a slow one
+/// when the core says so.
+pub(crate) async fn drive_hedged<G, T, E, F, Fut, C, X>(
+    gate: G,
+    options: CallOptions<C, X>,
+    mut op: F,
+) -> Result<T, CallError<E>>
+where
+    G: Gate,
+    F: FnMut(u32) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    C: Classify<T, E>,
+    X: Future,
+{
+    let CallOptions {
+        classify,
+        cancel,
+        deadline,
+    } = options;
+    let mut cancel = pin!(cancel);
+    let clock = EmbassyClock::new();
+    let mut now = clock.now();
+    let (mut call, mut parts) = gate.begin(deadline, now);
+    let mut sink = |e: Event<'_>| gate.emit(&e);
+    let mut last: Option<Result<T, E>> = None;
+    // With a bulkhead that lets calls wait, the first attempt waits for its slot the way a
+    // retry does after its backoff: through the same pause.
+    let mut enter = G::QUEUES;
+    let mut first: Pin<&mut Option<Timed<Fut>>> = pin!(None);
+    let mut second: Pin<&mut Option<Timed<Fut>>> = pin!(None);
+    loop {
+        let step = if enter {
+            enter = false;
+            Step::Wait(stormguard_core::Duration::ZERO)
+        } else {
+            call.poll(&mut parts, now, &mut sink)
+        };
+        match step {
+            Step::Attempt(permit) => {
+                // The first attempt, and when to hedge it if it is still running then.
+                let mut hedge = call
+                    .hedge_delay(&parts, now)
+                    .map(|d| Timer::at(to_embassy_instant(now.saturating_add(d))));
+                let mut guards = [Some(PermitGuard::new(gate, permit)), None];
+                first.set(Some(select(
+                    op(call.attempts()),
+                    Until::at(call.attempt_deadline()),
+                )));
+                loop {
+                    let ran = poll_fn(|cx| {
+                        poll_pair(
+                            cx,
+                            cancel.as_mut(),
+                            [first.as_mut(), second.as_mut()],
+                            &mut hedge,
+                        )
+                    })
+                    .await;
+                    now = clock.now();
+                    let (i, outcome) = match ran {
+                        Ran::Cancelled => {
+                            first.set(None);
+                            second.set(None);
+                            for guard in &mut guards {
+                                if let Some(permit) = guard.take().and_then(PermitGuard::disarm) {
+                                    call.complete(
+                                        &mut parts,
+                                        permit,
+                                        now,
+                                        Outcome::Cancelled,
+                                        &mut sink,
+                                    );
+                                }
+                            }
+                            break;
+                        }
+                        Ran::Hedge => {
+                            hedge = None;
+                            if let Ok(permit) = call.hedge(&mut parts, now, &mut sink) {
+                                guards[1] = Some(PermitGuard::new(gate, permit));
+                                second.set(Some(select(
+                                    op(call.attempts()),
+                                    Until::at(call.attempt_deadline()),
+                                )));
+                            }
+                            continue;
+                        }
+                        Ran::Done(i, ran) => {
+                            let outcome = match ran {
+                                Either::First(result) => {
+                                    let outcome = classify.classify(&result);
+                                    last = Some(result);
+                                    outcome
+                                }
+                                Either::Second(()) => Outcome::TimedOut,
+                            };
+                            (i, outcome)
+                        }
+                    };
+                    // One attempt ended: no hedge after that.
+                    hedge = None;
+                    let [a, b] = &mut guards;
+                    let (done, other, other_run) = if i == 0 {
+                        first.set(None);
+                        (a, b, second.as_mut())
+                    } else {
+                        second.set(None);
+                        (b, a, first.as_mut())
+                    };
+                    if let Some(permit) = done.take().and_then(PermitGuard::disarm) {
+                        call.complete(&mut parts, permit, now, outcome, &mut sink);
+                    }
+                    if other.is_none() {
+                        break;
+                    }
+                    if call.is_over() {
+                        // The first success (or a permanent failure) decides: the loser is
+                        // dropped, and reported as cancelled.
+                        let mut other_run = other_run;
+                        other_run.set(None);
+                        if let Some(permit) = other.take().and_then(PermitGuard::disarm) {
+                            call.complete(&mut parts, permit, now, Outcome::Cancelled, &mut sink);
+                        }
+                        break;
+                    }
+                    // A failure waits for the other attempt.
+                }
+            }
+            Step::Wait(wait) => {
+                let at = now.saturating_add(wait);
+                if gate.pause(at, call.deadline(), cancel.as_mut()).await == Slept::Cancelled {
+                    call.cancel();
+                    return Err(CallError::Cancelled);
+                }
+                now = clock.now();
+            }
+            Step::Reject(rejection) => {
+                // Announced (the core emitted `Rejected` with this pause), then served.
+                let at = now.saturating_add(rejection.pause);
+                if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
+                    return Err(CallError::Cancelled);
+                }
+                return Err(CallError::Rejected {
+                    rejection,
+                    last: last.and_then(Result::err),
+                });
+            }
+            Step::Done(finished) => return finish(finished, last),
+        }
+    }
+}
+
+/// What ended a wait of the hedged loop.
+enum Ran<T> {
+    /// The caller cancelled.
+    Cancelled,
+    /// Attempt 0 (the first) or 1 (the hedge) ended: its result, or its deadline.
+    Done(usize, Either<T, ()>),
+    /// The time to hedge came.
+    Hedge,
+}
+
+/// Polls the cancellation, then the attempts in flight, then the hedge timer.
+fn poll_pair<X: Future, Fut: Future>(
+    cx: &mut Context<'_>,
+    cancel: Pin<&mut X>,
+    runs: [Pin<&mut Option<Timed<Fut>>>; 2],
+    hedge: &mut Option<Timer>,
+) -> Poll<Ran<Fut::Output>> {
+    if cancel.poll(cx).is_ready() {
+        return Poll::Ready(Ran::Cancelled);
+    }
+    for (i, run) in runs.into_iter().enumerate() {
+        if let Some(attempt) = run.as_pin_mut() {
+            if let Poll::Ready(ran) = attempt.poll(cx) {
+                return Poll::Ready(Ran::Done(i, ran));
+            }
+        }
+    }
+    if let Some(timer) = hedge {
+        if Pin::new(timer).poll(cx).is_ready() {
+            return Poll::Ready(Ran::Hedge);
+        }
+    }
+    Poll::Pending
+}
+
+/// An attempt deadline as a future: a timer, or never without a deadline.
+pub(crate) struct Until(Option<Timer>);
+
+impl Until {
+    fn at(deadline: Option<Instant>) -> Until {
+        Until(deadline.map(|at| Timer::at(to_embassy_instant(at))))
+    }
+}
+
+impl Future for Until {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match &mut self.0 {
+            Some(timer) => Pin::new(timer).poll(cx),
+            None => Poll::Pending,
+        }
     }
 }
 
@@ -561,14 +1182,14 @@ impl<M: RawMutex, L: Listener, B: CoreBreaker> Policy<'_, M, L, B> {
 /// in 32-bit atomics (thumbv7m/v7em have no 64-bit ones; load and store are enough, so thumbv6m
 /// too). A read racing a second `set` may mix the two seeds' halves, which is still a seed.
 #[derive(Debug)]
-struct Seed {
+pub(crate) struct Seed {
     set: AtomicBool,
     high: AtomicU32,
     low: AtomicU32,
 }
 
 impl Seed {
-    const fn unset() -> Seed {
+    pub(crate) const fn unset() -> Seed {
         Seed {
             set: AtomicBool::new(false),
             high: AtomicU32::new(0),
@@ -584,13 +1205,13 @@ impl Seed {
         }
     }
 
-    fn set(&self, seed: u64) {
+    pub(crate) fn set(&self, seed: u64) {
         self.high.store((seed >> 32) as u32, Ordering::Relaxed);
         self.low.store(seed as u32, Ordering::Relaxed);
         self.set.store(true, Ordering::Release);
     }
 
-    fn get(&self) -> Option<u64> {
+    pub(crate) fn get(&self) -> Option<u64> {
         if !self.set.load(Ordering::Acquire) {
             return None;
         }
@@ -635,16 +1256,16 @@ async fn until(deadline: Option<Instant>) {
 }
 
 /// Gives an attempt's permit back if the call's future is dropped before the attempt's outcome
-/// is reported, so a half-open probe slot never leaks.
-struct PermitGuard<'a, M: RawMutex, B: CoreBreaker> {
-    breaker: &'a Breaker<M, B>,
+/// is reported, so a half-open probe slot (or a bulkhead slot) never leaks.
+struct PermitGuard<G: Gate> {
+    gate: G,
     permit: Option<Permit>,
 }
 
-impl<'a, M: RawMutex, B: CoreBreaker> PermitGuard<'a, M, B> {
-    fn new(breaker: &'a Breaker<M, B>, permit: Permit) -> Self {
+impl<G: Gate> PermitGuard<G> {
+    fn new(gate: G, permit: Permit) -> Self {
         PermitGuard {
-            breaker,
+            gate,
             permit: Some(permit),
         }
     }
@@ -655,16 +1276,16 @@ impl<'a, M: RawMutex, B: CoreBreaker> PermitGuard<'a, M, B> {
     }
 }
 
-impl<M: RawMutex, B: CoreBreaker> Drop for PermitGuard<'_, M, B> {
+impl<G: Gate> Drop for PermitGuard<G> {
     fn drop(&mut self) {
         if let Some(permit) = self.permit.take() {
-            self.breaker.release(permit);
+            self.gate.release(permit);
         }
     }
 }
 
 /// The budget side of a policy's calls: its shared budget, or none.
-enum Funds<'a, M: RawMutex> {
+pub(crate) enum Funds<'a, M: RawMutex> {
     Budget(BudgetRef<'a, M>),
     Unlimited,
 }

@@ -2,7 +2,9 @@
 //! `static`s, guarding a simulated flaky I2C sensor, on an emulated Cortex-M3 (QEMU
 //! lm3s6965evb), timed by the chip's SysTick at 1 kHz. The sensor's breakers are lean (the
 //! natural choice for a sensor: consecutive failures only, 40 bytes each); the budgeted policy's
-//! is a full breaker (every default rule) over settings in a `static`.
+//! is a full breaker (every default rule) over settings in a `static`. The optional steps run on
+//! the target too: a bulkhead whose waiting task is woken by the executor, a rate limit, and a
+//! hedged call against a full breaker that has learned its dependency's p95.
 //!
 //! Every check prints `ok NAME` or `FAILED NAME: detail` over semihosting; the run closes with
 //! `N passed, N failed` and exits non-zero when any check failed (a panic exits 1 too).
@@ -22,10 +24,13 @@ use embassy_sync::signal::Signal;
 use embassy_time::{Duration, Instant, Timer};
 use panic_semihosting as _;
 use stormguard_core::{
-    Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration as CoreDuration, Event,
-    Jitter, LeanBreaker, Outcome, RefusalReason, SettingsError, State, GUARD_PAUSE,
+    Backoff, BreakerSettings, BudgetSettings, BulkheadSettings, CallSettings,
+    Duration as CoreDuration, Event, Jitter, LeanBreaker, Outcome, RateLimitSettings, RateLimiter,
+    RefusalReason, SettingsError, State, GUARD_PAUSE,
 };
-use stormguard_embassy::{Breaker, Budget, CallError, CallOptions, NoListener, Policy};
+use stormguard_embassy::{
+    Breaker, Budget, Bulkhead, CallError, CallOptions, NoListener, NoRateLimit, Policy, RateLimit,
+};
 
 /// lm3s6965evb's core clock under QEMU.
 const CORE_HZ: u32 = 12_000_000;
@@ -174,6 +179,36 @@ static BUDGET_POLICY: Policy<'static, Cs, NoListener, Full> =
 
 static STOP: Signal<Cs, ()> = Signal::new();
 
+/// One transaction on the bus at a time; one more task may wait for it, at most 100 ms.
+static BUS: Bulkhead<Cs> = Bulkhead::new(ok(BulkheadSettings::builder("spi-bus")
+    .max_in_flight(1)
+    .bounded_wait(1, CoreDuration::from_millis(100))
+    .build()));
+static BUS_BREAKER: Breaker<Cs, LeanBreaker> = lean(&SENSOR_BREAKER);
+static BUS_POLICY: Policy<'static, Cs, NoListener, LeanBreaker, NoRateLimit, &Bulkhead<Cs>> =
+    Policy::new(&BUS_BREAKER, ONE_SHOT).with_bulkhead(&BUS);
+
+/// One uplink message a second.
+static UPLINK: RateLimit<Cs, RateLimiter> = RateLimit::new(RateLimiter::new(ok(
+    RateLimitSettings::per_second("uplink", 1),
+)));
+static UPLINK_BREAKER: Breaker<Cs, LeanBreaker> = lean(&SENSOR_BREAKER);
+static UPLINK_POLICY: Policy<'static, Cs, NoListener, LeanBreaker, &RateLimit<Cs, RateLimiter>> =
+    Policy::new(&UPLINK_BREAKER, ONE_SHOT).with_rate_limit(&UPLINK);
+
+/// Hedging on: a full breaker learns the gateway's p95.
+const HEDGED: CallSettings = ok(CallSettings::builder().hedging(true).build());
+static GATEWAY: BreakerSettings = BreakerSettings::defaults("gateway");
+static GATEWAY_BREAKER: Breaker<Cs, Full> = Breaker::from_static(&GATEWAY);
+static HEDGES: AtomicU32 = AtomicU32::new(0);
+fn count_hedges(event: &Event<'_>) {
+    if let Event::Hedged { .. } = event {
+        HEDGES.fetch_add(1, Ordering::Relaxed);
+    }
+}
+static GATEWAY_POLICY: Policy<'static, Cs, fn(&Event<'_>), Full> =
+    Policy::new(&GATEWAY_BREAKER, HEDGED).with_listener(count_hedges);
+
 // ---------------------------------------------------------------------------------------------
 // Checks
 
@@ -203,6 +238,17 @@ fn ticks_since(t0: Instant) -> u64 {
 async fn stop_after(delay: Duration) {
     Timer::after(delay).await;
     STOP.signal(());
+}
+
+/// Holds the bus for 30 ms through the bulkheaded policy.
+#[embassy_executor::task]
+async fn hold_bus() {
+    let _ = BUS_POLICY
+        .call(async |_| {
+            Timer::after_millis(30).await;
+            Ok::<i16, I2cError>(0)
+        })
+        .await;
 }
 
 #[embassy_executor::main]
@@ -398,6 +444,69 @@ async fn main(spawner: Spawner) {
         "every event reaches the listener named after its lean breaker",
         misnamed == 0 && OPENS.load(Ordering::Relaxed) == 2,
         format_args!("{misnamed} misnamed"),
+    );
+
+    // 10. A full bulkhead with a bounded wait: the waiting task is woken when the slot frees.
+    SENSOR.set(HEALTHY);
+    spawner.spawn(hold_bus().unwrap());
+    Timer::after_millis(1).await; // the holder takes the slot
+    let t0 = Instant::now();
+    let r = BUS_POLICY.call(|_| SENSOR.read_temperature()).await;
+    let took = ticks_since(t0);
+    let queued = BUS.snapshot().map(|s| (s.in_flight, s.queued));
+    t.check(
+        "a task waiting on a full bulkhead is woken when the slot frees",
+        r == Ok(215) && (30..=33).contains(&took) && queued == Some((0, 0)),
+        format_args!("{took} ticks, {r:?}, in flight and queued {queued:?}"),
+    );
+
+    // 11. A rate limit's refusal is guarded, with the time until the next cell.
+    let first = UPLINK_POLICY.call(|_| SENSOR.read_temperature()).await;
+    let t0 = Instant::now();
+    let r = UPLINK_POLICY.call(|_| SENSOR.read_temperature()).await;
+    let took = ticks_since(t0);
+    let limited = match r {
+        Err(CallError::Rejected { rejection, .. }) => {
+            rejection.reason == RefusalReason::RateLimited
+                && (895..=900).contains(&rejection.retry_after.as_millis())
+        }
+        _ => false,
+    };
+    t.check(
+        "a rate-limited call is refused after the pause, with the time to the next cell",
+        first == Ok(215) && limited && (100..=101).contains(&took),
+        format_args!("{took} ticks, {r:?}"),
+    );
+
+    // 12. Hedging: once the breaker knows the p95 (4 ms reads), a hung first attempt is hedged
+    //     and the hedge's answer wins; the hung attempt is dropped.
+    for _ in 0..25 {
+        let _ = GATEWAY_POLICY
+            .call(async |_| {
+                Timer::after_millis(4).await;
+                Ok::<u32, ()>(0)
+            })
+            .await;
+    }
+    let t0 = Instant::now();
+    let r = GATEWAY_POLICY
+        .call_hedged(|attempt| async move {
+            if attempt == 1 {
+                pending::<()>().await;
+            }
+            Timer::after_millis(2).await;
+            Ok::<u32, ()>(attempt)
+        })
+        .await;
+    let took = ticks_since(t0);
+    let failures = GATEWAY_BREAKER.snapshot().map(|s| s.consecutive_failures);
+    t.check(
+        "a hung attempt is hedged after the learned p95 and the hedge wins",
+        r == Ok(2)
+            && (5..=10).contains(&took)
+            && HEDGES.load(Ordering::Relaxed) == 1
+            && failures == Some(0),
+        format_args!("{took} ticks, {r:?}, failures {failures:?}"),
     );
 
     hprintln!("{} passed, {} failed", t.passed, t.failed);

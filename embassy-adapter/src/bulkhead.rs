@@ -1,0 +1,368 @@
+//! A bulkhead as an optional step of a [`Policy`](crate::Policy): the core's [`Bulkheaded`]
+//! admission takes a slot for every attempt, and a full bulkhead refuses, guarded like any
+//! refusal. With a bounded wait in its settings, a call that finds it full first waits for a
+//! slot (at most the settings' wait, capped by the call's deadline) and ends that wait at once
+//! when the caller cancels.
+//!
+//! Waiting is the core's protocol ([`stormguard_core::Bulkhead`]: queue, turn, abandon); this
+//! module only parks the waiting tasks: their wakers are kept (at most `W`, a const parameter)
+//! beside the core's counts, and a call ending while others wait wakes them to take their turn.
+//!
+//! A waiter the core admits hands its slot straight back and takes it again, through
+//! [`Bulkheaded`], when its attempt starts, with no `.await` in between: among the tasks of one
+//! executor nothing can come between the two. Across executors or from an interrupt (with a
+//! `CriticalSectionRawMutex`), a caller running in that instant may take the slot; the waiter's
+//! attempt is then refused, guarded, and the limit still holds.
+
+use core::cell::RefCell;
+use core::fmt;
+use core::future::{poll_fn, Future};
+use core::pin::Pin;
+use core::task::{Context, Poll};
+
+use embassy_futures::select::{select3, Either3};
+use embassy_sync::blocking_mutex::raw::RawMutex;
+use embassy_sync::blocking_mutex::Mutex;
+use embassy_sync::waitqueue::MultiWakerRegistration;
+use embassy_time::Timer;
+use stormguard_core::{
+    Admission, Bound, BulkheadEntry, BulkheadPermit, BulkheadSettings, BulkheadSlots,
+    BulkheadSnapshot, BulkheadTicket, Bulkheaded, Duration, Field, Instant, RefusalReason, Refused,
+    SettingsError,
+};
+
+use crate::sleep::{sleep_until, Slept};
+use crate::time::to_embassy_instant;
+use crate::EmbassyClock;
+
+/// What a locked bulkhead answers in the impossible case that it is found borrowed (this crate
+/// runs no caller code under its lock): full, never a panic.
+const BUSY: Refused = Refused {
+    reason: RefusalReason::BulkheadFull,
+    retry_after: Duration::ZERO,
+};
+
+struct Slots<const W: usize> {
+    core: stormguard_core::Bulkhead,
+    /// The tasks waiting for a slot.
+    waiters: MultiWakerRegistration<W>,
+}
+
+/// A limit on calls in flight to one dependency, shared by several tasks: the core's
+/// [`Bulkhead`](stormguard_core::Bulkhead) and the wakers of up to `W` waiting tasks behind an
+/// `embassy_sync` blocking raw mutex; `const`-constructible so it can be a `static`. Give it to
+/// [`Policy::with_bulkhead`](crate::Policy::with_bulkhead).
+///
+/// `W` (default 4) is how many tasks may wait at once, each with its waker kept: a `max_queue`
+/// above `W` is served as `W` (a caller finding `W` already waiting is refused as by a full
+/// queue), so every waiter has its place and none is woken for nothing.
+///
+/// ```
+/// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+/// use stormguard_core::{BulkheadSettings, Duration};
+/// use stormguard_embassy::Bulkhead;
+///
+/// // One radio transaction at a time; up to 2 more tasks wait, each at most 50 ms.
+/// static RADIO: Bulkhead<Cs> = Bulkhead::new(match BulkheadSettings::builder("radio")
+///     .max_in_flight(1)
+///     .bounded_wait(2, Duration::from_millis(50))
+///     .build()
+/// {
+///     Ok(s) => s,
+///     Err(_) => panic!("invalid bulkhead settings"),
+/// });
+/// # use critical_section as _; // the host's critical-section implementation, for this test
+/// assert_eq!(RADIO.snapshot().unwrap().max_in_flight, 1);
+/// ```
+pub struct Bulkhead<M: RawMutex, const W: usize = 4> {
+    inner: Mutex<M, RefCell<Slots<W>>>,
+}
+
+impl<M: RawMutex, const W: usize> Bulkhead<M, W> {
+    /// An empty bulkhead with `settings`; `const`, so it can be a `static`.
+    #[must_use]
+    pub const fn new(settings: BulkheadSettings) -> Self {
+        Bulkhead {
+            inner: Mutex::new(RefCell::new(Slots {
+                core: stormguard_core::Bulkhead::new(settings),
+                waiters: MultiWakerRegistration::new(),
+            })),
+        }
+    }
+
+    /// Whether every caller `settings` let wait finds a place among the `W` kept wakers (a
+    /// `const` check for a `static`'s settings), or the error naming `max_queue`.
+    ///
+    /// ```
+    /// use embassy_sync::blocking_mutex::raw::NoopRawMutex;
+    /// use stormguard_core::{Bound, BulkheadSettings, Duration, Field};
+    /// use stormguard_embassy::Bulkhead;
+    ///
+    /// let s = BulkheadSettings::builder("db").bounded_wait(8, Duration::from_millis(10)).build()?;
+    /// let err = Bulkhead::<NoopRawMutex>::fits(&s).unwrap_err();
+    /// assert_eq!((err.field, err.bound), (Field::MaxQueue, Bound::AtMost(4)));
+    /// assert!(Bulkhead::<NoopRawMutex, 8>::fits(&s).is_ok());
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub const fn fits(settings: &BulkheadSettings) -> Result<(), SettingsError> {
+        if settings.max_queue() as usize > W {
+            return Err(SettingsError {
+                field: Field::MaxQueue,
+                bound: Bound::AtMost(W as u64),
+            });
+        }
+        Ok(())
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Slots<W>) -> R) -> Option<R> {
+        self.inner
+            .lock(|cell| cell.try_borrow_mut().ok().map(|mut s| f(&mut s)))
+    }
+
+    /// Calls in flight, callers waiting and the limits; `None` only on a re-entrant call, which
+    /// this crate never makes.
+    #[must_use]
+    pub fn snapshot(&self) -> Option<BulkheadSnapshot> {
+        self.with(|s| s.core.snapshot())
+    }
+
+    /// The settings the bulkhead was built with.
+    #[must_use]
+    pub fn settings(&self) -> Option<BulkheadSettings> {
+        self.with(|s| *s.core.settings())
+    }
+
+    /// The handle [`Bulkheaded`] takes its slots through.
+    fn slots(&self) -> BulkheadRef<'_, M, W> {
+        BulkheadRef { bulkhead: self }
+    }
+
+    /// A slot the waiter was given goes back at once, without waking anyone: the waiter takes it
+    /// again, through [`Bulkheaded`], in the same step (no `.await` in between).
+    fn hand_back(slots: &mut Slots<W>, permit: BulkheadPermit) {
+        let _ = slots.core.leave(permit);
+    }
+
+    /// Waits for a slot when the bulkhead is full and its settings allow a wait: until one is
+    /// free (then returns with it free, for the attempt to take), the wait is over (the core's
+    /// rule: the settings' wait capped by `deadline`; the attempt is then refused, guarded), or
+    /// `cancel` finishes ([`Slept::Cancelled`], the place in the queue given up).
+    async fn wait_for_slot<X: Future>(
+        &self,
+        deadline: Option<Instant>,
+        cancel: Pin<&mut X>,
+    ) -> Slept {
+        let clock = EmbassyClock::new();
+        let now = clock.now();
+        let max_wait = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+        let ticket = self.with(|s| {
+            // No waker left to keep: refused as by a full queue.
+            let max_wait = if s.core.queued() as usize >= W {
+                Duration::ZERO
+            } else {
+                max_wait
+            };
+            match s.core.try_enter_or_queue(now, max_wait) {
+                Ok(BulkheadEntry::Queued(ticket)) => Some(ticket),
+                Ok(BulkheadEntry::Entered(permit)) => {
+                    Self::hand_back(s, permit);
+                    None
+                }
+                Err(_) => None,
+            }
+        });
+        let Some(ticket) = ticket.flatten() else {
+            return Slept::Elapsed;
+        };
+        let until = to_embassy_instant(ticket.wait_until());
+        let mut waiting = Waiting {
+            bulkhead: self,
+            ticket: Some(ticket),
+        };
+        let turn = poll_fn(|cx| waiting.turn(clock.now(), Some(cx)));
+        match select3(cancel, turn, Timer::at(until)).await {
+            Either3::First(_) => Slept::Cancelled,
+            Either3::Second(()) => Slept::Elapsed,
+            Either3::Third(()) => {
+                // The wait is over: the core admits (a slot just freed) or refuses.
+                let _ = waiting.turn(clock.now(), None);
+                Slept::Elapsed
+            }
+        }
+    }
+}
+
+impl<M: RawMutex, const W: usize> fmt::Debug for Bulkhead<M, W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bulkhead")
+            .field("now", &self.snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A place in a bulkhead's queue, abandoned if the wait is given up.
+struct Waiting<'a, M: RawMutex, const W: usize> {
+    bulkhead: &'a Bulkhead<M, W>,
+    ticket: Option<BulkheadTicket>,
+}
+
+impl<M: RawMutex, const W: usize> Waiting<'_, M, W> {
+    /// The waiter's turn at `now`: ready once admitted (the slot handed back for the attempt)
+    /// or refused (off the queue); otherwise still queued, and parked with `cx`'s waker in the
+    /// same lock, so a slot freed after this look wakes it.
+    fn turn(&mut self, now: Instant, cx: Option<&mut Context<'_>>) -> Poll<()> {
+        let Some(ticket) = self.ticket.take() else {
+            return Poll::Ready(());
+        };
+        let ticket = self
+            .bulkhead
+            .with(|s| match s.core.on_slot_free(now, ticket) {
+                Ok(BulkheadEntry::Entered(permit)) => {
+                    Bulkhead::<M, W>::hand_back(s, permit);
+                    None
+                }
+                Ok(BulkheadEntry::Queued(ticket)) => {
+                    if let Some(cx) = cx {
+                        s.waiters.register(cx.waker());
+                    }
+                    Some(ticket)
+                }
+                Err(_) => None,
+            })
+            .flatten();
+        match ticket {
+            Some(t) => {
+                self.ticket = Some(t);
+                Poll::Pending
+            }
+            None => Poll::Ready(()),
+        }
+    }
+}
+
+impl<M: RawMutex, const W: usize> Drop for Waiting<'_, M, W> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.bulkhead.with(|s| s.core.abandon(ticket));
+        }
+    }
+}
+
+/// A [`Bulkhead`] seen through the core's [`BulkheadSlots`]: each method locks it for one
+/// step; freeing a slot while callers wait wakes them.
+pub struct BulkheadRef<'a, M: RawMutex, const W: usize = 4> {
+    bulkhead: &'a Bulkhead<M, W>,
+}
+
+impl<M: RawMutex, const W: usize> Clone for BulkheadRef<'_, M, W> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<M: RawMutex, const W: usize> Copy for BulkheadRef<'_, M, W> {}
+
+impl<M: RawMutex, const W: usize> fmt::Debug for BulkheadRef<'_, M, W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BulkheadRef").finish_non_exhaustive()
+    }
+}
+
+impl<M: RawMutex, const W: usize> BulkheadSlots for BulkheadRef<'_, M, W> {
+    fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused> {
+        self.bulkhead
+            .with(|s| s.core.try_enter(now))
+            .unwrap_or(Err(BUSY))
+    }
+
+    fn leave(&mut self, permit: BulkheadPermit) -> bool {
+        self.bulkhead
+            .with(|s| {
+                let waiting = s.core.leave(permit);
+                if waiting {
+                    s.waiters.wake();
+                }
+                waiting
+            })
+            .unwrap_or(false)
+    }
+
+    fn check(&self) -> Result<(), Refused> {
+        self.bulkhead.with(|s| s.core.check()).unwrap_or(Err(BUSY))
+    }
+}
+
+mod sealed {
+    pub trait Step {}
+    impl Step for super::NoBulkhead {}
+    impl<M: embassy_sync::blocking_mutex::raw::RawMutex, const W: usize> Step
+        for &super::Bulkhead<M, W>
+    {
+    }
+}
+
+/// A policy without a bulkhead (the default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct NoBulkhead;
+
+/// The bulkhead step of a [`Policy`](crate::Policy) (sealed): [`NoBulkhead`], or a
+/// `&`[`Bulkhead`] set by [`Policy::with_bulkhead`](crate::Policy::with_bulkhead).
+pub trait BulkheadStep: sealed::Step {
+    /// The admission with this step in front of `A`.
+    #[doc(hidden)]
+    type Wrap<A: Admission>: Admission;
+    /// Puts this step in front of `admission`.
+    #[doc(hidden)]
+    fn wrap<A: Admission>(&self, admission: A) -> Self::Wrap<A>;
+    /// Whether a call may wait for a slot before its first attempt (a compile-time `false`
+    /// drops the waiting code).
+    #[doc(hidden)]
+    const QUEUES: bool;
+    /// Sleeps until `at` (a backoff wait), then waits for a slot before the next attempt (see
+    /// the module docs); one future, so a policy without a bulkhead sleeps exactly as before.
+    #[doc(hidden)]
+    fn pause<X: Future>(
+        &self,
+        at: Instant,
+        deadline: Option<Instant>,
+        cancel: Pin<&mut X>,
+    ) -> impl Future<Output = Slept>;
+}
+
+impl BulkheadStep for NoBulkhead {
+    type Wrap<A: Admission> = A;
+    #[inline]
+    fn wrap<A: Admission>(&self, admission: A) -> A {
+        admission
+    }
+    const QUEUES: bool = false;
+    #[inline]
+    fn pause<X: Future>(
+        &self,
+        at: Instant,
+        _: Option<Instant>,
+        cancel: Pin<&mut X>,
+    ) -> impl Future<Output = Slept> {
+        sleep_until(at, cancel)
+    }
+}
+
+impl<'b, M: RawMutex, const W: usize> BulkheadStep for &'b Bulkhead<M, W> {
+    type Wrap<A: Admission> = Bulkheaded<A, BulkheadRef<'b, M, W>>;
+    fn wrap<A: Admission>(&self, admission: A) -> Self::Wrap<A> {
+        Bulkheaded::new(admission, (**self).slots())
+    }
+    const QUEUES: bool = true;
+    async fn pause<X: Future>(
+        &self,
+        at: Instant,
+        deadline: Option<Instant>,
+        mut cancel: Pin<&mut X>,
+    ) -> Slept {
+        if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
+            return Slept::Cancelled;
+        }
+        Bulkhead::wait_for_slot(self, deadline, cancel).await
+    }
+}
