@@ -1196,7 +1196,10 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
-        if !self.s().keeps_statistics() && outcome.is_success() && permit.kind() == Kind::Normal {
+        if !(M::KEEPS && self.s().keeps_statistics())
+            && outcome.is_success()
+            && permit.kind() == Kind::Normal
+        {
             // The common case of a breaker without statistics: a success while closed with no
             // failures counted changes nothing. Phase, period and count are the low 21 bits.
             let quiet = u64::from(permit.period()) << 3;
@@ -1216,7 +1219,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         events: &mut dyn FnMut(Event<'_>),
     ) {
         let s = self.s();
-        let keeps = s.keeps_statistics();
+        let keeps = M::KEEPS && s.keeps_statistics();
         let latency = permit.latency(now);
         let (_, at_outcome, _) = self.load();
         let current = permit.kind() != Kind::Unguarded && permit.period() == at_outcome.epoch;
@@ -1397,6 +1400,9 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     /// The measured attempt ceiling: 3x the recent p95 of successful calls, once 20 of them
     /// are in the baseline. It may only tighten a configured attempt timeout.
     pub(crate) fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        if !M::KEEPS {
+            return None;
+        }
         let (p95, samples) = self.stats.tail(now, self.s());
         if samples < TAIL_SAMPLES {
             return None;
@@ -1407,6 +1413,9 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     /// When a hedged second attempt should start after the first (the learned p95 of normal
     /// latency, never a fixed delay), or why hedging is suppressed now.
     pub(crate) fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        if !M::KEEPS {
+            return Err(HedgeSuppressed::NoBaseline);
+        }
         let s = self.s();
         let (_, c, r) = self.load();
         if c.state::<M>(&r, s, self.seed, now) != State::Closed {
@@ -1425,6 +1434,9 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     }
 
     pub(crate) fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        if !M::KEEPS {
+            return None;
+        }
         self.stats.latency(now, self.s()).0
     }
 

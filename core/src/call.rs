@@ -547,8 +547,13 @@ impl Call {
     /// upstream); a later one than the settings' is ignored.
     #[must_use]
     pub fn with_deadline(mut self, deadline: Instant) -> Call {
-        self.deadline = Some(self.deadline.map_or(deadline, |d| d.min(deadline)));
+        self.tighten_deadline(deadline);
         self
+    }
+
+    /// [`Call::with_deadline`] in place.
+    pub fn tighten_deadline(&mut self, deadline: Instant) {
+        self.deadline = Some(self.deadline.map_or(deadline, |d| d.min(deadline)));
     }
 
     /// The call's deadline, if any.
