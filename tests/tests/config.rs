@@ -160,7 +160,9 @@ fn a_scenario_files_strategies_explain_themselves() {
     }
     let bare = s.strategies[0].explain();
     assert!(
-        bare.contains("no breaker: nothing stops a call reaching a dependency that is already down"),
+        bare.contains(
+            "no breaker: nothing stops a call reaching a dependency that is already down"
+        ),
         "{bare}"
     );
 }
