@@ -62,8 +62,14 @@ impl fmt::Display for SubscriptionStatus {
 /// 1 s, doubling, capped at 120 s, no jitter, and no limit on attempts — a subscription is
 /// infrastructure, so giving up is never the answer ([`Backoff::subscription`]). Every retry
 /// loop starts from the first delay again, so once a subscription has been established, losing it
-/// starts the schedule over. (Whizbang has no "healthy for at least so long" rule before the
-/// schedule starts over, and neither has this.)
+/// starts the schedule over.
+///
+/// One rule beyond Whizbang's: a subscription lost within [`stable_after`] of being established
+/// (by default the schedule's first delay, 1 s) was not really established. Its loss continues
+/// the schedule where it stood, as a failure, instead of reconnecting at once: a broker that
+/// accepts and drops every connection would otherwise be reconnected to in a tight loop.
+///
+/// [`stable_after`]: SubscriptionRetry::with_stable_after
 ///
 /// The helper reads no clock and sleeps nowhere: the adapter tries when
 /// [`next_attempt_at`](SubscriptionRetry::next_attempt_at) says, and reports what happened.
@@ -121,6 +127,10 @@ impl fmt::Display for SubscriptionStatus {
 pub struct SubscriptionRetry {
     backoff: Backoff,
     rng: JitterRng,
+    /// How long a subscription must last to count as established.
+    stable_after: Duration,
+    /// The failures before the current connection: where a connection lost too soon resumes.
+    before_connected: u32,
     failures: u32,
     attempts: u64,
     last_delay: Option<Duration>,
@@ -139,8 +149,10 @@ impl SubscriptionRetry {
     #[must_use]
     pub const fn with_backoff(backoff: Backoff) -> SubscriptionRetry {
         SubscriptionRetry {
+            stable_after: backoff.base(),
             backoff,
             rng: JitterRng::with_seed(0),
+            before_connected: 0,
             failures: 0,
             attempts: 0,
             last_delay: None,
@@ -154,6 +166,36 @@ impl SubscriptionRetry {
     pub const fn with_seed(mut self, seed: u64) -> SubscriptionRetry {
         self.rng = JitterRng::with_seed(seed);
         self
+    }
+
+    /// How long a subscription must stay up before its loss starts the schedule over (default:
+    /// the backoff's base, 1 s for [`Backoff::subscription`]). A loss sooner than that continues
+    /// the schedule as a failure. `Duration::ZERO` restores Whizbang's rule: any connection,
+    /// however brief, starts the schedule over.
+    ///
+    /// ```
+    /// use stormguard_core::{Duration, Instant, SubscriptionRetry};
+    ///
+    /// let mut retry = SubscriptionRetry::new(); // stable after 1 s
+    /// let mut now = Instant::from_secs(10);
+    /// for _ in 0..3 {
+    ///     now = retry.on_failure(now);
+    /// }
+    /// retry.on_connected(now);
+    /// // Dropped at once: the fourth delay of the schedule, not an immediate reconnect.
+    /// let dropped = now + Duration::from_millis(10);
+    /// assert_eq!(retry.on_disconnected(dropped), dropped + Duration::from_secs(8));
+    /// ```
+    #[must_use]
+    pub const fn with_stable_after(mut self, stable_after: Duration) -> SubscriptionRetry {
+        self.stable_after = stable_after;
+        self
+    }
+
+    /// How long a subscription must stay up to count as established.
+    #[must_use]
+    pub const fn stable_after(&self) -> Duration {
+        self.stable_after
     }
 
     /// The backoff the schedule follows.
@@ -229,20 +271,33 @@ impl SubscriptionRetry {
         retry_at
     }
 
-    /// The subscription was established at `now`: the schedule starts over.
+    /// The subscription was established at `now`: the schedule starts over (unless it is lost
+    /// within [`stable_after`](SubscriptionRetry::stable_after)).
     pub fn on_connected(&mut self, now: Instant) {
         self.attempts = self.attempts.saturating_add(1);
+        self.before_connected = self.failures;
         self.failures = 0;
         self.last_delay = None;
         self.status = SubscriptionStatus::Healthy { since: now };
     }
 
     /// The established subscription was lost at `now`: returns when to try again, which is at
-    /// once (`now`); a failure of that attempt then waits the schedule's first delay. Reported
-    /// while not established, it changes nothing and returns the attempt already due.
+    /// once (`now`); a failure of that attempt then waits the schedule's first delay. Lost
+    /// within [`stable_after`](SubscriptionRetry::stable_after) of being established, it counts
+    /// as a failure after the ones before the connection, and waits that failure's delay.
+    /// Reported while not established, it changes nothing and returns the attempt already due.
     pub fn on_disconnected(&mut self, now: Instant) -> Instant {
         match self.status {
+            SubscriptionStatus::Healthy { since }
+                if now.saturating_duration_since(since) < self.stable_after =>
+            {
+                self.failures = self.before_connected;
+                self.before_connected = 0;
+                self.attempts = self.attempts.saturating_sub(1);
+                self.on_failure(now)
+            }
             SubscriptionStatus::Healthy { .. } => {
+                self.before_connected = 0;
                 self.status = SubscriptionStatus::Pending;
                 now
             }
@@ -254,6 +309,7 @@ impl SubscriptionRetry {
     /// Back to the start: nothing tried, nothing failed (the jitter's random sequence goes on).
     pub fn reset(&mut self) {
         self.failures = 0;
+        self.before_connected = 0;
         self.last_delay = None;
         self.status = SubscriptionStatus::Pending;
     }

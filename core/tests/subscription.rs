@@ -255,3 +255,36 @@ fn a_schedule_fits_in_a_const() {
     let mut r = RETRY;
     assert_eq!(r.on_failure(T0), T0 + secs(1));
 }
+
+#[test]
+fn a_subscription_lost_as_soon_as_established_continues_the_schedule_instead_of_spinning() {
+    // A broker that accepts every connection and drops it at once: each loss within a second
+    // of connecting counts as the next failure, so the waits grow as if the connections failed.
+    let mut retry = SubscriptionRetry::new();
+    let mut now = T0;
+    let mut waits = Vec::new();
+    for _ in 0..9 {
+        retry.on_connected(now);
+        let dropped = now + Duration::from_millis(5);
+        let at = retry.on_disconnected(dropped);
+        waits.push(at - dropped);
+        now = at;
+    }
+    assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 120, 120].map(secs).to_vec());
+    assert_eq!(retry.total_attempts(), 9, "a drop is not an attempt");
+    // A connection that lasts past `stable_after` starts the schedule over.
+    retry.on_connected(now);
+    let lost = now + secs(1);
+    assert_eq!(retry.on_disconnected(lost), lost);
+    assert_eq!(retry.on_failure(lost), lost + secs(1));
+}
+
+#[test]
+fn stable_after_zero_is_whizbangs_rule_any_connection_starts_over() {
+    let mut retry = SubscriptionRetry::new().with_stable_after(Duration::ZERO);
+    assert_eq!(retry.stable_after(), Duration::ZERO);
+    let (_, now) = fail(&mut retry, T0, 5);
+    retry.on_connected(now);
+    assert_eq!(retry.on_disconnected(now), now);
+    assert_eq!(retry.on_failure(now), now + secs(1));
+}

@@ -872,7 +872,7 @@ fn a_full_bulkhead_behind_a_rate_limit_spends_no_cell() {
 
 #[test]
 #[serial(embassy_mock_driver)]
-fn a_subscription_that_drops_at_once_yields_between_reconnections() {
+fn a_subscription_that_drops_at_once_waits_the_schedule_between_reconnections() {
     fresh();
     let mut retry = SubscriptionRetry::new();
     let connects = Cell::new(0);
@@ -886,11 +886,21 @@ fn a_subscription_that_drops_at_once_yields_between_reconnections() {
         async |()| {},
         stop.wait(),
     ));
-    // Connected and dropped without waiting: the helper yields rather than spin.
-    for n in 1..=3 {
-        assert!(poll(task.as_mut()).is_pending());
-        assert_eq!(connects.get(), n);
-    }
+    // Connected and dropped at once: never established, so the drops continue the schedule
+    // (1 s, then 2 s) rather than reconnecting in a loop.
+    assert!(poll(task.as_mut()).is_pending());
+    assert_eq!(connects.get(), 1);
+    assert!(poll(task.as_mut()).is_pending());
+    assert_eq!(connects.get(), 1, "no reconnection before the schedule's first delay");
+    advance(EDuration::from_millis(1000));
+    assert!(poll(task.as_mut()).is_pending());
+    assert_eq!(connects.get(), 2);
+    advance(EDuration::from_millis(1999));
+    assert!(poll(task.as_mut()).is_pending());
+    assert_eq!(connects.get(), 2);
+    advance(EDuration::from_millis(1));
+    assert!(poll(task.as_mut()).is_pending());
+    assert_eq!(connects.get(), 3);
     stop.signal(());
     assert_eq!(poll(task.as_mut()), Poll::Ready(()));
 }
