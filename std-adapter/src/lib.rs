@@ -81,6 +81,7 @@
 mod cache;
 mod classify;
 mod clock;
+mod engine;
 pub mod events;
 mod handles;
 pub mod health;
@@ -102,6 +103,7 @@ pub use cache::{CacheRule, SuccessCache, ZeroTtl};
 pub use classify::{http_outcome, retry_after, Http};
 pub use classify::{Classify, EveryErrorTransient};
 pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock};
+pub use engine::{AddError, Decision, EnginePolicy, PolicyEngine, Predicate, Trail};
 pub use events::{Both, Ended, Listener, NoListener};
 pub use handles::{entropy_seed, Breaker, Budget};
 pub use metrics::{Metrics, MetricsSnapshot};
