@@ -90,6 +90,8 @@ mod policy;
 #[cfg(feature = "quanta")]
 mod quanta;
 #[cfg(feature = "tokio")]
+mod subscription;
+#[cfg(feature = "tokio")]
 mod tokio;
 #[cfg(feature = "tower")]
 pub mod tower;
@@ -108,3 +110,5 @@ pub use events::{Both, Ended, Listener, NoListener};
 pub use handles::{entropy_seed, Breaker, Budget};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use policy::{CallError, CallOptions, Policy, PolicyBuilder};
+#[cfg(feature = "tokio")]
+pub use subscription::{subscribe, Subscription, SubscriptionCancelled, SubscriptionEvent};
