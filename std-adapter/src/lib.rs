@@ -85,6 +85,8 @@ mod engine;
 pub mod events;
 mod handles;
 pub mod health;
+#[cfg(feature = "tokio")]
+mod keyed;
 mod metrics;
 mod policy;
 #[cfg(feature = "quanta")]
@@ -108,6 +110,8 @@ pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock}
 pub use engine::{AddError, Decision, EnginePolicy, PolicyEngine, Predicate, Trail};
 pub use events::{Both, Ended, Listener, NoListener};
 pub use handles::{entropy_seed, Breaker, Budget};
+#[cfg(feature = "tokio")]
+pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use policy::{CallError, CallOptions, Policy, PolicyBuilder};
 #[cfg(feature = "tokio")]
