@@ -59,6 +59,10 @@
 //!   [`Listener`], [`Metrics`] (counters under stable names), [`health`] (a registry of
 //!   named breakers and budgets, `serde`-serializable reports).
 //! - [`tower`] (feature `tower`): a `Layer`/`Service` applying a policy to any service.
+//! - [`KeyedPolicy`]: a breaker per key (host, service) from one policy template, fixed capacity,
+//!   idle keys evicted by the core's keyed rule; [`Subscription`]: keeps a subscription
+//!   established on the core's capped schedule; [`PolicyEngine`]: the core's policy engine,
+//!   growable.
 //!
 //! ## Features
 //! - `tokio` (default): [`TokioClock`], the async calls, cancellation tokens.
