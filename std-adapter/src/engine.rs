@@ -13,7 +13,8 @@ use stormguard_core::{
 };
 
 /// A predicate of the growable engine: any closure from the context to a match (`Ok(true)`),
-/// no match (`Ok(false)`) or an error (the predicate could not decide).
+/// no match (`Ok(false)`) or an error (the predicate could not decide). Boxed: the core's rule
+/// calls a predicate through `Fn`, which a `Box<dyn Fn>` implements (an `Arc<dyn Fn>` does not).
 pub type Predicate<C, E> = Box<dyn Fn(&C) -> Result<bool, E> + Send + Sync>;
 
 /// One named policy of a [`PolicyEngine`]: the core's [`Policy`](stormguard_core::Policy) with a
@@ -160,8 +161,9 @@ pub type AddError<C, T, E> = AddPolicyError<C, T, E, Predicate<C, E>>;
 /// Names are unique, so trail entries tell policies apart.
 ///
 /// Predicates are boxed closures (`Fn(&C) -> Result<bool, E> + Send + Sync`), so they may
-/// capture what a configuration file gave. The engine is `Send + Sync` when `C`'s predicates
-/// and `T` are, and evaluation takes `&self`: share it in an `Arc` and rebuild it to change it.
+/// capture what a configuration file gave. The engine is `Send + Sync` when `T` is, and
+/// evaluation takes `&self`: share it in an `Arc`, and to change a shared engine build the new
+/// one and swap it in (e.g. with `arc_swap`).
 ///
 /// ```
 /// use stormguard_core::PolicyVerdict;

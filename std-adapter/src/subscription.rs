@@ -145,6 +145,7 @@ type Observer = Box<dyn FnMut(&SubscriptionEvent<'_>) + Send>;
 /// ```
 pub struct Subscription<K = DefaultClock> {
     name: Name,
+    seed: u64,
     retry: SubscriptionRetry,
     clock: K,
     cancel: Option<CancellationToken>,
@@ -200,9 +201,11 @@ impl Subscription {
     /// ```
     #[must_use]
     pub fn named(name: Name) -> Subscription {
+        let seed = entropy_seed();
         Subscription {
             name,
-            retry: SubscriptionRetry::new().with_seed(entropy_seed()),
+            seed,
+            retry: SubscriptionRetry::new().with_seed(seed),
             clock: default_clock(),
             cancel: None,
             observer: None,
@@ -222,13 +225,15 @@ impl<K> Subscription<K> {
     /// ```
     #[must_use]
     pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.retry = SubscriptionRetry::with_backoff(backoff).with_seed(entropy_seed());
+        self.retry = SubscriptionRetry::with_backoff(backoff).with_seed(self.seed);
         self
     }
 
-    /// Seeds the jitter (only a jittered backoff has any), for reproducible schedules.
+    /// Seeds the jitter (only a jittered backoff has any; the default seed comes from the
+    /// process's entropy), for reproducible schedules. Starts afresh.
     #[must_use]
     pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
         self.retry = SubscriptionRetry::with_backoff(*self.retry.backoff()).with_seed(seed);
         self
     }
@@ -238,6 +243,7 @@ impl<K> Subscription<K> {
     pub fn clock<K2>(self, clock: K2) -> Subscription<K2> {
         Subscription {
             name: self.name,
+            seed: self.seed,
             retry: self.retry,
             clock,
             cancel: self.cancel,

@@ -317,3 +317,35 @@ fn the_helper_and_its_future_are_send() {
     );
     send(&fut);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_seeded_jittered_schedule_is_reproducible_and_bounded() {
+    let jittered = Backoff::subscription()
+        .to_builder()
+        .jitter(stormguard_core::Jitter::Equal)
+        .build()
+        .unwrap();
+    let mut schedules = Vec::new();
+    for _ in 0..2 {
+        // The seed given before the backoff is kept.
+        let mut sub = Subscription::new("feed").seed(42).backoff(jittered);
+        let calls = Arc::default();
+        sub.run(flaky(9, &calls), |n| async move { ControlFlow::Break(n) })
+            .await
+            .unwrap();
+        let times: Vec<_> = calls.lock().unwrap().iter().map(|c| c.0).collect();
+        let ms: Vec<u128> = times
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_millis())
+            .collect();
+        // Equal jitter: between half the delay and the delay.
+        for (got, full) in ms.iter().zip([1, 2, 4, 8, 16, 32, 64, 120, 120]) {
+            assert!(
+                (full * 500..=full * 1000).contains(got),
+                "{got} ms of {full} s"
+            );
+        }
+        schedules.push(ms);
+    }
+    assert_eq!(schedules[0], schedules[1]);
+}
