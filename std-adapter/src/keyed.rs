@@ -124,8 +124,9 @@ struct Entry<K, C, L> {
 }
 
 impl<K, C, L> Entry<K, C, L> {
-    /// Counts a call in at `now`; `false` once the key has been evicted.
-    fn enter(&self, now: Instant) -> bool {
+    /// Counts a call in; `false` once the key has been evicted. (The call's end sets the last
+    /// use; while it is in flight the key is not idle whatever its last use.)
+    fn enter(&self) -> bool {
         let mut word = self.word.load(Ordering::Acquire);
         loop {
             if word & EVICTED != 0 {
@@ -143,7 +144,6 @@ impl<K, C, L> Entry<K, C, L> {
                 Err(seen) => word = seen,
             }
         }
-        self.last_used.fetch_max(now.as_nanos(), Ordering::AcqRel);
         true
     }
 
@@ -492,32 +492,29 @@ where
         None
     }
 
-    /// The key's entry with a call counted in: lock-free for a key in the table.
-    fn enter(&self, key: &K, now: Instant) -> Result<Arc<Entry<K, C, L>>, Refusal> {
+    /// The key's entry with a call counted in: lock-free, and without reading the clock, for a
+    /// key in the table.
+    fn enter(&self, key: &K) -> Result<Arc<Entry<K, C, L>>, Refusal> {
         let hash = self.hash(key);
         if let Some(e) = self.find(key, hash) {
-            if e.enter(now) {
+            if e.enter() {
                 return Ok(e);
             }
         }
-        self.enter_locked(key, hash, now)
+        self.enter_locked(key, hash)
     }
 
     /// The writers' path: look again, then add the key (evicting an idle one if full).
-    fn enter_locked(
-        &self,
-        key: &K,
-        hash: u64,
-        now: Instant,
-    ) -> Result<Arc<Entry<K, C, L>>, Refusal> {
+    fn enter_locked(&self, key: &K, hash: u64) -> Result<Arc<Entry<K, C, L>>, Refusal> {
         let table = &*self.table;
         let _writer = table.writer.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(e) = self.find(key, hash) {
             // Evictions hold this lock too, so a key found now is not marked evicted.
-            if e.enter(now) {
+            if e.enter() {
                 return Ok(e);
             }
         }
+        let now = table.template.clock().now();
         if self.len() >= table.capacity {
             self.make_room(now)?;
         }
@@ -773,7 +770,7 @@ where
         Cl: Classify<T, E>,
     {
         let clock = self.table.template.clock();
-        let entry = match self.enter(key, clock.now()) {
+        let entry = match self.enter(key) {
             Ok(entry) => entry,
             Err(Refusal::Settings(e)) => return Err(KeyedError::Settings(e)),
             Err(Refusal::Full) => {
