@@ -30,8 +30,9 @@
 //! Each key has one 64-bit word: the calls in flight (low 32 bits), a count of calls started
 //! (31 bits, wrapping) and an "evicted" bit. Eviction checks the idle rule on one reading of the
 //! word and marks the key evicted with a compare-and-swap from exactly that reading, so a call
-//! that started in between (or started and finished: the count moved) makes the eviction fail
-//! instead of being lost. A call that finds its key marked evicted looks it up again.
+//! that started in between (or started and finished: the count moved) makes the eviction fail.
+//! A call that finds its key marked evicted looks it up again, so no call runs on the breaker of
+//! an evicted key.
 
 use std::fmt;
 use std::future::Future;
