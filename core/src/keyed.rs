@@ -23,6 +23,55 @@ pub trait Member: Admission + Clone {
     fn reseed(&mut self, seed: u64);
     /// A point-in-time view.
     fn snapshot_at(&self, now: Instant) -> Snapshot;
+
+    /// The keyed scope's idle rule: `true` when a key holding this breaker may be evicted at
+    /// `now`: its breaker is closed, none of its permits is out (`permits_out`), and it has been
+    /// quiet since `last_used` for [`idle_after`](Member::idle_after). An open, half-open,
+    /// recovering or isolated breaker is never idle. Every keyed table decides with this one
+    /// rule ([`Keyed`], and an adapter's concurrent table).
+    ///
+    /// ```
+    /// use stormguard_core::{Breaker, Duration, Instant, Member};
+    /// let b = Breaker::of(3, "hosts")?;
+    /// let used = Instant::from_secs(10);
+    /// let window = b.idle_after();
+    /// assert!(!b.is_idle(0, used, used + window - Duration::from_millis(1)));
+    /// assert!(b.is_idle(0, used, used + window));
+    /// assert!(!b.is_idle(1, used, used + window)); // a permit is out
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    fn is_idle(&self, permits_out: u32, last_used: Instant, now: Instant) -> bool {
+        permits_out == 0
+            && self.state_at(now) == State::Closed
+            && now.saturating_duration_since(last_used) >= self.idle_after()
+    }
+
+    /// The keyed scope's rule for a new key in a full table: of `keys` (each a position, its
+    /// breaker, its permits out and its last use), the position of the least recently used idle
+    /// key (the first of equals), to evict; [`KeyedRefusal::Full`] when no key is idle, so a key
+    /// in use is never evicted.
+    ///
+    /// ```
+    /// use stormguard_core::{Breaker, Instant, KeyedRefusal, Member};
+    /// let b = Breaker::of(3, "hosts")?;
+    /// let (t1, t2) = (Instant::from_secs(1), Instant::from_secs(2));
+    /// let now = Instant::from_secs(100);
+    /// let keys = [(0, &b, 0, t2), (1, &b, 0, t1), (2, &b, 1, Instant::ZERO)];
+    /// assert_eq!(Member::to_evict(keys, now), Ok(1)); // idle, and least recently used
+    /// assert_eq!(Member::to_evict([(0, &b, 1, t1)], now), Err(KeyedRefusal::Full));
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    fn to_evict<'a, I>(keys: I, now: Instant) -> Result<usize, KeyedRefusal>
+    where
+        Self: 'a,
+        I: IntoIterator<Item = (usize, &'a Self, u32, Instant)>,
+    {
+        keys.into_iter()
+            .filter(|(_, breaker, out, last)| breaker.is_idle(*out, *last, now))
+            .min_by_key(|(_, _, _, last)| *last)
+            .map(|(i, _, _, _)| i)
+            .ok_or(KeyedRefusal::Full)
+    }
 }
 
 impl<S: SettingsRef + Clone> Member for Breaker<S> {
@@ -139,9 +188,7 @@ impl<K: Eq + Clone, B: Member, const N: usize> Keyed<K, B, N> {
     }
 
     fn idle(e: &Entry<K, B>, now: Instant) -> bool {
-        e.out == 0
-            && e.breaker.state_at(now) == State::Closed
-            && now.saturating_duration_since(e.last_used) >= e.breaker.idle_after()
+        e.breaker.is_idle(e.out, e.last_used, now)
     }
 
     /// Removes every idle key; returns how many.
@@ -158,14 +205,13 @@ impl<K: Eq + Clone, B: Member, const N: usize> Keyed<K, B, N> {
             return Ok(i);
         }
         if self.entries.is_full() {
-            let lru = self
-                .entries
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| Self::idle(e, now))
-                .min_by_key(|(_, e)| e.last_used)
-                .map(|(i, _)| i)
-                .ok_or(KeyedRefusal::Full)?;
+            let lru = B::to_evict(
+                self.entries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (i, &e.breaker, e.out, e.last_used)),
+                now,
+            )?;
             self.entries.swap_remove(lru);
         }
         let mut breaker = self.template.clone();

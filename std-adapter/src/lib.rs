@@ -59,6 +59,10 @@
 //!   [`Listener`], [`Metrics`] (counters under stable names), [`health`] (a registry of
 //!   named breakers and budgets, `serde`-serializable reports).
 //! - [`tower`] (feature `tower`): a `Layer`/`Service` applying a policy to any service.
+//! - [`KeyedPolicy`]: a breaker per key (host, service) from one policy template, fixed capacity,
+//!   idle keys evicted by the core's keyed rule; [`Subscription`]: keeps a subscription
+//!   established on the core's capped schedule; [`PolicyEngine`]: the core's policy engine,
+//!   growable.
 //!
 //! ## Features
 //! - `tokio` (default): [`TokioClock`], the async calls, cancellation tokens.
@@ -81,13 +85,18 @@
 mod cache;
 mod classify;
 mod clock;
+mod engine;
 pub mod events;
 mod handles;
 pub mod health;
+#[cfg(feature = "tokio")]
+mod keyed;
 mod metrics;
 mod policy;
 #[cfg(feature = "quanta")]
 mod quanta;
+#[cfg(feature = "tokio")]
+mod subscription;
 #[cfg(feature = "tokio")]
 mod tokio;
 #[cfg(feature = "tower")]
@@ -102,7 +111,12 @@ pub use cache::{CacheRule, SuccessCache, ZeroTtl};
 pub use classify::{http_outcome, retry_after, Http};
 pub use classify::{Classify, EveryErrorTransient};
 pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock};
+pub use engine::{AddError, Decision, EnginePolicy, PolicyEngine, Predicate, Trail};
 pub use events::{Both, Ended, Listener, NoListener};
 pub use handles::{entropy_seed, Breaker, Budget};
+#[cfg(feature = "tokio")]
+pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use policy::{CallError, CallOptions, Policy, PolicyBuilder};
+#[cfg(feature = "tokio")]
+pub use subscription::{subscribe, Subscription, SubscriptionCancelled, SubscriptionEvent};

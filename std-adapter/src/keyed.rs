@@ -1,0 +1,809 @@
+//! Keyed scope for the host: one breaker per key (a host, a service, a tenant) in a table of
+//! fixed capacity shared by every thread, with idle keys evicted to make room.
+//!
+//! The rules are the core's ([`Member::is_idle`], [`Member::to_evict`], DESIGN.md "Keyed
+//! scope"): a key is idle when its breaker is closed, no call of it is in flight, and it has
+//! been quiet for a trip window; an open (half-open, recovering, isolated) breaker is never
+//! evicted; a new key in a full table evicts the least recently used idle key, and when none is
+//! idle it is refused ([`KeyedError::Full`]) rather than evicting a key in use. This module
+//! only keeps the table concurrently.
+//!
+//! # Why this table
+//! The call path of a key already in the table takes no lock: the table is a fixed array of
+//! slots, each an [`arc_swap::ArcSwapOption`] (already a dependency of this crate, and the
+//! maintained crate for a lock-free read of a shared `Arc`), probed linearly from the key's
+//! hash. A lookup loads slots until it finds the key or an empty slot; a call then counts itself
+//! in with one compare-and-swap on the key's use word and out with one `fetch_sub`. Inserting
+//! a new key and evicting one take a `Mutex` that only writers hold: a lock-free insert
+//! would have to settle two threads adding the same key at once, and a lock-free removal would
+//! need tombstones that lengthen every probe; keys are added and evicted rarely (hosts come
+//! and go slowly), so writers queue and readers never do. A general concurrent map (`dashmap`
+//! locks shards on reads, `papaya` and `scc` bring their own reclamation) would add a
+//! dependency for a table this small, and none of them lets eviction and a call's entry agree
+//! on "idle" atomically, which the use word does.
+//!
+//! The table has twice as many slots as keys it may hold (rounded up to a power of two), so
+//! probes stay short. A lookup that races a writer moving keys may miss its key; it then takes
+//! the writers' lock and looks again, so it never adds a key twice.
+//!
+//! # The use word
+//! Each key has one 64-bit word: the calls in flight (low 32 bits), a count of calls started
+//! (31 bits, wrapping) and an "evicted" bit. Eviction checks the idle rule on one reading of the
+//! word and marks the key evicted with a compare-and-swap from exactly that reading, so a call
+//! that started in between (or started and finished: the count moved) makes the eviction fail.
+//! A call that finds its key marked evicted looks it up again, so no call runs on the breaker of
+//! an evicted key.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwapOption;
+use stormguard_core::{
+    Admission, BreakerSettings, Duration, Event, Instant, KeyedRefusal, Member, Name, Outcome,
+    Permit, Refused, SettingsError, SharedBreaker, Snapshot, State, GUARD_PAUSE,
+};
+
+use crate::classify::Classify;
+use crate::clock::{Clock, DefaultClock};
+use crate::events::{Listener, NoListener};
+use crate::{Breaker, CallError, CallOptions, Policy};
+
+const EVICTED: u64 = 1 << 63;
+const OUT_MASK: u64 = 0xFFFF_FFFF;
+const STARTED_ONE: u64 = 1 << 32;
+const STARTED_MASK: u64 = !(EVICTED | OUT_MASK);
+
+/// A key's breaker as the core's keyed rule sees it. (Each key's breaker is built with its own
+/// entropy seed by [`Breaker::new`], so there is nothing to reseed.)
+#[derive(Clone)]
+struct KeyBreaker(Breaker);
+
+impl KeyBreaker {
+    fn shared(&self) -> &SharedBreaker {
+        self.0.shared()
+    }
+}
+
+impl Admission for KeyBreaker {
+    fn name(&self) -> &Name {
+        self.0.name()
+    }
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        Admission::try_acquire(&mut self.shared(), now, attempt_timeout, events)
+    }
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        self.shared().check(now)
+    }
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        Admission::on_outcome(&mut self.shared(), now, permit, outcome, events);
+    }
+    fn release(&mut self, permit: Permit) {
+        self.shared().release(permit);
+    }
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        self.shared().normal_latency(now)
+    }
+}
+
+impl Member for KeyBreaker {
+    fn state_at(&self, now: Instant) -> State {
+        self.0.state_at(now)
+    }
+    fn idle_after(&self) -> Duration {
+        self.0.settings().trip_window()
+    }
+    fn reseed(&mut self, _seed: u64) {}
+    fn snapshot_at(&self, now: Instant) -> Snapshot {
+        self.0.snapshot_at(now)
+    }
+}
+
+/// One key: its policy (its own breaker, the template's budget) and its use.
+struct Entry<K, C, L> {
+    key: K,
+    hash: u64,
+    policy: Policy<C, L>,
+    breaker: KeyBreaker,
+    /// Calls in flight, calls started and the evicted bit (see the module docs).
+    word: AtomicU64,
+    /// The last call's start or end, in nanoseconds of the policy's clock.
+    last_used: AtomicU64,
+}
+
+impl<K, C, L> Entry<K, C, L> {
+    /// Counts a call in; `false` once the key has been evicted. (The call's end sets the last
+    /// use; while it is in flight the key is not idle whatever its last use.)
+    fn enter(&self) -> bool {
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            if word & EVICTED != 0 {
+                return false;
+            }
+            let started = (word & STARTED_MASK).wrapping_add(STARTED_ONE) & STARTED_MASK;
+            let out = (word & OUT_MASK).wrapping_add(1) & OUT_MASK;
+            match self.word.compare_exchange_weak(
+                word,
+                started | out,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(seen) => word = seen,
+            }
+        }
+        true
+    }
+
+    /// Counts a call out at `now`: the last use first, then the count, so that whoever reads
+    /// the count afterwards sees the use.
+    fn exit(&self, now: Instant) {
+        self.last_used.fetch_max(now.as_nanos(), Ordering::AcqRel);
+        self.word.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// One reading of the use: the word, the calls in flight, the last use.
+    fn reading(&self) -> (u64, u32, Instant) {
+        let word = self.word.load(Ordering::Acquire);
+        let out = u32::try_from(word & OUT_MASK).unwrap_or(u32::MAX);
+        let last = Instant::from_nanos(self.last_used.load(Ordering::Acquire));
+        (word, out, last)
+    }
+
+    /// Marks the key evicted if its use is still exactly `word` (nothing started since).
+    fn mark_evicted(&self, word: u64) -> bool {
+        word & EVICTED == 0
+            && self
+                .word
+                .compare_exchange(word, word | EVICTED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+}
+
+/// Why a keyed call did not return the operation's value.
+///
+/// ```
+/// use stormguard_std::{CallError, KeyedError};
+/// fn describe(e: &KeyedError<std::io::Error>) -> String {
+///     match e {
+///         KeyedError::Call(CallError::Rejected { rejection, .. }) => format!("host refused: {rejection}"),
+///         KeyedError::Call(other) => other.to_string(),
+///         KeyedError::Full => "too many hosts in use".into(),
+///         _ => "something else".into(),
+///     }
+/// }
+/// assert_eq!(describe(&KeyedError::Full), "too many hosts in use");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyedError<E> {
+    /// The key's policy ran the call and it ended so (its breaker's refusals are
+    /// [`CallError::Rejected`]).
+    Call(CallError<E>),
+    /// The key is new, the table is full and no key in it is idle: the key was not added
+    /// (the core's [`KeyedRefusal::Full`]). Reported after the guarded pause, like any refusal.
+    Full,
+    /// The key's policy could not be built from the template. Does not happen with a template
+    /// built by [`PolicyBuilder`](crate::PolicyBuilder): its settings were validated then.
+    Settings(SettingsError),
+}
+
+impl<E> KeyedError<E> {
+    /// The call's error, if the key's policy ran the call.
+    #[must_use]
+    pub fn call_error(&self) -> Option<&CallError<E>> {
+        match self {
+            KeyedError::Call(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The core's keyed refusal, when the table refused the key.
+    ///
+    /// ```
+    /// use stormguard_core::KeyedRefusal;
+    /// let e: stormguard_std::KeyedError<()> = stormguard_std::KeyedError::Full;
+    /// assert_eq!(e.keyed_refusal(), Some(KeyedRefusal::Full));
+    /// ```
+    #[must_use]
+    pub fn keyed_refusal(&self) -> Option<KeyedRefusal> {
+        match self {
+            KeyedError::Full => Some(KeyedRefusal::Full),
+            _ => None,
+        }
+    }
+}
+
+impl<E> From<CallError<E>> for KeyedError<E> {
+    fn from(e: CallError<E>) -> Self {
+        KeyedError::Call(e)
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for KeyedError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyedError::Call(e) => fmt::Display::fmt(e, f),
+            KeyedError::Full => fmt::Display::fmt(&KeyedRefusal::Full, f),
+            KeyedError::Settings(e) => write!(f, "keyed policy not built: {e}"),
+        }
+    }
+}
+
+impl<E: fmt::Debug + fmt::Display + 'static> std::error::Error for KeyedError<E> {}
+
+/// Why [`KeyedPolicy::new`] refused a template.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyedSetupError {
+    /// The template has no breaker to give each key a copy of.
+    NoBreaker,
+    /// A table for no key at all.
+    ZeroCapacity,
+    /// A key's policy could not be built from the template's settings.
+    Settings(SettingsError),
+}
+
+impl fmt::Display for KeyedSetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyedSetupError::NoBreaker => f.write_str("a keyed policy's template needs a breaker"),
+            KeyedSetupError::ZeroCapacity => f.write_str("a keyed policy needs room for a key"),
+            KeyedSetupError::Settings(e) => write!(f, "keyed policy not built: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for KeyedSetupError {}
+
+impl From<SettingsError> for KeyedSetupError {
+    fn from(e: SettingsError) -> Self {
+        KeyedSetupError::Settings(e)
+    }
+}
+
+struct Table<K, C, L> {
+    template: Policy<C, L>,
+    breaker_settings: BreakerSettings,
+    hasher: RandomState,
+    slots: Box<[ArcSwapOption<Entry<K, C, L>>]>,
+    capacity: usize,
+    len: AtomicUsize,
+    /// Held by whoever adds or evicts keys; never on the call path of a key in the table.
+    writer: Mutex<()>,
+}
+
+/// A call policy per key, from one template: each key (a host, a service, a tenant) gets its
+/// own breaker, a copy of the template's, while every key shares the template's retry budget,
+/// retry settings, clock and listener. At most `capacity` keys; a new key in a full table
+/// takes the place of the least recently used idle key, and is refused with
+/// [`KeyedError::Full`] when none is idle. The rule is the core's ([`Member::is_idle`],
+/// [`Member::to_evict`]): idle means closed, no call in flight (waits between its attempts
+/// included) and quiet for the breaker's trip window; an open, half-open, recovering or
+/// isolated breaker is never evicted.
+///
+/// A cloneable `Send + Sync` handle: clones share the table. A call for a key already in the
+/// table takes no lock: the table is a fixed array of `arc_swap` slots probed from the key's
+/// hash (std's `RandomState`), and a call counts itself in and out of its key with atomics.
+/// Adding or evicting a key takes a `Mutex` that only those writers hold (as does a lookup
+/// that raced a writer and missed). Memory: two slots (8 bytes each) per key of capacity, plus
+/// per key in use its policy, breaker and key.
+///
+/// ```
+/// use stormguard_std::{KeyedError, KeyedPolicy, Policy};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let template = Policy::builder("upstreams")
+///     .breaker(stormguard_std::Breaker::of(5, "upstreams")?)
+///     .build()?;
+/// let hosts: KeyedPolicy<String> = KeyedPolicy::new(template, 64)?;
+///
+/// let body = hosts
+///     .call(&"a.example".to_string(), |attempt| async move {
+///         Ok::<_, std::io::Error>(format!("fetched on attempt {attempt}"))
+///     })
+///     .await?;
+/// assert_eq!(body, "fetched on attempt 1");
+/// assert_eq!(hosts.len(), 1);
+/// # Ok(()) }
+/// ```
+pub struct KeyedPolicy<K, C = DefaultClock, L = NoListener> {
+    table: Arc<Table<K, C, L>>,
+}
+
+impl<K, C, L> Clone for KeyedPolicy<K, C, L> {
+    fn clone(&self) -> Self {
+        KeyedPolicy {
+            table: Arc::clone(&self.table),
+        }
+    }
+}
+
+impl<K, C, L> fmt::Debug for KeyedPolicy<K, C, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedPolicy")
+            .field("name", self.table.template.name())
+            .field("len", &self.table.len.load(Ordering::Relaxed))
+            .field("capacity", &self.table.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The home slot of `hash` in a table of `n` (a power of two) slots.
+fn home(hash: u64, n: usize) -> usize {
+    // The top bits: RandomState mixes every bit, and the slot count is a power of two.
+    usize::try_from(hash.wrapping_shr(32)).unwrap_or(0) & n.wrapping_sub(1)
+}
+
+fn next_slot(i: usize, n: usize) -> usize {
+    i.wrapping_add(1) & n.wrapping_sub(1)
+}
+
+/// `true` when `i` lies in the cyclic range `(from, to]`.
+fn cyclic_between(from: usize, i: usize, to: usize) -> bool {
+    if from <= to {
+        from < i && i <= to
+    } else {
+        from < i || i <= to
+    }
+}
+
+enum Refusal {
+    Full,
+    Settings(SettingsError),
+}
+
+impl<K, C, L> KeyedPolicy<K, C, L>
+where
+    K: Eq + Hash + Clone,
+    C: Clock + Clone,
+    L: Listener + Clone,
+{
+    /// A table for at most `capacity` keys, each with a policy copied from `template`: a new
+    /// breaker with the template breaker's settings (and its own jitter seed), the template's
+    /// budget (shared), retry settings, clock and listener. Every key's events carry the
+    /// template's name.
+    ///
+    /// ```
+    /// use stormguard_std::{KeyedPolicy, KeyedSetupError, Policy};
+    /// let no_breaker = Policy::builder("hosts").no_breaker().build()?;
+    /// let e = KeyedPolicy::<u32>::new(no_breaker, 8).unwrap_err();
+    /// assert_eq!(e, KeyedSetupError::NoBreaker);
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub fn new(template: Policy<C, L>, capacity: usize) -> Result<Self, KeyedSetupError> {
+        let breaker_settings = *template
+            .breaker()
+            .ok_or(KeyedSetupError::NoBreaker)?
+            .settings();
+        if capacity == 0 {
+            return Err(KeyedSetupError::ZeroCapacity);
+        }
+        // Builds one key's policy now, so that a template that cannot be copied is refused
+        // here rather than at a key's first call.
+        let _ = policy_for(&template, Breaker::new(breaker_settings))?;
+        let slots = capacity
+            .checked_mul(2)
+            .and_then(usize::checked_next_power_of_two)
+            .ok_or(KeyedSetupError::ZeroCapacity)?;
+        Ok(KeyedPolicy {
+            table: Arc::new(Table {
+                template,
+                breaker_settings,
+                hasher: RandomState::new(),
+                slots: (0..slots).map(|_| ArcSwapOption::empty()).collect(),
+                capacity,
+                len: AtomicUsize::new(0),
+                writer: Mutex::new(()),
+            }),
+        })
+    }
+}
+
+fn policy_for<C: Clone, L: Clone>(
+    template: &Policy<C, L>,
+    breaker: Breaker,
+) -> Result<Policy<C, L>, SettingsError> {
+    let builder = Policy::builder_named(*template.name())
+        .settings(*template.settings())
+        .breaker(breaker);
+    let builder = match template.budget() {
+        Some(budget) => builder.budget(budget.clone()),
+        None => builder.no_budget(),
+    };
+    builder
+        .clock(template.clock().clone())
+        .listener(template.listener().clone())
+        .build()
+}
+
+impl<K, C, L> KeyedPolicy<K, C, L> {
+    /// The template every key's policy is copied from.
+    #[must_use]
+    pub fn template(&self) -> &Policy<C, L> {
+        &self.table.template
+    }
+
+    /// Keys in the table.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.table.len.load(Ordering::Acquire)
+    }
+
+    /// `true` when no key is in the table.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The most keys the table holds.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.table.capacity
+    }
+
+    fn live(&self) -> impl Iterator<Item = (usize, Arc<Entry<K, C, L>>)> + '_ {
+        self.table
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| slot.load_full().map(|e| (i, e)))
+    }
+}
+
+impl<K, C, L> KeyedPolicy<K, C, L>
+where
+    K: Eq + Hash + Clone,
+    C: Clock + Clone,
+    L: Listener + Clone,
+{
+    fn hash(&self, key: &K) -> u64 {
+        self.table.hasher.hash_one(key)
+    }
+
+    /// The key's entry, without a lock (`None` may be a miss racing a writer: look again under
+    /// the lock before adding).
+    fn find(&self, key: &K, hash: u64) -> Option<Arc<Entry<K, C, L>>> {
+        let slots = &self.table.slots;
+        let n = slots.len();
+        let mut i = home(hash, n);
+        for _ in 0..n {
+            let guard = slots.get(i)?.load();
+            match &*guard {
+                None => return None,
+                Some(e) if e.hash == hash && e.key == *key => return Some(Arc::clone(e)),
+                Some(_) => {}
+            }
+            i = next_slot(i, n);
+        }
+        None
+    }
+
+    /// The key's entry with a call counted in: lock-free, and without reading the clock, for a
+    /// key in the table.
+    fn enter(&self, key: &K) -> Result<Arc<Entry<K, C, L>>, Refusal> {
+        let hash = self.hash(key);
+        if let Some(e) = self.find(key, hash) {
+            if e.enter() {
+                return Ok(e);
+            }
+        }
+        self.enter_locked(key, hash)
+    }
+
+    /// The writers' path: look again, then add the key (evicting an idle one if full).
+    fn enter_locked(&self, key: &K, hash: u64) -> Result<Arc<Entry<K, C, L>>, Refusal> {
+        let table = &*self.table;
+        let _writer = table.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(e) = self.find(key, hash) {
+            // Evictions hold this lock too, so a key found now is not marked evicted.
+            if e.enter() {
+                return Ok(e);
+            }
+        }
+        let now = table.template.clock().now();
+        if self.len() >= table.capacity {
+            self.make_room(now)?;
+        }
+        let breaker = Breaker::new(table.breaker_settings);
+        let policy = policy_for(&table.template, breaker.clone()).map_err(Refusal::Settings)?;
+        let entry = Arc::new(Entry {
+            key: key.clone(),
+            hash,
+            policy,
+            breaker: KeyBreaker(breaker),
+            // This call is in: one started, one in flight.
+            word: AtomicU64::new(STARTED_ONE | 1),
+            last_used: AtomicU64::new(now.as_nanos()),
+        });
+        let n = table.slots.len();
+        let mut i = home(hash, n);
+        for _ in 0..n {
+            if let Some(slot) = table.slots.get(i) {
+                if slot.load().is_none() {
+                    slot.store(Some(Arc::clone(&entry)));
+                    table.len.fetch_add(1, Ordering::AcqRel);
+                    return Ok(entry);
+                }
+            }
+            i = next_slot(i, n);
+        }
+        // Not reached: there are twice as many slots as keys.
+        Err(Refusal::Full)
+    }
+
+    /// Evicts the key the core's rule picks (the least recently used idle one); `Full` when
+    /// none is idle. Holds the writers' lock.
+    fn make_room(&self, now: Instant) -> Result<(), Refusal> {
+        let live: Vec<_> = self.live().collect();
+        // Each failed mark means a key was used since it was read: it is no longer idle, so
+        // this ends within one round per key.
+        for _ in 0..=live.len() {
+            let readings: Vec<_> = live.iter().map(|(_, e)| e.reading()).collect();
+            let candidates = live
+                .iter()
+                .zip(&readings)
+                .enumerate()
+                .map(|(i, ((_, e), &(_, out, last)))| (i, &e.breaker, out, last));
+            let victim = Member::to_evict(candidates, now).map_err(|_| Refusal::Full)?;
+            let (Some((slot, entry)), Some(&(word, _, _))) =
+                (live.get(victim), readings.get(victim))
+            else {
+                return Err(Refusal::Full);
+            };
+            if entry.mark_evicted(word) {
+                self.remove_at(*slot);
+                return Ok(());
+            }
+        }
+        Err(Refusal::Full)
+    }
+
+    /// Empties slot `hole` and shifts back the keys after it that may move closer to home, so
+    /// that no probe sequence is broken. Holds the writers' lock.
+    fn remove_at(&self, mut hole: usize) {
+        let table = &*self.table;
+        let slots = &table.slots;
+        let n = slots.len();
+        if let Some(slot) = slots.get(hole) {
+            if slot.swap(None).is_some() {
+                table.len.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let mut j = hole;
+        for _ in 0..n {
+            j = next_slot(j, n);
+            let Some(entry) = slots.get(j).and_then(|s| s.load_full()) else {
+                return;
+            };
+            if !cyclic_between(hole, home(entry.hash, n), j) {
+                // Stored at the hole before it leaves `j`: a lookup sees it at least once, or
+                // misses and looks again under the lock.
+                if let Some(to) = slots.get(hole) {
+                    to.store(Some(entry));
+                }
+                if let Some(from) = slots.get(j) {
+                    from.store(None);
+                }
+                hole = j;
+            }
+        }
+    }
+
+    /// Evicts every idle key (the core's rule) at the policy clock's now; returns how many.
+    /// Call it now and then (every trip window, say) so that keys long gone do not hold slots;
+    /// a full table also evicts on demand.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let hosts = stormguard_std::KeyedPolicy::new(stormguard_std::Policy::builder("hosts").build()?, 8)?;
+    /// hosts.call(&1u32, |_| async { Ok::<_, std::io::Error>(()) }).await?;
+    /// assert_eq!(hosts.evict_idle(), 0); // used just now
+    /// tokio::time::advance(std::time::Duration::from_secs(30)).await; // a trip window
+    /// assert_eq!(hosts.evict_idle(), 1);
+    /// assert!(hosts.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn evict_idle(&self) -> usize {
+        self.evict_idle_at(self.table.template.clock().now())
+    }
+
+    /// [`KeyedPolicy::evict_idle`] at `now` (a reading of the template's clock).
+    pub fn evict_idle_at(&self, now: Instant) -> usize {
+        let table = &*self.table;
+        let _writer = table.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = table.slots.len();
+        let mut evicted = 0usize;
+        for i in 0..n {
+            // A removal may shift another key into `i`: look at it again.
+            for _ in 0..n {
+                let Some(entry) = table.slots.get(i).and_then(|s| s.load_full()) else {
+                    break;
+                };
+                let (word, out, last) = entry.reading();
+                if entry.breaker.is_idle(out, last, now) && entry.mark_evicted(word) {
+                    self.remove_at(i);
+                    evicted = evicted.saturating_add(1);
+                } else {
+                    break;
+                }
+            }
+        }
+        evicted
+    }
+
+    /// `true` when `key` is in the table.
+    #[must_use]
+    pub fn contains_key(&self, key: &K) -> bool {
+        self.get(key).is_some()
+    }
+
+    fn get(&self, key: &K) -> Option<Arc<Entry<K, C, L>>> {
+        let hash = self.hash(key);
+        self.find(key, hash).or_else(|| {
+            let _writer = self
+                .table
+                .writer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            self.find(key, hash)
+        })
+    }
+
+    /// `key`'s breaker, if the key is in the table (for its state, or to isolate it).
+    ///
+    /// ```
+    /// use stormguard_core::State;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let hosts = stormguard_std::KeyedPolicy::new(stormguard_std::Policy::builder("hosts").build()?, 8)?;
+    /// assert!(hosts.breaker(&"a").is_none());
+    /// hosts.call(&"a", |_| async { Ok::<_, std::io::Error>(()) }).await?;
+    /// assert_eq!(hosts.breaker(&"a").unwrap().state(), State::Closed);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn breaker(&self, key: &K) -> Option<Breaker> {
+        self.get(key).map(|e| e.breaker.0.clone())
+    }
+
+    /// `key`'s policy, if the key is in the table (a clone: the same breaker and budget). A
+    /// call made through it directly does not count as the key's use, so an idle key may be
+    /// evicted under it; use [`KeyedPolicy::call`].
+    #[must_use]
+    pub fn policy(&self, key: &K) -> Option<Policy<C, L>> {
+        self.get(key).map(|e| e.policy.clone())
+    }
+
+    /// Every key with a snapshot of its breaker at the template clock's now, for a health
+    /// endpoint.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let hosts = stormguard_std::KeyedPolicy::new(stormguard_std::Policy::builder("hosts").build()?, 8)?;
+    /// hosts.call(&7u16, |_| async { Ok::<_, std::io::Error>(()) }).await?;
+    /// let report = hosts.snapshots();
+    /// assert_eq!(report.len(), 1);
+    /// assert_eq!(report[0].0, 7);
+    /// assert_eq!(report[0].1.state, stormguard_core::State::Closed);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn snapshots(&self) -> Vec<(K, Snapshot)> {
+        self.snapshots_at(self.table.template.clock().now())
+    }
+
+    /// [`KeyedPolicy::snapshots`] at `now`.
+    #[must_use]
+    pub fn snapshots_at(&self, now: Instant) -> Vec<(K, Snapshot)> {
+        self.live()
+            .map(|(_, e)| (e.key.clone(), e.breaker.snapshot_at(now)))
+            .collect()
+    }
+
+    /// Every key in the table.
+    #[must_use]
+    pub fn keys(&self) -> Vec<K> {
+        self.live().map(|(_, e)| e.key.clone()).collect()
+    }
+
+    /// Runs `op` under `key`'s policy, as [`Policy::call`] does: the key's breaker, the shared
+    /// budget, the template's retries, deadline and attempt timeout. A new key is added first;
+    /// when the table is full and no key is idle, the call is refused with
+    /// [`KeyedError::Full`] after the guarded pause (100 ms, or the deadline if nearer) without
+    /// running `op`. The key counts as in use until the call ends (also between its attempts),
+    /// so it is never evicted under a call.
+    ///
+    /// ```
+    /// use stormguard_std::{CallError, KeyedPolicy, Policy};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let template = Policy::builder("hosts")
+    ///     .breaker(stormguard_std::Breaker::of(2, "hosts")?)
+    ///     .max_attempts(1)
+    ///     .build()?;
+    /// let hosts = KeyedPolicy::new(template, 16)?;
+    /// for _ in 0..2 {
+    ///     let _ = hosts.call(&"down.example", |_| async { Err::<(), _>("reset") }).await;
+    /// }
+    /// let r = hosts.call(&"down.example", |_| async { Ok::<_, &str>(()) }).await;
+    /// assert!(matches!(r, Err(stormguard_std::KeyedError::Call(CallError::Rejected { .. }))));
+    /// // Another host has its own breaker.
+    /// assert_eq!(hosts.call(&"up.example", |_| async { Ok::<_, &str>(1) }).await, Ok(1));
+    /// # Ok(()) }
+    /// ```
+    pub async fn call<T, E, F, Fut>(&self, key: &K, op: F) -> Result<T, KeyedError<E>>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.call_with(key, CallOptions::new(), op).await
+    }
+
+    /// [`KeyedPolicy::call`] with per-call [`CallOptions`] (a classifier, a cancellation token,
+    /// a deadline), as [`Policy::call_with`]. (The pause before [`KeyedError::Full`] is ended by
+    /// dropping the call's future; it lasts at most 100 ms.)
+    pub async fn call_with<T, E, F, Fut, Cl>(
+        &self,
+        key: &K,
+        options: CallOptions<'_, Cl>,
+        op: F,
+    ) -> Result<T, KeyedError<E>>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        Cl: Classify<T, E>,
+    {
+        let clock = self.table.template.clock();
+        let entry = match self.enter(key) {
+            Ok(entry) => entry,
+            Err(Refusal::Settings(e)) => return Err(KeyedError::Settings(e)),
+            Err(Refusal::Full) => {
+                // A refusal is guarded like any other, so a polling loop cannot spin on it.
+                let pause = self
+                    .table
+                    .template
+                    .settings()
+                    .deadline()
+                    .map_or(GUARD_PAUSE, |d| GUARD_PAUSE.min(d));
+                tokio::time::sleep(pause.into()).await;
+                return Err(KeyedError::Full);
+            }
+        };
+        let in_flight = InFlight {
+            entry: &entry,
+            clock,
+        };
+        let result = entry.policy.call_with(options, op).await;
+        drop(in_flight);
+        result.map_err(KeyedError::Call)
+    }
+}
+
+/// Counts a call out when it ends, however it ends (a dropped future included).
+struct InFlight<'a, K, C: Clock, L> {
+    entry: &'a Entry<K, C, L>,
+    clock: &'a C,
+}
+
+impl<K, C: Clock, L> Drop for InFlight<'_, K, C, L> {
+    fn drop(&mut self) {
+        self.entry.exit(self.clock.now());
+    }
+}

@@ -1,0 +1,403 @@
+//! Keyed scope on the host: a breaker per key with the template's shared budget, fixed
+//! capacity, idle keys evicted (never an open one, never one with a call in flight), a full
+//! table refusing the new key, and many threads sharing one table.
+#![cfg(feature = "tokio")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic
+)]
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use stormguard_core::{
+    BreakerSettings, BudgetSettings, Duration, KeyedRefusal, RefusalReason, State,
+};
+use stormguard_std::{
+    Breaker, Budget, CallError, Clock, KeyedError, KeyedPolicy, KeyedSetupError, ManualClock,
+    Policy,
+};
+use tokio::sync::Notify;
+
+type Hosts = KeyedPolicy<u32, ManualClock>;
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Trips after 2 failures, one attempt per call, no attempt timeout (ops may hang in tests),
+/// on a manual clock the test moves.
+fn hosts(clock: &ManualClock, capacity: usize) -> Hosts {
+    let template = Policy::builder("hosts")
+        .breaker(Breaker::new(
+            BreakerSettings::consecutive_only("hosts", 2).unwrap(),
+        ))
+        .max_attempts(1)
+        .no_attempt_timeout()
+        .no_deadline()
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    KeyedPolicy::new(template, capacity).unwrap()
+}
+
+async fn ok(h: &Hosts, key: u32) -> Result<u32, KeyedError<&'static str>> {
+    h.call(&key, |_| async move { Ok(key) }).await
+}
+
+async fn fail(h: &Hosts, key: u32) -> Result<u32, KeyedError<&'static str>> {
+    h.call(&key, |_| async { Err("reset") }).await
+}
+
+fn keys(h: &Hosts) -> Vec<u32> {
+    let mut k = h.keys();
+    k.sort_unstable();
+    k
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_key_has_its_own_breaker() {
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 8);
+    for _ in 0..2 {
+        assert_eq!(
+            fail(&h, 1).await,
+            Err(KeyedError::Call(CallError::Failed("reset")))
+        );
+    }
+    let refused = ok(&h, 1).await.unwrap_err();
+    let Some(CallError::Rejected { rejection, .. }) = refused.call_error() else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(rejection.reason, RefusalReason::BreakerOpen);
+    // Another key is untouched by the first key's failures.
+    assert_eq!(ok(&h, 2).await, Ok(2));
+    assert_eq!(h.breaker(&1).unwrap().state_at(clock.now()), State::Open);
+    assert_eq!(h.breaker(&2).unwrap().state_at(clock.now()), State::Closed);
+    assert!(!h.breaker(&1).unwrap().same_as(&h.breaker(&2).unwrap()));
+    assert!(!h
+        .breaker(&1)
+        .unwrap()
+        .same_as(h.template().breaker().unwrap()));
+    let snaps = h.snapshots_at(clock.now());
+    assert_eq!(snaps.len(), 2);
+    for (key, snap) in snaps {
+        let want = if key == 1 { State::Open } else { State::Closed };
+        assert_eq!(snap.state, want);
+        assert_eq!(snap.name.as_str(), "hosts");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_key_shares_the_templates_retry_budget() {
+    // On tokio's paused clock (the default), which the backoff's sleeps move.
+    // One token: 0.1 per second over 10 s.
+    let budget = Budget::new(
+        BudgetSettings::builder("hosts")
+            .floor_per_second(0.1)
+            .build()
+            .unwrap(),
+    );
+    assert_eq!(budget.settings().capacity(), 1);
+    let template = Policy::builder("hosts")
+        .breaker(Breaker::of(5, "hosts").unwrap())
+        .budget(budget.clone())
+        .max_attempts(2)
+        .no_deadline()
+        .build()
+        .unwrap();
+    let h: KeyedPolicy<u32> = KeyedPolicy::new(template, 8).unwrap();
+    // Key 1 spends the only token on its retry...
+    let attempts = AtomicU64::new(0);
+    let r = h
+        .call(&1, |_| {
+            attempts.fetch_add(1, Ordering::Relaxed);
+            async { Err::<(), _>("reset") }
+        })
+        .await;
+    assert_eq!(r, Err(KeyedError::Call(CallError::Failed("reset"))));
+    assert_eq!(attempts.load(Ordering::Relaxed), 2);
+    // ...so key 2's retry is refused by the same budget.
+    let r = h.call(&2, |_| async { Err::<(), _>("reset") }).await;
+    let Err(KeyedError::Call(CallError::Rejected { rejection, last })) = r else {
+        panic!("{r:?}");
+    };
+    assert_eq!(rejection.reason, RefusalReason::BudgetExhausted);
+    assert_eq!(last, Some("reset"));
+    assert!(h.policy(&1).unwrap().budget().unwrap().same_as(&budget));
+    assert!(h.policy(&2).unwrap().budget().unwrap().same_as(&budget));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_table_with_no_idle_key_refuses_the_new_key_after_the_guarded_pause() {
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 2);
+    assert_eq!(ok(&h, 1).await, Ok(1));
+    assert_eq!(ok(&h, 2).await, Ok(2));
+    clock.advance(secs(29)); // quiet, but not for a trip window (30 s)
+    let ran = AtomicBool::new(false);
+    let start = tokio::time::Instant::now();
+    let r = h
+        .call(&3, |_| {
+            ran.store(true, Ordering::Relaxed);
+            async { Ok::<_, &str>(3) }
+        })
+        .await;
+    assert_eq!(r, Err(KeyedError::Full));
+    assert_eq!(r.unwrap_err().keyed_refusal(), Some(KeyedRefusal::Full));
+    assert_eq!(
+        tokio::time::Instant::now() - start,
+        std::time::Duration::from_millis(100)
+    );
+    assert!(!ran.load(Ordering::Relaxed));
+    assert_eq!((h.len(), h.capacity()), (2, 2));
+    assert_eq!(keys(&h), [1, 2]);
+    // Once they have been quiet for a trip window, the new key takes a place.
+    clock.advance(secs(1));
+    assert_eq!(ok(&h, 3).await, Ok(3));
+    assert_eq!(h.len(), 2);
+    assert!(h.contains_key(&3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_least_recently_used_idle_key_makes_room() {
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 3);
+    ok(&h, 1).await.unwrap();
+    clock.advance(secs(1));
+    ok(&h, 2).await.unwrap();
+    clock.advance(secs(1));
+    ok(&h, 3).await.unwrap();
+    clock.advance(secs(3));
+    ok(&h, 1).await.unwrap(); // 1 is fresh again: 2 is now the least recently used
+    clock.advance(secs(60));
+    ok(&h, 4).await.unwrap();
+    assert_eq!(keys(&h), [1, 3, 4]);
+    ok(&h, 5).await.unwrap();
+    assert_eq!(keys(&h), [1, 4, 5]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_or_isolated_breaker_is_never_evicted() {
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 3);
+    fail(&h, 1).await.unwrap_err();
+    fail(&h, 1).await.unwrap_err(); // key 1: open
+    ok(&h, 2).await.unwrap();
+    ok(&h, 3).await.unwrap();
+    h.breaker(&3).unwrap().isolate(); // key 3: isolated by an operator
+    clock.advance(secs(3600));
+    // Key 1 has waited out its break: half-open, still not closed, so not idle either.
+    assert_ne!(h.breaker(&1).unwrap().state_at(clock.now()), State::Closed);
+    ok(&h, 4).await.unwrap();
+    assert_eq!(
+        keys(&h),
+        [1, 3, 4],
+        "only the closed, quiet key 2 made room"
+    );
+    assert_eq!(ok(&h, 5).await, Err(KeyedError::Full));
+    clock.advance(secs(3600));
+    assert_eq!(h.evict_idle_at(clock.now()), 1);
+    assert_eq!(keys(&h), [1, 3]);
+    assert_eq!(h.evict_idle_at(clock.now()), 0);
+    // Closed again, and quiet for a trip window, a key may go.
+    h.breaker(&3).unwrap().reset();
+    clock.advance(secs(30));
+    assert_eq!(h.evict_idle_at(clock.now()), 1);
+    assert_eq!(keys(&h), [1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_with_a_call_in_flight_is_never_evicted() {
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 1);
+    let release = Arc::new(Notify::new());
+    let call = {
+        let (h, release) = (h.clone(), Arc::clone(&release));
+        tokio::spawn(async move {
+            h.call(&1, |_| {
+                let release = Arc::clone(&release);
+                async move {
+                    release.notified().await;
+                    Ok::<_, &str>(1)
+                }
+            })
+            .await
+        })
+    };
+    tokio::task::yield_now().await;
+    assert!(h.contains_key(&1));
+    clock.advance(secs(3600));
+    assert_eq!(ok(&h, 2).await, Err(KeyedError::Full));
+    assert_eq!(h.evict_idle_at(clock.now()), 0);
+    release.notify_one();
+    assert_eq!(call.await.unwrap(), Ok(1));
+    // The call's end is its last use: quiet for a trip window after it, the key may go.
+    clock.advance(secs(29));
+    assert_eq!(ok(&h, 2).await, Err(KeyedError::Full));
+    clock.advance(secs(1));
+    assert_eq!(ok(&h, 2).await, Ok(2));
+    assert_eq!(keys(&h), [2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_call_no_longer_holds_its_key() {
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 1);
+    let hang = h.call(&1, |_| std::future::pending::<Result<(), &str>>());
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_secs(1), hang)
+            .await
+            .is_err()
+    );
+    clock.advance(secs(30));
+    assert_eq!(ok(&h, 2).await, Ok(2));
+    assert_eq!(keys(&h), [2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_template_needs_a_breaker_and_room() {
+    let clock = ManualClock::new();
+    let t = Policy::builder("hosts")
+        .no_breaker()
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert_eq!(
+        KeyedPolicy::<u32, _>::new(t, 4).unwrap_err(),
+        KeyedSetupError::NoBreaker
+    );
+    let t = Policy::builder("hosts").clock(clock).build().unwrap();
+    assert_eq!(
+        KeyedPolicy::<u32, _>::new(t, 0).unwrap_err(),
+        KeyedSetupError::ZeroCapacity
+    );
+}
+
+#[test]
+fn the_handle_and_its_calls_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    let h = hosts(&ManualClock::new(), 4);
+    send_sync(&h);
+    let fut = h.call(&1, |_| async { Ok::<_, String>(()) });
+    send(&fut);
+}
+
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn many_threads_share_one_table_and_each_key_gets_one_breaker() {
+    const THREADS: u32 = 8;
+    const CALLS: u32 = 2_000;
+    const KEYS: u32 = 32;
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 64);
+    let per_key: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (h, per_key) = (h.clone(), Arc::clone(&per_key));
+            std::thread::spawn(move || {
+                paused_runtime().block_on(async move {
+                    for i in 0..CALLS {
+                        let key = (i.wrapping_mul(7) + t) % KEYS;
+                        let per_key = Arc::clone(&per_key);
+                        let r = h
+                            .call(&key, move |_| {
+                                per_key[key as usize].fetch_add(1, Ordering::Relaxed);
+                                async { Ok::<_, &str>(()) }
+                            })
+                            .await;
+                        assert_eq!(r, Ok(()));
+                    }
+                });
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(h.len(), KEYS as usize);
+    assert_eq!(keys(&h), (0..KEYS).collect::<Vec<_>>());
+    let total: u64 = per_key.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+    assert_eq!(total, u64::from(THREADS * CALLS));
+    // One breaker per key, not two racing copies: each saw every call of its key.
+    let breakers: Vec<_> = (0..KEYS).map(|k| h.breaker(&k).unwrap()).collect();
+    for (i, a) in breakers.iter().enumerate() {
+        for b in &breakers[i + 1..] {
+            assert!(!a.same_as(b));
+        }
+    }
+}
+
+#[test]
+fn under_contention_eviction_never_takes_a_key_with_a_call_in_flight() {
+    const THREADS: u32 = 8;
+    const CALLS: u32 = 1_000;
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 4);
+    let done = Arc::new(AtomicU64::new(0));
+    let full = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (h, clock) = (h.clone(), clock.clone());
+            let (done, full) = (Arc::clone(&done), Arc::clone(&full));
+            std::thread::spawn(move || {
+                paused_runtime().block_on(async move {
+                    for i in 0..CALLS {
+                        // Every call makes every key not in flight idle: eviction is constant.
+                        clock.advance(Duration::from_secs(31));
+                        let key = (i * 13 + t * 5) % 32;
+                        let inner = h.clone();
+                        let r = h
+                            .call(&key, move |_| {
+                                // While this call runs, its key stays in the table.
+                                let inner = inner.clone();
+                                async move {
+                                    let before = inner.contains_key(&key) && inner.len() <= 4;
+                                    // Hold the key while other threads evict and add.
+                                    for _ in 0..20 {
+                                        std::thread::yield_now();
+                                    }
+                                    tokio::task::yield_now().await;
+                                    let after = inner.contains_key(&key);
+                                    if before && after {
+                                        Ok(())
+                                    } else {
+                                        Err("evicted under a call")
+                                    }
+                                }
+                            })
+                            .await;
+                        match r {
+                            Ok(()) => done.fetch_add(1, Ordering::Relaxed),
+                            Err(KeyedError::Full) => full.fetch_add(1, Ordering::Relaxed),
+                            Err(e) => panic!("{e}"),
+                        };
+                    }
+                });
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let (done, full) = (done.load(Ordering::Relaxed), full.load(Ordering::Relaxed));
+    assert_eq!(done + full, u64::from(THREADS * CALLS));
+    // How many of each depends on the scheduler; that every call either ran with its key held
+    // or was refused as full does not.
+    assert!(done > 0, "{done} ran, {full} refused");
+    assert!(h.len() <= 4);
+    let unique: HashSet<_> = h.keys().into_iter().collect();
+    assert_eq!(unique.len(), h.len());
+}
