@@ -891,7 +891,11 @@ fn a_subscription_that_drops_at_once_waits_the_schedule_between_reconnections() 
     assert!(poll(task.as_mut()).is_pending());
     assert_eq!(connects.get(), 1);
     assert!(poll(task.as_mut()).is_pending());
-    assert_eq!(connects.get(), 1, "no reconnection before the schedule's first delay");
+    assert_eq!(
+        connects.get(),
+        1,
+        "no reconnection before the schedule's first delay"
+    );
     advance(EDuration::from_millis(1000));
     assert!(poll(task.as_mut()).is_pending());
     assert_eq!(connects.get(), 2);

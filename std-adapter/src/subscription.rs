@@ -377,12 +377,21 @@ impl<K: Clock> Subscription<K> {
                         name: &name,
                         attempt,
                     });
-                    let ran = until_cancelled(run(subscription), cancel).await;
-                    // However it ended, the subscription is no longer established.
-                    self.retry.on_disconnected(self.clock.now());
-                    match ran? {
-                        ControlFlow::Break(value) => return Ok(value),
-                        ControlFlow::Continue(()) => {
+                    match until_cancelled(run(subscription), cancel).await {
+                        // Stopped on purpose (by the caller's run or its token): no longer
+                        // established, and nothing failed.
+                        Err(cancelled) => {
+                            self.retry.reset();
+                            return Err(cancelled);
+                        }
+                        Ok(ControlFlow::Break(value)) => {
+                            self.retry.reset();
+                            return Ok(value);
+                        }
+                        // Dropped: reconnect at once, or after the schedule's next delay if it
+                        // was lost as soon as it was established (the core's rule).
+                        Ok(ControlFlow::Continue(())) => {
+                            self.retry.on_disconnected(self.clock.now());
                             self.tell(&SubscriptionEvent::Lost { name: &name });
                         }
                     }

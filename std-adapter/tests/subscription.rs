@@ -349,3 +349,38 @@ async fn a_seeded_jittered_schedule_is_reproducible_and_bounded() {
     }
     assert_eq!(schedules[0], schedules[1]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_subscription_dropped_as_soon_as_it_connects_is_retried_on_the_schedule() {
+    let (mut sub, _) = observed("flapping");
+    let calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let c = Arc::clone(&calls);
+    // Every connection is accepted and dropped at once; the fifth run stops.
+    let r = sub
+        .run(
+            move |_| {
+                c.lock().unwrap().push(Instant::now());
+                std::future::ready(Ok::<_, &str>(()))
+            },
+            {
+                let calls = Arc::clone(&calls);
+                move |()| {
+                    let n = calls.lock().unwrap().len();
+                    async move {
+                        if n == 5 {
+                            ControlFlow::Break(n)
+                        } else {
+                            ControlFlow::Continue(())
+                        }
+                    }
+                }
+            },
+        )
+        .await;
+    assert_eq!(r, Ok(5));
+    let times = calls.lock().unwrap().clone();
+    // Never established: each drop waits the schedule's next delay instead of spinning.
+    assert_eq!(gaps(&times), [1, 2, 4, 8]);
+    // Stopping on purpose is no failure.
+    assert_eq!(sub.retry().failures(), 0);
+}
