@@ -159,7 +159,7 @@ pub struct Keyed<K, B, const N: usize> {
 
 impl<K: Eq + Clone, B: Member, const N: usize> Keyed<K, B, N> {
     /// An empty table whose breakers are copies of `template` (each reseeded per key).
-    pub fn new(template: B) -> Keyed<K, B, N> {
+    pub const fn new(template: B) -> Keyed<K, B, N> {
         Keyed {
             template,
             entries: heapless::Vec::new(),
