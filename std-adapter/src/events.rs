@@ -8,7 +8,7 @@
 //! | `StateChanged` to open or isolated | WARN | a dependency is being cut off: someone should look |
 //! | `StateChanged` to anything else | INFO | recovery steps, rare and worth a line |
 //! | `ProbesReclaimed` | INFO | probes lost without an outcome: callers are abandoning attempts |
-//! | `Rejected`, `Retry`, `ProbeStarted`, `RampStep` | DEBUG | per call: a polling loop refused 10 times a second must not flood the logs |
+//! | `Rejected`, `Retry`, `ProbeStarted`, `RampStep`, `Hedged` | DEBUG | per call: a polling loop refused 10 times a second must not flood the logs |
 //!
 //! The success path emits no event, so tracing costs nothing there.
 
@@ -220,6 +220,12 @@ pub fn trace(event: &Event<'_>) {
         Event::ProbeStarted { .. } => {
             tracing::debug!(target: "stormguard", breaker, "half-open probe started");
         }
+        Event::Hedged { attempt, .. } => tracing::debug!(
+            target: "stormguard",
+            breaker,
+            attempt,
+            "hedged: a second attempt launched beside a slow one"
+        ),
         Event::RampStep { fraction, cap, .. } => tracing::debug!(
             target: "stormguard",
             breaker,

@@ -117,6 +117,6 @@ pub use handles::{entropy_seed, Breaker, Budget};
 #[cfg(feature = "tokio")]
 pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError};
 pub use metrics::{Metrics, MetricsSnapshot};
-pub use policy::{CallError, CallOptions, Policy, PolicyBuilder};
+pub use policy::{Bulkhead, CallError, CallOptions, Limiter, Policy, PolicyBuilder};
 #[cfg(feature = "tokio")]
 pub use subscription::{subscribe, Subscription, SubscriptionCancelled, SubscriptionEvent};

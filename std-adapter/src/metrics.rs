@@ -5,6 +5,7 @@
 //! | `stormguard_calls_total` | counter | `breaker`, `result` | calls ended, by [`Ended::as_str`] (`succeeded`, `failed`, `timed_out`, `rejected`, `deadline_exceeded`, `cancelled`, `cached`) |
 //! | `stormguard_attempts_total` | counter | `breaker` | attempts started |
 //! | `stormguard_retries_total` | counter | `breaker` | retries scheduled (the core's `Retry` events) |
+//! | `stormguard_hedges_total` | counter | `breaker` | hedged attempts launched (the core's `Hedged` events) |
 //! | `stormguard_rejections_total` | counter | `breaker`, `reason` | refusals, by [`RefusalReason::as_str`] |
 //! | `stormguard_state_changes_total` | counter | `breaker`, `to` | breaker transitions, by the [`State::as_str`] entered |
 //! | `stormguard_breaker_state` | gauge | `breaker`, `state` | 1 for the current state, 0 for the others |
@@ -84,6 +85,7 @@ struct Counters {
     calls: [AtomicU64; 7],
     attempts: AtomicU64,
     retries: AtomicU64,
+    hedges: AtomicU64,
     rejections: [AtomicU64; 8],
     state_changes: [AtomicU64; 5],
 }
@@ -102,7 +104,7 @@ struct Inner {
     budget: Option<Budget>,
 }
 
-/// A policy's counters: a [`Listener`] that counts calls, attempts, retries, rejections by
+/// A policy's counters: a [`Listener`] that counts calls, attempts, retries, hedges, rejections by
 /// reason and state changes, and reads the breaker's state and the budget's utilization when
 /// exported. Cheap to clone (one `Arc`); give one clone to the policy and keep one to export.
 ///
@@ -188,6 +190,7 @@ impl Metrics {
             calls_by_result,
             attempts: load(&c.attempts),
             retries: load(&c.retries),
+            hedges: load(&c.hedges),
             rejections: std::array::from_fn(|i| (REASONS.get(i).copied().unwrap_or(""), 0)),
             state_changes: std::array::from_fn(|i| (STATES.get(i).copied().unwrap_or(""), 0)),
             breaker_state: self.inner.breaker.as_ref().map(|b| b.state().as_str()),
@@ -245,6 +248,7 @@ impl Listener for Metrics {
             Event::Rejected { reason, .. } => bump(c.rejections.get(reason_index(*reason))),
             Event::StateChanged { to, .. } => bump(c.state_changes.get(state_index(*to))),
             Event::Retry { .. } => bump(Some(&c.retries)),
+            Event::Hedged { .. } => bump(Some(&c.hedges)),
             _ => {}
         }
     }
@@ -272,6 +276,8 @@ pub struct MetricsSnapshot {
     pub attempts: u64,
     /// Retries scheduled.
     pub retries: u64,
+    /// Hedged attempts launched.
+    pub hedges: u64,
     /// Refusals by reason (`other` for reasons added to the core later).
     pub rejections: [(&'static str, u64); 8],
     /// Breaker transitions, by the state entered.
@@ -348,6 +354,12 @@ impl MetricsSnapshot {
             &[("breaker", b)],
             as_f64(self.retries),
         );
+        f(
+            "stormguard_hedges_total",
+            "counter",
+            &[("breaker", b)],
+            as_f64(self.hedges),
+        );
         for (reason, n) in &self.rejections {
             f(
                 "stormguard_rejections_total",
@@ -417,6 +429,10 @@ mod tests {
             reason: None,
             break_for: None,
         });
+        m.on_event(&Event::Hedged {
+            name: &name,
+            attempt: 2,
+        });
         m.on_attempt(&name, 1);
         m.on_attempt(&name, 2);
         m.on_call(&name, 2, Ended::Rejected(RefusalReason::BudgetExhausted));
@@ -424,12 +440,14 @@ mod tests {
         assert_eq!(s.rejected_for("budget_exhausted"), 1);
         assert_eq!(s.entered("open"), 1);
         assert_eq!(s.attempts, 2);
+        assert_eq!(s.hedges, 1);
         assert_eq!(s.calls, 1);
         assert_eq!(s.calls_ended("rejected"), 1);
         let text = m.to_prometheus();
         assert!(text
             .contains("stormguard_rejections_total{breaker=\"db\",reason=\"budget_exhausted\"} 1"));
         assert!(text.contains("stormguard_state_changes_total{breaker=\"db\",to=\"open\"} 1"));
+        assert!(text.contains("stormguard_hedges_total{breaker=\"db\"} 1"));
         assert_eq!(
             text.matches("# TYPE stormguard_calls_total counter")
                 .count(),

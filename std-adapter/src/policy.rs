@@ -7,11 +7,15 @@
 //! events.
 
 use std::fmt;
+use std::sync::Arc;
 
 use stormguard_core::{
-    Admission, Backoff, BreakerSettings, BudgetSettings, Call, CallSettings, CallSettingsBuilder,
-    Duration, Event, Finished, Funding, Instant, Name, Outcome, Parts, Permit, Refused, Rejection,
-    SettingsError, SharedBreaker, SharedBudget, Step, Unguarded, Unlimited,
+    Admission, Backoff, BreakerSettings, BudgetSettings, BulkheadPermit, BulkheadSettings,
+    BulkheadSlots, BulkheadSnapshot, Bulkheaded, Call, CallSettings, CallSettingsBuilder, Duration,
+    Event, Explain, Finished, Funding, HedgeSuppressed, Instant, Limit, Name, Outcome, Parts,
+    Permit, RateLimitSettings, RateLimited, Refused, Rejection, SettingsError, SharedBreaker,
+    SharedBudget, SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, Step, Unguarded,
+    Unlimited, WindowLimitSettings,
 };
 
 use crate::classify::{Classify, EveryErrorTransient};
@@ -344,6 +348,20 @@ impl Admission for Admit<'_> {
             Admit::Unguarded(u) => u.normal_latency(now),
         }
     }
+    #[inline]
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        match self {
+            Admit::Breaker(b) => b.attempt_ceiling(now),
+            Admit::Unguarded(u) => u.attempt_ceiling(now),
+        }
+    }
+    #[inline]
+    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        match self {
+            Admit::Breaker(b) => b.hedge_after(now),
+            Admit::Unguarded(u) => u.hedge_after(now),
+        }
+    }
 }
 
 /// The budget side of a policy's calls: its shared budget, or none.
@@ -376,18 +394,442 @@ impl Funding for Funds<'_> {
     }
 }
 
-/// Gives an attempt's permit back if the call is dropped before the attempt's outcome is
-/// reported, so a half-open probe slot never leaks.
-pub(crate) struct PermitGuard<'a> {
+/// A rate limiter a policy puts in front of its breaker (see [`PolicyBuilder::rate_limit`]):
+/// the core's lock-free [`SharedRateLimiter`] (GCRA) or [`SharedWindowLimiter`] (a window with
+/// a cooldown) in an `Arc`, so clones, and every policy given one, share its cells.
+///
+/// ```
+/// use stormguard_core::{Instant, RateLimitSettings, WindowLimitSettings};
+/// use stormguard_std::Limiter;
+///
+/// let api = Limiter::gcra(RateLimitSettings::per_second("api", 100)?);
+/// let stream = Limiter::window(WindowLimitSettings::defaults("stream")); // 50 a minute
+/// assert_eq!(api.name().as_str(), "api");
+/// assert_eq!(stream.available_at(Instant::from_secs(1)), 50);
+/// # Ok::<(), stormguard_core::SettingsError>(())
+/// ```
+#[derive(Clone)]
+pub struct Limiter {
+    inner: Arc<LimiterForm>,
+}
+
+enum LimiterForm {
+    Gcra(SharedRateLimiter),
+    Window(SharedWindowLimiter),
+}
+
+impl Limiter {
+    /// A GCRA limiter with `settings`, full at start.
+    pub fn gcra(settings: RateLimitSettings) -> Limiter {
+        Limiter::from_gcra(SharedRateLimiter::new(settings))
+    }
+
+    /// A window-with-cooldown limiter with `settings`, empty at start.
+    pub fn window(settings: WindowLimitSettings) -> Limiter {
+        Limiter::from_window(SharedWindowLimiter::new(settings))
+    }
+
+    /// Takes ownership of a shared GCRA limiter.
+    pub fn from_gcra(limiter: SharedRateLimiter) -> Limiter {
+        Limiter {
+            inner: Arc::new(LimiterForm::Gcra(limiter)),
+        }
+    }
+
+    /// Takes ownership of a shared window limiter.
+    pub fn from_window(limiter: SharedWindowLimiter) -> Limiter {
+        Limiter {
+            inner: Arc::new(LimiterForm::Window(limiter)),
+        }
+    }
+
+    /// The limiter's name.
+    #[must_use]
+    pub fn name(&self) -> &Name {
+        match &*self.inner {
+            LimiterForm::Gcra(l) => l.name(),
+            LimiterForm::Window(l) => l.name(),
+        }
+    }
+
+    /// Cells that could be taken at `now` (an instant of the policy's clock). Changes nothing.
+    #[must_use]
+    pub fn available_at(&self, now: Instant) -> u32 {
+        match &*self.inner {
+            LimiterForm::Gcra(l) => l.available(now),
+            LimiterForm::Window(l) => l.available(now),
+        }
+    }
+
+    /// The shared GCRA limiter, if this is one.
+    #[must_use]
+    pub fn as_gcra(&self) -> Option<&SharedRateLimiter> {
+        match &*self.inner {
+            LimiterForm::Gcra(l) => Some(l),
+            LimiterForm::Window(_) => None,
+        }
+    }
+
+    /// The shared window limiter, if this is one.
+    #[must_use]
+    pub fn as_window(&self) -> Option<&SharedWindowLimiter> {
+        match &*self.inner {
+            LimiterForm::Window(l) => Some(l),
+            LimiterForm::Gcra(_) => None,
+        }
+    }
+
+    /// `true` when both handles share one limiter.
+    #[must_use]
+    pub fn same_as(&self, other: &Limiter) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    fn cells(&self) -> Cells<'_> {
+        match &*self.inner {
+            LimiterForm::Gcra(l) => Cells::Gcra(l),
+            LimiterForm::Window(l) => Cells::Window(l),
+        }
+    }
+}
+
+impl fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let form = match &*self.inner {
+            LimiterForm::Gcra(_) => "gcra",
+            LimiterForm::Window(_) => "window",
+        };
+        f.debug_struct("Limiter")
+            .field("name", &self.name().as_str())
+            .field("form", &form)
+            .finish()
+    }
+}
+
+/// A limiter's cells, as the core's [`RateLimited`] takes them: one per attempt.
+#[derive(Clone, Copy)]
+pub(crate) enum Cells<'a> {
+    Gcra(&'a SharedRateLimiter),
+    Window(&'a SharedWindowLimiter),
+}
+
+impl Limit for Cells<'_> {
+    #[inline]
+    fn take(&mut self, now: Instant) -> Result<(), Refused> {
+        match self {
+            Cells::Gcra(l) => Limit::take(l, now),
+            Cells::Window(l) => Limit::take(l, now),
+        }
+    }
+    #[inline]
+    fn peek(&self, now: Instant) -> Result<(), Refused> {
+        match self {
+            Cells::Gcra(l) => Limit::peek(l, now),
+            Cells::Window(l) => Limit::peek(l, now),
+        }
+    }
+}
+
+/// A bulkhead a policy puts in front of its breaker (see [`PolicyBuilder::bulkhead`]): the
+/// core's lock-free [`SharedBulkhead`] in an `Arc`, so clones, and every policy given one,
+/// share its slots; with the wake-up that callers waiting for a slot sleep on.
+///
+/// Every attempt (a retry, a hedge) holds a slot while it runs, none during backoff waits. With
+/// a bounded wait in the settings, an async call that finds the bulkhead full waits for a slot
+/// before its first attempt (see [`PolicyBuilder::bulkhead`]).
+///
+/// ```
+/// use stormguard_core::{BulkheadSettings, Duration};
+/// use stormguard_std::Bulkhead;
+///
+/// let db = Bulkhead::new(
+///     BulkheadSettings::builder("db")
+///         .max_in_flight(8)
+///         .bounded_wait(16, Duration::from_millis(250))
+///         .build()?,
+/// );
+/// assert_eq!((db.in_flight(), db.queued()), (0, 0));
+/// assert_eq!(db.settings().max_queue(), 16);
+/// # Ok::<(), stormguard_core::SettingsError>(())
+/// ```
+#[derive(Clone)]
+pub struct Bulkhead {
+    inner: Arc<BulkheadShared>,
+}
+
+pub(crate) struct BulkheadShared {
+    slots: SharedBulkhead,
+    /// Woken (one waiter) whenever a slot is freed while callers wait. Touched only when the
+    /// core says someone waits, so a bulkhead nobody waits on never takes its lock.
+    #[cfg(feature = "tokio")]
+    freed: tokio::sync::Notify,
+}
+
+impl BulkheadShared {
+    /// The core's bulkhead.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn slots(&self) -> &SharedBulkhead {
+        &self.slots
+    }
+
+    /// The wake-up waiting callers sleep on.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn freed(&self) -> &tokio::sync::Notify {
+        &self.freed
+    }
+
+    /// Whether callers may wait for a slot (a bounded wait is configured).
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn waits(&self) -> bool {
+        self.slots.settings().max_queue() > 0
+    }
+
+    /// Frees a slot and wakes one waiter if the core says callers wait.
+    #[inline]
+    fn leave(&self, permit: BulkheadPermit) -> bool {
+        let waiting = self.slots.leave(permit);
+        #[cfg(feature = "tokio")]
+        if waiting {
+            self.freed.notify_one();
+        }
+        waiting
+    }
+}
+
+impl Bulkhead {
+    /// An empty bulkhead with validated `settings`.
+    pub fn new(settings: BulkheadSettings) -> Bulkhead {
+        Bulkhead {
+            inner: Arc::new(BulkheadShared {
+                slots: SharedBulkhead::new(settings),
+                #[cfg(feature = "tokio")]
+                freed: tokio::sync::Notify::new(),
+            }),
+        }
+    }
+
+    /// A bulkhead called `name` admitting `max_in_flight` calls at once, with no waiting.
+    ///
+    /// ```
+    /// let b = stormguard_std::Bulkhead::of(4, "db")?;
+    /// assert_eq!(b.settings().max_in_flight(), 4);
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub fn of(max_in_flight: u32, name: &'static str) -> Result<Bulkhead, SettingsError> {
+        BulkheadSettings::builder(name)
+            .max_in_flight(max_in_flight)
+            .build()
+            .map(Bulkhead::new)
+    }
+
+    /// The core's shared bulkhead (to read it, or enter it outside a policy: a slot taken here
+    /// must be handed back with [`Bulkhead::leave`], which wakes a waiting caller).
+    #[must_use]
+    pub fn shared(&self) -> &SharedBulkhead {
+        &self.inner.slots
+    }
+
+    /// Hands back a slot taken through [`Bulkhead::shared`], waking one waiting caller if any.
+    pub fn leave(&self, permit: BulkheadPermit) {
+        let _ = self.inner.leave(permit);
+    }
+
+    /// The bulkhead's name.
+    #[must_use]
+    pub fn name(&self) -> &Name {
+        self.inner.slots.name()
+    }
+
+    /// The settings it was built with.
+    #[must_use]
+    pub fn settings(&self) -> &BulkheadSettings {
+        self.inner.slots.settings()
+    }
+
+    /// Calls (attempts) in flight now.
+    #[must_use]
+    pub fn in_flight(&self) -> u32 {
+        self.inner.slots.in_flight()
+    }
+
+    /// Callers waiting for a slot now.
+    #[must_use]
+    pub fn queued(&self) -> u32 {
+        self.inner.slots.queued()
+    }
+
+    /// Counts and limits, read from one word.
+    #[must_use]
+    pub fn snapshot(&self) -> BulkheadSnapshot {
+        self.inner.slots.snapshot()
+    }
+
+    /// `true` when both handles share one bulkhead.
+    #[must_use]
+    pub fn same_as(&self, other: &Bulkhead) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl fmt::Debug for Bulkhead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bulkhead")
+            .field("name", &self.name().as_str())
+            .field("in_flight", &self.in_flight())
+            .field("queued", &self.queued())
+            .finish()
+    }
+}
+
+/// A bulkhead's slots as the core's [`Bulkheaded`] takes them, holding the slot a caller won
+/// by waiting until its first attempt takes it, and waking a waiter whenever a slot is freed.
+pub(crate) struct Slots<'a> {
+    bulkhead: &'a BulkheadShared,
+    held: Option<BulkheadPermit>,
+}
+
+impl BulkheadSlots for Slots<'_> {
+    #[inline]
+    fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused> {
+        match self.held.take() {
+            Some(permit) => Ok(permit),
+            None => self.bulkhead.slots.try_enter(now),
+        }
+    }
+    #[inline]
+    fn leave(&mut self, permit: BulkheadPermit) -> bool {
+        self.bulkhead.leave(permit)
+    }
+    #[inline]
+    fn check(&self) -> Result<(), Refused> {
+        match self.held {
+            Some(_) => Ok(()),
+            None => self.bulkhead.slots.check(),
+        }
+    }
+}
+
+impl Drop for Slots<'_> {
+    fn drop(&mut self) {
+        // A slot won by waiting that no attempt took (the call was refused or cancelled first).
+        if let Some(permit) = self.held.take() {
+            let _ = self.bulkhead.leave(permit);
+        }
+    }
+}
+
+/// A policy's optional steps, borrowed for one call: what its admission is built from.
+#[derive(Clone, Copy)]
+pub(crate) struct Steps<'a> {
+    name: &'a Name,
     breaker: Option<&'a SharedBreaker>,
+    limiter: Option<Cells<'a>>,
+    bulkhead: Option<&'a BulkheadShared>,
+}
+
+impl<'a> Steps<'a> {
+    /// The admission of one call: the breaker (or none), behind the bulkhead, behind the rate
+    /// limiter, as the core composes them. `held` is a slot the call already won by waiting.
+    #[inline]
+    fn front(self, held: Option<BulkheadPermit>) -> Front<'a> {
+        let admit = match self.breaker {
+            Some(b) => Admit::Breaker(b),
+            None => Admit::Unguarded(Unguarded(*self.name)),
+        };
+        match (self.limiter, self.bulkhead) {
+            (None, None) => Front::Plain(admit),
+            (Some(cells), None) => Front::Limited(RateLimited::new(admit, cells)),
+            (None, Some(bulkhead)) => {
+                Front::Bulkheaded(Bulkheaded::new(admit, Slots { bulkhead, held }))
+            }
+            (Some(cells), Some(bulkhead)) => Front::Both(RateLimited::new(
+                Bulkheaded::new(admit, Slots { bulkhead, held }),
+                cells,
+            )),
+        }
+    }
+}
+
+/// The admission side of a call: the breaker with the optional steps in front of it. Each form
+/// is the core's own composition ([`RateLimited`], [`Bulkheaded`]); this only picks one.
+pub(crate) enum Front<'a> {
+    Plain(Admit<'a>),
+    Limited(RateLimited<Admit<'a>, Cells<'a>>),
+    Bulkheaded(Bulkheaded<Admit<'a>, Slots<'a>>),
+    Both(RateLimited<Bulkheaded<Admit<'a>, Slots<'a>>, Cells<'a>>),
+}
+
+macro_rules! each_front {
+    ($self:expr, $a:ident => $body:expr) => {
+        match $self {
+            Front::Plain($a) => $body,
+            Front::Limited($a) => $body,
+            Front::Bulkheaded($a) => $body,
+            Front::Both($a) => $body,
+        }
+    };
+}
+
+impl Admission for Front<'_> {
+    #[inline]
+    fn name(&self) -> &Name {
+        each_front!(self, a => a.name())
+    }
+    #[inline]
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        each_front!(self, a => a.try_acquire(now, attempt_timeout, events))
+    }
+    #[inline]
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        each_front!(self, a => a.check(now))
+    }
+    #[inline]
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        each_front!(self, a => a.on_outcome(now, permit, outcome, events));
+    }
+    #[inline]
+    fn release(&mut self, permit: Permit) {
+        each_front!(self, a => a.release(permit));
+    }
+    #[inline]
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        each_front!(self, a => a.normal_latency(now))
+    }
+    #[inline]
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        each_front!(self, a => a.attempt_ceiling(now))
+    }
+    #[inline]
+    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        each_front!(self, a => a.hedge_after(now))
+    }
+}
+
+/// Gives an attempt's permit back if the call is dropped before the attempt's outcome is
+/// reported, so a half-open probe slot (and a bulkhead slot) never leaks.
+pub(crate) struct PermitGuard<'a> {
+    steps: Steps<'a>,
     permit: Option<Permit>,
 }
 
 impl<'a> PermitGuard<'a> {
     #[inline]
-    pub(crate) fn new(breaker: Option<&'a SharedBreaker>, permit: Permit) -> Self {
+    pub(crate) fn new(steps: Steps<'a>, permit: Permit) -> Self {
         PermitGuard {
-            breaker,
+            steps,
             permit: Some(permit),
         }
     }
@@ -402,8 +844,12 @@ impl<'a> PermitGuard<'a> {
 impl Drop for PermitGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        if let (Some(breaker), Some(permit)) = (self.breaker, self.permit.take()) {
-            breaker.release(permit);
+        if let Some(permit) = self.permit.take() {
+            // Released through the same composition that admitted it: the breaker's probe slot
+            // and the bulkhead's slot go back.
+            if self.steps.breaker.is_some() || self.steps.bulkhead.is_some() {
+                self.steps.front(None).release(permit);
+            }
         }
     }
 }
@@ -528,6 +974,8 @@ pub struct PolicyBuilder<K = DefaultClock, L = NoListener> {
     name: Name,
     breaker: Choice<Breaker>,
     budget: Choice<Budget>,
+    limiter: Option<Limiter>,
+    bulkhead: Option<Bulkhead>,
     call: CallSettingsBuilder,
     clock: K,
     listener: L,
@@ -599,8 +1047,99 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
+    /// Puts a rate limiter in front of the breaker (default: none): every attempt, retries and
+    /// hedges included, takes a cell. A refusal is a guarded rejection like any other:
+    /// [`CallError::Rejected`] with [`RefusalReason::RateLimited`](stormguard_core::RefusalReason)
+    /// and, as `retry_after`, the time until the next cell (counted from the end of the pause).
+    /// The breaker is asked first, so an open breaker spends no cells. Composed by the core's
+    /// [`RateLimited`].
+    ///
+    /// ```
+    /// use stormguard_core::{RateLimitSettings, RefusalReason};
+    /// use stormguard_std::{CallError, Limiter, Policy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), stormguard_core::SettingsError> {
+    /// let policy = Policy::builder("search")
+    ///     .rate_limit(Limiter::gcra(RateLimitSettings::per_second("search", 1)?))
+    ///     .build()?;
+    /// assert_eq!(policy.call(|_| async { Ok::<_, ()>(1) }).await, Ok(1));
+    /// let Err(CallError::Rejected { rejection, .. }) =
+    ///     policy.call(|_| async { Ok::<_, ()>(2) }).await else { panic!() };
+    /// assert_eq!(rejection.reason, RefusalReason::RateLimited);
+    /// assert_eq!(rejection.retry_after, stormguard_core::Duration::from_millis(900));
+    /// # Ok(()) }
+    /// ```
+    pub fn rate_limit(mut self, limiter: Limiter) -> Self {
+        self.limiter = Some(limiter);
+        self
+    }
+
+    /// Puts a bulkhead in front of the breaker (default: none): each attempt holds a slot while
+    /// it runs (a hedge takes one too), none during backoff waits. A full bulkhead refuses the
+    /// attempt with a guarded rejection ([`RefusalReason::BulkheadFull`](stormguard_core::RefusalReason),
+    /// `retry_after` zero: a slot frees whenever a call ends). Composed by the core's
+    /// [`Bulkheaded`], itself behind the rate limiter if there is one (a full bulkhead spends
+    /// no cell).
+    ///
+    /// With a bounded wait in the bulkhead's settings, an async call ([`Policy::call`] and its
+    /// forms) that finds the bulkhead full waits for a slot before its first attempt, as the
+    /// core means the wait (around the call, not inside an attempt's admission): in the queue
+    /// of at most `max_queue` callers, for at most the shorter of `max_wait` and the time left
+    /// to the deadline, woken when a slot is freed; cancelling (a token, or dropping the future)
+    /// leaves the queue at once. A wait that ends without a slot ends as the guarded
+    /// rejection. Retries and hedges never wait: a full bulkhead refuses them at once. The
+    /// blocking form ([`Policy::call_blocking`]) does not wait either.
+    ///
+    /// ```
+    /// use stormguard_core::{BulkheadSettings, Duration};
+    /// use stormguard_std::{Bulkhead, Policy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), stormguard_core::SettingsError> {
+    /// let db = Bulkhead::new(
+    ///     BulkheadSettings::builder("db")
+    ///         .max_in_flight(4)
+    ///         .bounded_wait(8, Duration::from_millis(250))
+    ///         .build()?,
+    /// );
+    /// let policy = Policy::builder("db").bulkhead(db.clone()).build()?;
+    /// let rows = policy
+    ///     .call(|_| async { Ok::<_, ()>(db.in_flight()) })
+    ///     .await;
+    /// assert_eq!(rows, Ok(1)); // the attempt held one slot
+    /// assert_eq!(db.in_flight(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn bulkhead(mut self, bulkhead: Bulkhead) -> Self {
+        self.bulkhead = Some(bulkhead);
+        self
+    }
+
+    /// Hedging (default off): when an attempt runs longer than the breaker's learned p95 of
+    /// healthy calls, the async call launches a second attempt beside it (the core decides
+    /// when, and whether: never without a breaker, a learned baseline, a closed breaker, a
+    /// funding retry budget or an attempt left). At most 2 attempts are in flight; the first
+    /// success wins and the other attempt's future is dropped (reported to the breaker as
+    /// cancelled, never as a failure); a failure of one waits for the other. A hedge is an
+    /// attempt (it counts toward the maximum) and a retry (the budget funds it). One hedge per
+    /// attempt. Only for operations that are safe to run twice.
+    ///
+    /// The blocking form ([`Policy::call_blocking`]) never hedges: it cannot run two attempts
+    /// of a borrowed closure at once, nor stop the loser.
+    ///
+    /// ```
+    /// let p = stormguard_std::Policy::builder("search").hedging(true).build()?;
+    /// assert!(p.settings().hedging());
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub fn hedging(mut self, on: bool) -> Self {
+        self.call = self.call.hedging(on);
+        self
+    }
+
     /// Takes the retry settings from `settings` (attempts, deadline, attempt timeout,
-    /// backoff); the jitter seed stays the builder's.
+    /// measured ceiling, hedging, backoff); the jitter seed stays the builder's.
     ///
     /// ```
     /// use stormguard_core::CallSettings;
@@ -614,7 +1153,23 @@ impl<K, L> PolicyBuilder<K, L> {
             .max_attempts(settings.max_attempts())
             .deadline(settings.deadline())
             .attempt_timeout(settings.attempt_timeout())
+            .measured_ceiling(settings.measured_ceiling())
+            .hedging(settings.hedging())
             .backoff(*settings.backoff());
+        self
+    }
+
+    /// Whether the breaker's measured attempt ceiling, 3x the recent p95 of successful calls
+    /// (once 20 are known), tightens the attempt timeout (default on). It only ever tightens:
+    /// a configured timeout shorter than the ceiling stands.
+    ///
+    /// ```
+    /// let p = stormguard_std::Policy::builder("db").measured_ceiling(false).build()?;
+    /// assert!(!p.settings().measured_ceiling());
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub fn measured_ceiling(mut self, on: bool) -> Self {
+        self.call = self.call.measured_ceiling(on);
         self
     }
 
@@ -702,6 +1257,8 @@ impl<K, L> PolicyBuilder<K, L> {
             name: self.name,
             breaker: self.breaker,
             budget: self.budget,
+            limiter: self.limiter,
+            bulkhead: self.bulkhead,
             call: self.call,
             clock,
             listener: self.listener,
@@ -722,6 +1279,8 @@ impl<K, L> PolicyBuilder<K, L> {
             name: self.name,
             breaker: self.breaker,
             budget: self.budget,
+            limiter: self.limiter,
+            bulkhead: self.bulkhead,
             call: self.call,
             clock: self.clock,
             listener,
@@ -754,6 +1313,8 @@ impl<K, L> PolicyBuilder<K, L> {
             name: self.name,
             breaker,
             budget,
+            limiter: self.limiter,
+            bulkhead: self.bulkhead,
             settings: self.call.build()?,
             single: self.call.max_attempts(1).build()?,
             clock: self.clock,
@@ -798,6 +1359,8 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
     name: Name,
     breaker: Option<Breaker>,
     budget: Option<Budget>,
+    limiter: Option<Limiter>,
+    bulkhead: Option<Bulkhead>,
     settings: CallSettings,
     /// The same settings with one attempt, for calls that cannot be repeated.
     single: CallSettings,
@@ -826,6 +1389,8 @@ impl Policy {
             name,
             breaker: Choice::Default,
             budget: Choice::Default,
+            limiter: None,
+            bulkhead: None,
             call: CallSettings::builder().seed(entropy_seed()),
             clock: default_clock(),
             listener: NoListener,
@@ -850,6 +1415,18 @@ impl<K, L> Policy<K, L> {
     #[must_use]
     pub fn budget(&self) -> Option<&Budget> {
         self.budget.as_ref()
+    }
+
+    /// The rate limiter in front of the breaker, if any.
+    #[must_use]
+    pub fn limiter(&self) -> Option<&Limiter> {
+        self.limiter.as_ref()
+    }
+
+    /// The bulkhead in front of the breaker, if any.
+    #[must_use]
+    pub fn bulkhead(&self) -> Option<&Bulkhead> {
+        self.bulkhead.as_ref()
     }
 
     /// How calls retry and how long they may take.
@@ -884,6 +1461,8 @@ impl<K, L> Policy<K, L> {
             name: self.name,
             breaker: self.breaker,
             budget: self.budget,
+            limiter: self.limiter,
+            bulkhead: self.bulkhead,
             settings: self.settings,
             single: self.single,
             clock: self.clock,
@@ -891,21 +1470,32 @@ impl<K, L> Policy<K, L> {
         }
     }
 
-    pub(crate) fn parts(&self) -> Parts<Admit<'_>, Funds<'_>> {
+    /// What one call's admission is built from.
+    #[inline]
+    pub(crate) fn steps(&self) -> Steps<'_> {
+        Steps {
+            name: &self.name,
+            breaker: self.breaker.as_ref().map(Breaker::shared),
+            limiter: self.limiter.as_ref().map(Limiter::cells),
+            bulkhead: self.bulkhead.as_ref().map(|b| &*b.inner),
+        }
+    }
+
+    /// The breaker and budget of one call, with the optional steps in front of the breaker;
+    /// `held` is a bulkhead slot the call already won by waiting.
+    #[inline]
+    pub(crate) fn parts<'a>(
+        &'a self,
+        steps: Steps<'a>,
+        held: Option<BulkheadPermit>,
+    ) -> Parts<Front<'a>, Funds<'a>> {
         Parts {
-            breaker: match &self.breaker {
-                Some(b) => Admit::Breaker(b.shared()),
-                None => Admit::Unguarded(Unguarded(self.name)),
-            },
+            breaker: steps.front(held),
             budget: match &self.budget {
                 Some(b) => Funds::Budget(b.shared()),
                 None => Funds::Unlimited,
             },
         }
-    }
-
-    pub(crate) fn shared_breaker(&self) -> Option<&SharedBreaker> {
-        self.breaker.as_ref().map(Breaker::shared)
     }
 
     /// The call driver for a call starting at `now` with `options`' deadline.
@@ -953,6 +1543,32 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         }
     }
 
+    /// The policy describes itself in plain text (the core's [`Explain`]): what bounds a call
+    /// first, the worst-case timeline of its attempts, the load it can add, what its breaker
+    /// and budget measure now (read at the policy's clock), and what is missing.
+    ///
+    /// ```
+    /// let policy = stormguard_std::Policy::builder("payments").build()?;
+    /// let text = policy.explain().to_string();
+    /// assert!(text.starts_with("policy `payments`"));
+    /// assert!(text.contains("no latency baseline yet (cold)"));
+    /// println!("{}", policy.explain());
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub fn explain(&self) -> Explain<'_> {
+        let now = self.clock.now();
+        let mut explain = Explain::new(&self.settings);
+        if let Some(b) = &self.breaker {
+            explain = explain
+                .breaker(b.settings())
+                .breaker_now(b.snapshot_at(now));
+        }
+        if let Some(b) = &self.budget {
+            explain = explain.budget(b.settings()).budget_now(b.snapshot_at(now));
+        }
+        explain
+    }
+
     #[inline]
     pub(crate) fn emit(&self, event: &Event<'_>) {
         events::emit(&self.listener, event);
@@ -965,6 +1581,10 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     /// An attempt cannot be interrupted: one that returns after its attempt timeout counts as
     /// [`Outcome::TimedOut`] unless it succeeded (the value is in hand; the breaker sees a slow
     /// call). Set the operation's own I/O timeout to the policy's attempt timeout.
+    ///
+    /// The rate limiter and the bulkhead apply as in the async form, except that a full
+    /// bulkhead refuses at once (no bounded wait), and the blocking form never hedges: one
+    /// attempt at a time, always (see [`PolicyBuilder::hedging`]).
     ///
     /// ```
     /// use stormguard_std::Policy;
@@ -1009,7 +1629,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         F: FnMut(u32) -> Result<T, E>,
         C: Classify<T, E>,
     {
-        let mut parts = self.parts();
+        let steps = self.steps();
+        let mut parts = self.parts(steps, None);
         let mut sink = |e: Event<'_>| self.emit(&e);
         let mut report = Report::new(&self.listener, &self.name);
         let mut now = self.clock.now();
@@ -1018,7 +1639,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let result = loop {
             match call.poll(&mut parts, now, &mut sink) {
                 Step::Attempt(permit) => {
-                    let guard = PermitGuard::new(self.shared_breaker(), permit);
+                    let guard = PermitGuard::new(steps, permit);
                     if blocking::is_cancelled(&options) {
                         drop(guard);
                         call.cancel();
@@ -1142,10 +1763,16 @@ mod run {
     use std::pin::pin;
     use std::task::Poll;
 
-    use stormguard_core::{Duration, Event, Instant, Outcome, Rejection, Step};
+    use stormguard_core::{
+        BulkheadEntry, BulkheadPermit, BulkheadTicket, Call, Duration, Event, Instant, Outcome,
+        Parts, Rejection, Step,
+    };
     use tokio_util::sync::CancellationToken;
 
-    use super::{finish, Attempt, CallError, CallOptions, PermitGuard, Policy, Report, Slept};
+    use super::{
+        finish, Attempt, BulkheadShared, CallError, CallOptions, Front, Funds, PermitGuard, Policy,
+        Report, Slept, Steps,
+    };
     use crate::cache::SuccessCache;
     use crate::classify::Classify;
     use crate::clock::Clock;
@@ -1452,43 +2079,74 @@ mod run {
             C: Classify<T, E>,
         {
             let cancel = options.cancel;
-            let mut parts = self.parts();
+            let steps = self.steps();
             let mut sink = |e: Event<'_>| self.emit(&e);
             let mut report = Report::new(&self.listener, &self.name);
             let mut now = start;
             let mut call = self.begin(&options, now);
+            // A bulkhead with a bounded wait: the call waits for a slot before its first
+            // attempt (the core's `Bulkheaded` never queues; the wait is the adapter's).
+            let mut held = None;
+            if let Some(bulkhead) = steps.bulkhead.filter(|b| b.waits()) {
+                match wait_for_slot(bulkhead, &self.clock, now, call.deadline(), cancel).await {
+                    Waited::Entered(permit, at) => {
+                        held = Some(permit);
+                        now = at;
+                    }
+                    // The driver decides: a slot freed since is taken, else the guarded
+                    // rejection (with no pause if the wait used up the deadline).
+                    Waited::Refused(at) => now = at,
+                    Waited::Cancelled => {
+                        call.cancel();
+                        return (report.end(Err(CallError::Cancelled)), None);
+                    }
+                }
+            }
+            let mut parts = self.parts(steps, held);
             let mut last: Option<Result<T, E>> = None;
             let mut succeeded_at = None;
             let result = loop {
                 match call.poll(&mut parts, now, &mut sink) {
                     Step::Attempt(permit) => {
-                        let guard = PermitGuard::new(self.shared_breaker(), permit);
+                        let guard = PermitGuard::new(steps, permit);
                         let number = call.attempts();
                         report.attempt(number);
                         let attempt = Attempt {
                             number,
                             call_left: call.deadline().map(|d| d.saturating_duration_since(now)),
                         };
-                        let timeout = call
-                            .attempt_deadline()
-                            .map(|d| d.saturating_duration_since(now));
-                        let outcome = match op(attempt) {
-                            Some(fut) => {
+                        let hedge = if self.settings.hedging() {
+                            call.hedge_delay(&parts, now)
+                        } else {
+                            None
+                        };
+                        let outcome = match (op(attempt), hedge) {
+                            (Some(fut), Some(after)) => {
+                                let pair = Pair {
+                                    call: &mut call,
+                                    parts: &mut parts,
+                                    steps,
+                                    report: &mut report,
+                                    last: &mut last,
+                                };
+                                let (at, success) = self
+                                    .hedged(pair, &mut op, fut, guard, after, now, &options)
+                                    .await;
+                                now = at;
+                                succeeded_at = success;
+                                continue;
+                            }
+                            (Some(fut), None) => {
+                                let timeout = call
+                                    .attempt_deadline()
+                                    .map(|d| d.saturating_duration_since(now));
                                 let ran = race(fut, cancel, timeout).await;
                                 now = self.clock.now();
-                                match ran {
-                                    Ran::Returned(result) => {
-                                        let outcome = options.classify.classify(&result);
-                                        last = Some(result);
-                                        outcome
-                                    }
-                                    Ran::Cancelled => Outcome::Cancelled,
-                                    Ran::TimedOut => Outcome::TimedOut,
-                                }
+                                classify(ran, &options.classify, &mut last)
                             }
                             // The operation cannot be attempted again (a request that cannot
                             // be replayed): a permanent outcome, so the call ends here.
-                            None => Outcome::Permanent,
+                            (None, _) => Outcome::Permanent,
                         };
                         succeeded_at = (outcome == Outcome::Success).then_some(now);
                         if let Some(permit) = guard.disarm() {
@@ -1517,6 +2175,279 @@ mod run {
             };
             let stored = if result.is_ok() { succeeded_at } else { None };
             (report.end(result), stored)
+        }
+
+        /// Runs the attempt just started (`first`, its permit in `guard`) and, if it is still
+        /// running `after` its start, a hedge beside it, as the core's hedging protocol says:
+        /// the core launches the hedge (or declines), the first success ends the call and the
+        /// other attempt is dropped and reported cancelled, a failure waits for the other.
+        /// Returns the time the pair ended and, if one succeeded, that time again.
+        #[allow(clippy::too_many_arguments)]
+        async fn hedged<'p, 'g, T, E, F, Fut, C>(
+            &'p self,
+            pair: Pair<'_, 'p, 'g, T, E, L>,
+            op: &mut F,
+            first: Fut,
+            guard: PermitGuard<'p>,
+            after: Duration,
+            mut now: Instant,
+            options: &CallOptions<'_, C>,
+        ) -> (Instant, Option<Instant>)
+        where
+            F: FnMut(Attempt) -> Option<Fut>,
+            Fut: Future<Output = Result<T, E>>,
+            C: Classify<T, E>,
+        {
+            let Pair {
+                call,
+                parts,
+                steps,
+                report,
+                last,
+            } = pair;
+            let mut sink = |e: Event<'_>| self.emit(&e);
+            let in_time = |deadline: Option<Instant>, now: Instant| {
+                deadline.map(|d| tokio::time::sleep(d.saturating_duration_since(now).into()))
+            };
+            // Lane A is the attempt the driver started, lane B the hedge.
+            let mut fut_a = pin!(Some(first));
+            let mut fut_b = pin!(None::<Fut>);
+            let mut timer_a = pin!(in_time(call.attempt_deadline(), now));
+            let mut timer_b = pin!(None::<tokio::time::Sleep>);
+            let mut guard_a = Some(guard);
+            let mut guard_b: Option<PermitGuard<'p>> = None;
+            let mut hedge_timer = pin!(Some(tokio::time::sleep(after.into())));
+            let mut cancelled = pin!(options.cancel.map(CancellationToken::cancelled));
+            let mut succeeded_at = None;
+            loop {
+                let event = poll_fn(|cx| {
+                    for (lane, fut) in [(Lane::A, fut_a.as_mut()), (Lane::B, fut_b.as_mut())] {
+                        if let Some(Poll::Ready(r)) = fut.as_pin_mut().map(|f| f.poll(cx)) {
+                            return Poll::Ready(PairEvent::Ran(lane, Ran::Returned(r)));
+                        }
+                    }
+                    if let Some(Poll::Ready(())) =
+                        cancelled.as_mut().as_pin_mut().map(|c| c.poll(cx))
+                    {
+                        return Poll::Ready(PairEvent::Cancelled);
+                    }
+                    for (lane, timer) in [(Lane::A, timer_a.as_mut()), (Lane::B, timer_b.as_mut())]
+                    {
+                        if let Some(Poll::Ready(())) = timer.as_pin_mut().map(|t| t.poll(cx)) {
+                            return Poll::Ready(PairEvent::Ran(lane, Ran::TimedOut));
+                        }
+                    }
+                    if let Some(Poll::Ready(())) =
+                        hedge_timer.as_mut().as_pin_mut().map(|t| t.poll(cx))
+                    {
+                        return Poll::Ready(PairEvent::Hedge);
+                    }
+                    Poll::Pending
+                })
+                .await;
+                now = self.clock.now();
+                match event {
+                    PairEvent::Hedge => {
+                        hedge_timer.set(None);
+                        let attempt = Attempt {
+                            number: call.attempts().saturating_add(1),
+                            call_left: call.deadline().map(|d| d.saturating_duration_since(now)),
+                        };
+                        // The future is made first (an operation that cannot be repeated
+                        // says so) and dropped unpolled if the core declines the hedge.
+                        let Some(fut) = op(attempt) else { continue };
+                        if let Ok(permit) = call.hedge(parts, now, &mut sink) {
+                            guard_b = Some(PermitGuard::new(steps, permit));
+                            report.attempt(call.attempts());
+                            fut_b.set(Some(fut));
+                            timer_b.set(in_time(call.attempt_deadline(), now));
+                        }
+                    }
+                    PairEvent::Ran(lane, ran) => {
+                        let (
+                            mut mine,
+                            mut my_timer,
+                            my_guard,
+                            mut other,
+                            mut other_timer,
+                            other_guard,
+                        ) = match lane {
+                            Lane::A => (
+                                fut_a.as_mut(),
+                                timer_a.as_mut(),
+                                &mut guard_a,
+                                fut_b.as_mut(),
+                                timer_b.as_mut(),
+                                &mut guard_b,
+                            ),
+                            Lane::B => (
+                                fut_b.as_mut(),
+                                timer_b.as_mut(),
+                                &mut guard_b,
+                                fut_a.as_mut(),
+                                timer_a.as_mut(),
+                                &mut guard_a,
+                            ),
+                        };
+                        mine.set(None);
+                        my_timer.set(None);
+                        hedge_timer.set(None);
+                        let outcome = classify(ran, &options.classify, last);
+                        if outcome == Outcome::Success {
+                            succeeded_at = Some(now);
+                        }
+                        if let Some(permit) = my_guard.take().and_then(PermitGuard::disarm) {
+                            call.complete(parts, permit, now, outcome, &mut sink);
+                        }
+                        if other.is_none() {
+                            return (now, succeeded_at);
+                        }
+                        if call.is_over() {
+                            // The winner (or a permanent failure) ends the call: the other
+                            // attempt is dropped, which cancels it.
+                            other.set(None);
+                            other_timer.set(None);
+                            if let Some(permit) = other_guard.take().and_then(PermitGuard::disarm) {
+                                call.complete(parts, permit, now, Outcome::Cancelled, &mut sink);
+                            }
+                            return (now, succeeded_at);
+                        }
+                        // A failure: the other attempt goes on and decides.
+                    }
+                    PairEvent::Cancelled => {
+                        fut_a.set(None);
+                        fut_b.set(None);
+                        for guard in [guard_a.take(), guard_b.take()].into_iter().flatten() {
+                            if let Some(permit) = guard.disarm() {
+                                call.complete(parts, permit, now, Outcome::Cancelled, &mut sink);
+                            }
+                        }
+                        return (now, None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// What a hedged pair of attempts works on, borrowed from the call loop.
+    struct Pair<'r, 'p, 'g, T, E, L: Listener> {
+        call: &'r mut Call,
+        parts: &'r mut Parts<Front<'p>, Funds<'p>>,
+        steps: Steps<'p>,
+        report: &'r mut Report<'g, L>,
+        last: &'r mut Option<Result<T, E>>,
+    }
+
+    #[derive(Clone, Copy)]
+    enum Lane {
+        A,
+        B,
+    }
+
+    enum PairEvent<R> {
+        Ran(Lane, Ran<R>),
+        Hedge,
+        Cancelled,
+    }
+
+    /// The outcome of an attempt's race; a returned result becomes the call's last result.
+    #[inline]
+    fn classify<T, E, C: Classify<T, E>>(
+        ran: Ran<Result<T, E>>,
+        classifier: &C,
+        last: &mut Option<Result<T, E>>,
+    ) -> Outcome {
+        match ran {
+            Ran::Returned(result) => {
+                let outcome = classifier.classify(&result);
+                *last = Some(result);
+                outcome
+            }
+            Ran::Cancelled => Outcome::Cancelled,
+            Ran::TimedOut => Outcome::TimedOut,
+        }
+    }
+
+    /// How a wait for a bulkhead slot ended.
+    enum Waited {
+        /// A slot, won at this instant.
+        Entered(BulkheadPermit, Instant),
+        /// No slot (queue full, or the wait is over), at this instant.
+        Refused(Instant),
+        Cancelled,
+    }
+
+    /// A place in a bulkhead's queue, given up if the wait is abandoned (the call's future
+    /// dropped, or cancelled).
+    struct Queued<'a> {
+        bulkhead: &'a BulkheadShared,
+        ticket: Option<BulkheadTicket>,
+    }
+
+    impl Drop for Queued<'_> {
+        fn drop(&mut self) {
+            if let Some(ticket) = self.ticket.take() {
+                self.bulkhead.slots().abandon(ticket);
+            }
+        }
+    }
+
+    /// Enters `bulkhead` at `now`, or waits in its queue for a slot, as the core decides
+    /// (`try_enter_or_queue`, then `on_slot_free` at every wake-up and when the wait is over),
+    /// for at most the bulkhead's `max_wait` and the time left to `deadline`. Woken by a freed
+    /// slot; cancelled at once by `cancel` or by dropping the future.
+    async fn wait_for_slot<K: Clock>(
+        bulkhead: &BulkheadShared,
+        clock: &K,
+        mut now: Instant,
+        deadline: Option<Instant>,
+        cancel: Option<&CancellationToken>,
+    ) -> Waited {
+        let max_wait = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+        // Registered before joining the queue, so a slot freed in between wakes this caller.
+        let mut woken = pin!(bulkhead.freed().notified());
+        woken.as_mut().enable();
+        let ticket = match bulkhead.slots().try_enter_or_queue(now, max_wait) {
+            Ok(BulkheadEntry::Entered(permit)) => return Waited::Entered(permit, now),
+            Ok(BulkheadEntry::Queued(ticket)) => ticket,
+            Err(_) => return Waited::Refused(now),
+        };
+        let mut queued = Queued {
+            bulkhead,
+            ticket: Some(ticket),
+        };
+        let mut cancelled = pin!(cancel.map(CancellationToken::cancelled));
+        loop {
+            let Some(until) = queued.ticket.as_ref().map(BulkheadTicket::wait_until) else {
+                return Waited::Refused(now);
+            };
+            let mut timer = pin!(tokio::time::sleep(
+                until.saturating_duration_since(now).into()
+            ));
+            let woke = poll_fn(|cx| {
+                if let Some(Poll::Ready(())) = cancelled.as_mut().as_pin_mut().map(|c| c.poll(cx)) {
+                    return Poll::Ready(Slept::Cancelled);
+                }
+                if woken.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Slept::Elapsed);
+                }
+                timer.as_mut().poll(cx).map(|()| Slept::Elapsed)
+            })
+            .await;
+            if woke == Slept::Cancelled {
+                return Waited::Cancelled; // `queued` leaves the queue
+            }
+            now = clock.now();
+            woken.set(bulkhead.freed().notified());
+            woken.as_mut().enable();
+            let Some(ticket) = queued.ticket.take() else {
+                return Waited::Refused(now);
+            };
+            match bulkhead.slots().on_slot_free(now, ticket) {
+                Ok(BulkheadEntry::Entered(permit)) => return Waited::Entered(permit, now),
+                Ok(BulkheadEntry::Queued(ticket)) => queued.ticket = Some(ticket),
+                Err(_) => return Waited::Refused(now),
+            }
         }
     }
 }
