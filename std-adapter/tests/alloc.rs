@@ -12,7 +12,8 @@
 )]
 
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
-use stormguard_std::{CallError, Policy};
+use stormguard_core::{BulkheadSettings, Duration, RateLimitSettings};
+use stormguard_std::{Bulkhead, CallError, Limiter, Policy};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
@@ -101,9 +102,94 @@ fn a_retried_call_allocates_nothing() {
     });
 }
 
+/// The optional steps: a rate limiter and a bulkhead in front of the breaker, on the success
+/// path and on their own refusals, and a slot won by a bounded wait.
+fn the_optional_steps_allocate_nothing() {
+    let rt = runtime();
+    rt.block_on(async {
+        let limiter =
+            Limiter::gcra(RateLimitSettings::per_second("alloc-steps", 1_000_000).unwrap());
+        let bulkhead = Bulkhead::new(
+            BulkheadSettings::builder("alloc-steps")
+                .max_in_flight(1)
+                .bounded_wait(4, Duration::from_millis(50))
+                .build()
+                .unwrap(),
+        );
+        let policy = Policy::builder("alloc-steps")
+            .rate_limit(limiter)
+            .bulkhead(bulkhead.clone())
+            .build()
+            .unwrap();
+        for _ in 0..10 {
+            assert_eq!(policy.call(|_| async { Ok::<_, ()>(1) }).await, Ok(1));
+        }
+        let region = Region::new(GLOBAL);
+        for _ in 0..CALLS {
+            assert_eq!(policy.call(|_| async { Ok::<_, ()>(1) }).await, Ok(1));
+        }
+        assert_eq!(allocations(&region), 0, "success path with both steps");
+
+        // The bulkhead full: every call waits 50 ms in the queue, then is refused, guarded.
+        let held = bulkhead
+            .shared()
+            .try_enter(stormguard_core::Instant::ZERO)
+            .unwrap();
+        let full = || policy.call(|_| async { Ok::<_, ()>(1) });
+        for _ in 0..3 {
+            assert!(matches!(full().await, Err(CallError::Rejected { .. })));
+        }
+        let region = Region::new(GLOBAL);
+        for _ in 0..100 {
+            assert!(matches!(full().await, Err(CallError::Rejected { .. })));
+        }
+        assert_eq!(allocations(&region), 0, "bounded wait, then the refusal");
+        bulkhead.leave(held);
+    });
+}
+
+/// A hedged call: the first attempt hangs, the hedge answers.
+fn a_hedged_call_allocates_nothing() {
+    let rt = runtime();
+    rt.block_on(async {
+        // No budget: 50 hedges in a row would spend a default budget (hedges are retries).
+        let policy = Policy::builder("alloc-hedge")
+            .hedging(true)
+            .no_budget()
+            .build()
+            .unwrap();
+        let healthy = || {
+            policy.call(|_| async {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                Ok::<_, ()>(0)
+            })
+        };
+        for _ in 0..40 {
+            assert_eq!(healthy().await, Ok(0));
+        }
+        let hedged = || {
+            policy.call(|attempt| async move {
+                let d = if attempt == 1 { 1_000 } else { 20 };
+                tokio::time::sleep(std::time::Duration::from_millis(d)).await;
+                Ok::<_, ()>(attempt)
+            })
+        };
+        for _ in 0..5 {
+            assert_eq!(hedged().await, Ok(2));
+        }
+        let region = Region::new(GLOBAL);
+        for _ in 0..50 {
+            assert_eq!(hedged().await, Ok(2));
+        }
+        assert_eq!(allocations(&region), 0);
+    });
+}
+
 #[test]
 fn policy_calls_allocate_nothing_once_warmed_up() {
     the_success_path_allocates_nothing();
     the_rejection_path_allocates_nothing();
     a_retried_call_allocates_nothing();
+    the_optional_steps_allocate_nothing();
+    a_hedged_call_allocates_nothing();
 }
