@@ -730,14 +730,20 @@ pub(crate) struct Steps<'a> {
 }
 
 impl<'a> Steps<'a> {
+    /// The breaker alone (or none).
+    #[inline]
+    pub(crate) fn admit(self) -> Admit<'a> {
+        match self.breaker {
+            Some(b) => Admit::Breaker(b),
+            None => Admit::Unguarded(Unguarded(*self.name)),
+        }
+    }
+
     /// The admission of one call: the breaker (or none), behind the bulkhead, behind the rate
     /// limiter, as the core composes them. `held` is a slot the call already won by waiting.
     #[inline]
     fn front(self, held: Option<BulkheadPermit>) -> Front<'a> {
-        let admit = match self.breaker {
-            Some(b) => Admit::Breaker(b),
-            None => Admit::Unguarded(Unguarded(*self.name)),
-        };
+        let admit = self.admit();
         match (self.limiter, self.bulkhead) {
             (None, None) => Front::Plain(admit),
             (Some(cells), None) => Front::Limited(RateLimited::new(admit, cells)),
@@ -819,9 +825,11 @@ impl Admission for Front<'_> {
 }
 
 /// Gives an attempt's permit back if the call is dropped before the attempt's outcome is
-/// reported, so a half-open probe slot (and a bulkhead slot) never leaks.
+/// reported, so a half-open probe slot (and a bulkhead slot) never leaks. Small on purpose: it
+/// lives in the call's future across every attempt.
 pub(crate) struct PermitGuard<'a> {
-    steps: Steps<'a>,
+    breaker: Option<&'a SharedBreaker>,
+    bulkhead: Option<&'a BulkheadShared>,
     permit: Option<Permit>,
 }
 
@@ -829,7 +837,8 @@ impl<'a> PermitGuard<'a> {
     #[inline]
     pub(crate) fn new(steps: Steps<'a>, permit: Permit) -> Self {
         PermitGuard {
-            steps,
+            breaker: steps.breaker,
+            bulkhead: steps.bulkhead,
             permit: Some(permit),
         }
     }
@@ -844,12 +853,25 @@ impl<'a> PermitGuard<'a> {
 impl Drop for PermitGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        if let Some(permit) = self.permit.take() {
-            // Released through the same composition that admitted it: the breaker's probe slot
-            // and the bulkhead's slot go back.
-            if self.steps.breaker.is_some() || self.steps.bulkhead.is_some() {
-                self.steps.front(None).release(permit);
-            }
+        let Some(permit) = self.permit.take() else {
+            return;
+        };
+        // Released through the core's composition that admitted it (the rate limiter only
+        // forwards a release): the breaker's probe slot and the bulkhead's slot go back.
+        let mut admit = match self.breaker {
+            Some(b) => Admit::Breaker(b),
+            None => Admit::Unguarded(Unguarded(Name::new(""))),
+        };
+        match self.bulkhead {
+            Some(bulkhead) => Bulkheaded::new(
+                admit,
+                Slots {
+                    bulkhead,
+                    held: None,
+                },
+            )
+            .release(permit),
+            None => admit.release(permit),
         }
     }
 }
@@ -1491,10 +1513,16 @@ impl<K, L> Policy<K, L> {
     ) -> Parts<Front<'a>, Funds<'a>> {
         Parts {
             breaker: steps.front(held),
-            budget: match &self.budget {
-                Some(b) => Funds::Budget(b.shared()),
-                None => Funds::Unlimited,
-            },
+            budget: self.funds(),
+        }
+    }
+
+    /// The budget side of a call.
+    #[inline]
+    pub(crate) fn funds(&self) -> Funds<'_> {
+        match &self.budget {
+            Some(b) => Funds::Budget(b.shared()),
+            None => Funds::Unlimited,
         }
     }
 
@@ -1760,17 +1788,18 @@ mod run {
     //! The async form, on tokio's timers.
 
     use std::future::{poll_fn, Future};
-    use std::pin::pin;
-    use std::task::Poll;
+    use std::pin::{pin, Pin};
+    use std::task::{Context, Poll};
 
     use stormguard_core::{
-        BulkheadEntry, BulkheadPermit, BulkheadTicket, Call, Duration, Event, Instant, Outcome,
-        Parts, Rejection, Step,
+        Admission, BulkheadEntry, BulkheadPermit, BulkheadTicket, Duration, Event, Instant,
+        Outcome, Parts, Rejection, Step,
     };
+    use tokio_util::either::Either;
     use tokio_util::sync::CancellationToken;
 
     use super::{
-        finish, Attempt, BulkheadShared, CallError, CallOptions, Front, Funds, PermitGuard, Policy,
+        finish, Attempt, BulkheadShared, CallError, CallOptions, Funds, PermitGuard, Policy,
         Report, Slept, Steps,
     };
     use crate::cache::SuccessCache;
@@ -2067,28 +2096,62 @@ mod run {
         /// The call loop: poll the core, do what it says. `op` returns `None` when it cannot
         /// make the attempt (a permanent outcome). Returns the result and, when the last
         /// attempt was classified a success, the instant it ended (for the cache).
-        pub(crate) async fn run<T, E, F, Fut, C>(
-            &self,
+        pub(crate) fn run<'s, 'o, T, E, F, Fut, C>(
+            &'s self,
+            start: Instant,
+            options: CallOptions<'o, C>,
+            op: F,
+        ) -> impl Future<Output = (Result<T, CallError<E>>, Option<Instant>)>
+               + use<'s, 'o, T, E, F, Fut, C, K, L>
+        where
+            F: FnMut(Attempt) -> Option<Fut>,
+            Fut: Future<Output = Result<T, E>>,
+            C: Classify<T, E>,
+        {
+            let steps = self.steps();
+            if steps.limiter.is_none() && steps.bulkhead.is_none() {
+                // No optional step: the loop over the breaker alone, so a policy without the
+                // steps pays nothing for them.
+                let parts = Parts {
+                    breaker: steps.admit(),
+                    budget: self.funds(),
+                };
+                let report = Report::new(&self.listener, &self.name);
+                Either::Left(self.drive(start, start, options, op, parts, steps, report))
+            } else {
+                Either::Right(self.run_steps(start, options, op, steps))
+            }
+        }
+
+        /// [`Policy::run`] with the optional steps: the bulkhead's bounded wait, then the loop
+        /// over the breaker with the rate limiter and the bulkhead in front of it.
+        async fn run_steps<'s, T, E, F, Fut, C>(
+            &'s self,
             start: Instant,
             options: CallOptions<'_, C>,
-            mut op: F,
+            op: F,
+            steps: Steps<'s>,
         ) -> (Result<T, CallError<E>>, Option<Instant>)
         where
             F: FnMut(Attempt) -> Option<Fut>,
             Fut: Future<Output = Result<T, E>>,
             C: Classify<T, E>,
         {
-            let cancel = options.cancel;
-            let steps = self.steps();
-            let mut sink = |e: Event<'_>| self.emit(&e);
-            let mut report = Report::new(&self.listener, &self.name);
+            let report = Report::new(&self.listener, &self.name);
             let mut now = start;
-            let mut call = self.begin(&options, now);
             // A bulkhead with a bounded wait: the call waits for a slot before its first
             // attempt (the core's `Bulkheaded` never queues; the wait is the adapter's).
             let mut held = None;
             if let Some(bulkhead) = steps.bulkhead.filter(|b| b.waits()) {
-                match wait_for_slot(bulkhead, &self.clock, now, call.deadline(), cancel).await {
+                let deadline = self.begin(&options, start).deadline();
+                let wait = pin!(wait_for_slot(
+                    bulkhead,
+                    &self.clock,
+                    now,
+                    deadline,
+                    options.cancel
+                ));
+                match Cold(wait).await {
                     Waited::Entered(permit, at) => {
                         held = Some(permit);
                         now = at;
@@ -2096,13 +2159,36 @@ mod run {
                     // The driver decides: a slot freed since is taken, else the guarded
                     // rejection (with no pause if the wait used up the deadline).
                     Waited::Refused(at) => now = at,
-                    Waited::Cancelled => {
-                        call.cancel();
-                        return (report.end(Err(CallError::Cancelled)), None);
-                    }
+                    Waited::Cancelled => return (report.end(Err(CallError::Cancelled)), None),
                 }
             }
-            let mut parts = self.parts(steps, held);
+            let parts = self.parts(steps, held);
+            self.drive(start, now, options, op, parts, steps, report)
+                .await
+        }
+
+        /// The loop proper, over the call's admission `A` (the breaker alone, or with the
+        /// optional steps in front): the call began at `start`, and it is `now`.
+        #[allow(clippy::too_many_arguments)]
+        async fn drive<'p, T, E, F, Fut, C, A>(
+            &'p self,
+            start: Instant,
+            mut now: Instant,
+            options: CallOptions<'_, C>,
+            mut op: F,
+            mut parts: Parts<A, Funds<'p>>,
+            steps: Steps<'p>,
+            mut report: Report<'p, L>,
+        ) -> (Result<T, CallError<E>>, Option<Instant>)
+        where
+            F: FnMut(Attempt) -> Option<Fut>,
+            Fut: Future<Output = Result<T, E>>,
+            C: Classify<T, E>,
+            A: Admission,
+        {
+            let cancel = options.cancel;
+            let mut sink = |e: Event<'_>| self.emit(&e);
+            let mut call = self.begin(&options, start);
             let mut last: Option<Result<T, E>> = None;
             let mut succeeded_at = None;
             let result = loop {
@@ -2122,18 +2208,170 @@ mod run {
                         };
                         let outcome = match (op(attempt), hedge) {
                             (Some(fut), Some(after)) => {
-                                let pair = Pair {
-                                    call: &mut call,
-                                    parts: &mut parts,
-                                    steps,
-                                    report: &mut report,
-                                    last: &mut last,
-                                };
-                                let (at, success) = self
-                                    .hedged(pair, &mut op, fut, guard, after, now, &options)
+                                // The hedged pair, as the core's protocol says: the core launches the
+                                // hedge (or declines), the first success ends the call and the other
+                                // attempt is dropped and reported cancelled, a failure waits for the
+                                // other. Written inline: a separate future would carry copies of
+                                // its arguments in every call's future.
+                                // Lane A is the attempt the driver started, lane B the hedge. One timer, armed for
+                                // the earliest of: lane A's attempt deadline, lane B's, and the hedge's launch.
+                                let mut fut_a = pin!(Some(fut));
+                                let mut fut_b = pin!(None::<Fut>);
+                                let mut guard_a = Some(guard);
+                                let mut guard_b: Option<PermitGuard<'_>> = None;
+                                let mut due_a = call.attempt_deadline();
+                                let mut due_b = None;
+                                let mut hedge_at = Some(now.saturating_add(after));
+                                let mut timer = pin!(None::<tokio::time::Sleep>);
+                                let mut cancelled = pin!(cancel.map(CancellationToken::cancelled));
+                                succeeded_at = None;
+                                loop {
+                                    let armed = [
+                                        (PairEvent::Hedge, hedge_at),
+                                        (PairEvent::Ran(Lane::A, Ran::TimedOut), due_a),
+                                        (PairEvent::Ran(Lane::B, Ran::TimedOut), due_b),
+                                    ]
+                                    .into_iter()
+                                    .filter_map(|(event, at)| at.map(|at| (event, at)))
+                                    .min_by_key(|(_, at)| *at)
+                                    .map(|(event, at)| {
+                                        let d = at.saturating_duration_since(now);
+                                        timer.set(Some(tokio::time::sleep(d.into())));
+                                        event
+                                    });
+                                    let mut armed = armed;
+                                    let event = poll_fn(|cx| {
+                                        if let Some(Poll::Ready(r)) =
+                                            fut_a.as_mut().as_pin_mut().map(|f| f.poll(cx))
+                                        {
+                                            return Poll::Ready(PairEvent::Ran(
+                                                Lane::A,
+                                                Ran::Returned(r),
+                                            ));
+                                        }
+                                        if let Some(Poll::Ready(r)) =
+                                            fut_b.as_mut().as_pin_mut().map(|f| f.poll(cx))
+                                        {
+                                            return Poll::Ready(PairEvent::Ran(
+                                                Lane::B,
+                                                Ran::Returned(r),
+                                            ));
+                                        }
+                                        if let Some(Poll::Ready(())) =
+                                            cancelled.as_mut().as_pin_mut().map(|c| c.poll(cx))
+                                        {
+                                            return Poll::Ready(PairEvent::Cancelled);
+                                        }
+                                        if let Some(Poll::Ready(())) =
+                                            timer.as_mut().as_pin_mut().map(|t| t.poll(cx))
+                                        {
+                                            if let Some(event) = armed.take() {
+                                                return Poll::Ready(event);
+                                            }
+                                        }
+                                        Poll::Pending
+                                    })
                                     .await;
-                                now = at;
-                                succeeded_at = success;
+                                    timer.set(None);
+                                    now = self.clock.now();
+                                    let (lane, ran) = match event {
+                                        PairEvent::Hedge => {
+                                            hedge_at = None;
+                                            let attempt = Attempt {
+                                                number: call.attempts().saturating_add(1),
+                                                call_left: call
+                                                    .deadline()
+                                                    .map(|d| d.saturating_duration_since(now)),
+                                            };
+                                            // The future is made first (an operation that cannot be repeated
+                                            // says so) and dropped unpolled if the core declines the hedge.
+                                            let Some(hedge) = op(attempt) else { continue };
+                                            if let Ok(permit) =
+                                                call.hedge(&mut parts, now, &mut sink)
+                                            {
+                                                guard_b = Some(PermitGuard::new(steps, permit));
+                                                report.attempt(call.attempts());
+                                                fut_b.set(Some(hedge));
+                                                due_b = call.attempt_deadline();
+                                            }
+                                            continue;
+                                        }
+                                        PairEvent::Cancelled => {
+                                            fut_a.set(None);
+                                            fut_b.set(None);
+                                            for guard in [guard_a.take(), guard_b.take()]
+                                                .into_iter()
+                                                .flatten()
+                                            {
+                                                if let Some(permit) = guard.disarm() {
+                                                    call.complete(
+                                                        &mut parts,
+                                                        permit,
+                                                        now,
+                                                        Outcome::Cancelled,
+                                                        &mut sink,
+                                                    );
+                                                }
+                                            }
+                                            succeeded_at = None;
+                                            break;
+                                        }
+                                        PairEvent::Ran(lane, ran) => (lane, ran),
+                                    };
+                                    hedge_at = None;
+                                    let (mut mine, mine_guard, mut other, other_guard) = match lane
+                                    {
+                                        Lane::A => {
+                                            due_a = None;
+                                            (
+                                                fut_a.as_mut(),
+                                                &mut guard_a,
+                                                fut_b.as_mut(),
+                                                &mut guard_b,
+                                            )
+                                        }
+                                        Lane::B => {
+                                            due_b = None;
+                                            (
+                                                fut_b.as_mut(),
+                                                &mut guard_b,
+                                                fut_a.as_mut(),
+                                                &mut guard_a,
+                                            )
+                                        }
+                                    };
+                                    mine.set(None);
+                                    let outcome = classify(ran, &options.classify, &mut last);
+                                    if outcome == Outcome::Success {
+                                        succeeded_at = Some(now);
+                                    }
+                                    if let Some(permit) =
+                                        mine_guard.take().and_then(PermitGuard::disarm)
+                                    {
+                                        call.complete(&mut parts, permit, now, outcome, &mut sink);
+                                    }
+                                    if other.is_none() {
+                                        break;
+                                    }
+                                    if call.is_over() {
+                                        // The winner (or a permanent failure) ends the call: the other attempt is
+                                        // dropped, which cancels it, and reported so.
+                                        other.set(None);
+                                        if let Some(permit) =
+                                            other_guard.take().and_then(PermitGuard::disarm)
+                                        {
+                                            call.complete(
+                                                &mut parts,
+                                                permit,
+                                                now,
+                                                Outcome::Cancelled,
+                                                &mut sink,
+                                            );
+                                        }
+                                        break;
+                                    }
+                                    // A failure: the other attempt goes on and decides.
+                                }
                                 continue;
                             }
                             (Some(fut), None) => {
@@ -2176,169 +2414,22 @@ mod run {
             let stored = if result.is_ok() { succeeded_at } else { None };
             (report.end(result), stored)
         }
+    }
 
-        /// Runs the attempt just started (`first`, its permit in `guard`) and, if it is still
-        /// running `after` its start, a hedge beside it, as the core's hedging protocol says:
-        /// the core launches the hedge (or declines), the first success ends the call and the
-        /// other attempt is dropped and reported cancelled, a failure waits for the other.
-        /// Returns the time the pair ended and, if one succeeded, that time again.
-        #[allow(clippy::too_many_arguments)]
-        async fn hedged<'p, 'g, T, E, F, Fut, C>(
-            &'p self,
-            pair: Pair<'_, 'p, 'g, T, E, L>,
-            op: &mut F,
-            first: Fut,
-            guard: PermitGuard<'p>,
-            after: Duration,
-            mut now: Instant,
-            options: &CallOptions<'_, C>,
-        ) -> (Instant, Option<Instant>)
-        where
-            F: FnMut(Attempt) -> Option<Fut>,
-            Fut: Future<Output = Result<T, E>>,
-            C: Classify<T, E>,
-        {
-            let Pair {
-                call,
-                parts,
-                steps,
-                report,
-                last,
-            } = pair;
-            let mut sink = |e: Event<'_>| self.emit(&e);
-            let in_time = |deadline: Option<Instant>, now: Instant| {
-                deadline.map(|d| tokio::time::sleep(d.saturating_duration_since(now).into()))
-            };
-            // Lane A is the attempt the driver started, lane B the hedge.
-            let mut fut_a = pin!(Some(first));
-            let mut fut_b = pin!(None::<Fut>);
-            let mut timer_a = pin!(in_time(call.attempt_deadline(), now));
-            let mut timer_b = pin!(None::<tokio::time::Sleep>);
-            let mut guard_a = Some(guard);
-            let mut guard_b: Option<PermitGuard<'p>> = None;
-            let mut hedge_timer = pin!(Some(tokio::time::sleep(after.into())));
-            let mut cancelled = pin!(options.cancel.map(CancellationToken::cancelled));
-            let mut succeeded_at = None;
-            loop {
-                let event = poll_fn(|cx| {
-                    for (lane, fut) in [(Lane::A, fut_a.as_mut()), (Lane::B, fut_b.as_mut())] {
-                        if let Some(Poll::Ready(r)) = fut.as_pin_mut().map(|f| f.poll(cx)) {
-                            return Poll::Ready(PairEvent::Ran(lane, Ran::Returned(r)));
-                        }
-                    }
-                    if let Some(Poll::Ready(())) =
-                        cancelled.as_mut().as_pin_mut().map(|c| c.poll(cx))
-                    {
-                        return Poll::Ready(PairEvent::Cancelled);
-                    }
-                    for (lane, timer) in [(Lane::A, timer_a.as_mut()), (Lane::B, timer_b.as_mut())]
-                    {
-                        if let Some(Poll::Ready(())) = timer.as_pin_mut().map(|t| t.poll(cx)) {
-                            return Poll::Ready(PairEvent::Ran(lane, Ran::TimedOut));
-                        }
-                    }
-                    if let Some(Poll::Ready(())) =
-                        hedge_timer.as_mut().as_pin_mut().map(|t| t.poll(cx))
-                    {
-                        return Poll::Ready(PairEvent::Hedge);
-                    }
-                    Poll::Pending
-                })
-                .await;
-                now = self.clock.now();
-                match event {
-                    PairEvent::Hedge => {
-                        hedge_timer.set(None);
-                        let attempt = Attempt {
-                            number: call.attempts().saturating_add(1),
-                            call_left: call.deadline().map(|d| d.saturating_duration_since(now)),
-                        };
-                        // The future is made first (an operation that cannot be repeated
-                        // says so) and dropped unpolled if the core declines the hedge.
-                        let Some(fut) = op(attempt) else { continue };
-                        if let Ok(permit) = call.hedge(parts, now, &mut sink) {
-                            guard_b = Some(PermitGuard::new(steps, permit));
-                            report.attempt(call.attempts());
-                            fut_b.set(Some(fut));
-                            timer_b.set(in_time(call.attempt_deadline(), now));
-                        }
-                    }
-                    PairEvent::Ran(lane, ran) => {
-                        let (
-                            mut mine,
-                            mut my_timer,
-                            my_guard,
-                            mut other,
-                            mut other_timer,
-                            other_guard,
-                        ) = match lane {
-                            Lane::A => (
-                                fut_a.as_mut(),
-                                timer_a.as_mut(),
-                                &mut guard_a,
-                                fut_b.as_mut(),
-                                timer_b.as_mut(),
-                                &mut guard_b,
-                            ),
-                            Lane::B => (
-                                fut_b.as_mut(),
-                                timer_b.as_mut(),
-                                &mut guard_b,
-                                fut_a.as_mut(),
-                                timer_a.as_mut(),
-                                &mut guard_a,
-                            ),
-                        };
-                        mine.set(None);
-                        my_timer.set(None);
-                        hedge_timer.set(None);
-                        let outcome = classify(ran, &options.classify, last);
-                        if outcome == Outcome::Success {
-                            succeeded_at = Some(now);
-                        }
-                        if let Some(permit) = my_guard.take().and_then(PermitGuard::disarm) {
-                            call.complete(parts, permit, now, outcome, &mut sink);
-                        }
-                        if other.is_none() {
-                            return (now, succeeded_at);
-                        }
-                        if call.is_over() {
-                            // The winner (or a permanent failure) ends the call: the other
-                            // attempt is dropped, which cancels it.
-                            other.set(None);
-                            other_timer.set(None);
-                            if let Some(permit) = other_guard.take().and_then(PermitGuard::disarm) {
-                                call.complete(parts, permit, now, Outcome::Cancelled, &mut sink);
-                            }
-                            return (now, succeeded_at);
-                        }
-                        // A failure: the other attempt goes on and decides.
-                    }
-                    PairEvent::Cancelled => {
-                        fut_a.set(None);
-                        fut_b.set(None);
-                        for guard in [guard_a.take(), guard_b.take()].into_iter().flatten() {
-                            if let Some(permit) = guard.disarm() {
-                                call.complete(parts, permit, now, Outcome::Cancelled, &mut sink);
-                            }
-                        }
-                        return (now, None);
-                    }
-                }
-            }
+    /// Polls a future the common path does not take (the hedged pair, the bulkhead's wait)
+    /// out of line, so its code does not weigh on the inlining of the call's own loop.
+    struct Cold<'a, F>(Pin<&'a mut F>);
+
+    impl<F: Future> Future for Cold<'_, F> {
+        type Output = F::Output;
+
+        #[inline(never)]
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+            self.0.as_mut().poll(cx)
         }
     }
 
-    /// What a hedged pair of attempts works on, borrowed from the call loop.
-    struct Pair<'r, 'p, 'g, T, E, L: Listener> {
-        call: &'r mut Call,
-        parts: &'r mut Parts<Front<'p>, Funds<'p>>,
-        steps: Steps<'p>,
-        report: &'r mut Report<'g, L>,
-        last: &'r mut Option<Result<T, E>>,
-    }
-
-    #[derive(Clone, Copy)]
+    #[derive(Clone, Copy, PartialEq, Eq)]
     enum Lane {
         A,
         B,
