@@ -1792,11 +1792,11 @@ mod run {
     use std::task::{Context, Poll};
 
     use stormguard_core::{
-        Admission, BulkheadEntry, BulkheadPermit, BulkheadTicket, Duration, Event, Instant,
+        Admission, BulkheadEntry, BulkheadPermit, BulkheadTicket, Call, Duration, Event, Instant,
         Outcome, Parts, Rejection, Step,
     };
     use tokio_util::either::Either;
-    use tokio_util::sync::CancellationToken;
+    use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
     use super::{
         finish, Attempt, BulkheadShared, CallError, CallOptions, Funds, PermitGuard, Policy,
@@ -1814,43 +1814,44 @@ mod run {
         TimedOut,
     }
 
-    /// Runs `fut` until it returns, `cancel` is cancelled, or `timeout` passes. The operation
-    /// is polled first: a ready future costs no timer and no token check.
-    async fn race<F: Future>(
-        fut: F,
-        cancel: Option<&CancellationToken>,
+    /// One poll of an attempt's race: `fut` until it returns, `cancel` is cancelled, or
+    /// `timeout` passes. The operation is polled first: a ready future costs no timer and no
+    /// token check. A plain function polled from the loop's own `poll_fn`, so the attempt needs
+    /// no future of its own.
+    #[inline]
+    fn race<'t, F: Future>(
+        fut: Pin<&mut F>,
+        cancelled: Pin<&mut Option<WaitForCancellationFuture<'t>>>,
+        timer: Pin<&mut Option<tokio::time::Sleep>>,
+        cancel: Option<&'t CancellationToken>,
         timeout: Option<Duration>,
-    ) -> Ran<F::Output> {
-        let mut fut = pin!(fut);
-        let mut cancelled = pin!(None);
-        let mut timer = pin!(None::<tokio::time::Sleep>);
-        poll_fn(|cx| {
-            if let Poll::Ready(r) = fut.as_mut().poll(cx) {
-                return Poll::Ready(Ran::Returned(r));
+        cx: &mut Context<'_>,
+    ) -> Poll<Ran<F::Output>> {
+        let (mut cancelled, mut timer) = (cancelled, timer);
+        if let Poll::Ready(r) = fut.poll(cx) {
+            return Poll::Ready(Ran::Returned(r));
+        }
+        if let Some(token) = cancel {
+            if cancelled.is_none() {
+                cancelled.set(Some(token.cancelled()));
             }
-            if let Some(token) = cancel {
-                if cancelled.is_none() {
-                    cancelled.set(Some(token.cancelled()));
-                }
-                if let Some(c) = cancelled.as_mut().as_pin_mut() {
-                    if c.poll(cx).is_ready() {
-                        return Poll::Ready(Ran::Cancelled);
-                    }
+            if let Some(c) = cancelled.as_mut().as_pin_mut() {
+                if c.poll(cx).is_ready() {
+                    return Poll::Ready(Ran::Cancelled);
                 }
             }
-            if let Some(t) = timeout {
-                if timer.is_none() {
-                    timer.set(Some(tokio::time::sleep(t.into())));
-                }
-                if let Some(s) = timer.as_mut().as_pin_mut() {
-                    if s.poll(cx).is_ready() {
-                        return Poll::Ready(Ran::TimedOut);
-                    }
+        }
+        if let Some(t) = timeout {
+            if timer.is_none() {
+                timer.set(Some(tokio::time::sleep(t.into())));
+            }
+            if let Some(s) = timer.as_mut().as_pin_mut() {
+                if s.poll(cx).is_ready() {
+                    return Poll::Ready(Ran::TimedOut);
                 }
             }
-            Poll::Pending
-        })
-        .await
+        }
+        Poll::Pending
     }
 
     /// Sleeps `d` on tokio's timer, or until `cancel` is cancelled (checked first). A zero
@@ -2208,177 +2209,33 @@ mod run {
                         };
                         let outcome = match (op(attempt), hedge) {
                             (Some(fut), Some(after)) => {
-                                // The hedged pair, as the core's protocol says: the core launches the
-                                // hedge (or declines), the first success ends the call and the other
-                                // attempt is dropped and reported cancelled, a failure waits for the
-                                // other. Written inline: a separate future would carry copies of
-                                // its arguments in every call's future.
-                                // Lane A is the attempt the driver started, lane B the hedge. One timer, armed for
-                                // the earliest of: lane A's attempt deadline, lane B's, and the hedge's launch.
-                                let mut fut_a = pin!(Some(fut));
-                                let mut fut_b = pin!(None::<Fut>);
-                                let mut guard_a = Some(guard);
-                                let mut guard_b: Option<PermitGuard<'_>> = None;
-                                let mut due_a = call.attempt_deadline();
-                                let mut due_b = None;
-                                let mut hedge_at = Some(now.saturating_add(after));
-                                let mut timer = pin!(None::<tokio::time::Sleep>);
-                                let mut cancelled = pin!(cancel.map(CancellationToken::cancelled));
-                                succeeded_at = None;
-                                loop {
-                                    let armed = [
-                                        (PairEvent::Hedge, hedge_at),
-                                        (PairEvent::Ran(Lane::A, Ran::TimedOut), due_a),
-                                        (PairEvent::Ran(Lane::B, Ran::TimedOut), due_b),
-                                    ]
-                                    .into_iter()
-                                    .filter_map(|(event, at)| at.map(|at| (event, at)))
-                                    .min_by_key(|(_, at)| *at)
-                                    .map(|(event, at)| {
-                                        let d = at.saturating_duration_since(now);
-                                        timer.set(Some(tokio::time::sleep(d.into())));
-                                        event
-                                    });
-                                    let mut armed = armed;
-                                    let event = poll_fn(|cx| {
-                                        if let Some(Poll::Ready(r)) =
-                                            fut_a.as_mut().as_pin_mut().map(|f| f.poll(cx))
-                                        {
-                                            return Poll::Ready(PairEvent::Ran(
-                                                Lane::A,
-                                                Ran::Returned(r),
-                                            ));
-                                        }
-                                        if let Some(Poll::Ready(r)) =
-                                            fut_b.as_mut().as_pin_mut().map(|f| f.poll(cx))
-                                        {
-                                            return Poll::Ready(PairEvent::Ran(
-                                                Lane::B,
-                                                Ran::Returned(r),
-                                            ));
-                                        }
-                                        if let Some(Poll::Ready(())) =
-                                            cancelled.as_mut().as_pin_mut().map(|c| c.poll(cx))
-                                        {
-                                            return Poll::Ready(PairEvent::Cancelled);
-                                        }
-                                        if let Some(Poll::Ready(())) =
-                                            timer.as_mut().as_pin_mut().map(|t| t.poll(cx))
-                                        {
-                                            if let Some(event) = armed.take() {
-                                                return Poll::Ready(event);
-                                            }
-                                        }
-                                        Poll::Pending
-                                    })
-                                    .await;
-                                    timer.set(None);
-                                    now = self.clock.now();
-                                    let (lane, ran) = match event {
-                                        PairEvent::Hedge => {
-                                            hedge_at = None;
-                                            let attempt = Attempt {
-                                                number: call.attempts().saturating_add(1),
-                                                call_left: call
-                                                    .deadline()
-                                                    .map(|d| d.saturating_duration_since(now)),
-                                            };
-                                            // The future is made first (an operation that cannot be repeated
-                                            // says so) and dropped unpolled if the core declines the hedge.
-                                            let Some(hedge) = op(attempt) else { continue };
-                                            if let Ok(permit) =
-                                                call.hedge(&mut parts, now, &mut sink)
-                                            {
-                                                guard_b = Some(PermitGuard::new(steps, permit));
-                                                report.attempt(call.attempts());
-                                                fut_b.set(Some(hedge));
-                                                due_b = call.attempt_deadline();
-                                            }
-                                            continue;
-                                        }
-                                        PairEvent::Cancelled => {
-                                            fut_a.set(None);
-                                            fut_b.set(None);
-                                            for guard in [guard_a.take(), guard_b.take()]
-                                                .into_iter()
-                                                .flatten()
-                                            {
-                                                if let Some(permit) = guard.disarm() {
-                                                    call.complete(
-                                                        &mut parts,
-                                                        permit,
-                                                        now,
-                                                        Outcome::Cancelled,
-                                                        &mut sink,
-                                                    );
-                                                }
-                                            }
-                                            succeeded_at = None;
-                                            break;
-                                        }
-                                        PairEvent::Ran(lane, ran) => (lane, ran),
-                                    };
-                                    hedge_at = None;
-                                    let (mut mine, mine_guard, mut other, other_guard) = match lane
-                                    {
-                                        Lane::A => {
-                                            due_a = None;
-                                            (
-                                                fut_a.as_mut(),
-                                                &mut guard_a,
-                                                fut_b.as_mut(),
-                                                &mut guard_b,
-                                            )
-                                        }
-                                        Lane::B => {
-                                            due_b = None;
-                                            (
-                                                fut_b.as_mut(),
-                                                &mut guard_b,
-                                                fut_a.as_mut(),
-                                                &mut guard_a,
-                                            )
-                                        }
-                                    };
-                                    mine.set(None);
-                                    let outcome = classify(ran, &options.classify, &mut last);
-                                    if outcome == Outcome::Success {
-                                        succeeded_at = Some(now);
-                                    }
-                                    if let Some(permit) =
-                                        mine_guard.take().and_then(PermitGuard::disarm)
-                                    {
-                                        call.complete(&mut parts, permit, now, outcome, &mut sink);
-                                    }
-                                    if other.is_none() {
-                                        break;
-                                    }
-                                    if call.is_over() {
-                                        // The winner (or a permanent failure) ends the call: the other attempt is
-                                        // dropped, which cancels it, and reported so.
-                                        other.set(None);
-                                        if let Some(permit) =
-                                            other_guard.take().and_then(PermitGuard::disarm)
-                                        {
-                                            call.complete(
-                                                &mut parts,
-                                                permit,
-                                                now,
-                                                Outcome::Cancelled,
-                                                &mut sink,
-                                            );
-                                        }
-                                        break;
-                                    }
-                                    // A failure: the other attempt goes on and decides.
-                                }
+                                let pair = Pair {
+                                    call: &mut call,
+                                    parts: &mut parts,
+                                    steps,
+                                    report: &mut report,
+                                    last: &mut last,
+                                };
+                                let hedged =
+                                    pin!(self
+                                        .hedged(pair, &mut op, fut, guard, after, now, &options));
+                                let (at, success) = Cold(hedged).await;
+                                now = at;
+                                succeeded_at = success;
                                 continue;
                             }
                             (Some(fut), None) => {
                                 let timeout = call
                                     .attempt_deadline()
                                     .map(|d| d.saturating_duration_since(now));
-                                let ran = race(fut, cancel, timeout).await;
+                                let mut fut = pin!(fut);
+                                let mut cancelled = pin!(None);
+                                let mut timer = pin!(None);
+                                let ran = poll_fn(|cx| {
+                                    let (c, t) = (cancelled.as_mut(), timer.as_mut());
+                                    race(fut.as_mut(), c, t, cancel, timeout, cx)
+                                })
+                                .await;
                                 now = self.clock.now();
                                 classify(ran, &options.classify, &mut last)
                             }
@@ -2414,6 +2271,159 @@ mod run {
             let stored = if result.is_ok() { succeeded_at } else { None };
             (report.end(result), stored)
         }
+
+        /// Runs the attempt just started (`first`, its permit in `guard`) and, if it is still
+        /// running `after` its start, a hedge beside it, as the core's hedging protocol says:
+        /// the core launches the hedge (or declines), the first success ends the call and the
+        /// other attempt is dropped and reported cancelled, a failure waits for the other.
+        /// Returns the time the pair ended and, if one succeeded, that time again.
+        #[allow(clippy::too_many_arguments)]
+        async fn hedged<'p, 'g, T, E, F, Fut, C, A>(
+            &'p self,
+            pair: Pair<'_, 'p, 'g, T, E, L, A>,
+            op: &mut F,
+            first: Fut,
+            guard: PermitGuard<'p>,
+            after: Duration,
+            mut now: Instant,
+            options: &CallOptions<'_, C>,
+        ) -> (Instant, Option<Instant>)
+        where
+            F: FnMut(Attempt) -> Option<Fut>,
+            Fut: Future<Output = Result<T, E>>,
+            C: Classify<T, E>,
+            A: Admission,
+        {
+            let Pair {
+                call,
+                parts,
+                steps,
+                report,
+                last,
+            } = pair;
+            let mut sink = |e: Event<'_>| self.emit(&e);
+            // Lane A is the attempt the driver started, lane B the hedge. One timer, armed for
+            // the earliest of: lane A's attempt deadline, lane B's, and the hedge's launch.
+            let mut fut_a = pin!(Some(first));
+            let mut fut_b = pin!(None::<Fut>);
+            let mut guard_a = Some(guard);
+            let mut guard_b: Option<PermitGuard<'p>> = None;
+            let mut due_a = call.attempt_deadline();
+            let mut due_b = None;
+            let mut hedge_at = Some(now.saturating_add(after));
+            let mut timer = pin!(None::<tokio::time::Sleep>);
+            let mut cancelled = pin!(options.cancel.map(CancellationToken::cancelled));
+            let mut succeeded_at = None;
+            loop {
+                let armed = [
+                    (PairEvent::Hedge, hedge_at),
+                    (PairEvent::Ran(Lane::A, Ran::TimedOut), due_a),
+                    (PairEvent::Ran(Lane::B, Ran::TimedOut), due_b),
+                ]
+                .into_iter()
+                .filter_map(|(event, at)| at.map(|at| (event, at)))
+                .min_by_key(|(_, at)| *at)
+                .map(|(event, at)| {
+                    let d = at.saturating_duration_since(now);
+                    timer.set(Some(tokio::time::sleep(d.into())));
+                    event
+                });
+                let mut armed = armed;
+                let event = poll_fn(|cx| {
+                    if let Some(Poll::Ready(r)) = fut_a.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
+                        return Poll::Ready(PairEvent::Ran(Lane::A, Ran::Returned(r)));
+                    }
+                    if let Some(Poll::Ready(r)) = fut_b.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
+                        return Poll::Ready(PairEvent::Ran(Lane::B, Ran::Returned(r)));
+                    }
+                    if let Some(Poll::Ready(())) =
+                        cancelled.as_mut().as_pin_mut().map(|c| c.poll(cx))
+                    {
+                        return Poll::Ready(PairEvent::Cancelled);
+                    }
+                    if let Some(Poll::Ready(())) = timer.as_mut().as_pin_mut().map(|t| t.poll(cx)) {
+                        if let Some(event) = armed.take() {
+                            return Poll::Ready(event);
+                        }
+                    }
+                    Poll::Pending
+                })
+                .await;
+                timer.set(None);
+                now = self.clock.now();
+                let (lane, ran) = match event {
+                    PairEvent::Hedge => {
+                        hedge_at = None;
+                        let attempt = Attempt {
+                            number: call.attempts().saturating_add(1),
+                            call_left: call.deadline().map(|d| d.saturating_duration_since(now)),
+                        };
+                        // The future is made first (an operation that cannot be repeated
+                        // says so) and dropped unpolled if the core declines the hedge.
+                        let Some(fut) = op(attempt) else { continue };
+                        if let Ok(permit) = call.hedge(parts, now, &mut sink) {
+                            guard_b = Some(PermitGuard::new(steps, permit));
+                            report.attempt(call.attempts());
+                            fut_b.set(Some(fut));
+                            due_b = call.attempt_deadline();
+                        }
+                        continue;
+                    }
+                    PairEvent::Cancelled => {
+                        fut_a.set(None);
+                        fut_b.set(None);
+                        for guard in [guard_a.take(), guard_b.take()].into_iter().flatten() {
+                            if let Some(permit) = guard.disarm() {
+                                call.complete(parts, permit, now, Outcome::Cancelled, &mut sink);
+                            }
+                        }
+                        return (now, None);
+                    }
+                    PairEvent::Ran(lane, ran) => (lane, ran),
+                };
+                hedge_at = None;
+                let (mut mine, mine_guard, mut other, other_guard) = match lane {
+                    Lane::A => {
+                        due_a = None;
+                        (fut_a.as_mut(), &mut guard_a, fut_b.as_mut(), &mut guard_b)
+                    }
+                    Lane::B => {
+                        due_b = None;
+                        (fut_b.as_mut(), &mut guard_b, fut_a.as_mut(), &mut guard_a)
+                    }
+                };
+                mine.set(None);
+                let outcome = classify(ran, &options.classify, last);
+                if outcome == Outcome::Success {
+                    succeeded_at = Some(now);
+                }
+                if let Some(permit) = mine_guard.take().and_then(PermitGuard::disarm) {
+                    call.complete(parts, permit, now, outcome, &mut sink);
+                }
+                if other.is_none() {
+                    return (now, succeeded_at);
+                }
+                if call.is_over() {
+                    // The winner (or a permanent failure) ends the call: the other attempt is
+                    // dropped, which cancels it, and reported so.
+                    other.set(None);
+                    if let Some(permit) = other_guard.take().and_then(PermitGuard::disarm) {
+                        call.complete(parts, permit, now, Outcome::Cancelled, &mut sink);
+                    }
+                    return (now, succeeded_at);
+                }
+                // A failure: the other attempt goes on and decides.
+            }
+        }
+    }
+
+    /// What a hedged pair of attempts works on, borrowed from the call loop.
+    struct Pair<'r, 'p, 'g, T, E, L: Listener, A> {
+        call: &'r mut Call,
+        parts: &'r mut Parts<A, Funds<'p>>,
+        steps: Steps<'p>,
+        report: &'r mut Report<'g, L>,
+        last: &'r mut Option<Result<T, E>>,
     }
 
     /// Polls a future the common path does not take (the hedged pair, the bulkhead's wait)
