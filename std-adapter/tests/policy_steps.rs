@@ -836,7 +836,7 @@ policy
 - the attempt limit bounds a call: 2 attempts take at most 20.100s (no deadline)
 - worst-case timeline:
     0s: attempt 1, cut at 10s if it hangs
-    10s: wait up to 100ms (exponential from 100ms (1s after throttling), x2, capped at 30s, no jitter)
+    10s: wait 100ms (exponential from 100ms (1s after throttling), x2, capped at 30s, no jitter)
     10.100s: attempt 2, cut at 20.100s if it hangs
 - load: up to 1 retry per call: 2x the load on a dependency that is failing every call
 - missing:
@@ -874,4 +874,32 @@ policy `warm`
 - missing: nothing
 ";
     assert_eq!(warm.explain().to_string(), want);
+}
+
+#[test]
+fn a_hedging_policy_says_when_it_hedges() {
+    let policy = Policy::builder("quotes")
+        .hedging(true)
+        .max_attempts(2)
+        .deadline(ms(2_000))
+        .attempt_timeout(ms(500))
+        .clock(ManualClock::starting_at(Instant::from_secs(1)))
+        .build()
+        .unwrap();
+    let want = "\
+policy `quotes`
+- the attempt limit bounds a call first: 2 attempts take at most 1.100s, inside the 2s deadline
+- worst-case timeline:
+    0s: attempt 1, cut at 500ms if it hangs
+    500ms: wait up to 100ms (exponential from 100ms (1s after throttling), x2, capped at 30s, full jitter)
+    600ms: attempt 2, cut at 1.100s if it hangs
+    a refusal is reported after a 100ms pause (less if the deadline is nearer)
+    attempts are also cut at 3x the learned p95 once the breaker knows it
+    an attempt still running at the learned p95 gets a hedge beside it (at most 2 in flight, the first success wins, each hedge an attempt and a retry), never while the breaker is not closed or is near its trip point
+- load: up to 1 retry per call (2x) only while the retry budget lasts; it holds retries to 10% of a retry per success, at least 3 per second, up to 30 banked, so in an outage the sustained load is about 1x plus the floor
+    budget spent now: 0% (30 retries available)
+- measured now: breaker closed, no latency baseline yet (cold), no failure-rate baseline yet (cold)
+- missing: nothing
+";
+    assert_eq!(policy.explain().to_string(), want);
 }
