@@ -824,6 +824,32 @@ impl Admission for Front<'_> {
     }
 }
 
+/// A call's admission, built from the policy's steps and a bulkhead slot the call already won
+/// by waiting: the breaker alone ([`Admit`], for a policy with no step; it never holds a slot),
+/// or with the steps in front ([`Front`]).
+#[cfg(feature = "tokio")]
+pub(crate) trait FromSteps<'a>: Admission {
+    fn from_steps(steps: Steps<'a>, held: Option<BulkheadPermit>) -> Self;
+}
+
+#[cfg(feature = "tokio")]
+impl<'a> FromSteps<'a> for Admit<'a> {
+    #[inline]
+    fn from_steps(steps: Steps<'a>, held: Option<BulkheadPermit>) -> Self {
+        // Only a policy with a bulkhead waits for a slot, and it takes the other form.
+        let _ = held;
+        steps.admit()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl<'a> FromSteps<'a> for Front<'a> {
+    #[inline]
+    fn from_steps(steps: Steps<'a>, held: Option<BulkheadPermit>) -> Self {
+        steps.front(held)
+    }
+}
+
 /// Gives an attempt's permit back if the call is dropped before the attempt's outcome is
 /// reported, so a half-open probe slot (and a bulkhead slot) never leaks. Small on purpose: it
 /// lives in the call's future across every attempt.
@@ -1799,8 +1825,8 @@ mod run {
     use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
     use super::{
-        finish, Attempt, BulkheadShared, CallError, CallOptions, Funds, PermitGuard, Policy,
-        Report, Slept, Steps,
+        finish, Admit, Attempt, BulkheadShared, CallError, CallOptions, FromSteps, Front, Funds,
+        PermitGuard, Policy, Report, Slept, Steps,
     };
     use crate::cache::SuccessCache;
     use crate::classify::Classify;
@@ -2110,48 +2136,44 @@ mod run {
             C: Classify<T, E>,
         {
             let steps = self.steps();
+            let report = Report::new(&self.listener, &self.name);
             if steps.limiter.is_none() && steps.bulkhead.is_none() {
                 // No optional step: the loop over the breaker alone, so a policy without the
-                // steps pays nothing for them.
-                let parts = Parts {
-                    breaker: steps.admit(),
-                    budget: self.funds(),
-                };
-                let report = Report::new(&self.listener, &self.name);
-                Either::Left(self.drive(start, start, options, op, parts, steps, report))
+                // steps pays no dispatch for them.
+                Either::Left(
+                    self.drive::<_, _, _, _, _, Admit<'s>>(start, options, op, steps, report),
+                )
             } else {
-                Either::Right(self.run_steps(start, options, op, steps))
+                Either::Right(
+                    self.drive::<_, _, _, _, _, Front<'s>>(start, options, op, steps, report),
+                )
             }
         }
 
-        /// [`Policy::run`] with the optional steps: the bulkhead's bounded wait, then the loop
-        /// over the breaker with the rate limiter and the bulkhead in front of it.
-        async fn run_steps<'s, T, E, F, Fut, C>(
-            &'s self,
+        /// The loop proper, over the call's admission `A` (the breaker alone, or with the
+        /// optional steps in front), for a call that began at `start`.
+        async fn drive<'p, T, E, F, Fut, C, A>(
+            &'p self,
             start: Instant,
             options: CallOptions<'_, C>,
-            op: F,
-            steps: Steps<'s>,
+            mut op: F,
+            steps: Steps<'p>,
+            mut report: Report<'p, L>,
         ) -> (Result<T, CallError<E>>, Option<Instant>)
         where
             F: FnMut(Attempt) -> Option<Fut>,
             Fut: Future<Output = Result<T, E>>,
             C: Classify<T, E>,
+            A: FromSteps<'p>,
         {
-            let report = Report::new(&self.listener, &self.name);
+            let cancel = options.cancel;
             let mut now = start;
             // A bulkhead with a bounded wait: the call waits for a slot before its first
             // attempt (the core's `Bulkheaded` never queues; the wait is the adapter's).
             let mut held = None;
             if let Some(bulkhead) = steps.bulkhead.filter(|b| b.waits()) {
                 let deadline = self.begin(&options, start).deadline();
-                let wait = pin!(wait_for_slot(
-                    bulkhead,
-                    &self.clock,
-                    now,
-                    deadline,
-                    options.cancel
-                ));
+                let wait = pin!(wait_for_slot(bulkhead, &self.clock, now, deadline, cancel));
                 match Cold(wait).await {
                     Waited::Entered(permit, at) => {
                         held = Some(permit);
@@ -2163,31 +2185,10 @@ mod run {
                     Waited::Cancelled => return (report.end(Err(CallError::Cancelled)), None),
                 }
             }
-            let parts = self.parts(steps, held);
-            self.drive(start, now, options, op, parts, steps, report)
-                .await
-        }
-
-        /// The loop proper, over the call's admission `A` (the breaker alone, or with the
-        /// optional steps in front): the call began at `start`, and it is `now`.
-        #[allow(clippy::too_many_arguments)]
-        async fn drive<'p, T, E, F, Fut, C, A>(
-            &'p self,
-            start: Instant,
-            mut now: Instant,
-            options: CallOptions<'_, C>,
-            mut op: F,
-            mut parts: Parts<A, Funds<'p>>,
-            steps: Steps<'p>,
-            mut report: Report<'p, L>,
-        ) -> (Result<T, CallError<E>>, Option<Instant>)
-        where
-            F: FnMut(Attempt) -> Option<Fut>,
-            Fut: Future<Output = Result<T, E>>,
-            C: Classify<T, E>,
-            A: Admission,
-        {
-            let cancel = options.cancel;
+            let mut parts = Parts {
+                breaker: A::from_steps(steps, held),
+                budget: self.funds(),
+            };
             let mut sink = |e: Event<'_>| self.emit(&e);
             let mut call = self.begin(&options, start);
             let mut last: Option<Result<T, E>> = None;
