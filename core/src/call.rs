@@ -687,10 +687,15 @@ impl Call {
         } else {
             None
         };
-        [self.settings.attempt_timeout, ceiling, self.remaining(now)]
-            .into_iter()
-            .flatten()
-            .min()
+        let tighter = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, None) => a,
+            (None, b) => b,
+        };
+        tighter(
+            tighter(self.settings.attempt_timeout, ceiling),
+            self.remaining(now),
+        )
     }
 
     fn started(&mut self, timeout: Option<Duration>, now: Instant) {

@@ -288,7 +288,7 @@ struct Table<K, C, L> {
 
 /// A call policy per key, from one template: each key (a host, a service, a tenant) gets its
 /// own breaker, a copy of the template's, while every key shares the template's retry budget,
-/// retry settings, clock and listener. At most `capacity` keys; a new key in a full table
+/// rate limiter and bulkhead (if it has them), retry settings, clock and listener. At most `capacity` keys; a new key in a full table
 /// takes the place of the least recently used idle key, and is refused with
 /// [`KeyedError::Full`] when none is idle. The rule is the core's ([`Member::is_idle`],
 /// [`Member::to_evict`]): idle means closed, no call in flight (waits between its attempts
@@ -375,7 +375,7 @@ where
 {
     /// A table for at most `capacity` keys, each with a policy copied from `template`: a new
     /// breaker with the template breaker's settings (and its own jitter seed), the template's
-    /// budget (shared), retry settings, clock and listener. Every key's events carry the
+    /// budget, rate limiter and bulkhead (shared), retry settings, clock and listener. Every key's events carry the
     /// template's name.
     ///
     /// ```
@@ -421,10 +421,18 @@ fn policy_for<C: Clone, L: Clone>(
     let builder = Policy::builder_named(*template.name())
         .settings(*template.settings())
         .breaker(breaker);
-    let builder = match template.budget() {
+    let mut builder = match template.budget() {
         Some(budget) => builder.budget(budget.clone()),
         None => builder.no_budget(),
     };
+    // Like the budget, the template's rate limiter and bulkhead are shared by every key: they
+    // bound what the whole table sends, the breakers judge each key alone.
+    if let Some(limiter) = template.limiter() {
+        builder = builder.rate_limit(limiter.clone());
+    }
+    if let Some(bulkhead) = template.bulkhead() {
+        builder = builder.bulkhead(bulkhead.clone());
+    }
     builder
         .clock(template.clock().clone())
         .listener(template.listener().clone())

@@ -401,3 +401,31 @@ fn under_contention_eviction_never_takes_a_key_with_a_call_in_flight() {
     let unique: HashSet<_> = h.keys().into_iter().collect();
     assert_eq!(unique.len(), h.len());
 }
+
+#[tokio::test(start_paused = true)]
+async fn every_key_shares_the_templates_rate_limiter_and_bulkhead() {
+    let limiter = stormguard_std::Limiter::gcra(
+        stormguard_core::RateLimitSettings::per_second("hosts", 2).unwrap(),
+    );
+    let bulkhead = stormguard_std::Bulkhead::of(4, "hosts").unwrap();
+    let template = Policy::builder("hosts")
+        .breaker(Breaker::of(5, "hosts").unwrap())
+        .rate_limit(limiter.clone())
+        .bulkhead(bulkhead.clone())
+        .build()
+        .unwrap();
+    let h: KeyedPolicy<u32> = KeyedPolicy::new(template, 8).unwrap();
+    // Two cells a second for the whole table: keys 1 and 2 take them, key 3 is refused.
+    assert_eq!(h.call(&1, |_| async { Ok::<_, ()>(1) }).await, Ok(1));
+    assert_eq!(h.call(&2, |_| async { Ok::<_, ()>(2) }).await, Ok(2));
+    let r = h.call(&3, |_| async { Ok::<_, ()>(3) }).await;
+    let Err(KeyedError::Call(CallError::Rejected { rejection, .. })) = r else {
+        panic!("{r:?}");
+    };
+    assert_eq!(rejection.reason, RefusalReason::RateLimited);
+    for key in [1, 2, 3] {
+        let p = h.policy(&key).unwrap();
+        assert!(p.limiter().unwrap().same_as(&limiter));
+        assert!(p.bulkhead().unwrap().same_as(&bulkhead));
+    }
+}
