@@ -72,8 +72,8 @@ pub trait Admission {
     fn release(&mut self, permit: Permit);
     /// How long a healthy call takes (the learned median), if known.
     fn normal_latency(&self, now: Instant) -> Option<Duration>;
-    /// The measured attempt ceiling (3x the recent p95), if known: it may only tighten the
-    /// configured attempt timeout.
+    /// The measured attempt ceiling (3x the recent p95, never under 10 ms), if known: it may
+    /// only tighten the configured attempt timeout.
     fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         let _ = now;
         None
@@ -347,8 +347,8 @@ impl CallSettingsBuilder {
     }
 
     /// Whether the breaker's measured attempt ceiling, 3x the recent p95 of successful calls
-    /// (once 20 are known), tightens the attempt timeout (default on). It can only tighten:
-    /// a configured timeout shorter than the ceiling stands.
+    /// (once 20 are known, and never under 10 ms), tightens the attempt timeout (default on).
+    /// It can only tighten: a configured timeout shorter than the ceiling stands.
     pub const fn measured_ceiling(mut self, on: bool) -> Self {
         self.inner.measured_ceiling = on;
         self

@@ -24,6 +24,9 @@ pub enum RefusalReason {
     RateLimited,
     /// The bulkhead has no room for another call in flight.
     BulkheadFull,
+    /// A keyed table (one breaker per key) is full and no key in it is idle, so the new key
+    /// has no breaker.
+    KeyedFull,
 }
 
 impl RefusalReason {
@@ -38,6 +41,7 @@ impl RefusalReason {
             RefusalReason::BudgetExhausted => "budget_exhausted",
             RefusalReason::RateLimited => "rate_limited",
             RefusalReason::BulkheadFull => "bulkhead_full",
+            RefusalReason::KeyedFull => "keyed_full",
         }
     }
 }

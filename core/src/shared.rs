@@ -158,7 +158,8 @@ impl SharedBreaker {
         self.core.normal_latency(now)
     }
 
-    /// The measured attempt ceiling (3x the recent p95, once there are 20 successes).
+    /// The measured attempt ceiling (3x the recent p95, once there are 20 successes, and never
+    /// under 10 ms).
     #[must_use]
     pub fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         self.core.attempt_ceiling(now)

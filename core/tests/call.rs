@@ -891,3 +891,23 @@ fn a_hedge_the_budget_cannot_fund_is_not_launched() {
         Step::Done(Finished::Succeeded)
     );
 }
+
+#[test]
+fn the_measured_ceiling_never_cuts_a_fast_operation_below_10ms() {
+    // An operation of a few microseconds: 3x its p95 would be a few microseconds, which one
+    // preemption of the calling thread exceeds. The ceiling stays at 10 ms.
+    let mut p = parts();
+    let now = warm(
+        &mut p.breaker,
+        Instant::from_secs(1),
+        Duration::from_micros(2),
+        40,
+    );
+    assert_eq!(p.breaker.attempt_ceiling(now), Some(ms(10)));
+    let mut call = Call::begin(&CallSettings::DEFAULT, now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(call.attempt_deadline(), Some(now + ms(10)));
+    call.complete(&mut p, permit, now + ms(1), Outcome::Success, &mut |_| {});
+}

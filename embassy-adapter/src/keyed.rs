@@ -6,8 +6,8 @@
 //! when the table is full, the least recently used idle key (closed, no permit out, quiet for a
 //! trip window) is evicted; an open breaker is never evicted; when no key is idle, the new key
 //! is refused. That refusal reaches the caller as a guarded rejection with
-//! [`RefusalReason::BulkheadFull`] (the table has no room), its `retry_after` the trip window
-//! (the soonest a quiet key becomes idle).
+//! [`RefusalReason::KeyedFull`], its `retry_after` the trip window (the soonest a quiet key
+//! becomes idle).
 
 use core::borrow::Borrow;
 use core::cell::RefCell;
@@ -174,7 +174,7 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> Admiss
             Some(Err(KeyedRefusal::Refused(refused))) => Err(refused),
             // The table is full and no key is idle (or, never, found borrowed).
             Some(Err(_)) | None => Err(Refused {
-                reason: RefusalReason::BulkheadFull,
+                reason: RefusalReason::KeyedFull,
                 retry_after: self.keyed.idle,
             }),
         }

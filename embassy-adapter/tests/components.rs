@@ -665,7 +665,7 @@ fn a_full_table_refuses_a_new_key_guarded_then_evicts_an_idle_one_but_never_an_o
     let Err(CallError::Rejected { rejection, .. }) = r else {
         panic!("{r:?}")
     };
-    assert_eq!(rejection.reason, RefusalReason::BulkheadFull);
+    assert_eq!(rejection.reason, RefusalReason::KeyedFull);
     assert_eq!(took, ms(100));
     assert_eq!(keyed.state(&3), None);
     // Key 2 quiet for a trip window: idle. Key 1 stays open (its break grows on each probe

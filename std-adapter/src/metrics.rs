@@ -32,7 +32,7 @@ const RESULTS: [&str; 7] = [
     "cached",
 ];
 
-const REASONS: [&str; 8] = [
+const REASONS: [&str; 9] = [
     "breaker_open",
     "half_open_full",
     "ramp_shedding",
@@ -40,6 +40,7 @@ const REASONS: [&str; 8] = [
     "budget_exhausted",
     "rate_limited",
     "bulkhead_full",
+    "keyed_full",
     "other",
 ];
 
@@ -66,7 +67,8 @@ fn reason_index(reason: RefusalReason) -> usize {
         RefusalReason::BudgetExhausted => 4,
         RefusalReason::RateLimited => 5,
         RefusalReason::BulkheadFull => 6,
-        _ => 7,
+        RefusalReason::KeyedFull => 7,
+        _ => 8,
     }
 }
 
@@ -86,7 +88,7 @@ struct Counters {
     attempts: AtomicU64,
     retries: AtomicU64,
     hedges: AtomicU64,
-    rejections: [AtomicU64; 8],
+    rejections: [AtomicU64; 9],
     state_changes: [AtomicU64; 5],
 }
 
@@ -279,7 +281,7 @@ pub struct MetricsSnapshot {
     /// Hedged attempts launched.
     pub hedges: u64,
     /// Refusals by reason (`other` for reasons added to the core later).
-    pub rejections: [(&'static str, u64); 8],
+    pub rejections: [(&'static str, u64); 9],
     /// Breaker transitions, by the state entered.
     pub state_changes: [(&'static str, u64); 5],
     /// The breaker's state now, if the metrics know the breaker.
