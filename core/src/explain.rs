@@ -8,7 +8,17 @@ use core::fmt;
 use crate::breaker::Snapshot;
 use crate::budget::BudgetSnapshot;
 use crate::call::GUARD_PAUSE;
-use crate::{BreakerSettings, BudgetSettings, CallSettings, Duration, State};
+use crate::{
+    BreakerSettings, BudgetSettings, BulkheadSettings, CallSettings, Duration, Name,
+    RateLimitSettings, State, WindowLimitSettings,
+};
+
+/// The rate limiter in front of a policy's attempts, if any.
+#[derive(Clone, Copy, Debug)]
+enum RateLimit<'a> {
+    Gcra(&'a RateLimitSettings),
+    Window(&'a WindowLimitSettings),
+}
 
 /// A policy's description: its call settings, and the breaker and budget it uses, if any,
 /// optionally with their current readings.
@@ -29,6 +39,9 @@ use crate::{BreakerSettings, BudgetSettings, CallSettings, Duration, State};
 #[must_use]
 pub struct Explain<'a> {
     call: &'a CallSettings,
+    name: Option<&'a Name>,
+    limit: Option<RateLimit<'a>>,
+    bulkhead: Option<&'a BulkheadSettings>,
     breaker: Option<&'a BreakerSettings>,
     budget: Option<&'a BudgetSettings>,
     breaker_now: Option<Snapshot>,
@@ -40,11 +53,52 @@ impl<'a> Explain<'a> {
     pub const fn new(call: &'a CallSettings) -> Explain<'a> {
         Explain {
             call,
+            name: None,
+            limit: None,
+            bulkhead: None,
             breaker: None,
             budget: None,
             breaker_now: None,
             budget_now: None,
         }
+    }
+
+    /// The policy's name (by default its breaker's, or its budget's).
+    pub const fn name(mut self, name: &'a Name) -> Explain<'a> {
+        self.name = Some(name);
+        self
+    }
+
+    /// The GCRA rate limiter every attempt takes a cell from.
+    ///
+    /// ```
+    /// use stormguard_core::{BulkheadSettings, CallSettings, Explain, RateLimitSettings};
+    ///
+    /// let limit = RateLimitSettings::per_second("search", 100)?;
+    /// let bulkhead = BulkheadSettings::builder("search").max_in_flight(8).build()?;
+    /// let text = Explain::new(&CallSettings::DEFAULT)
+    ///     .rate_limit(&limit)
+    ///     .bulkhead(&bulkhead)
+    ///     .to_string();
+    /// assert!(text.contains("- rate limit: 100 per 1s, burst 100"));
+    /// assert!(text.contains("- bulkhead: 8 in flight, no waiting"));
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub const fn rate_limit(mut self, settings: &'a RateLimitSettings) -> Explain<'a> {
+        self.limit = Some(RateLimit::Gcra(settings));
+        self
+    }
+
+    /// The window-with-cooldown limiter every attempt counts against.
+    pub const fn window_limit(mut self, settings: &'a WindowLimitSettings) -> Explain<'a> {
+        self.limit = Some(RateLimit::Window(settings));
+        self
+    }
+
+    /// The bulkhead every attempt holds a slot of.
+    pub const fn bulkhead(mut self, settings: &'a BulkheadSettings) -> Explain<'a> {
+        self.bulkhead = Some(settings);
+        self
     }
 
     /// The breaker the policy asks before every attempt.
@@ -89,9 +143,15 @@ impl fmt::Display for Explain<'_> {
         let call = self.call;
         let attempts = call.max_attempts();
         let retries = attempts.saturating_sub(1);
+        let (noun, take) = if attempts == 1 {
+            ("attempt", "takes")
+        } else {
+            ("attempts", "take")
+        };
         let name = self
-            .breaker
-            .map(|b| b.name().as_str())
+            .name
+            .map(Name::as_str)
+            .or(self.breaker.map(|b| b.name().as_str()))
             .or(self.budget.map(|b| b.name().as_str()));
         match name {
             Some(n) => writeln!(f, "policy `{n}`")?,
@@ -102,12 +162,12 @@ impl fmt::Display for Explain<'_> {
         match (call.deadline(), self.unbounded_worst()) {
             (Some(deadline), Some(worst)) if worst > deadline => writeln!(
                 f,
-                "- the deadline bounds a call first: {deadline}, before {attempts} attempts \
+                "- the deadline bounds a call first: {deadline}, before {attempts} {noun} \
                  could run to their timeouts ({worst})"
             )?,
             (Some(deadline), Some(worst)) => writeln!(
                 f,
-                "- the attempt limit bounds a call first: {attempts} attempts take at most \
+                "- the attempt limit bounds a call first: {attempts} {noun} {take} at most \
                  {worst}, inside the {deadline} deadline"
             )?,
             (Some(deadline), None) => writeln!(
@@ -116,7 +176,7 @@ impl fmt::Display for Explain<'_> {
             )?,
             (None, Some(worst)) => writeln!(
                 f,
-                "- the attempt limit bounds a call: {attempts} attempts take at most {worst} \
+                "- the attempt limit bounds a call: {attempts} {noun} {take} at most {worst} \
                  (no deadline)"
             )?,
             (None, None) => writeln!(f, "- nothing bounds how long a call may take")?,
@@ -164,7 +224,11 @@ impl fmt::Display for Explain<'_> {
                 at = at.saturating_add(wait);
             }
         }
-        if self.breaker.is_some() || self.budget.is_some() {
+        if self.breaker.is_some()
+            || self.budget.is_some()
+            || self.limit.is_some()
+            || self.bulkhead.is_some()
+        {
             writeln!(f, "    a refusal is reported after a {GUARD_PAUSE} pause (less if the deadline is nearer)")?;
         }
         if call.measured_ceiling() && self.breaker.is_some() {
@@ -179,6 +243,25 @@ impl fmt::Display for Explain<'_> {
                 "    an attempt still running at the learned p95 gets a hedge beside it (at most 2 \
                  in flight, the first success wins, each hedge an attempt and a retry), never \
                  while the breaker is not closed or is near its trip point"
+            )?;
+        }
+
+        // What admits an attempt besides the breaker.
+        match self.limit {
+            Some(RateLimit::Gcra(l)) => writeln!(
+                f,
+                "- rate limit: {l}; every attempt (retries and hedges too) takes a cell"
+            )?,
+            Some(RateLimit::Window(l)) => writeln!(
+                f,
+                "- rate limit: {l}; every attempt (retries and hedges too) counts"
+            )?,
+            None => {}
+        }
+        if let Some(b) = self.bulkhead {
+            writeln!(
+                f,
+                "- bulkhead: {b}; every attempt holds a slot while it runs"
             )?;
         }
 

@@ -153,3 +153,44 @@ policy `search`
         "{bare}"
     );
 }
+
+#[test]
+fn a_policy_names_itself_and_its_rate_limit_and_bulkhead() {
+    let settings = CallSettings::builder()
+        .max_attempts(1)
+        .deadline(Some(Duration::from_secs(1)))
+        .attempt_timeout(Some(Duration::from_millis(300)))
+        .build()
+        .unwrap();
+    let name = stormguard_core::Name::new("search");
+    let limit = stormguard_core::RateLimitSettings::per_second("search", 50).unwrap();
+    let window = stormguard_core::WindowLimitSettings::defaults("events");
+    let bulkhead = stormguard_core::BulkheadSettings::builder("search")
+        .max_in_flight(8)
+        .bounded_wait(16, Duration::from_millis(250))
+        .build()
+        .unwrap();
+    let text = Explain::new(&settings)
+        .name(&name)
+        .rate_limit(&limit)
+        .bulkhead(&bulkhead)
+        .to_string();
+    let want = "\
+policy `search`
+- the attempt limit bounds a call first: 1 attempt takes at most 300ms, inside the 1s deadline
+- worst-case timeline:
+    0s: attempt 1, cut at 300ms if it hangs
+    a refusal is reported after a 100ms pause (less if the deadline is nearer)
+- rate limit: 50 per 1s, burst 50; every attempt (retries and hedges too) takes a cell
+- bulkhead: 8 in flight, up to 16 waiting at most 250ms; every attempt holds a slot while it runs
+- load: no retries: one attempt per call
+- missing:
+    no breaker: nothing stops a call reaching a dependency that is already down
+";
+    assert_eq!(text, want);
+    let text = Explain::new(&settings).window_limit(&window).to_string();
+    assert!(
+        text.contains("- rate limit: 50 per 60s, then a 30s cooldown; every attempt"),
+        "{text}"
+    );
+}

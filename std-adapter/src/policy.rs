@@ -1611,7 +1611,17 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     /// ```
     pub fn explain(&self) -> Explain<'_> {
         let now = self.clock.now();
-        let mut explain = Explain::new(&self.settings);
+        let mut explain = Explain::new(&self.settings).name(&self.name);
+        if let Some(l) = self.limiter() {
+            if let Some(gcra) = l.as_gcra() {
+                explain = explain.rate_limit(gcra.settings());
+            } else if let Some(window) = l.as_window() {
+                explain = explain.window_limit(window.settings());
+            }
+        }
+        if let Some(b) = self.bulkhead() {
+            explain = explain.bulkhead(b.settings());
+        }
         if let Some(b) = &self.breaker {
             explain = explain
                 .breaker(b.settings())

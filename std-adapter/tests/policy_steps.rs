@@ -832,7 +832,7 @@ fn a_bare_policy_says_what_is_missing_and_a_warm_one_what_it_measured() {
         .build()
         .unwrap();
     let want = "\
-policy
+policy `bare`
 - the attempt limit bounds a call: 2 attempts take at most 20.100s (no deadline)
 - worst-case timeline:
     0s: attempt 1, cut at 10s if it hangs
@@ -902,4 +902,23 @@ policy `quotes`
 - missing: nothing
 ";
     assert_eq!(policy.explain().to_string(), want);
+}
+
+#[test]
+fn a_policy_explains_its_rate_limit_and_bulkhead() {
+    let policy = Policy::builder("search")
+        .rate_limit(Limiter::gcra(
+            RateLimitSettings::per_second("search", 50).unwrap(),
+        ))
+        .bulkhead(Bulkhead::of(8, "search").unwrap())
+        .build()
+        .unwrap();
+    let text = policy.explain().to_string();
+    for line in [
+        "policy `search`",
+        "- rate limit: 50 per 1s, burst 50; every attempt (retries and hedges too) takes a cell",
+        "- bulkhead: 8 in flight, no waiting; every attempt holds a slot while it runs",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} not in:\n{text}");
+    }
 }
