@@ -161,6 +161,13 @@ pub struct BreakerKnobs {
 }
 
 impl BreakerKnobs {
+    /// The same knobs with jitter off: every copy of the settings then breaks alike whatever its
+    /// seed (the keyed table reseeds each key's copy).
+    pub fn without_jitter(mut self) -> BreakerKnobs {
+        self.jitter = false;
+        self
+    }
+
     pub fn settings(&self) -> Option<BreakerSettings> {
         let brk =
             Duration::from_millis(1) + Duration::from_micros(u64::from(self.break_us % 60_000_000));
@@ -497,4 +504,63 @@ pub fn assert_no_leak(
         "the ramp shed 40 offers in a row: {:?}",
         pair.local.snapshot(clock.now())
     );
+}
+
+/// Admissions of cells over a stretch of readings, to check GCRA's bound: for any two admissions
+/// `i` before `j` (in the order they happened), the cells admitted from `i` to `j` times the
+/// emission interval `T` are at most `r_j - r_i + burst * T` (readings signed: a late reading may
+/// lie before an earlier one). It holds while no reading lies more than the late-reading allowance
+/// (1 s) below the latest one since the ledger started: further back, the limiter takes the clock
+/// for reset and may hand out one burst early, so the ledger starts over.
+#[derive(Debug, Default)]
+pub struct CellLedger {
+    /// (reading in ns, cells admitted, cells admitted before this one since the ledger started)
+    admitted: Vec<(u64, u64, u128)>,
+    total: u128,
+    latest: u64,
+}
+
+/// How far back a reading may lie and still be a late reading (the limiters' allowance).
+pub const LATE_READING: Duration = Duration::from_secs(1);
+
+impl CellLedger {
+    /// Notes a reading; starts over when the clock stepped back past the late-reading allowance.
+    pub fn read(&mut self, now: Instant) {
+        let now = now.as_nanos();
+        if self.admitted.is_empty() {
+            self.latest = now;
+        }
+        if now.saturating_add(LATE_READING.as_nanos()) < self.latest {
+            self.admitted.clear();
+            self.total = 0;
+            self.latest = now;
+        }
+        self.latest = self.latest.max(now);
+    }
+
+    /// Records `n` cells admitted at `now` and checks the bound against every earlier admission.
+    pub fn admit(&mut self, now: Instant, n: u32, interval: Duration, burst: u32) {
+        self.read(now);
+        if n == 0 {
+            return;
+        }
+        let t = u128::from(interval.as_nanos());
+        let r = now.as_nanos();
+        self.admitted.push((r, u64::from(n), self.total));
+        self.total += u128::from(n);
+        for &(ri, _, before) in &self.admitted {
+            let cells = self.total - before;
+            // cells * T <= r_j - r_i + burst * T, in signed 128-bit arithmetic.
+            let lhs = (cells * t) as i128;
+            let rhs = i128::from(r) - i128::from(ri) + (u128::from(burst) * t) as i128;
+            assert!(
+                lhs <= rhs,
+                "{cells} cells admitted between readings {ri} and {r}: more than burst {burst} \
+                 + span / {interval}"
+            );
+        }
+        if self.admitted.len() > 512 {
+            self.admitted.drain(..256);
+        }
+    }
 }
