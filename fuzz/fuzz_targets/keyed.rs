@@ -10,6 +10,12 @@
 //! cells available) and quiet for the idle period, a breaker closed, with no permit out, and quiet
 //! for its trip window (so an open breaker or a busy key is never evicted); a new key is refused
 //! as `Full` only when the table is full and no key in it is idle.
+//!
+//! For the limiter table, the model's comparisons (decisions, availability, which keys are idle)
+//! hold until the clock steps back further than a late reading (1 s): from then on a limiter takes
+//! the clock for reset, and the table settles every key it scans for room at that reading, so a
+//! key's state can depend on when other keys arrived; the capacity, `len` and the agreement of
+//! the table with itself are still checked on every input.
 #![no_main]
 
 use arbitrary::Arbitrary;
