@@ -411,14 +411,17 @@ fuzz_target!(|input: Input| {
     if let Some((n, latency_us)) = input.warmup {
         // A baseline for the hedge: healthy calls straight through the breakers.
         for _ in 0..n % 48 {
-            let mut log = Log::new();
             let now = clock.now();
-            match world.pair.acquire(now, None, &mut log) {
+            match world.pair.acquire(now, None, &mut Log::new()) {
                 Ok(p) => {
                     clock.advance(Duration::from_micros(u64::from(latency_us)));
+                    let mut log = Log::new();
                     world
                         .pair
                         .outcome(clock.now(), p, Outcome::Success, &mut log);
+                    if period_changed(&log) {
+                        permits.new_period();
+                    }
                 }
                 Err(_) => break,
             }
