@@ -228,3 +228,266 @@ fn a_late_mark_of_an_earlier_period_never_hides_a_later_break() {
         assert!(b.try_acquire(later, None, &mut |_| {}).is_ok());
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Rate limiters: one word each, installed by load / pure step / compare-exchange.
+
+use stormguard_core::{
+    BulkheadEntry, BulkheadSettings, RateLimitSettings, RateLimiter, Refused, SharedBulkhead,
+    SharedRateLimiter, SharedWindowLimiter, WindowLimitSettings, WindowLimiter,
+};
+
+/// Two requests: `(at, cells)`.
+type Request = (Instant, u32);
+
+/// What a limiter answered to the two requests, and how it reads afterwards at `probes`.
+#[derive(Debug, PartialEq, Eq)]
+struct Run {
+    answers: [Result<(), Refused>; 2],
+    after: Vec<u32>,
+}
+
+/// The runs of the two sequential orders, by a `&mut` limiter driven with `check_n`.
+fn sequential<L: Clone>(
+    fresh: &L,
+    check_n: impl Fn(&mut L, Instant, u32) -> Result<(), Refused>,
+    available: impl Fn(&L, Instant) -> u32,
+    requests: [Request; 2],
+    probes: &[Instant],
+) -> [Run; 2] {
+    let order = |first: usize| {
+        let mut l = fresh.clone();
+        let mut answers = [Ok(()), Ok(())];
+        for i in [first, 1 - first] {
+            let (at, n) = requests[i];
+            answers[i] = check_n(&mut l, at, n);
+        }
+        let after = probes.iter().map(|&t| available(&l, t)).collect();
+        Run { answers, after }
+    };
+    [order(0), order(1)]
+}
+
+#[test]
+fn racing_gcra_checks_admit_no_more_than_the_rule_in_one_sequential_order() {
+    // 2 cells a second, burst 2: the requests together ask for more than the burst holds.
+    let settings = RateLimitSettings::builder("loom")
+        .rate(2, Duration::from_secs(1))
+        .burst(2)
+        .build()
+        .unwrap();
+    let requests = [(T0, 2), (T0 + Duration::from_millis(200), 1)];
+    let probes = [
+        T0,
+        T0 + Duration::from_millis(500),
+        T0 + Duration::from_secs(1),
+    ];
+    let expected = sequential(
+        &RateLimiter::new(settings),
+        RateLimiter::check_n,
+        RateLimiter::available,
+        requests,
+        &probes,
+    );
+    assert_ne!(
+        expected[0], expected[1],
+        "the order matters: the race is real"
+    );
+    loom::model(move || {
+        let limiter = Arc::new(SharedRateLimiter::new(settings));
+        let handles: Vec<_> = requests
+            .into_iter()
+            .map(|(at, n)| {
+                let limiter = limiter.clone();
+                thread::spawn(move || limiter.check_n(at, n))
+            })
+            .collect();
+        let answers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let run = Run {
+            answers: [answers[0], answers[1]],
+            after: probes.iter().map(|&t| limiter.available(t)).collect(),
+        };
+        assert!(
+            expected.contains(&run),
+            "no sequential order gives {run:?}; orders: {expected:?}"
+        );
+        let admitted: u32 = requests
+            .iter()
+            .zip(&run.answers)
+            .filter(|(_, a)| a.is_ok())
+            .map(|((_, n), _)| n)
+            .sum();
+        assert!(admitted <= 2, "{admitted} cells admitted, burst 2");
+    });
+}
+
+#[test]
+fn racing_window_checks_count_every_event_once_in_one_sequential_order() {
+    // 2 events a window: the second request does not fit after the first and starts the
+    // cooldown, whichever comes first.
+    let settings = WindowLimitSettings::builder("loom")
+        .events(2)
+        .window(Duration::from_secs(1))
+        .cooldown(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let requests = [(T0, 2), (T0 + Duration::from_millis(10), 1)];
+    let probes = [
+        T0 + Duration::from_millis(10),
+        T0 + Duration::from_secs(2),
+        T0 + Duration::from_secs(6),
+    ];
+    let expected = sequential(
+        &WindowLimiter::new(settings),
+        WindowLimiter::check_n,
+        WindowLimiter::available,
+        requests,
+        &probes,
+    );
+    assert_ne!(
+        expected[0], expected[1],
+        "the order matters: the race is real"
+    );
+    loom::model(move || {
+        let limiter = Arc::new(SharedWindowLimiter::new(settings));
+        let handles: Vec<_> = requests
+            .into_iter()
+            .map(|(at, n)| {
+                let limiter = limiter.clone();
+                thread::spawn(move || limiter.check_n(at, n))
+            })
+            .collect();
+        let answers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let run = Run {
+            answers: [answers[0], answers[1]],
+            after: probes.iter().map(|&t| limiter.available(t)).collect(),
+        };
+        assert!(
+            expected.contains(&run),
+            "no sequential order gives {run:?}; orders: {expected:?}"
+        );
+        assert_eq!(
+            run.answers.iter().filter(|a| a.is_ok()).count(),
+            1,
+            "exactly one request fits in the window"
+        );
+    });
+}
+
+#[test]
+fn three_racing_single_cell_checks_on_a_burst_of_two_admit_exactly_two() {
+    let settings = RateLimitSettings::builder("loom")
+        .rate(1, Duration::from_secs(1))
+        .burst(2)
+        .build()
+        .unwrap();
+    loom::model(move || {
+        let limiter = Arc::new(SharedRateLimiter::new(settings));
+        let others: Vec<_> = (0..2)
+            .map(|_| {
+                let limiter = limiter.clone();
+                thread::spawn(move || limiter.check(T0))
+            })
+            .collect();
+        let mine = limiter.check(T0);
+        let mut answers: Vec<_> = others.into_iter().map(|h| h.join().unwrap()).collect();
+        answers.push(mine);
+        let refused: Vec<_> = answers.iter().filter_map(|a| a.err()).collect();
+        assert_eq!(refused.len(), 1, "{answers:?}");
+        // As in every sequential order: the third waits exactly one interval.
+        assert_eq!(refused[0].retry_after, Duration::from_secs(1));
+        assert_eq!(limiter.available(T0), 0);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bulkhead: one word (in flight, queued), every rule a compare-exchange step.
+
+fn bulkhead(max: u32, queue: u32) -> BulkheadSettings {
+    BulkheadSettings::builder("loom")
+        .max_in_flight(max)
+        .bounded_wait(queue, Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn racing_enters_never_hold_more_slots_than_the_maximum_and_all_come_back() {
+    use loom::sync::atomic::{AtomicU32, Ordering};
+    loom::model(|| {
+        let b = Arc::new(SharedBulkhead::new(bulkhead(1, 0)));
+        let holding = Arc::new(AtomicU32::new(0));
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let (b, holding) = (b.clone(), holding.clone());
+                thread::spawn(move || match b.try_enter(T0) {
+                    Ok(permit) => {
+                        let now_held = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                        assert!(now_held <= 1, "{now_held} calls in flight, maximum 1");
+                        assert!(b.in_flight() <= 1);
+                        holding.fetch_sub(1, Ordering::SeqCst);
+                        assert!(!b.leave(permit), "nobody queues here");
+                        true
+                    }
+                    Err(_) => false,
+                })
+            })
+            .collect();
+        let admitted = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|ok| *ok)
+            .count();
+        assert!(admitted >= 1, "a free slot was refused to both");
+        assert_eq!((b.in_flight(), b.queued()), (0, 0));
+    });
+}
+
+#[test]
+fn a_leave_racing_a_queued_caller_hands_over_the_slot_and_the_counts_return_to_zero() {
+    use loom::sync::atomic::{AtomicU32, Ordering};
+    loom::model(|| {
+        let b = Arc::new(SharedBulkhead::new(bulkhead(1, 1)));
+        let holding = Arc::new(AtomicU32::new(1));
+        let first = b.try_enter(T0).unwrap();
+
+        let (b1, h1) = (b.clone(), holding.clone());
+        let leaver = thread::spawn(move || {
+            h1.fetch_sub(1, Ordering::SeqCst);
+            b1.leave(first)
+        });
+        let (b2, h2) = (b.clone(), holding.clone());
+        let waiter = thread::spawn(move || {
+            let (permit, queued) = match b2.try_enter_or_queue(T0, Duration::MAX).unwrap() {
+                BulkheadEntry::Entered(p) => (Some(p), false),
+                // Woken (or not yet): its turn once; still full, it gives up.
+                BulkheadEntry::Queued(ticket) => match b2.on_slot_free(T0, ticket) {
+                    Ok(BulkheadEntry::Entered(p)) => (Some(p), true),
+                    Ok(BulkheadEntry::Queued(ticket)) => {
+                        b2.abandon(ticket);
+                        (None, true)
+                    }
+                    Err(r) => panic!("refused before its wait was over: {r}"),
+                },
+            };
+            if let Some(p) = permit {
+                let now_held = h2.fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(now_held <= 1, "{now_held} calls in flight, maximum 1");
+                assert!(b2.snapshot().in_flight <= 1 && b2.snapshot().queued <= 1);
+                h2.fetch_sub(1, Ordering::SeqCst);
+                b2.leave(p);
+            }
+            queued
+        });
+        let woke = leaver.join().unwrap();
+        let queued = waiter.join().unwrap();
+        // The leave says someone waits only if the waiter had queued (it never queues once the
+        // slot is free: a free slot is taken at once).
+        assert!(!woke || queued, "a wake-up with nobody queued");
+        assert_eq!(
+            (b.in_flight(), b.queued()),
+            (0, 0),
+            "the counts return to zero"
+        );
+    });
+}

@@ -1,27 +1,38 @@
 //! Arbitrary calls through the call driver, over the `&mut` breaker and budget and over the shared
-//! ones in lockstep: arbitrary outcomes and latencies, throttling hints of any size, attempts
+//! ones in lockstep, each bare or behind a rate limiter (`RateLimited`, GCRA or window), a
+//! bulkhead (`Bulkheaded`) or both: arbitrary outcomes and latencies, throttling hints of any
+//! size, hedges (`Call::hedge_delay`, `Call::hedge`) launched early, late or never, attempts
 //! dropped without an outcome, cancellations during waits, early polls, and a clock that jumps,
 //! steps back and is set to anything between and within calls.
 //!
-//! After every step: nothing panicked; both drivers asked for the same step and emitted the same
-//! events; a call never waits past its deadline (a wait ends before it, a guarded pause ends by
-//! it, an attempt's deadline is within it); the pause is at most `GUARD_PAUSE`; a call makes at
-//! most `max_attempts` attempts; every call ends exactly once, as exactly one of succeeded,
-//! failed, rejected, deadline exceeded or cancelled, and a rejection is handed out once and then
-//! reported as done; a retry wait is at most the backoff cap. On a sane clock (see
-//! `stormguard_fuzz::Clock::sane`) also: the retries started never exceed what the budget funded,
-//! and at the end no probe slot has leaked.
+//! After every step: nothing panicked; both drivers asked for the same step, offered the same
+//! hedge delay, launched or refused the same hedge and emitted the same events; a call never waits
+//! past its deadline (a wait ends before it, a guarded pause ends by it, an attempt's deadline,
+//! a hedge's included, is within it and later than its start, and a hedge is offered only to
+//! start before the attempt's own deadline); the pause is at most `GUARD_PAUSE`; a call makes at
+//! most `max_attempts` attempts and has at most 2 in flight; a hedge is launched only while the
+//! breaker is closed; every retry and every hedge of a call was funded by a withdrawal from the
+//! budget; every call ends exactly once, as exactly one of succeeded, failed, rejected, deadline
+//! exceeded or cancelled, and a rejection is handed out once and then reported as done; a retry
+//! wait is at most the backoff cap; a bulkhead holds exactly the attempts not yet reported (and
+//! never more than its maximum); a GCRA limiter in front admits attempts within its bound (see
+//! `stormguard_fuzz::CellLedger`). On a sane clock (see `stormguard_fuzz::Clock::sane`) also: the
+//! withdrawals never exceed what the budget funded (while no reading lay 2^31 ms or more behind
+//! the latest: `stormguard_fuzz::Clock::budget_exact`), and at the end no probe slot has leaked.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
-    Backoff, Call, CallSettings, Duration, Finished, Instant, Jitter, Multiple, Outcome, Parts,
-    Step, GUARD_PAUSE,
+    Admission, Backoff, Breaker, Budget, Bulkhead, BulkheadSettings, Bulkheaded, Call,
+    CallSettings, Duration, Finished, Funding, Instant, Jitter, Limit, Multiple, Name, Outcome,
+    Parts, Permit, RateLimitSettings, RateLimited, RateLimiter, Refused, SharedBreaker,
+    SharedBudget, SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, State, Step,
+    WindowLimitSettings, WindowLimiter, GUARD_PAUSE,
 };
 use stormguard_fuzz::{
-    assert_no_leak, period_changed, sink, BreakerKnobs, BudgetKnobs, Clock, Log, Out, Pair,
-    Permits, TimeStep,
+    assert_no_leak, period_changed, sink, BreakerKnobs, BudgetKnobs, CellLedger, Clock, Log, Out,
+    Pair, Permits, TimeStep,
 };
 
 #[derive(Arbitrary, Debug)]
@@ -29,6 +40,10 @@ struct Input {
     knobs: BreakerKnobs,
     budget: BudgetKnobs,
     call: CallKnobs,
+    guard: GuardKnobs,
+    /// Successful calls (count, latency in µs) fed to the breaker first, so that it has the
+    /// baseline a hedge needs.
+    warmup: Option<(u8, u16)>,
     start: u64,
     calls: Vec<Script>,
 }
@@ -44,6 +59,8 @@ struct CallKnobs {
     cap_ms: u32,
     jitter: u8,
     seed: u64,
+    hedging: bool,
+    measured_ceiling: bool,
 }
 
 impl CallKnobs {
@@ -72,9 +89,34 @@ impl CallKnobs {
             )
             .backoff(backoff)
             .seed(self.seed)
+            .hedging(self.hedging)
+            .measured_ceiling(self.measured_ceiling)
             .build()
             .ok()
     }
+}
+
+/// What stands in front of the breaker.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum GuardKnobs {
+    Bare,
+    Limited(LimitKnobs),
+    Bulkheaded(u8),
+    Both(LimitKnobs, u8),
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum LimitKnobs {
+    Gcra {
+        cells: u8,
+        period_ms: u16,
+        burst: u8,
+    },
+    Window {
+        events: u8,
+        window_ms: u16,
+        cooldown_ms: u16,
+    },
 }
 
 /// One call: when it starts, an optional tighter deadline, and what happens to its attempts and
@@ -89,13 +131,18 @@ struct Script {
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum Attempt {
-    /// The attempt ends with this outcome after this latency.
-    Ends(Out, u32),
+    /// An attempt in flight (the first or the second, if two) ends with this outcome after
+    /// this latency.
+    Ends(Out, u32, bool),
     /// The clock steps (perhaps back) during the attempt, then it ends.
-    Stepped(TimeStep, Out),
-    /// The caller's future is dropped: the attempt never reports, and the driver is polled.
+    Stepped(TimeStep, Out, bool),
+    /// A hedge is asked for this long (µs) after the delay the driver offered (or, with no
+    /// offer, after this long): early, late, or when the driver would not have offered one.
+    Hedge(u32),
+    /// The caller's future is dropped: the attempts in flight never report, and the driver is
+    /// polled.
     Dropped,
-    /// The caller gives the permit back (a drop guard) and cancels.
+    /// The caller gives the permits back (a drop guard) and cancels.
     Released,
 }
 
@@ -120,6 +167,169 @@ struct Tally {
     cancelled: u64,
 }
 
+/// The `&mut` form's limiter.
+enum LocalLimit {
+    Gcra(RateLimiter),
+    Window(WindowLimiter),
+}
+
+impl Limit for LocalLimit {
+    fn take(&mut self, now: Instant) -> Result<(), Refused> {
+        match self {
+            LocalLimit::Gcra(l) => l.take(now),
+            LocalLimit::Window(l) => l.take(now),
+        }
+    }
+    fn peek(&self, now: Instant) -> Result<(), Refused> {
+        match self {
+            LocalLimit::Gcra(l) => l.peek(now),
+            LocalLimit::Window(l) => l.peek(now),
+        }
+    }
+}
+
+/// The shared form's limiter.
+enum SharedLimit {
+    Gcra(SharedRateLimiter),
+    Window(SharedWindowLimiter),
+}
+
+impl Limit for &SharedLimit {
+    fn take(&mut self, now: Instant) -> Result<(), Refused> {
+        match self {
+            SharedLimit::Gcra(l) => l.check(now),
+            SharedLimit::Window(l) => l.check(now),
+        }
+    }
+    fn peek(&self, now: Instant) -> Result<(), Refused> {
+        match self {
+            SharedLimit::Gcra(l) => Limit::peek(&l, now),
+            SharedLimit::Window(l) => Limit::peek(&l, now),
+        }
+    }
+}
+
+/// Counts the retries (and hedges) a budget funded.
+struct Counted<'a, F> {
+    inner: F,
+    withdrawn: &'a mut u64,
+}
+
+impl<F: Funding> Funding for Counted<'_, F> {
+    fn name(&self) -> Option<&Name> {
+        self.inner.name()
+    }
+    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
+        let r = self.inner.try_fund_retry(now);
+        if r.is_ok() {
+            *self.withdrawn += 1;
+        }
+        r
+    }
+    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
+        self.inner.on_outcome(now, outcome);
+    }
+}
+
+type LocalParts<'a, 'b> = Parts<&'a mut dyn Admission, Counted<'b, &'b mut Budget>>;
+type SharedParts<'a, 'b> = Parts<&'a mut dyn Admission, Counted<'b, &'b SharedBudget>>;
+
+/// The breakers, budgets and guards of both forms, and the withdrawals each budget made.
+struct World {
+    pair: Pair,
+    limit: Option<(LocalLimit, SharedLimit)>,
+    bulkhead: Option<(Bulkhead, SharedBulkhead)>,
+    withdrawn: [u64; 2],
+}
+
+impl World {
+    /// Runs `f` on the `&mut` form's parts, guards in front of the breaker.
+    fn local<R>(&mut self, f: impl FnOnce(&mut LocalParts<'_, '_>) -> R) -> R {
+        let World {
+            pair,
+            limit,
+            bulkhead,
+            withdrawn,
+        } = self;
+        let budget = Counted {
+            inner: &mut pair.budget,
+            withdrawn: &mut withdrawn[0],
+        };
+        let breaker: &mut Breaker = &mut pair.local;
+        match (
+            limit.as_mut().map(|l| &mut l.0),
+            bulkhead.as_mut().map(|b| &mut b.0),
+        ) {
+            (None, None) => f(&mut Parts { breaker, budget }),
+            (Some(l), None) => f(&mut Parts {
+                breaker: &mut RateLimited::new(breaker, l),
+                budget,
+            }),
+            (None, Some(b)) => f(&mut Parts {
+                breaker: &mut Bulkheaded::new(breaker, b),
+                budget,
+            }),
+            (Some(l), Some(b)) => f(&mut Parts {
+                breaker: &mut Bulkheaded::new(RateLimited::new(breaker, l), b),
+                budget,
+            }),
+        }
+    }
+
+    /// Runs `f` on the shared form's parts, guards in front of the breaker.
+    fn shared<R>(&mut self, f: impl FnOnce(&mut SharedParts<'_, '_>) -> R) -> R {
+        let World {
+            pair,
+            limit,
+            bulkhead,
+            withdrawn,
+        } = self;
+        let budget = Counted {
+            inner: &pair.shared_budget,
+            withdrawn: &mut withdrawn[1],
+        };
+        let mut breaker: &SharedBreaker = &pair.shared;
+        match (
+            limit.as_ref().map(|l| &l.1),
+            bulkhead.as_ref().map(|b| &b.1),
+        ) {
+            (None, None) => f(&mut Parts {
+                breaker: &mut breaker,
+                budget,
+            }),
+            (Some(l), None) => f(&mut Parts {
+                breaker: &mut RateLimited::new(breaker, l),
+                budget,
+            }),
+            (None, Some(b)) => f(&mut Parts {
+                breaker: &mut Bulkheaded::new(breaker, b),
+                budget,
+            }),
+            (Some(l), Some(b)) => f(&mut Parts {
+                breaker: &mut Bulkheaded::new(RateLimited::new(breaker, l), b),
+                budget,
+            }),
+        }
+    }
+
+    /// The GCRA limiter's settings, if one stands in front.
+    fn gcra(&self) -> Option<RateLimitSettings> {
+        match &self.limit {
+            Some((LocalLimit::Gcra(l), _)) => Some(*l.settings()),
+            _ => None,
+        }
+    }
+
+    /// Both bulkheads' counts agree; the calls in flight, if there is a bulkhead.
+    fn bulkhead_in_flight(&self) -> Option<u32> {
+        let (a, b) = self.bulkhead.as_ref()?;
+        assert_eq!(a.snapshot(), b.snapshot());
+        assert!(a.in_flight() <= a.settings().max_in_flight());
+        assert_eq!(a.queued(), 0, "the call driver never queues");
+        Some(a.in_flight())
+    }
+}
+
 fuzz_target!(|input: Input| {
     let Some(settings) = input.knobs.settings() else {
         return;
@@ -128,16 +338,95 @@ fuzz_target!(|input: Input| {
         return;
     };
     let budget = input.budget.settings();
-    let mut pair = Pair::new(settings, input.knobs.seed, budget);
     let mut clock = Clock::new(Instant::from_nanos(input.start));
+    let limit = |k: LimitKnobs| -> Option<(LocalLimit, SharedLimit)> {
+        match k {
+            LimitKnobs::Gcra {
+                cells,
+                period_ms,
+                burst,
+            } => {
+                let s = RateLimitSettings::builder("fuzz-limit")
+                    .rate(
+                        1 + u32::from(cells % 32),
+                        Duration::from_millis(1 + u64::from(period_ms)),
+                    )
+                    .burst(1 + u32::from(burst % 32))
+                    .build()
+                    .ok()?;
+                Some((
+                    LocalLimit::Gcra(RateLimiter::new(s)),
+                    SharedLimit::Gcra(SharedRateLimiter::new(s)),
+                ))
+            }
+            LimitKnobs::Window {
+                events,
+                window_ms,
+                cooldown_ms,
+            } => {
+                let s = WindowLimitSettings::builder("fuzz-limit")
+                    .events(1 + u32::from(events % 32))
+                    .window(Duration::from_millis(1 + u64::from(window_ms)))
+                    .cooldown(Duration::from_millis(1 + u64::from(cooldown_ms)))
+                    .build()
+                    .ok()?;
+                Some((
+                    LocalLimit::Window(WindowLimiter::new(s)),
+                    SharedLimit::Window(SharedWindowLimiter::new(s)),
+                ))
+            }
+        }
+    };
+    let bulkhead = |max: u8| -> Option<(Bulkhead, SharedBulkhead)> {
+        let s = BulkheadSettings::builder("fuzz-bulkhead")
+            .max_in_flight(1 + u32::from(max % 4))
+            .build()
+            .ok()?;
+        Some((Bulkhead::new(s), SharedBulkhead::new(s)))
+    };
+    let (limit, bulkhead) = match input.guard {
+        GuardKnobs::Bare => (None, None),
+        GuardKnobs::Limited(l) => (limit(l), None),
+        GuardKnobs::Bulkheaded(b) => (None, bulkhead(b)),
+        GuardKnobs::Both(l, b) => (limit(l), bulkhead(b)),
+    };
+    let mut world = World {
+        pair: Pair::new(settings, input.knobs.seed, budget),
+        limit,
+        bulkhead,
+        withdrawn: [0, 0],
+    };
     let names = [*settings.name(), *budget.name()];
     let mut tally = Tally::default();
-    let mut retries: u64 = 0;
     let mut funded: u64 = u64::from(budget.capacity_micro());
     let mut longest_hold = call_settings.attempt_timeout().unwrap_or(Duration::ZERO);
     // Only the period bookkeeping: attempts dropped without an outcome are not handed back, so
     // the leak check at the end proves that time reclaims their probe slots.
     let mut permits = Permits::default();
+    // Bulkhead slots held by attempts that were dropped without being reported (they stay
+    // taken: the adapter must report every attempt).
+    let mut leaked_slots: u32 = 0;
+    let mut cells = CellLedger::default();
+
+    if let Some((n, latency_us)) = input.warmup {
+        // A baseline for the hedge: healthy calls straight through the breakers.
+        for _ in 0..n % 48 {
+            let now = clock.now();
+            match world.pair.acquire(now, None, &mut Log::new()) {
+                Ok(p) => {
+                    clock.advance(Duration::from_micros(u64::from(latency_us)));
+                    let mut log = Log::new();
+                    world
+                        .pair
+                        .outcome(clock.now(), p, Outcome::Success, &mut log);
+                    if period_changed(&log) {
+                        permits.new_period();
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+    }
 
     for script in input.calls.iter().take(24) {
         clock.step(script.gap);
@@ -158,25 +447,15 @@ fuzz_target!(|input: Input| {
         let mut waits = script.waits.iter();
         let mut ended: Option<Finished> = None;
         let mut rejection = None;
+        let withdrawn_before = world.withdrawn[0];
         tally.calls += 1;
 
         for _ in 0..64 {
             let now = clock.now();
+            cells.read(now);
             let (mut la, mut lb) = (Log::new(), Log::new());
-            let sa = {
-                let mut parts = Parts {
-                    breaker: &mut pair.local,
-                    budget: &mut pair.budget,
-                };
-                a.poll(&mut parts, now, &mut sink(&mut la, &names))
-            };
-            let sb = {
-                let mut parts = Parts {
-                    breaker: &pair.shared,
-                    budget: &pair.shared_budget,
-                };
-                b.poll(&mut parts, now, &mut sink(&mut lb, &names))
-            };
+            let sa = world.local(|p| a.poll(p, now, &mut sink(&mut la, &names)));
+            let sb = world.shared(|p| b.poll(p, now, &mut sink(&mut lb, &names)));
             assert_eq!(sa, sb, "the drivers disagree");
             assert_eq!(la, lb, "the drivers' events differ");
             if period_changed(&la) {
@@ -188,8 +467,8 @@ fuzz_target!(|input: Input| {
                     let Step::Attempt(pb) = sb else {
                         unreachable!()
                     };
-                    if a.attempts() > 1 {
-                        retries += 1;
+                    if let Some(s) = world.gcra() {
+                        cells.admit(now, 1, s.emission_interval(), s.burst());
                     }
                     let at = a.attempt_deadline();
                     assert_eq!(at, b.attempt_deadline());
@@ -199,56 +478,161 @@ fuzz_target!(|input: Input| {
                     if let Some(at) = at {
                         assert!(at > now || at == Instant::MAX);
                     }
-                    let mut held = Some((pa, pb));
-                    let fate = attempts
-                        .next()
-                        .copied()
-                        .unwrap_or(Attempt::Ends(Out::Success, 1000));
-                    let out = match fate {
-                        Attempt::Ends(o, us) => {
-                            clock.advance(Duration::from_micros(u64::from(us)));
-                            Some(o.outcome())
+                    let offer = world.local(|p| a.hedge_delay(p, now));
+                    assert_eq!(offer, world.shared(|p| b.hedge_delay(p, now)));
+                    if let Some(d) = offer {
+                        assert!(call_settings.hedging());
+                        assert_eq!(world.pair.local.state(now), State::Closed);
+                        if let Some(at) = at {
+                            assert!(now + d < at, "a hedge offered at {d}, past {at}");
                         }
-                        Attempt::Stepped(step, o) => {
-                            clock.step(step);
-                            Some(o.outcome())
+                    }
+                    // The attempts of this call in flight, by both forms, and when they began.
+                    let mut flying: Vec<(Permit, Permit)> = vec![(pa, pb)];
+                    let mut dropped = false;
+                    for _ in 0..8 {
+                        if flying.is_empty() {
+                            break;
                         }
-                        Attempt::Dropped => None,
-                        Attempt::Released => {
-                            pair.release(held.take().expect("held"));
-                            a.cancel();
-                            b.cancel();
-                            None
-                        }
-                    };
-                    if let (Some(o), Some((pa, pb))) = (out, held.take()) {
+                        let fate = attempts.next().copied().unwrap_or(Attempt::Ends(
+                            Out::Success,
+                            1000,
+                            false,
+                        ));
+                        let (out, second) = match fate {
+                            Attempt::Ends(o, us, second) => {
+                                clock.advance(Duration::from_micros(u64::from(us)));
+                                (o.outcome(), second)
+                            }
+                            Attempt::Stepped(step, o, second) => {
+                                clock.step(step);
+                                (o.outcome(), second)
+                            }
+                            Attempt::Hedge(us) => {
+                                clock.advance(
+                                    offer.unwrap_or(Duration::ZERO)
+                                        + Duration::from_micros(u64::from(us)),
+                                );
+                                let t = clock.now();
+                                cells.read(t);
+                                let attempts_before = a.attempts();
+                                let running_until = a.attempt_deadline();
+                                let (mut la, mut lb) = (Log::new(), Log::new());
+                                let ha = world.local(|p| a.hedge(p, t, &mut sink(&mut la, &names)));
+                                let hb =
+                                    world.shared(|p| b.hedge(p, t, &mut sink(&mut lb, &names)));
+                                assert_eq!(ha, hb, "the drivers disagree on a hedge");
+                                assert_eq!(la, lb, "the drivers' events differ on a hedge");
+                                if period_changed(&la) {
+                                    permits.new_period();
+                                }
+                                match (ha, hb) {
+                                    (Ok(ha), Ok(hb)) => {
+                                        assert!(call_settings.hedging());
+                                        assert_eq!(flying.len(), 1, "a third attempt in flight");
+                                        assert_eq!(a.attempts(), attempts_before + 1);
+                                        assert!(a.attempts() <= call_settings.max_attempts());
+                                        assert_eq!(world.pair.local.state(t), State::Closed);
+                                        // As `hedge_delay` offers: only before the attempt in
+                                        // flight is over its own deadline.
+                                        if let Some(until) = running_until {
+                                            assert!(
+                                                t < until,
+                                                "a hedge launched at {t}, past the running \
+                                                 attempt's deadline {until}"
+                                            );
+                                        }
+                                        let hat = a.attempt_deadline();
+                                        assert_eq!(hat, b.attempt_deadline());
+                                        if let (Some(hat), Some(d)) = (hat, deadline) {
+                                            assert!(hat <= d, "hedge deadline {hat} past {d}");
+                                        }
+                                        if let Some(hat) = hat {
+                                            assert!(
+                                                hat > t || hat == Instant::MAX,
+                                                "a hedge launched at {t} with no time left \
+                                                 (its deadline {hat}, the call's {deadline:?})"
+                                            );
+                                        }
+                                        if let Some(s) = world.gcra() {
+                                            cells.admit(t, 1, s.emission_interval(), s.burst());
+                                        }
+                                        flying.push((ha, hb));
+                                    }
+                                    (Err(_), Err(_)) => {
+                                        assert_eq!(a.attempts(), attempts_before);
+                                    }
+                                    _ => unreachable!(),
+                                }
+                                continue;
+                            }
+                            Attempt::Dropped => {
+                                leaked_slots += u32::try_from(flying.len()).unwrap();
+                                flying.clear();
+                                dropped = true;
+                                break;
+                            }
+                            Attempt::Released => {
+                                for (pa, pb) in flying.drain(..) {
+                                    world.local(|p| p.breaker.release(pa));
+                                    world.shared(|p| p.breaker.release(pb));
+                                }
+                                a.cancel();
+                                b.cancel();
+                                break;
+                            }
+                        };
+                        let which = if second && flying.len() > 1 { 1 } else { 0 };
+                        let (pa, pb) = flying.remove(which);
                         let t = clock.now();
                         let (mut la, mut lb) = (Log::new(), Log::new());
-                        {
-                            let mut parts = Parts {
-                                breaker: &mut pair.local,
-                                budget: &mut pair.budget,
-                            };
-                            a.complete(&mut parts, pa, t, o, &mut sink(&mut la, &names));
-                        }
-                        {
-                            let mut parts = Parts {
-                                breaker: &pair.shared,
-                                budget: &pair.shared_budget,
-                            };
-                            b.complete(&mut parts, pb, t, o, &mut sink(&mut lb, &names));
-                        }
+                        world.local(|p| a.complete(p, pa, t, out, &mut sink(&mut la, &names)));
+                        world.shared(|p| b.complete(p, pb, t, out, &mut sink(&mut lb, &names)));
                         assert_eq!(la, lb, "the drivers' events differ on complete");
+                        assert_eq!(a.is_over(), b.is_over());
                         if period_changed(&la) {
                             permits.new_period();
                         }
-                        if o == Outcome::Success {
+                        if out == Outcome::Success {
                             funded += u64::from(budget.fraction().ppm());
                         }
                         for e in &la {
                             if e.starts_with("Retry") {
-                                // Each announced retry was funded by one withdrawal.
                                 assert!(a.attempts() < call_settings.max_attempts());
+                            }
+                        }
+                        if a.is_over() {
+                            // The adapter cancels the other attempt of a pair and reports it.
+                            for (pa, pb) in flying.drain(..) {
+                                let (mut la, mut lb) = (Log::new(), Log::new());
+                                let o = Outcome::Cancelled;
+                                world
+                                    .local(|p| a.complete(p, pa, t, o, &mut sink(&mut la, &names)));
+                                world.shared(|p| {
+                                    b.complete(p, pb, t, o, &mut sink(&mut lb, &names))
+                                });
+                                assert_eq!(la, lb);
+                                if period_changed(&la) {
+                                    permits.new_period();
+                                }
+                            }
+                        }
+                        if let Some(held) = world.bulkhead_in_flight() {
+                            let flying = u32::try_from(flying.len()).unwrap();
+                            assert_eq!(held, flying + leaked_slots, "bulkhead slots");
+                        }
+                    }
+                    if !flying.is_empty() && !dropped {
+                        // The script ran out with attempts in flight: they time out.
+                        let t = clock.now();
+                        for (pa, pb) in flying.drain(..) {
+                            let o = Outcome::TimedOut;
+                            let (mut la, mut lb) = (Log::new(), Log::new());
+                            world.local(|p| a.complete(p, pa, t, o, &mut sink(&mut la, &names)));
+                            world.shared(|p| b.complete(p, pb, t, o, &mut sink(&mut lb, &names)));
+                            assert_eq!(la, lb);
+                            if period_changed(&la) {
+                                permits.new_period();
                             }
                         }
                     }
@@ -320,17 +704,26 @@ fuzz_target!(|input: Input| {
                 }
             }
             let now = clock.now();
-            pair.assert_agree(now);
-            pair.assert_bounds(now);
+            world.pair.assert_agree(now);
+            world.pair.assert_bounds(now);
+            assert_eq!(world.withdrawn[0], world.withdrawn[1]);
+            // Every retry and every hedge of this call was funded by one withdrawal.
+            let extra = u64::from(a.attempts().saturating_sub(1));
+            assert!(
+                extra <= world.withdrawn[0] - withdrawn_before,
+                "{} attempts on {} withdrawals",
+                a.attempts(),
+                world.withdrawn[0] - withdrawn_before
+            );
+            if let Some(held) = world.bulkhead_in_flight() {
+                assert_eq!(held, leaked_slots, "bulkhead slots between attempts");
+            }
         }
         // Every poll of a finished call says the same.
         if let Some(f) = ended {
             assert!(a.is_over() && b.is_over());
-            let mut parts = Parts {
-                breaker: &mut pair.local,
-                budget: &mut pair.budget,
-            };
-            assert_eq!(a.poll(&mut parts, clock.now(), &mut |_| {}), Step::Done(f));
+            let t = clock.now();
+            assert_eq!(world.local(|p| a.poll(p, t, &mut |_| {})), Step::Done(f));
         } else if rejection.is_none() {
             // Bounded by the loop, not by the driver: give up as a caller would.
             a.cancel();
@@ -339,13 +732,14 @@ fuzz_target!(|input: Input| {
         }
         // (A call whose rejection was handed out on the loop's last poll ended as rejected.)
         longest_hold = longest_hold.max(deadline.map_or(Duration::ZERO, |d| d - begin));
-        if clock.sane() {
+        if clock.sane() && clock.budget_exact() {
             let floor = clock
                 .forward_ms()
                 .saturating_mul(u64::from(budget.floor_per_second_milli()));
             assert!(
-                retries * 1_000_000 <= funded.saturating_add(floor),
-                "{retries} retries, funded {funded} + floor {floor} millionths"
+                world.withdrawn[0] * 1_000_000 <= funded.saturating_add(floor),
+                "{} withdrawals, funded {funded} + floor {floor} millionths",
+                world.withdrawn[0]
             );
         }
     }
@@ -356,6 +750,6 @@ fuzz_target!(|input: Input| {
         "{tally:?}"
     );
     if clock.sane() && longest_hold < Duration::from_secs(3 * 24 * 3600) {
-        assert_no_leak(&mut pair, &mut clock, &mut permits, longest_hold);
+        assert_no_leak(&mut world.pair, &mut clock, &mut permits, longest_hold);
     }
 });

@@ -4,13 +4,19 @@
 //! the two can be compared.
 //!
 //! # Where invariants hold
-//! Some invariants are stated by the core only while the instants it is fed lie within its
-//! documented range: the breaker's break, probe-reclaim and ramp marks are wrapping millisecond
-//! ticks, exact while two instants are less than 2^31 ms (about 24.8 days) apart, and nothing
-//! can move past [`Instant::MAX`]. [`Clock::sane`] says whether every instant fed so far lies
-//! within 2^30 ms (about 12.4 days) of every other and well below `Instant::MAX`; the targets
-//! assert the time-dependent invariants (retry-after bounds, funding, no leaked slot) only then,
-//! and everything else (no panic, both forms agree, probe and ramp limits) on every input.
+//! Nothing can move past [`Instant::MAX`]: a break, a reclaim or a ramp that would end after it
+//! cannot be waited out, so a `retry_after` cannot be checked by asking again at its end.
+//! [`Clock::sane`] says whether every instant fed so far lies well below `Instant::MAX`; the
+//! targets assert the time-dependent invariants (retry-after bounds, funding, no leaked slot)
+//! only then, and everything else (no panic, both forms agree, probe and ramp limits) on every
+//! input. The breaker's invariants hold however far apart the instants lie.
+//!
+//! The retry budget keeps the millisecond up to which its floor has accrued as a wrapping 32-bit
+//! stamp (documented on the budget's state: a reading up to 2^31 - 1 ms after the stamp counts as
+//! time passed). A clock stepped back by 2^31 ms or more can therefore be read as up to 24.8 days
+//! passed, and the floor accrues over them: [`Clock::budget_exact`] says no reading has lain that
+//! far behind the latest one, and the targets bound the withdrawals by what was funded only then.
+//! (A forward jump of that size is read as no time passed: the budget funds less, never more.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use arbitrary::Arbitrary;
@@ -19,8 +25,13 @@ use stormguard_core::{
     Outcome, Permit, Ratio, Recovery, Refused, SharedBreaker, SharedBudget, SlowCalls, State,
 };
 
-/// The span every instant fed must lie within for the time-dependent invariants to be asserted.
-pub const SANE_SPAN: Duration = Duration::from_millis(1 << 30);
+/// How far behind the latest reading a reading may lie before the budget's wrapping stamp may
+/// take it for time passed (2^31 - 1 ms, less a millisecond for rounding).
+pub const BUDGET_STAMP_SPAN: Duration = Duration::from_millis((1 << 31) - 2);
+
+/// How far below [`Instant::MAX`] every instant fed must lie for the time-dependent invariants to
+/// be asserted: longer than any break, ramp or reclaim the targets' settings allow.
+pub const END_MARGIN: Duration = Duration::from_secs(60 * 24 * 3600);
 
 /// A step of a clock that may jump forward, step back, or be set to anything at all.
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -39,8 +50,9 @@ pub enum TimeStep {
 #[derive(Debug, Clone)]
 pub struct Clock {
     now: Instant,
-    min: Instant,
     max: Instant,
+    /// A reading lay at least [`BUDGET_STAMP_SPAN`] behind the latest one before it.
+    budget_wrapped: bool,
     /// Whole milliseconds the clock moved forward, summed over its steps (what the budget's
     /// floor may accrue over).
     forward_ms: u64,
@@ -50,8 +62,8 @@ impl Clock {
     pub fn new(start: Instant) -> Clock {
         Clock {
             now: start,
-            min: start,
             max: start,
+            budget_wrapped: false,
             forward_ms: 0,
         }
     }
@@ -74,7 +86,9 @@ impl Clock {
             .forward_ms
             .saturating_add(t.as_millis().saturating_sub(self.now.as_millis()));
         self.now = t;
-        self.min = self.min.min(t);
+        if self.max - t >= BUDGET_STAMP_SPAN {
+            self.budget_wrapped = true;
+        }
         self.max = self.max.max(t);
     }
 
@@ -96,11 +110,16 @@ impl Clock {
         });
     }
 
-    /// Every instant so far lies within [`SANE_SPAN`] of every other, and far enough below
-    /// [`Instant::MAX`] for any break, ramp or reclaim to end before it.
+    /// Every instant so far lies far enough below [`Instant::MAX`] (by [`END_MARGIN`]) for any
+    /// break, ramp or reclaim to end before it.
     pub fn sane(&self) -> bool {
-        self.max - self.min < SANE_SPAN
-            && self.max <= Instant::MAX - Duration::from_secs(60 * 24 * 3600)
+        self.max <= Instant::MAX - END_MARGIN
+    }
+
+    /// No reading has lain [`BUDGET_STAMP_SPAN`] or more behind the latest one (see the crate
+    /// docs): the budget's floor has accrued over forward time only.
+    pub fn budget_exact(&self) -> bool {
+        !self.budget_wrapped
     }
 }
 
@@ -161,6 +180,13 @@ pub struct BreakerKnobs {
 }
 
 impl BreakerKnobs {
+    /// The same knobs with jitter off: every copy of the settings then breaks alike whatever its
+    /// seed (the keyed table reseeds each key's copy).
+    pub fn without_jitter(mut self) -> BreakerKnobs {
+        self.jitter = false;
+        self
+    }
+
     pub fn settings(&self) -> Option<BreakerSettings> {
         let brk =
             Duration::from_millis(1) + Duration::from_micros(u64::from(self.break_us % 60_000_000));
@@ -497,4 +523,63 @@ pub fn assert_no_leak(
         "the ramp shed 40 offers in a row: {:?}",
         pair.local.snapshot(clock.now())
     );
+}
+
+/// Admissions of cells over a stretch of readings, to check GCRA's bound: for any two admissions
+/// `i` before `j` (in the order they happened), the cells admitted from `i` to `j` times the
+/// emission interval `T` are at most `r_j - r_i + burst * T` (readings signed: a late reading may
+/// lie before an earlier one). It holds while no reading lies more than the late-reading allowance
+/// (1 s) below the latest one since the ledger started: further back, the limiter takes the clock
+/// for reset and may hand out one burst early, so the ledger starts over.
+#[derive(Debug, Default)]
+pub struct CellLedger {
+    /// (reading in ns, cells admitted, cells admitted before this one since the ledger started)
+    admitted: Vec<(u64, u64, u128)>,
+    total: u128,
+    latest: u64,
+}
+
+/// How far back a reading may lie and still be a late reading (the limiters' allowance).
+pub const LATE_READING: Duration = Duration::from_secs(1);
+
+impl CellLedger {
+    /// Notes a reading; starts over when the clock stepped back past the late-reading allowance.
+    pub fn read(&mut self, now: Instant) {
+        let now = now.as_nanos();
+        if self.admitted.is_empty() {
+            self.latest = now;
+        }
+        if now.saturating_add(LATE_READING.as_nanos()) < self.latest {
+            self.admitted.clear();
+            self.total = 0;
+            self.latest = now;
+        }
+        self.latest = self.latest.max(now);
+    }
+
+    /// Records `n` cells admitted at `now` and checks the bound against every earlier admission.
+    pub fn admit(&mut self, now: Instant, n: u32, interval: Duration, burst: u32) {
+        self.read(now);
+        if n == 0 {
+            return;
+        }
+        let t = u128::from(interval.as_nanos());
+        let r = now.as_nanos();
+        self.admitted.push((r, u64::from(n), self.total));
+        self.total += u128::from(n);
+        for &(ri, _, before) in &self.admitted {
+            let cells = self.total - before;
+            // cells * T <= r_j - r_i + burst * T, in signed 128-bit arithmetic.
+            let lhs = (cells * t) as i128;
+            let rhs = i128::from(r) - i128::from(ri) + (u128::from(burst) * t) as i128;
+            assert!(
+                lhs <= rhs,
+                "{cells} cells admitted between readings {ri} and {r}: more than burst {burst} \
+                 + span / {interval}"
+            );
+        }
+        if self.admitted.len() > 512 {
+            self.admitted.drain(..256);
+        }
+    }
 }
