@@ -19,6 +19,12 @@
 //! Every rule is a pure function of (state, settings, now, input) on a small `Copy` state that
 //! packs losslessly into one `u64`, so the same rules can run inside a compare-exchange loop over
 //! a single atomic word. [`Budget`] is the single-threaded `&mut` form: settings plus that state.
+//!
+//! # Time
+//! The state keeps the millisecond up to which the floor has accrued as a wrapping 32-bit stamp
+//! (that is what lets tokens and stamp share the word). A clock that steps back by up to 24.8
+//! days (2^31 ms) is no time passed. Further back it cannot be told from that much idle time:
+//! it counts as time passed, and may refill the budget to its capacity, never beyond.
 
 use core::cell::Cell;
 use core::fmt;
@@ -311,7 +317,9 @@ fn write_thousandths(f: &mut fmt::Formatter<'_>, milli: u32) -> fmt::Result {
 /// A reading up to 2^31 - 1 ms (about 24.8 days) after the stamp counts as time passed; any
 /// other reading counts as a clock that stepped back: no time passes. A budget left untouched
 /// for longer than about 24.8 days while not full therefore misses the floor's accrual over that
-/// gap (a full budget misses nothing; the floor refills an empty one within 10 s).
+/// gap (a full budget misses nothing; the floor refills an empty one within 10 s), and a clock
+/// stepped back by more than 24.8 days is indistinguishable from idle time and counts as time
+/// passed: the floor may refill the budget, never beyond its capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub(crate) struct BudgetState {

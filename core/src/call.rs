@@ -753,6 +753,14 @@ impl Call {
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Permit, NoHedge> {
         self.may_hedge()?;
+        // Never with no time left: past the call's deadline, or past the running attempt's own
+        // (a late timer, a clock that jumped): the hedge would spend a retry and an attempt on
+        // nothing, as `hedge_delay` already says.
+        if self.remaining(now).is_some_and(|l| l.is_zero())
+            || self.attempt_deadline.is_some_and(|d| now >= d)
+        {
+            return Err(NoHedge::NotNow);
+        }
         parts
             .breaker
             .hedge_after(now)

