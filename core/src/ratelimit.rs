@@ -1838,7 +1838,10 @@ impl<K: Eq + Hash, R: LimitRule, const N: usize, S: BuildHasher> KeyedLimiter<K,
         let slot = self.slots.get_mut(i)?.as_mut()?;
         let now_ns = now.as_nanos();
         // A clock that stepped back: settle the key as a request would, so that it turns idle
-        // on the new clock rather than once the old one is reached again.
+        // on the new clock rather than once the old one is reached again. (The price: after a
+        // step back of more than a late reading, a key's next decision is taken from the state
+        // this scan settled, so it can differ by when another key's arrival ran the scan. A
+        // table pinned full for as long as the clock stepped back would be worse.)
         if slot.last > now_ns.saturating_add(LATE_READING_NS) {
             slot.last = now_ns;
         }
