@@ -33,7 +33,8 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-const CALLS: u64 = 1_000;
+/// Calls measured per path (fewer under miri, which interprets every step).
+const CALLS: u64 = if cfg!(miri) { 10 } else { 1_000 };
 
 fn the_success_path_allocates_nothing() {
     let rt = runtime();

@@ -299,7 +299,8 @@ fn paused_runtime() -> tokio::runtime::Runtime {
 #[test]
 fn many_threads_share_one_table_and_each_key_gets_one_breaker() {
     const THREADS: u32 = 8;
-    const CALLS: u32 = 2_000;
+    // Lighter under miri, which interprets every step (and every thread's interleaving).
+    const CALLS: u32 = if cfg!(miri) { 20 } else { 2_000 };
     const KEYS: u32 = 32;
     let clock = ManualClock::new();
     let h = hosts(&clock, 64);
@@ -343,7 +344,7 @@ fn many_threads_share_one_table_and_each_key_gets_one_breaker() {
 #[test]
 fn under_contention_eviction_never_takes_a_key_with_a_call_in_flight() {
     const THREADS: u32 = 8;
-    const CALLS: u32 = 1_000;
+    const CALLS: u32 = if cfg!(miri) { 20 } else { 1_000 };
     let clock = ManualClock::new();
     let h = hosts(&clock, 4);
     let done = Arc::new(AtomicU64::new(0));
