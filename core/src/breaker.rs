@@ -1200,18 +1200,22 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
-        if !(M::KEEPS && self.s().keeps_statistics())
-            && outcome.is_success()
-            && permit.kind() == Kind::Normal
-        {
-            // The common case of a breaker without statistics: a success while closed with no
-            // failures counted changes nothing. Phase, period and count are the low 21 bits.
-            let quiet = u64::from(permit.period()) << 3;
-            if self.control.get() & QUIET_MASK == quiet {
-                return;
-            }
+        // The common case of a breaker without statistics: nothing to record, and a success
+        // while closed and quiet changes nothing.
+        if !(M::KEEPS && self.s().keeps_statistics()) && self.quiet_success(&permit, outcome) {
+            return;
         }
         self.on_outcome_slow(now, permit, outcome, events);
+    }
+
+    /// A success of a normal permit while the breaker is closed, in the permit's period, with
+    /// no failure counted: the control word would not change. Phase, period and count are its
+    /// low 21 bits.
+    #[inline]
+    fn quiet_success(&self, permit: &Permit, outcome: Outcome) -> bool {
+        outcome.is_success()
+            && permit.kind() == Kind::Normal
+            && self.control.get() & QUIET_MASK == u64::from(permit.period()) << 3
     }
 
     #[inline(never)]
@@ -1250,13 +1254,10 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 readings = Some(self.stats.readings(now, s));
             }
         }
-        if outcome.is_success() && !slow && permit.kind() == Kind::Normal {
-            // As in `on_outcome`: a fast success while closed with no failures counted changes
-            // nothing (no count to reset, no evidence for a statistical rule).
-            let quiet = u64::from(permit.period()) << 3;
-            if self.control.get() & QUIET_MASK == quiet {
-                return;
-            }
+        // A fast success while closed and quiet changes nothing either (no count to reset, no
+        // evidence for a statistical rule).
+        if !slow && self.quiet_success(&permit, outcome) {
+            return;
         }
         let n = loop {
             let (raw, c0, r) = self.load();

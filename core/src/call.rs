@@ -46,6 +46,23 @@ use crate::{Duration, Instant, Name, Outcome};
 /// constant, not a setting: it is a floor under the rate of a rejection loop, not a tunable.
 pub const GUARD_PAUSE: Duration = Duration::from_millis(100);
 
+/// The pause a refusal is served after: [`GUARD_PAUSE`], capped by the time `left` before the
+/// caller's deadline (if it has one). The call driver applies it to every refusal; an adapter
+/// that refuses outside the driver (a full keyed table) applies the same rule.
+///
+/// ```
+/// use stormguard_core::{guarded_pause, Duration, GUARD_PAUSE};
+/// assert_eq!(guarded_pause(None), GUARD_PAUSE);
+/// assert_eq!(guarded_pause(Some(Duration::from_millis(40))), Duration::from_millis(40));
+/// ```
+#[must_use]
+pub const fn guarded_pause(left: Option<Duration>) -> Duration {
+    match left {
+        Some(left) => GUARD_PAUSE.min(left),
+        None => GUARD_PAUSE,
+    }
+}
+
 /// The breaker side of a call: implemented by [`Breaker`] (`&mut`), by the shared breaker, and
 /// by [`Unguarded`] (no breaker).
 pub trait Admission {
@@ -593,9 +610,7 @@ impl Call {
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Rejection {
-        let pause = self
-            .remaining(now)
-            .map_or(GUARD_PAUSE, |left| GUARD_PAUSE.min(left));
+        let pause = guarded_pause(self.remaining(now));
         let retry_after = if refused.retry_after == Duration::MAX {
             Duration::MAX
         } else {

@@ -84,8 +84,8 @@ pub use bulkhead::{
 };
 pub use cache::{CacheRule, ZeroTtl};
 pub use call::{
-    Admission, Call, CallSettings, CallSettingsBuilder, Finished, Funding, NoHedge, Parts,
-    Rejection, Step, Unguarded, Unlimited, GUARD_PAUSE,
+    guarded_pause, Admission, Call, CallSettings, CallSettingsBuilder, Finished, Funding, NoHedge,
+    Parts, Rejection, Step, Unguarded, Unlimited, GUARD_PAUSE,
 };
 pub use engine::{
     AddPolicyError, DecisionTrail, Policy, PolicyDecision, PolicyEngine, PolicyEvaluation,

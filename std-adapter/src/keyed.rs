@@ -42,8 +42,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwapOption;
 use stormguard_core::{
-    Admission, BreakerSettings, Duration, Event, Instant, KeyedRefusal, Member, Name, Outcome,
-    Permit, Refused, SettingsError, SharedBreaker, Snapshot, State, GUARD_PAUSE,
+    guarded_pause, Admission, BreakerSettings, Duration, Event, Instant, KeyedRefusal, Member,
+    Name, Outcome, Permit, Refused, SettingsError, SharedBreaker, Snapshot, State,
 };
 
 use crate::classify::Classify;
@@ -784,12 +784,7 @@ where
             Err(Refusal::Settings(e)) => return Err(KeyedError::Settings(e)),
             Err(Refusal::Full) => {
                 // A refusal is guarded like any other, so a polling loop cannot spin on it.
-                let pause = self
-                    .table
-                    .template
-                    .settings()
-                    .deadline()
-                    .map_or(GUARD_PAUSE, |d| GUARD_PAUSE.min(d));
+                let pause = guarded_pause(self.table.template.settings().deadline());
                 tokio::time::sleep(pause.into()).await;
                 return Err(KeyedError::Full);
             }
