@@ -1200,10 +1200,24 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
-        // The common case of a breaker without statistics: nothing to record, and a success
-        // while closed and quiet changes nothing.
-        if !(M::KEEPS && self.s().keeps_statistics()) && self.quiet_success(&permit, outcome) {
-            return;
+        let s = self.s();
+        if self.quiet_success(&permit, outcome) {
+            // The common case: a success while closed and quiet changes no state. Without
+            // statistics there is nothing to record either; with them, a fast success is one
+            // sample in the trip window and the latency baseline (a slow one is evidence, and
+            // takes the full path).
+            if !(M::KEEPS && s.keeps_statistics()) {
+                return;
+            }
+            let latency = permit.latency(now);
+            if self
+                .stats
+                .slow_threshold(now, s)
+                .is_none_or(|t| latency <= t)
+            {
+                self.stats.record_fast_success(now, s, latency);
+                return;
+            }
         }
         self.on_outcome_slow(now, permit, outcome, events);
     }

@@ -26,6 +26,7 @@ pub(crate) trait Word {
     fn fetch_max(&self, v: u64) -> u64;
 
     /// Load / pure step / compare-exchange until it sticks. Returns (old, new).
+    #[inline]
     fn update(&self, mut f: impl FnMut(u64) -> u64) -> (u64, u64) {
         loop {
             let old = self.get();
@@ -48,6 +49,7 @@ impl Word for Cell<u64> {
     fn get(&self) -> u64 {
         Cell::get(self)
     }
+    #[inline]
     fn cas(&self, current: u64, new: u64) -> bool {
         if Cell::get(self) == current {
             self.set(new);
@@ -56,9 +58,11 @@ impl Word for Cell<u64> {
             false
         }
     }
+    #[inline]
     fn swap(&self, new: u64) -> u64 {
         self.replace(new)
     }
+    #[inline]
     fn fetch_max(&self, v: u64) -> u64 {
         let old = Cell::get(self);
         self.set(old.max(v));
@@ -77,13 +81,16 @@ impl Word for AtomicU64 {
     fn get(&self) -> u64 {
         self.load(Ordering::Acquire)
     }
+    #[inline]
     fn cas(&self, current: u64, new: u64) -> bool {
         self.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
+    #[inline]
     fn swap(&self, new: u64) -> u64 {
         AtomicU64::swap(self, new, Ordering::AcqRel)
     }
+    #[inline]
     fn fetch_max(&self, v: u64) -> u64 {
         AtomicU64::fetch_max(self, v, Ordering::AcqRel)
     }

@@ -33,11 +33,28 @@ impl Counts {
 
     /// Packs into one word: 22 bits of calls, 21 of failures, 21 of slow calls, each
     /// saturating (4 million calls a bucket).
+    #[inline]
     fn pack(self) -> u64 {
         let sat = |v: u32, bits: u32| u64::from(v).min(mask(bits));
         put(sat(self.calls, CALL_BITS), 0, CALL_BITS)
             | put(sat(self.failures, FAIL_BITS), CALL_BITS, FAIL_BITS)
             | put(sat(self.slow, SLOW_BITS), CALL_BITS + FAIL_BITS, SLOW_BITS)
+    }
+
+    /// `inc` (packed) added to the packed counts `w`: one addition while no count is past half
+    /// its width in either (no carry can cross into the next count), saturating otherwise.
+    #[inline]
+    fn add_packed(w: u64, inc: u64) -> u64 {
+        const HIGH: u64 = put(1, CALL_BITS - 1, 1)
+            | put(1, CALL_BITS + FAIL_BITS - 1, 1)
+            | put(1, CALL_BITS + FAIL_BITS + SLOW_BITS - 1, 1);
+        if (w | inc) & HIGH == 0 {
+            w.wrapping_add(inc)
+        } else {
+            let mut sum = Counts::unpack(w);
+            sum.add(Counts::unpack(inc));
+            sum.pack()
+        }
     }
 
     fn unpack(w: u64) -> Counts {
@@ -81,6 +98,7 @@ impl<W: Word> Ring<W> {
 
     /// Adds `c` to the bucket `now` falls in. When that replaces an older bucket, returns the
     /// older bucket's index and counts.
+    #[inline]
     fn record(&self, now: Instant, width: Duration, c: Counts) -> Option<(u64, Counts)> {
         let head = self.head.get();
         let start = head.saturating_mul(width.as_nanos());
@@ -96,20 +114,17 @@ impl<W: Word> Ring<W> {
         let (Some(index), Some(counts)) = (self.index.get(k), self.counts.get(k)) else {
             return None;
         };
+        let inc = c.pack();
         loop {
             let at = index.get();
             if at >= idx {
                 // This bucket (or, for a clock that stepped back, a newer one in the same slot:
                 // no time passed) takes the counts.
-                counts.update(|w| {
-                    let mut sum = Counts::unpack(w);
-                    sum.add(c);
-                    sum.pack()
-                });
+                counts.update(|w| Counts::add_packed(w, inc));
                 return None;
             }
             if index.cas(at, idx) {
-                let old = counts.swap(c.pack());
+                let old = counts.swap(inc);
                 return Some((at, Counts::unpack(old)));
             }
         }
@@ -156,8 +171,12 @@ pub(crate) const HIST_BUCKETS: usize = (HIST_OCTAVES * HIST_SUB) as usize;
 const LANES: usize = 4;
 const HIST_WORDS: usize = HIST_BUCKETS / LANES;
 /// The median is re-read whenever a bucket's count passes a multiple of this (and at least
-/// every trip-window bucket, and after each decay).
-const MEMO_EVERY: u64 = 64;
+/// every trip-window bucket, and after each decay). A re-read scans the whole histogram (some
+/// 1 800 instructions), so this sets its share of a sample's cost (about 7 of 150); a baseline
+/// is meant to move slowly anyway, or a brownout would teach it its own latency.
+const MEMO_EVERY: u64 = 256;
+/// While the histogram holds fewer samples than this, every sample re-reads the median.
+const WARM_SAMPLES: u64 = 64;
 
 /// A fixed-size log-linear histogram of successful calls' latencies: 240 sixteen-bit counts,
 /// halved every half baseline window (and whenever one would overflow), and forgotten after a
@@ -176,8 +195,11 @@ pub(crate) struct Histogram<W> {
     slow_at: W,
     /// The memoized 95th-percentile bucket (+1; 0 for none yet).
     tail: W,
-    /// When the memo is next re-read at the latest, in ns.
-    memo_until: W,
+    /// Before this instant (ns) a sample needs no check of time at all: no expiry, no decay
+    /// and no re-read of the memo can be due. The earliest of the three, as they stood at the
+    /// last re-read; each only moves later, so a stale value is early, never late. 0 while
+    /// warming up (every sample re-reads the memo).
+    check_at: W,
 }
 
 impl<W: Word> Histogram<W> {
@@ -190,7 +212,7 @@ impl<W: Word> Histogram<W> {
                 memo: word!(W),
                 slow_at: word!(W),
                 tail: word!(W),
-                memo_until: word!(W),
+                check_at: word!(W),
             }
         }
     }
@@ -299,34 +321,11 @@ impl<W: Word> Histogram<W> {
         self.slow_at.swap(threshold);
     }
 
+    #[inline]
     fn record(&self, now: Instant, s: &BreakerSettings, half_window: Duration, latency: Duration) {
-        let mut refresh = false;
-        let last = self.last_sample.get();
-        if last != 0
-            && now.as_nanos().saturating_sub(last.saturating_sub(1))
-                >= half_window.saturating_mul(2).as_nanos()
-        {
-            self.clear();
-            refresh = true;
-        }
-        // The next decay is due at the end of the current period (no division on the
-        // common path).
-        let current = self.period.get();
-        let boundary = current
-            .saturating_add(1)
-            .saturating_mul(half_window.as_nanos());
-        if now.as_nanos() >= boundary {
-            let period = now
-                .as_nanos()
-                .checked_div(half_window.as_nanos())
-                .unwrap_or(0);
-            let (old, new) = self.period.update(|p| p.max(period));
-            if new > old {
-                let shift = u32::try_from(new.saturating_sub(old).min(16)).unwrap_or(16);
-                self.halve(shift);
-                refresh = true;
-            }
-        }
+        let t = now.as_nanos();
+        // The common case costs one load here: nothing time-driven is due yet.
+        let mut refresh = t >= self.check_at.get() && self.catch_up(now, half_window);
         let bucket = Histogram::<W>::bucket(latency.as_nanos());
         let (wi, i) = (bucket / LANES, bucket % LANES);
         let mut count = 0;
@@ -351,20 +350,72 @@ impl<W: Word> Histogram<W> {
         }
         // Millisecond resolution is enough to tell an idle baseline: skip the write when the
         // stored instant is that fresh.
-        let stamp = now.as_nanos().saturating_add(1);
+        let stamp = t.saturating_add(1);
         if self.last_sample.get().saturating_add(1_000_000) < stamp {
             self.last_sample.fetch_max(stamp);
         }
         // Re-read the median and p95 while warming up, and then at most one trip-window
         // bucket (3 s at the defaults) after the last reading, or when a bucket's count passes
-        // a multiple of 64.
-        let samples = self.memo.get() & 0xFFFF_FFFF;
-        let due = self.memo_until.get() <= now.as_nanos();
-        if refresh || due || samples < 64 || count.is_multiple_of(MEMO_EVERY) {
-            self.memo_until
-                .swap(now.as_nanos().saturating_add(s.bucket_width().as_nanos()));
-            self.refresh(s);
+        // a multiple of 256.
+        if refresh || count.is_multiple_of(MEMO_EVERY) {
+            self.reread(now, s, half_window);
         }
+    }
+
+    /// Re-reads the memo and sets when time next needs checking.
+    #[inline(never)]
+    fn reread(&self, now: Instant, s: &BreakerSettings, half_window: Duration) {
+        self.refresh(s);
+        let samples = self.memo.get() & 0xFFFF_FFFF;
+        let check_at = if samples < WARM_SAMPLES {
+            0
+        } else {
+            let memo_due = now.as_nanos().saturating_add(s.bucket_width().as_nanos());
+            let decay = self
+                .period
+                .get()
+                .saturating_add(1)
+                .saturating_mul(half_window.as_nanos());
+            let expiry = self
+                .last_sample
+                .get()
+                .saturating_sub(1)
+                .saturating_add(half_window.saturating_mul(2).as_nanos());
+            memo_due.min(decay).min(expiry)
+        };
+        self.check_at.swap(check_at);
+    }
+
+    /// What time alone has made due at `now`: forgets a baseline idle for a whole window and
+    /// decays the counts at each half-window boundary. Returns `true` (the memo must be
+    /// re-read) whenever the check was due, which includes the memo's own re-read time.
+    #[inline(never)]
+    fn catch_up(&self, now: Instant, half_window: Duration) -> bool {
+        let last = self.last_sample.get();
+        if last != 0
+            && now.as_nanos().saturating_sub(last.saturating_sub(1))
+                >= half_window.saturating_mul(2).as_nanos()
+        {
+            self.clear();
+        }
+        // The next decay is due at the end of the current period (no division on the
+        // common path).
+        let current = self.period.get();
+        let boundary = current
+            .saturating_add(1)
+            .saturating_mul(half_window.as_nanos());
+        if now.as_nanos() >= boundary {
+            let period = now
+                .as_nanos()
+                .checked_div(half_window.as_nanos())
+                .unwrap_or(0);
+            let (old, new) = self.period.update(|p| p.max(period));
+            if new > old {
+                let shift = u32::try_from(new.saturating_sub(old).min(16)).unwrap_or(16);
+                self.halve(shift);
+            }
+        }
+        true
     }
 
     /// `true` once the baseline is stale at `now` (no sample for a whole window).
@@ -426,6 +477,19 @@ pub(crate) struct Sample {
     pub(crate) baseline_latency: Option<Duration>,
 }
 
+impl Sample {
+    /// A success that was not slow, granted and reported while closed in the same period.
+    pub(crate) const fn fast_success(latency: Duration) -> Sample {
+        Sample {
+            to_window: true,
+            counted: true,
+            failure: false,
+            slow: false,
+            baseline_latency: Some(latency),
+        }
+    }
+}
+
 impl<W: Word> Stats<W> {
     const_unless_loom! {
         pub(crate) fn new() -> Stats<W> {
@@ -452,17 +516,45 @@ impl<W: Word> Stats<W> {
             slow: u32::from(sample.counted && sample.slow),
         };
         if sample.to_window && sample.counted {
-            if let Some((at, evicted)) = self.trip.record(now, s.bucket_width(), c) {
-                let age = Ring::<W>::index_of(now, s.bucket_width()).saturating_sub(at);
-                if evicted.calls > 0 && age <= Stats::<W>::keep(s) {
-                    self.to_baseline(now, s, evicted);
-                }
-            }
+            self.to_window(now, s, c);
         } else if c.calls > 0 {
             self.to_baseline(now, s, c);
         }
         if let Some(latency) = sample.baseline_latency {
             self.latency.record(now, s, half_baseline(s), latency);
+        }
+    }
+
+    /// [`Stats::record`] of [`Sample::fast_success`], the common case, inlined into the
+    /// breaker's call path.
+    #[inline]
+    pub(crate) fn record_fast_success(&self, now: Instant, s: &BreakerSettings, latency: Duration) {
+        self.to_window(
+            now,
+            s,
+            Counts {
+                calls: 1,
+                failures: 0,
+                slow: 0,
+            },
+        );
+        self.latency.record(now, s, half_baseline(s), latency);
+    }
+
+    /// Adds `c` to the trip window; the bucket it replaces, if still young enough, moves into
+    /// the error baseline.
+    #[inline]
+    fn to_window(&self, now: Instant, s: &BreakerSettings, c: Counts) {
+        if let Some((at, evicted)) = self.trip.record(now, s.bucket_width(), c) {
+            self.evicted(now, s, at, evicted);
+        }
+    }
+
+    #[inline(never)]
+    fn evicted(&self, now: Instant, s: &BreakerSettings, at: u64, evicted: Counts) {
+        let age = Ring::<W>::index_of(now, s.bucket_width()).saturating_sub(at);
+        if evicted.calls > 0 && age <= Stats::<W>::keep(s) {
+            self.to_baseline(now, s, evicted);
         }
     }
 
@@ -532,6 +624,10 @@ pub(crate) trait Measure {
     const KEEPS: bool;
     /// Records one outcome.
     fn record(&self, now: Instant, s: &BreakerSettings, sample: Sample);
+    /// Records [`Sample::fast_success`].
+    fn record_fast_success(&self, now: Instant, s: &BreakerSettings, latency: Duration) {
+        self.record(now, s, Sample::fast_success(latency));
+    }
     /// The inputs of [`trip_reason`] at `now`.
     fn readings(&self, now: Instant, s: &BreakerSettings) -> Readings;
     /// The learned median latency and the samples behind it.
@@ -548,6 +644,10 @@ impl<W: Word> Measure for Stats<W> {
     const KEEPS: bool = true;
     fn record(&self, now: Instant, s: &BreakerSettings, sample: Sample) {
         Stats::record(self, now, s, sample);
+    }
+    #[inline]
+    fn record_fast_success(&self, now: Instant, s: &BreakerSettings, latency: Duration) {
+        Stats::record_fast_success(self, now, s, latency);
     }
     fn readings(&self, now: Instant, s: &BreakerSettings) -> Readings {
         Stats::readings(self, now, s)
@@ -783,19 +883,68 @@ mod tests {
     }
 
     #[test]
+    fn packed_addition_matches_the_saturating_sum() {
+        let edge = |bits: u32| {
+            [
+                0,
+                1,
+                (1 << (bits - 1)) - 1,
+                1 << (bits - 1),
+                (1 << bits) - 1,
+            ]
+        };
+        for calls in edge(CALL_BITS) {
+            for failures in edge(FAIL_BITS) {
+                for slow in edge(SLOW_BITS) {
+                    let w = Counts {
+                        calls,
+                        failures,
+                        slow,
+                    };
+                    for inc in [
+                        Counts {
+                            calls: 1,
+                            failures: 0,
+                            slow: 0,
+                        },
+                        Counts {
+                            calls: 1,
+                            failures: 1,
+                            slow: 1,
+                        },
+                        Counts {
+                            calls: 3_000_000,
+                            failures: 5,
+                            slow: 2_000_000,
+                        },
+                    ] {
+                        let mut sum = w;
+                        sum.add(inc);
+                        assert_eq!(
+                            Counts::unpack(Counts::add_packed(w.pack(), inc.pack())),
+                            Counts::unpack(sum.pack()),
+                            "{w:?} + {inc:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn the_latency_baseline_decays_and_expires_when_idle() {
         let h = Histogram::<Local>::new();
         let half = Duration::from_secs(150);
-        for i in 0..128 {
+        for i in 0..300 {
             h.record(Instant::from_millis(i), &S, half, Duration::from_millis(20));
         }
         assert_eq!(
             h.reading().1,
-            128,
-            "re-read when the bucket's count passes 64 and 128"
+            256,
+            "re-read on every sample up to 64, then when the bucket's count passes 256"
         );
         h.record(Instant::from_secs(151), &S, half, Duration::from_millis(20));
-        assert_eq!(h.reading().1, 65, "halved, then one more");
+        assert_eq!(h.reading().1, 151, "halved, then one more");
         assert!(h.expired(Instant::from_secs(452), half));
         assert!(!h.expired(Instant::from_secs(450), half));
     }
