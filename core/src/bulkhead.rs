@@ -5,7 +5,7 @@
 use core::cell::Cell;
 use core::fmt;
 
-use crate::breaker::{HedgeSuppressed, Permit};
+use crate::breaker::Permit;
 use crate::call::Admission;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::loom::AtomicU64;
@@ -953,9 +953,7 @@ impl<A, B> Bulkheaded<A, B> {
 }
 
 impl<A: Admission, B: BulkheadSlots> Admission for Bulkheaded<A, B> {
-    fn name(&self) -> &Name {
-        self.breaker.name()
-    }
+    forward_breaker_readings!(breaker);
 
     fn try_acquire(
         &mut self,
@@ -995,18 +993,6 @@ impl<A: Admission, B: BulkheadSlots> Admission for Bulkheaded<A, B> {
     fn release(&mut self, permit: Permit) {
         self.breaker.release(permit);
         self.leave(Instant::ZERO);
-    }
-
-    fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        self.breaker.normal_latency(now)
-    }
-
-    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
-        self.breaker.attempt_ceiling(now)
-    }
-
-    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
-        self.breaker.hedge_after(now)
     }
 }
 

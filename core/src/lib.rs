@@ -49,6 +49,31 @@
     )
 )]
 
+/// The [`Admission`] methods a wrapper in front of a breaker (a rate limiter, a bulkhead) does
+/// not change: the breaker's name and its latency readings, read from the field named.
+macro_rules! forward_breaker_readings {
+    ($field:ident) => {
+        fn name(&self) -> &$crate::Name {
+            self.$field.name()
+        }
+
+        fn normal_latency(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+            self.$field.normal_latency(now)
+        }
+
+        fn attempt_ceiling(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+            self.$field.attempt_ceiling(now)
+        }
+
+        fn hedge_after(
+            &self,
+            now: $crate::Instant,
+        ) -> Result<$crate::Duration, $crate::HedgeSuppressed> {
+            self.$field.hedge_after(now)
+        }
+    };
+}
+
 mod backoff;
 mod breaker;
 mod budget;

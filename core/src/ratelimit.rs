@@ -77,7 +77,7 @@ use core::fmt;
 use core::hash::{BuildHasher, Hash, Hasher};
 use core::num::NonZeroU32;
 
-use crate::breaker::{HedgeSuppressed, Permit};
+use crate::breaker::Permit;
 use crate::call::Admission;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
@@ -1289,9 +1289,7 @@ impl<A, L> RateLimited<A, L> {
 }
 
 impl<A: Admission, L: Limit> Admission for RateLimited<A, L> {
-    fn name(&self) -> &Name {
-        self.breaker.name()
-    }
+    forward_breaker_readings!(breaker);
 
     fn try_acquire(
         &mut self,
@@ -1321,18 +1319,6 @@ impl<A: Admission, L: Limit> Admission for RateLimited<A, L> {
 
     fn release(&mut self, permit: Permit) {
         self.breaker.release(permit);
-    }
-
-    fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        self.breaker.normal_latency(now)
-    }
-
-    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
-        self.breaker.attempt_ceiling(now)
-    }
-
-    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
-        self.breaker.hedge_after(now)
     }
 }
 
