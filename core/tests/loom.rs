@@ -268,6 +268,30 @@ fn sequential<L: Clone>(
     [order(0), order(1)]
 }
 
+/// Inside a loom model: the two requests raced on two threads against a shared limiter, and how
+/// it reads afterwards at `probes`.
+fn raced<S: Send + Sync + 'static>(
+    limiter: S,
+    check_n: fn(&S, Instant, u32) -> Result<(), Refused>,
+    available: fn(&S, Instant) -> u32,
+    requests: [Request; 2],
+    probes: &[Instant],
+) -> Run {
+    let limiter = Arc::new(limiter);
+    let handles: Vec<_> = requests
+        .into_iter()
+        .map(|(at, n)| {
+            let limiter = limiter.clone();
+            thread::spawn(move || check_n(&limiter, at, n))
+        })
+        .collect();
+    let answers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    Run {
+        answers: [answers[0], answers[1]],
+        after: probes.iter().map(|&t| available(&limiter, t)).collect(),
+    }
+}
+
 #[test]
 fn racing_gcra_checks_admit_no_more_than_the_rule_in_one_sequential_order() {
     // 2 cells a second, burst 2: the requests together ask for more than the burst holds.
@@ -294,19 +318,13 @@ fn racing_gcra_checks_admit_no_more_than_the_rule_in_one_sequential_order() {
         "the order matters: the race is real"
     );
     loom::model(move || {
-        let limiter = Arc::new(SharedRateLimiter::new(settings));
-        let handles: Vec<_> = requests
-            .into_iter()
-            .map(|(at, n)| {
-                let limiter = limiter.clone();
-                thread::spawn(move || limiter.check_n(at, n))
-            })
-            .collect();
-        let answers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        let run = Run {
-            answers: [answers[0], answers[1]],
-            after: probes.iter().map(|&t| limiter.available(t)).collect(),
-        };
+        let run = raced(
+            SharedRateLimiter::new(settings),
+            SharedRateLimiter::check_n,
+            SharedRateLimiter::available,
+            requests,
+            &probes,
+        );
         assert!(
             expected.contains(&run),
             "no sequential order gives {run:?}; orders: {expected:?}"
@@ -349,19 +367,13 @@ fn racing_window_checks_count_every_event_once_in_one_sequential_order() {
         "the order matters: the race is real"
     );
     loom::model(move || {
-        let limiter = Arc::new(SharedWindowLimiter::new(settings));
-        let handles: Vec<_> = requests
-            .into_iter()
-            .map(|(at, n)| {
-                let limiter = limiter.clone();
-                thread::spawn(move || limiter.check_n(at, n))
-            })
-            .collect();
-        let answers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        let run = Run {
-            answers: [answers[0], answers[1]],
-            after: probes.iter().map(|&t| limiter.available(t)).collect(),
-        };
+        let run = raced(
+            SharedWindowLimiter::new(settings),
+            SharedWindowLimiter::check_n,
+            SharedWindowLimiter::available,
+            requests,
+            &probes,
+        );
         assert!(
             expected.contains(&run),
             "no sequential order gives {run:?}; orders: {expected:?}"
