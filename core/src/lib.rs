@@ -80,6 +80,7 @@ mod budget;
 mod bulkhead;
 mod cache;
 mod call;
+mod call_error;
 mod engine;
 mod error;
 mod event;
@@ -112,6 +113,7 @@ pub use call::{
     guarded_pause, Admission, Call, CallSettings, CallSettingsBuilder, Finished, Funding, NoHedge,
     Parts, Rejection, Step, Unguarded, Unlimited, GUARD_PAUSE,
 };
+pub use call_error::CallError;
 pub use engine::{
     AddPolicyError, DecisionTrail, Policy, PolicyDecision, PolicyEngine, PolicyEvaluation,
     PolicyMatch, PolicyPredicate, PolicyVerdict,

@@ -12,7 +12,7 @@
 //!
 //! The success path emits no event, so tracing costs nothing there.
 
-use stormguard_core::{Event, Name, RefusalReason, State};
+use stormguard_core::{CallError, Event, Name, RefusalReason, State};
 
 /// How one call ended, as reported to [`Listener::on_call`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -32,6 +32,27 @@ pub enum Ended {
     Cancelled,
     /// Served from the success cache without calling.
     Cached,
+}
+
+impl<E> From<&CallError<E>> for Ended {
+    /// How a call that returned this error ended.
+    ///
+    /// ```
+    /// use stormguard_std::{CallError, Ended};
+    /// assert_eq!(Ended::from(&CallError::<()>::Cancelled), Ended::Cancelled);
+    /// ```
+    fn from(e: &CallError<E>) -> Ended {
+        match e {
+            CallError::Failed(_) => Ended::Failed,
+            CallError::TimedOut { .. } => Ended::TimedOut,
+            CallError::Rejected { rejection, .. } => Ended::Rejected(rejection.reason),
+            CallError::DeadlineExceeded { .. } => Ended::DeadlineExceeded,
+            CallError::Cancelled => Ended::Cancelled,
+            // `CallError` is non-exhaustive: an ending added later reads as a failure until it
+            // has a name here.
+            _ => Ended::Failed,
+        }
+    }
 }
 
 impl Ended {

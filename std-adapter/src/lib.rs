@@ -117,6 +117,7 @@ pub use handles::{entropy_seed, Breaker, Budget};
 #[cfg(feature = "tokio")]
 pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError};
 pub use metrics::{Metrics, MetricsSnapshot};
-pub use policy::{Bulkhead, CallError, CallOptions, Limiter, Policy, PolicyBuilder};
+pub use policy::{Bulkhead, CallOptions, Limiter, Policy, PolicyBuilder};
+pub use stormguard_core::CallError;
 #[cfg(feature = "tokio")]
 pub use subscription::{subscribe, Subscription, SubscriptionCancelled, SubscriptionEvent};

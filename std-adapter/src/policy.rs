@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use stormguard_core::{
     Admission, Backoff, BreakerSettings, BudgetSettings, BulkheadPermit, BulkheadSettings,
-    BulkheadSlots, BulkheadSnapshot, Bulkheaded, Call, CallSettings, CallSettingsBuilder, Duration,
-    Event, Explain, Finished, Funding, HedgeSuppressed, Instant, Limit, Name, Outcome, Parts,
-    Permit, RateLimitSettings, RateLimited, Refused, Rejection, SettingsError, SharedBreaker,
+    BulkheadSlots, BulkheadSnapshot, Bulkheaded, Call, CallError, CallSettings,
+    CallSettingsBuilder, Duration, Event, Explain, Funding, HedgeSuppressed, Instant, Limit, Name,
+    Outcome, Parts, Permit, RateLimitSettings, RateLimited, Refused, SettingsError, SharedBreaker,
     SharedBudget, SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, Step, Unguarded,
     Unlimited, WindowLimitSettings,
 };
@@ -25,140 +25,6 @@ use crate::{entropy_seed, Breaker, Budget};
 
 #[cfg(feature = "tokio")]
 use tokio_util::sync::CancellationToken;
-
-/// Why a guarded call did not return the operation's value. Says exactly what happened.
-///
-/// ```
-/// use stormguard_std::CallError;
-///
-/// fn describe(e: &CallError<std::io::Error>) -> String {
-///     match e {
-///         CallError::Failed(io) => format!("the dependency said: {io}"),
-///         CallError::TimedOut { .. } => "the last attempt timed out".into(),
-///         CallError::Rejected { rejection, .. } => {
-///             format!("not called ({}); try again in {}", rejection.reason, rejection.retry_after)
-///         }
-///         CallError::DeadlineExceeded { .. } => "out of time".into(),
-///         CallError::Cancelled => "cancelled".into(),
-///         _ => "something else".into(),
-///     }
-/// }
-/// assert_eq!(describe(&CallError::Cancelled), "cancelled");
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CallError<E> {
-    /// The operation's own error stands: the attempts ran out, or it was not retryable.
-    Failed(E),
-    /// The last attempt was cut off at its attempt timeout, and no retry was left.
-    TimedOut {
-        /// The error of an earlier attempt, if one returned an error.
-        last: Option<E>,
-    },
-    /// Refused locally (breaker open, half-open full, ramp shedding, isolated, budget empty),
-    /// reported after the guarded pause.
-    Rejected {
-        /// Why, when to ask again (`retry_after`, counted from the end of the pause), the pause
-        /// served, and the attempts made.
-        rejection: Rejection,
-        /// The error of the last attempt, when a retry was refused after a failure.
-        last: Option<E>,
-    },
-    /// The deadline passed, or a retry could not have finished before it.
-    DeadlineExceeded {
-        /// The error of the last attempt, if one returned an error.
-        last: Option<E>,
-    },
-    /// The caller cancelled (a cancellation token, or the call's future was dropped).
-    Cancelled,
-}
-
-impl<E> CallError<E> {
-    /// When asking again may succeed, for a rejection (counted from the moment the error was
-    /// handed over, after the pause). `std::time::Duration::MAX` when only an operator's reset
-    /// will help (an isolated breaker).
-    ///
-    /// ```
-    /// let e: stormguard_std::CallError<()> = stormguard_std::CallError::Cancelled;
-    /// assert_eq!(e.retry_after(), None);
-    /// ```
-    #[must_use]
-    pub fn retry_after(&self) -> Option<std::time::Duration> {
-        match self {
-            CallError::Rejected { rejection, .. } if rejection.retry_after == Duration::MAX => {
-                Some(std::time::Duration::MAX)
-            }
-            CallError::Rejected { rejection, .. } => Some(rejection.retry_after.into()),
-            _ => None,
-        }
-    }
-
-    /// The rejection, if the call was refused.
-    ///
-    /// ```
-    /// let e: stormguard_std::CallError<()> = stormguard_std::CallError::Failed(());
-    /// assert!(e.rejection().is_none());
-    /// ```
-    #[must_use]
-    pub fn rejection(&self) -> Option<&Rejection> {
-        match self {
-            CallError::Rejected { rejection, .. } => Some(rejection),
-            _ => None,
-        }
-    }
-
-    /// The operation's last error, whatever ended the call.
-    ///
-    /// ```
-    /// let e = stormguard_std::CallError::DeadlineExceeded { last: Some("reset") };
-    /// assert_eq!(e.last_error(), Some(&"reset"));
-    /// ```
-    #[must_use]
-    pub fn last_error(&self) -> Option<&E> {
-        match self {
-            CallError::Failed(e) => Some(e),
-            CallError::TimedOut { last }
-            | CallError::Rejected { last, .. }
-            | CallError::DeadlineExceeded { last } => last.as_ref(),
-            CallError::Cancelled => None,
-        }
-    }
-
-    /// How the call ended, as listeners and metrics see it.
-    ///
-    /// ```
-    /// use stormguard_std::{CallError, Ended};
-    /// assert_eq!(CallError::<()>::Cancelled.ended(), Ended::Cancelled);
-    /// ```
-    #[must_use]
-    pub fn ended(&self) -> Ended {
-        match self {
-            CallError::Failed(_) => Ended::Failed,
-            CallError::TimedOut { .. } => Ended::TimedOut,
-            CallError::Rejected { rejection, .. } => Ended::Rejected(rejection.reason),
-            CallError::DeadlineExceeded { .. } => Ended::DeadlineExceeded,
-            CallError::Cancelled => Ended::Cancelled,
-        }
-    }
-}
-
-impl<E: fmt::Display> fmt::Display for CallError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CallError::Failed(e) => write!(f, "call failed: {e}"),
-            CallError::TimedOut { .. } => f.write_str("call failed: the attempt timed out"),
-            CallError::Rejected { rejection, .. } => write!(f, "{rejection}"),
-            CallError::DeadlineExceeded { .. } => f.write_str("call deadline exceeded"),
-            CallError::Cancelled => f.write_str("call cancelled"),
-        }
-    }
-}
-
-impl<E: fmt::Debug + fmt::Display + 'static> std::error::Error for CallError<E> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        None
-    }
-}
 
 /// What one call may add to its policy: a classifier, a cancellation token, a tighter
 /// deadline. Built from [`CallOptions::new`] (every `Err` transient, no token, the policy's
@@ -932,7 +798,7 @@ impl<'a, L: Listener> Report<'a, L> {
     pub(crate) fn end<T, E>(mut self, result: Result<T, CallError<E>>) -> Result<T, CallError<E>> {
         self.ended = match &result {
             Ok(_) => Ended::Succeeded,
-            Err(e) => e.ended(),
+            Err(e) => Ended::from(e),
         };
         result
     }
@@ -942,36 +808,6 @@ impl<L: Listener> Drop for Report<'_, L> {
     #[inline]
     fn drop(&mut self) {
         self.listener.on_call(self.name, self.attempts, self.ended);
-    }
-}
-
-/// The call's result from how the core says it finished and the last attempt's result.
-pub(crate) fn finish<T, E>(
-    finished: Finished,
-    last: Option<Result<T, E>>,
-) -> Result<T, CallError<E>> {
-    let last_error = |last: Option<Result<T, E>>| last.and_then(Result::err);
-    match finished {
-        Finished::Failed(Outcome::TimedOut) => Err(CallError::TimedOut {
-            last: last_error(last),
-        }),
-        // The classifier decides what counts as success: an `Err` it calls a success comes
-        // back as the operation's error, and an `Ok` it calls a failure comes back as the value
-        // once no retry is left.
-        Finished::Succeeded | Finished::Failed(_) => match last {
-            Some(Ok(value)) => Ok(value),
-            Some(Err(e)) => Err(CallError::Failed(e)),
-            // The core finishes a call as succeeded or failed only after an attempt returned.
-            None => Err(CallError::Cancelled),
-        },
-        Finished::DeadlineExceeded { .. } => Err(CallError::DeadlineExceeded {
-            last: last_error(last),
-        }),
-        Finished::Rejected(rejection) => Err(CallError::Rejected {
-            rejection,
-            last: last_error(last),
-        }),
-        Finished::Cancelled => Err(CallError::Cancelled),
     }
 }
 
@@ -1739,7 +1575,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                         last: last.and_then(Result::err),
                     });
                 }
-                Step::Done(finished) => break finish(finished, last),
+                Step::Done(finished) => break finished.into_result(last),
             }
         };
         report.end(result)
@@ -1835,7 +1671,7 @@ mod run {
     use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
     use super::{
-        finish, Admit, Attempt, BulkheadShared, CallError, CallOptions, FromSteps, Front, Funds,
+        Admit, Attempt, BulkheadShared, CallError, CallOptions, FromSteps, Front, Funds,
         PermitGuard, Policy, Report, Slept, Steps,
     };
     use crate::cache::SuccessCache;
@@ -2276,7 +2112,7 @@ mod run {
                             last: last.and_then(Result::err),
                         });
                     }
-                    Step::Done(finished) => break finish(finished, last),
+                    Step::Done(finished) => break finished.into_result(last),
                 }
             };
             let stored = if result.is_ok() { succeeded_at } else { None };

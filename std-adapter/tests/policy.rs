@@ -523,7 +523,7 @@ async fn the_breaker_refuses_with_its_remaining_break_as_retry_after() {
         after >= Duration::from_millis(5_900) && after <= Duration::from_millis(5_901),
         "{after}"
     );
-    assert_eq!(r.retry_after(), Some(after.into()));
+    assert_eq!(r.retry_after(), Some(after));
     assert_eq!(
         recorder.lines(),
         ["state open", "rejected breaker_open pause=100ms"]

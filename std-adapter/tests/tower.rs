@@ -114,7 +114,7 @@ async fn an_open_breaker_refuses_with_retry_after() {
     let svc = PolicyLayer::new(p).layer(scripted(&[], hits.clone()));
     let e = svc.oneshot(request(Method::GET)).await.unwrap_err();
     assert!(matches!(e, CallError::Rejected { .. }));
-    assert_eq!(e.retry_after(), Some(StdDuration::MAX));
+    assert_eq!(e.retry_after(), Some(stormguard_core::Duration::MAX));
     assert_eq!(hits.load(Ordering::Relaxed), 0);
     assert_eq!(State::Isolated.as_str(), "isolated");
 }
