@@ -24,7 +24,7 @@ use stormguard_core::{
 
 use crate::events::{self as event_log};
 use crate::events::{Held, Listener, NoListener};
-use crate::policy::{begin, drive, funds, Funds, Gate, Seed};
+use crate::policy::{drive, funds, prepare, Funds, Gate, Seed};
 use crate::sleep::{sleep_until, Slept};
 use crate::{Budget, CallError, CallOptions, Classify, CoreBreaker, EmbassyClock};
 
@@ -366,20 +366,19 @@ impl<'a, M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize, L:
         self.policy.keyed.with(|k| k.release(&self.key, permit));
     }
 
-    fn begin(
-        self,
-        deadline: Option<embassy_time::Instant>,
-        now: Instant,
-    ) -> (
-        stormguard_core::Call,
-        stormguard_core::Parts<Self::Admission, Self::Funding>,
-    ) {
-        let p = self.policy;
-        let parts = stormguard_core::Parts {
+    fn begin(self, now: Instant) -> stormguard_core::Call {
+        stormguard_core::Call::begin(&self.policy.settings, now)
+    }
+
+    fn prepare(self, call: &mut stormguard_core::Call, deadline: Option<embassy_time::Instant>) {
+        prepare(call, &self.policy.seed, deadline);
+    }
+
+    fn parts(self) -> stormguard_core::Parts<Self::Admission, Self::Funding> {
+        stormguard_core::Parts {
             breaker: self.admission(),
-            budget: funds(p.budget),
-        };
-        (begin(&p.settings, &p.seed, deadline, now), parts)
+            budget: funds(self.policy.budget),
+        }
     }
 
     fn emit(self, event: &Event<'_>) {

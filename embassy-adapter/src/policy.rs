@@ -810,32 +810,27 @@ pub(crate) trait Gate: Copy {
         deadline: Option<Instant>,
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept>;
-    /// A call begun at `now` (with the caller's `deadline`, if any), and its parts.
-    fn begin(
-        self,
-        deadline: Option<embassy_time::Instant>,
-        now: Instant,
-    ) -> (Call, Parts<Self::Admission, Self::Funding>);
+    /// A call begun at `now` with the policy's settings, returned straight from
+    /// [`Call::begin`] (alone, not in a tuple with its parts) so that it is built where the
+    /// call's future keeps it: a `Call` is some 200 bytes, and each move of it is a `memcpy`
+    /// on a microcontroller. [`Gate::prepare`] finishes it in place.
+    fn begin(self, now: Instant) -> Call;
+    /// Applies the device's seed and the caller's `deadline`, if any, to a call just begun.
+    fn prepare(self, call: &mut Call, deadline: Option<embassy_time::Instant>);
+    /// What a call uses: the admission and the funding.
+    fn parts(self) -> Parts<Self::Admission, Self::Funding>;
     /// Delivers an event to `defmt` and the listener.
     fn emit(self, event: &Event<'_>);
 }
 
-/// A call begun at `now` with `settings`, the device's seed and the caller's deadline.
-pub(crate) fn begin(
-    settings: &CallSettings,
-    seed: &Seed,
-    deadline: Option<embassy_time::Instant>,
-    now: Instant,
-) -> Call {
-    let mut call = Call::begin(settings, now);
-    // In place: a `Call` is some 200 bytes, and each move is a `memcpy` on a microcontroller.
+/// Applies the device's seed and the caller's deadline to a call just begun, in place.
+pub(crate) fn prepare(call: &mut Call, seed: &Seed, deadline: Option<embassy_time::Instant>) {
     if let Some(seed) = seed.get() {
         call.reseed(seed);
     }
     if let Some(at) = deadline {
         call.tighten_deadline(to_core_instant(at));
     }
-    call
 }
 
 /// The funding of a call: the budget's handle, or none.
@@ -853,16 +848,19 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
     type Funding = Funds<'a, M>;
     const QUEUES: bool = K::QUEUES;
 
-    fn begin(
-        self,
-        deadline: Option<embassy_time::Instant>,
-        now: Instant,
-    ) -> (Call, Parts<Self::Admission, Self::Funding>) {
-        let parts = Parts {
+    fn begin(self, now: Instant) -> Call {
+        Call::begin(&self.settings, now)
+    }
+
+    fn prepare(self, call: &mut Call, deadline: Option<embassy_time::Instant>) {
+        prepare(call, &self.seed, deadline);
+    }
+
+    fn parts(self) -> Parts<Self::Admission, Self::Funding> {
+        Parts {
             breaker: self.admission(),
             budget: funds(self.budget),
-        };
-        (begin(&self.settings, &self.seed, deadline, now), parts)
+        }
     }
 
     fn emit(self, event: &Event<'_>) {
@@ -912,7 +910,9 @@ where
     let mut cancel = pin!(cancel);
     let clock = EmbassyClock::new();
     let mut now = clock.now();
-    let (mut call, mut parts) = gate.begin(deadline, now);
+    let mut call = gate.begin(now);
+    gate.prepare(&mut call, deadline);
+    let mut parts = gate.parts();
     let mut sink = |e: Event<'_>| gate.emit(&e);
     // The most recent attempt's result, handed back (or carried by the error) at the end.
     let mut last: Option<Result<T, E>> = None;
@@ -994,7 +994,9 @@ where
     let mut cancel = pin!(cancel);
     let clock = EmbassyClock::new();
     let mut now = clock.now();
-    let (mut call, mut parts) = gate.begin(deadline, now);
+    let mut call = gate.begin(now);
+    gate.prepare(&mut call, deadline);
+    let mut parts = gate.parts();
     let mut sink = |e: Event<'_>| gate.emit(&e);
     let mut last: Option<Result<T, E>> = None;
     // With a bulkhead that lets calls wait, the first attempt waits for its slot the way a
