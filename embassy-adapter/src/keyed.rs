@@ -389,6 +389,7 @@ impl<'a, M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize, L:
     fn pause<X: Future>(
         self,
         at: Instant,
+        _: bool,
         _: Option<Instant>,
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept> {

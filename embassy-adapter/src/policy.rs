@@ -23,7 +23,7 @@ use stormguard_core::{
 use crate::bulkhead::{BulkheadStep, NoBulkhead};
 use crate::events::{self, Listener, NoListener};
 use crate::ratelimit::{LimitSource, LimitStep, NoRateLimit};
-use crate::sleep::{sleep_until, Never, Slept};
+use crate::sleep::{Never, Slept};
 use crate::time::{to_core_instant, to_embassy_duration, to_embassy_instant};
 use crate::{Breaker, Budget, BudgetRef, Bulkhead, CoreBreaker, EmbassyClock};
 
@@ -802,11 +802,13 @@ pub(crate) trait Gate: Copy {
     /// Gives back the permit of an attempt abandoned before its outcome (the call's future was
     /// dropped), through the same steps that granted it.
     fn release(self, permit: Permit);
-    /// Sleeps until `at` (a backoff wait), then waits for a bulkhead slot if the gate has a
-    /// bulkhead that allows it.
+    /// Sleeps until `at` (a backoff wait, or a refusal's guarded pause), then, if `slot` (before
+    /// an attempt, not after a refusal), waits for a bulkhead slot if the gate has a bulkhead
+    /// that allows it, at most until `deadline`.
     fn pause<X: Future>(
         self,
         at: Instant,
+        slot: bool,
         deadline: Option<Instant>,
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept>;
@@ -883,11 +885,31 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
     fn pause<X: Future>(
         self,
         at: Instant,
+        slot: bool,
         deadline: Option<Instant>,
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept> {
-        self.bulkhead.pause(at, deadline, cancel)
+        self.bulkhead.pause(at, slot, deadline, cancel)
     }
+}
+
+/// Serves a step of the call loops that is not an attempt: a backoff wait (then the
+/// bulkhead's wait for a slot, if the gate has one that allows it), or a refusal's guarded
+/// pause. The core announced the refusal with this pause and hands it out, as
+/// [`Finished::Rejected`], at the next poll. Any other step rests for no time.
+fn pause<'c, G: Gate, X: Future>(
+    gate: G,
+    call: &Call,
+    step: Step,
+    now: Instant,
+    cancel: Pin<&'c mut X>,
+) -> impl Future<Output = Slept> + use<'c, G, X> {
+    let (wait, slot) = match step {
+        Step::Wait(wait) => (wait, true),
+        Step::Reject(rejection) => (rejection.pause, false),
+        Step::Attempt(_) | Step::Done(_) => (stormguard_core::Duration::ZERO, false),
+    };
+    gate.pause(now.saturating_add(wait), slot, call.deadline(), cancel)
 }
 
 /// The call loop: ask the core what to do next, do it, report back.
@@ -945,26 +967,14 @@ where
                     call.complete(&mut parts, permit, now, outcome, &mut sink);
                 }
             }
-            Step::Wait(wait) => {
-                let at = now.saturating_add(wait);
-                if gate.pause(at, call.deadline(), cancel.as_mut()).await == Slept::Cancelled {
+            Step::Done(finished) => return finish(finished, last),
+            rest @ (Step::Wait(_) | Step::Reject(_)) => {
+                if pause(gate, &call, rest, now, cancel.as_mut()).await == Slept::Cancelled {
                     call.cancel();
                     return Err(CallError::Cancelled);
                 }
                 now = clock.now();
             }
-            Step::Reject(rejection) => {
-                // Announced (the core emitted `Rejected` with this pause), then served.
-                let at = now.saturating_add(rejection.pause);
-                if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
-                    return Err(CallError::Cancelled);
-                }
-                return Err(CallError::Rejected {
-                    rejection,
-                    last: last.and_then(Result::err),
-                });
-            }
-            Step::Done(finished) => return finish(finished, last),
         }
     }
 }
@@ -1102,26 +1112,14 @@ where
                     // A failure waits for the other attempt.
                 }
             }
-            Step::Wait(wait) => {
-                let at = now.saturating_add(wait);
-                if gate.pause(at, call.deadline(), cancel.as_mut()).await == Slept::Cancelled {
+            Step::Done(finished) => return finish(finished, last),
+            rest @ (Step::Wait(_) | Step::Reject(_)) => {
+                if pause(gate, &call, rest, now, cancel.as_mut()).await == Slept::Cancelled {
                     call.cancel();
                     return Err(CallError::Cancelled);
                 }
                 now = clock.now();
             }
-            Step::Reject(rejection) => {
-                // Announced (the core emitted `Rejected` with this pause), then served.
-                let at = now.saturating_add(rejection.pause);
-                if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
-                    return Err(CallError::Cancelled);
-                }
-                return Err(CallError::Rejected {
-                    rejection,
-                    last: last.and_then(Result::err),
-                });
-            }
-            Step::Done(finished) => return finish(finished, last),
         }
     }
 }
