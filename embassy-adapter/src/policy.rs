@@ -814,7 +814,7 @@ pub(crate) trait Gate: Copy {
     ) -> impl Future<Output = Slept>;
     /// A call begun at `now` with the policy's settings, returned straight from
     /// [`Call::begin`] (alone, not in a tuple with its parts) so that it is built where the
-    /// call's future keeps it: a `Call` is some 200 bytes, and each move of it is a `memcpy`
+    /// call's future keeps it: a `Call` is some 170 bytes, and each move of it is a `memcpy`
     /// on a microcontroller. [`Gate::prepare`] finishes it in place.
     fn begin(self, now: Instant) -> Call;
     /// Applies the device's seed and the caller's `deadline`, if any, to a call just begun.
