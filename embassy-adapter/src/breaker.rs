@@ -485,6 +485,26 @@ impl<'a, M: RawMutex, B: CoreBreaker> BreakerRef<'a, M, B> {
     }
 }
 
+impl<M: RawMutex, B: CoreBreaker> BreakerRef<'_, M, B> {
+    /// [`Admission::try_acquire`] for a caller that hears no event: the core's events are
+    /// dropped where they are made, and none is held.
+    pub(crate) fn try_acquire_unheard(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+    ) -> Result<Permit, Refused> {
+        self.breaker
+            .with(|b| b.try_acquire(now, attempt_timeout, &mut |_| {}))
+            .unwrap_or(Err(BUSY))
+    }
+
+    /// [`Admission::on_outcome`] for a caller that hears no event.
+    pub(crate) fn on_outcome_unheard(&mut self, now: Instant, permit: Permit, outcome: Outcome) {
+        self.breaker
+            .with(|b| b.on_outcome(now, permit, outcome, &mut |_| {}));
+    }
+}
+
 impl<M: RawMutex, B: CoreBreaker> Admission for BreakerRef<'_, M, B> {
     fn name(&self) -> &Name {
         self.name.borrow()

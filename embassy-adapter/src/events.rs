@@ -9,6 +9,10 @@
 //! named again with [`Event::with_name`] (their name borrows the breaker, which the lock guards),
 //! so a listener may read the breaker that produced them, and a slow listener never lengthens a
 //! critical section.
+//!
+//! A policy with nobody to tell ([`NoListener`], see [`Listener::IGNORES_EVENTS`], and no
+//! `defmt`) has its breaker make no event at all: the firmware then carries neither the buffer
+//! nor the code that builds the events.
 
 use stormguard_core::{Event, Name};
 
@@ -40,6 +44,18 @@ use stormguard_core::{Event, Name};
 pub trait Listener {
     /// Called once per event, in order, after the lock that produced it is released.
     fn on_event(&self, event: &Event<'_>);
+
+    /// `true` for a listener that ignores every event ([`NoListener`]): without the `defmt`
+    /// feature, a policy with such a listener has nobody to tell, so its breaker's events are
+    /// dropped where the core makes them, and the code that makes them is left out of the
+    /// firmware. Leave it `false` (the default) in a listener that looks at events.
+    const IGNORES_EVENTS: bool = false;
+}
+
+/// Whether the events of a policy with listener `L` go nowhere: `L` ignores them and `defmt` is
+/// off.
+pub(crate) const fn unheard<L: Listener>() -> bool {
+    L::IGNORES_EVENTS && !cfg!(feature = "defmt")
 }
 
 /// The listener that does nothing (events still go to `defmt` with the `defmt` feature).
@@ -55,6 +71,7 @@ pub struct NoListener;
 
 impl Listener for NoListener {
     fn on_event(&self, _: &Event<'_>) {}
+    const IGNORES_EVENTS: bool = true;
 }
 
 impl<F: Fn(&Event<'_>)> Listener for F {
@@ -176,6 +193,17 @@ mod tests {
             delivered += 1;
         });
         assert_eq!(delivered, events.len());
+    }
+
+    #[test]
+    fn only_a_listener_that_ignores_events_without_defmt_leaves_them_unmade() {
+        assert_eq!(unheard::<NoListener>(), !cfg!(feature = "defmt"));
+        assert!(!unheard::<fn(&Event<'_>)>());
+        let counting = |_: &Event<'_>| {};
+        fn of<L: Listener>(_: &L) -> bool {
+            unheard::<L>()
+        }
+        assert!(!of(&counting), "a closure listens unless it says otherwise");
     }
 
     #[test]

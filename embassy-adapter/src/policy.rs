@@ -7,6 +7,7 @@
 
 use core::fmt;
 use core::future::{poll_fn, Future};
+use core::marker::PhantomData;
 use core::pin::{pin, Pin};
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use core::task::{Context, Poll};
@@ -16,8 +17,8 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_time::Timer;
 use stormguard_core::{
     Admission, BreakerSettings, BudgetSettings, BudgetSnapshot, Call, CallSettings, Event, Explain,
-    Finished, Funding, Instant, Name, Outcome, Parts, Permit, Refused, Rejection, Snapshot, Step,
-    Unlimited,
+    Finished, Funding, HedgeSuppressed, Instant, Name, Outcome, Parts, Permit, Refused, Rejection,
+    Snapshot, Step, Unlimited,
 };
 
 use crate::bulkhead::{BulkheadStep, NoBulkhead};
@@ -846,7 +847,7 @@ pub(crate) fn funds<M: RawMutex>(budget: Option<&Budget<M>>) -> Funds<'_, M> {
 impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep> Gate
     for &Policy<'a, M, L, B, R, K>
 {
-    type Admission = R::Wrap<K::Wrap<crate::BreakerRef<'a, M, B>>>;
+    type Admission = R::Wrap<K::Wrap<Heard<'a, M, B, L>>>;
     type Funding = Funds<'a, M>;
     const QUEUES: bool = K::QUEUES;
 
@@ -872,7 +873,10 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
 
     #[inline]
     fn admission(self) -> Self::Admission {
-        self.limit.wrap(self.bulkhead.wrap(self.breaker.handle()))
+        self.limit.wrap(self.bulkhead.wrap(Heard {
+            breaker: self.breaker.handle(),
+            listener: PhantomData,
+        }))
     }
 
     fn release(self, permit: Permit) {
@@ -890,6 +894,67 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept> {
         self.bulkhead.pause(at, slot, deadline, cancel)
+    }
+}
+
+/// A policy's breaker, as its calls ask it: when the policy's events go nowhere (a listener
+/// that ignores them, such as [`NoListener`], and no `defmt`), the breaker's events are not
+/// made at all, and their code is left out of the firmware.
+pub(crate) struct Heard<'a, M: RawMutex, B: CoreBreaker, L> {
+    breaker: crate::BreakerRef<'a, M, B>,
+    listener: PhantomData<fn() -> L>,
+}
+
+impl<M: RawMutex, B: CoreBreaker, L: Listener> Admission for Heard<'_, M, B, L> {
+    fn name(&self) -> &Name {
+        self.breaker.name()
+    }
+
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<stormguard_core::Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        if events::unheard::<L>() {
+            self.breaker.try_acquire_unheard(now, attempt_timeout)
+        } else {
+            self.breaker.try_acquire(now, attempt_timeout, events)
+        }
+    }
+
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        self.breaker.check(now)
+    }
+
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        if events::unheard::<L>() {
+            self.breaker.on_outcome_unheard(now, permit, outcome);
+        } else {
+            self.breaker.on_outcome(now, permit, outcome, events);
+        }
+    }
+
+    fn release(&mut self, permit: Permit) {
+        self.breaker.release(permit);
+    }
+
+    fn normal_latency(&self, now: Instant) -> Option<stormguard_core::Duration> {
+        self.breaker.normal_latency(now)
+    }
+
+    fn attempt_ceiling(&self, now: Instant) -> Option<stormguard_core::Duration> {
+        self.breaker.attempt_ceiling(now)
+    }
+
+    fn hedge_after(&self, now: Instant) -> Result<stormguard_core::Duration, HedgeSuppressed> {
+        self.breaker.hedge_after(now)
     }
 }
 
