@@ -161,14 +161,14 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> Admiss
         attempt_timeout: Option<Duration>,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Permit, Refused> {
-        let mut held = Held::new();
+        let mut held = Held::new(self.keyed.name.borrow());
         let key = self.key.clone();
         let result = self.keyed.with(|k| {
             k.try_acquire(key, now, attempt_timeout, &mut |e| {
                 held.keep(e, &mut *events);
             })
         });
-        held.deliver(self.keyed.name.borrow(), events);
+        held.deliver(events);
         match result {
             Some(Ok(permit)) => Ok(permit),
             Some(Err(KeyedRefusal::Refused(refused))) => Err(refused),
@@ -193,13 +193,13 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> Admiss
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
-        let mut held = Held::new();
+        let mut held = Held::new(self.keyed.name.borrow());
         self.keyed.with(|k| {
             k.on_outcome(&self.key, now, permit, outcome, &mut |e| {
                 held.keep(e, &mut *events);
             });
         });
-        held.deliver(self.keyed.name.borrow(), events);
+        held.deliver(events);
     }
 
     fn release(&mut self, permit: Permit) {
