@@ -178,6 +178,27 @@ symbols() {
         <(syms "$OUT/baseline.elf") <(syms "$OUT/$v.elf") | sort -rn | first "$n"
 }
 
+# memcpy VARIANT: whether VARIANT links compiler-builtins' memcpy (about 0.9 KB with its aligned
+# entry points), and which functions call it: a move of anything over 64 bytes (the call's
+# state, a future) that the optimiser did not build in place.
+memcpy_callers() {
+    "$LLVM_OBJDUMP" -d --no-show-raw-insn "$OUT/$1.elf" |
+        awk '/^[0-9a-f]+ <.*>:$/ { fn = $2 }
+             /\tb(l|\.w)?\t.*<(__aeabi_)?mem(cpy|move)/ && fn !~ /mem(cpy|move)/ { print fn }' |
+        sort -u
+}
+
+echo
+for v in "${VARIANTS[@]}"; do
+    [[ $v == baseline ]] && continue
+    callers=$(memcpy_callers "$v")
+    if [[ -z $callers ]]; then
+        printf '  %-16s memcpy: not linked\n' "$v"
+    else
+        printf '  %-16s memcpy: linked, called from %s\n' "$v" "$(echo $callers | tr -d '<>:')"
+    fi
+done
+
 for v in guard-lean guard-full; do
     echo
     echo "where the flash of $v goes (${WHAT[$v]}):"
