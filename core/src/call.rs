@@ -512,13 +512,25 @@ enum Phase {
     Over(Finished),
 }
 
+/// What a call in progress reads of its [`CallSettings`].
+#[derive(Clone, Copy, Debug)]
+struct Rules {
+    max_attempts: u32,
+    attempt_timeout: Option<Duration>,
+    measured_ceiling: bool,
+    hedging: bool,
+    backoff: Backoff,
+}
+
 /// One call in progress: plain data, holding no borrow between steps, reading no clock.
 ///
 /// Call order: [`Call::begin`], then [`Call::poll`] until it returns [`Step::Done`] or
 /// [`Step::Reject`]; after every [`Step::Attempt`], [`Call::complete`] with its permit.
 #[derive(Clone, Debug)]
 pub struct Call {
-    settings: CallSettings,
+    /// The settings a call reads after it began (not the deadline nor the seed, used up by
+    /// [`Call::begin`]): a `Call` lives in an embedded task's future, byte for byte.
+    rules: Rules,
     deadline: Option<Instant>,
     attempt_deadline: Option<Instant>,
     attempts: u32,
@@ -535,7 +547,13 @@ impl Call {
     pub fn begin(settings: &CallSettings, now: Instant) -> Call {
         let seed = settings.seed ^ now.as_nanos().wrapping_mul(0x9E37_79B9_7F4A_7C15);
         Call {
-            settings: *settings,
+            rules: Rules {
+                max_attempts: settings.max_attempts,
+                attempt_timeout: settings.attempt_timeout,
+                measured_ceiling: settings.measured_ceiling,
+                hedging: settings.hedging,
+                backoff: settings.backoff,
+            },
             deadline: settings.deadline.map(|d| now.saturating_add(d)),
             attempt_deadline: None,
             attempts: 0,
@@ -554,7 +572,7 @@ impl Call {
         self
     }
 
-    /// [`Call::with_seed`] in place (a `Call` is some 200 bytes: an adapter that keeps it in a
+    /// [`Call::with_seed`] in place (a `Call` is some 170 bytes: an adapter that keeps it in a
     /// future avoids moving it).
     pub fn reseed(&mut self, seed: u64) {
         self.rng = JitterRng::with_seed(seed ^ self.rng.next_u64());
@@ -697,7 +715,7 @@ impl Call {
     /// The timeout of an attempt started at `now`: the tightest of the configured timeout, the
     /// measured ceiling and the time left.
     fn attempt_timeout<A: Admission>(&self, breaker: &A, now: Instant) -> Option<Duration> {
-        let ceiling = if self.settings.measured_ceiling {
+        let ceiling = if self.rules.measured_ceiling {
             breaker.attempt_ceiling(now)
         } else {
             None
@@ -708,7 +726,7 @@ impl Call {
             (None, b) => b,
         };
         tighter(
-            tighter(self.settings.attempt_timeout, ceiling),
+            tighter(self.rules.attempt_timeout, ceiling),
             self.remaining(now),
         )
     }
@@ -721,12 +739,12 @@ impl Call {
 
     /// Can a hedge be launched beside the attempt in flight? Everything but the breaker.
     fn may_hedge(&self) -> Result<(), NoHedge> {
-        if !self.settings.hedging {
+        if !self.rules.hedging {
             return Err(NoHedge::Off);
         }
         if self.phase != Phase::InFlight
             || self.running != 1
-            || self.attempts >= self.settings.max_attempts
+            || self.attempts >= self.rules.max_attempts
         {
             return Err(NoHedge::NotNow);
         }
@@ -832,7 +850,7 @@ impl Call {
             Outcome::Success => Some(Finished::Succeeded),
             Outcome::Cancelled => Some(Finished::Cancelled),
             Outcome::Permanent => Some(Finished::Failed(outcome)),
-            _ if self.attempts >= self.settings.max_attempts => Some(Finished::Failed(outcome)),
+            _ if self.attempts >= self.rules.max_attempts => Some(Finished::Failed(outcome)),
             _ => None,
         };
         if let Some(f) = finished {
@@ -840,7 +858,7 @@ impl Call {
             return;
         }
         let delay = self
-            .settings
+            .rules
             .backoff
             .delay(self.attempts, outcome, &mut self.rng);
         if let Some(left) = self.remaining(now) {

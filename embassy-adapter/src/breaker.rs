@@ -392,13 +392,16 @@ impl<M: RawMutex, B: CoreBreaker> Breaker<M, B> {
             events::log(&e);
             listener.on_event(&e);
         };
-        let mut held = Held::new();
-        let name = self.with(|b| {
-            f(b, &mut |e| held.keep(e, &mut deliver));
-            b.name_ref()
-        });
-        if let Some(name) = name {
-            held.deliver(name.borrow(), &mut deliver);
+        // The name first (the events are named with it as they are kept), then the transition.
+        let Some(name) = self.read(B::name_ref) else {
+            return;
+        };
+        let mut held = Held::new(name.borrow());
+        if self
+            .with(|b| f(b, &mut |e| held.keep(e, &mut deliver)))
+            .is_some()
+        {
+            held.deliver(&mut deliver);
         }
     }
 
@@ -485,6 +488,26 @@ impl<'a, M: RawMutex, B: CoreBreaker> BreakerRef<'a, M, B> {
     }
 }
 
+impl<M: RawMutex, B: CoreBreaker> BreakerRef<'_, M, B> {
+    /// [`Admission::try_acquire`] for a caller that hears no event: the core's events are
+    /// dropped where they are made, and none is held.
+    pub(crate) fn try_acquire_unheard(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+    ) -> Result<Permit, Refused> {
+        self.breaker
+            .with(|b| b.try_acquire(now, attempt_timeout, &mut |_| {}))
+            .unwrap_or(Err(BUSY))
+    }
+
+    /// [`Admission::on_outcome`] for a caller that hears no event.
+    pub(crate) fn on_outcome_unheard(&mut self, now: Instant, permit: Permit, outcome: Outcome) {
+        self.breaker
+            .with(|b| b.on_outcome(now, permit, outcome, &mut |_| {}));
+    }
+}
+
 impl<M: RawMutex, B: CoreBreaker> Admission for BreakerRef<'_, M, B> {
     fn name(&self) -> &Name {
         self.name.borrow()
@@ -496,11 +519,11 @@ impl<M: RawMutex, B: CoreBreaker> Admission for BreakerRef<'_, M, B> {
         attempt_timeout: Option<Duration>,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Permit, Refused> {
-        let mut held = Held::new();
+        let mut held = Held::new(self.name.borrow());
         let result = self
             .breaker
             .with(|b| b.try_acquire(now, attempt_timeout, &mut |e| held.keep(e, &mut *events)));
-        held.deliver(self.name.borrow(), events);
+        held.deliver(events);
         result.unwrap_or(Err(BUSY))
     }
 
@@ -515,11 +538,11 @@ impl<M: RawMutex, B: CoreBreaker> Admission for BreakerRef<'_, M, B> {
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
-        let mut held = Held::new();
+        let mut held = Held::new(self.name.borrow());
         self.breaker.with(|b| {
             b.on_outcome(now, permit, outcome, &mut |e| held.keep(e, &mut *events));
         });
-        held.deliver(self.name.borrow(), events);
+        held.deliver(events);
     }
 
     fn release(&mut self, permit: Permit) {

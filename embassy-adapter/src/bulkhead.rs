@@ -319,12 +319,14 @@ pub trait BulkheadStep: sealed::Step {
     /// drops the waiting code).
     #[doc(hidden)]
     const QUEUES: bool;
-    /// Sleeps until `at` (a backoff wait), then waits for a slot before the next attempt (see
-    /// the module docs); one future, so a policy without a bulkhead sleeps exactly as before.
+    /// Sleeps until `at` (a backoff wait, or a refusal's guarded pause), then, if `slot` (before
+    /// an attempt, not after a refusal), waits for a slot (see the module docs); one future, so
+    /// a policy without a bulkhead sleeps exactly as before.
     #[doc(hidden)]
     fn pause<X: Future>(
         &self,
         at: Instant,
+        slot: bool,
         deadline: Option<Instant>,
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept>;
@@ -341,6 +343,7 @@ impl BulkheadStep for NoBulkhead {
     fn pause<X: Future>(
         &self,
         at: Instant,
+        _: bool,
         _: Option<Instant>,
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept> {
@@ -357,11 +360,13 @@ impl<'b, M: RawMutex, const W: usize> BulkheadStep for &'b Bulkhead<M, W> {
     async fn pause<X: Future>(
         &self,
         at: Instant,
+        slot: bool,
         deadline: Option<Instant>,
         mut cancel: Pin<&mut X>,
     ) -> Slept {
-        if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
-            return Slept::Cancelled;
+        let slept = sleep_until(at, cancel.as_mut()).await;
+        if slept == Slept::Cancelled || !slot {
+            return slept;
         }
         Bulkhead::wait_for_slot(self, deadline, cancel).await
     }

@@ -5,10 +5,15 @@
 //! then to the policy's listener.
 //!
 //! Events are never delivered while a breaker's lock is held: a transition's events are kept in a
-//! small fixed buffer (a transition makes at most five) and handed out once the lock is released,
-//! named again with [`Event::with_name`] (their name borrows the breaker, which the lock guards),
-//! so a listener may read the breaker that produced them, and a slow listener never lengthens a
-//! critical section.
+//! small fixed buffer (a transition makes at most five), each named again with
+//! [`Event::with_name`] as it is kept (the core's events borrow the name inside the breaker,
+//! which the lock guards; the copy kept borrows the name the handle holds outside it), and handed
+//! out once the lock is released, so a listener may read the breaker that produced them, and a
+//! slow listener never lengthens a critical section.
+//!
+//! A policy with nobody to tell ([`NoListener`], see [`Listener::IGNORES_EVENTS`], and no
+//! `defmt`) has its breaker make no event at all: the firmware then carries neither the buffer
+//! nor the code that builds the events.
 
 use stormguard_core::{Event, Name};
 
@@ -40,6 +45,18 @@ use stormguard_core::{Event, Name};
 pub trait Listener {
     /// Called once per event, in order, after the lock that produced it is released.
     fn on_event(&self, event: &Event<'_>);
+
+    /// `true` for a listener that ignores every event ([`NoListener`]): without the `defmt`
+    /// feature, a policy with such a listener has nobody to tell, so its breaker's events are
+    /// dropped where the core makes them, and the code that makes them is left out of the
+    /// firmware. Leave it `false` (the default) in a listener that looks at events.
+    const IGNORES_EVENTS: bool = false;
+}
+
+/// Whether the events of a policy with listener `L` go nowhere: `L` ignores them and `defmt` is
+/// off.
+pub(crate) const fn unheard<L: Listener>() -> bool {
+    L::IGNORES_EVENTS && !cfg!(feature = "defmt")
 }
 
 /// The listener that does nothing (events still go to `defmt` with the `defmt` feature).
@@ -55,6 +72,7 @@ pub struct NoListener;
 
 impl Listener for NoListener {
     fn on_event(&self, _: &Event<'_>) {}
+    const IGNORES_EVENTS: bool = true;
 }
 
 impl<F: Fn(&Event<'_>)> Listener for F {
@@ -85,23 +103,24 @@ pub fn log(event: &Event<'_>) {
     let _ = event;
 }
 
-/// The name a held event carries while it waits for the lock to be released: the event is
-/// named again, with [`Event::with_name`], when it is delivered.
-static UNNAMED: Name = Name::new("");
-
 /// Room for one transition's events: the core emits at most five per transition (probes
 /// reclaimed, two state changes, a probe started, a ramp step).
 const HELD: usize = 8;
 
-/// Events kept while a lock is held, delivered after it is released.
-#[derive(Debug, Default)]
-pub(crate) struct Held {
-    events: heapless::Vec<Event<'static>, HELD>,
+/// Events kept while a lock is held, delivered after it is released. Each is named, as it is
+/// kept, with the name the holder keeps outside the lock (the events the core makes borrow the
+/// name inside it).
+#[derive(Debug)]
+pub(crate) struct Held<'n> {
+    name: &'n Name,
+    events: heapless::Vec<Event<'n>, HELD>,
 }
 
-impl Held {
-    pub(crate) const fn new() -> Held {
+impl<'n> Held<'n> {
+    /// Keeps events named `name`.
+    pub(crate) const fn new(name: &'n Name) -> Held<'n> {
         Held {
+            name,
             events: heapless::Vec::new(),
         }
     }
@@ -109,16 +128,16 @@ impl Held {
     /// Keeps `event` for later; one that cannot be kept (a full buffer, which the current core
     /// never fills) goes to `direct` at once rather than being dropped.
     pub(crate) fn keep(&mut self, event: Event<'_>, direct: &mut dyn FnMut(Event<'_>)) {
-        if self.events.push(event.with_name(&UNNAMED)).is_err() {
+        if self.events.push(event.with_name(self.name)).is_err() {
             direct(event);
         }
     }
 
-    /// Hands the kept events to `sink`, named `name`, in order. (By reference: moving the
-    /// buffer, some 260 bytes, would cost a `memcpy` on every call.)
-    pub(crate) fn deliver(&self, name: &Name, sink: &mut dyn FnMut(Event<'_>)) {
+    /// Hands the kept events to `sink`, in order. (By reference: moving the buffer, some 260
+    /// bytes, would cost a `memcpy` on every call.)
+    pub(crate) fn deliver(&self, sink: &mut dyn FnMut(Event<'_>)) {
         for e in &self.events {
-            sink(e.with_name(name));
+            sink(*e);
         }
     }
 }
@@ -166,12 +185,17 @@ mod tests {
                 attempt: 2,
             },
         ];
-        let mut held = Held::new();
+        let outside = Name::new("i2c");
+        let mut held = Held::new(&outside);
         for e in events {
             held.keep(e, &mut |_| panic!("kept events are not delivered at once"));
         }
         let mut delivered = 0;
-        held.deliver(&name, &mut |e| {
+        held.deliver(&mut |e| {
+            assert!(
+                core::ptr::eq(e.name(), &outside),
+                "named from outside the lock"
+            );
             assert_eq!(e, events[delivered]);
             delivered += 1;
         });
@@ -179,16 +203,27 @@ mod tests {
     }
 
     #[test]
+    fn only_a_listener_that_ignores_events_without_defmt_leaves_them_unmade() {
+        assert_eq!(unheard::<NoListener>(), !cfg!(feature = "defmt"));
+        assert!(!unheard::<fn(&Event<'_>)>());
+        let counting = |_: &Event<'_>| {};
+        fn of<L: Listener>(_: &L) -> bool {
+            unheard::<L>()
+        }
+        assert!(!of(&counting), "a closure listens unless it says otherwise");
+    }
+
+    #[test]
     fn a_full_buffer_delivers_at_once_rather_than_dropping() {
         let name = Name::new("i2c");
-        let mut held = Held::new();
+        let mut held = Held::new(&name);
         let mut direct = 0;
         for _ in 0..HELD + 3 {
             held.keep(Event::ProbeStarted { name: &name }, &mut |_| direct += 1);
         }
         assert_eq!(direct, 3);
         let mut later = 0;
-        held.deliver(&name, &mut |_| later += 1);
+        held.deliver(&mut |_| later += 1);
         assert_eq!(later, HELD);
     }
 }

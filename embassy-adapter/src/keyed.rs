@@ -24,7 +24,7 @@ use stormguard_core::{
 
 use crate::events::{self as event_log};
 use crate::events::{Held, Listener, NoListener};
-use crate::policy::{begin, drive, funds, Funds, Gate, Seed};
+use crate::policy::{drive, funds, prepare, Funds, Gate, Seed};
 use crate::sleep::{sleep_until, Slept};
 use crate::{Budget, CallError, CallOptions, Classify, CoreBreaker, EmbassyClock};
 
@@ -161,14 +161,14 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> Admiss
         attempt_timeout: Option<Duration>,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Permit, Refused> {
-        let mut held = Held::new();
+        let mut held = Held::new(self.keyed.name.borrow());
         let key = self.key.clone();
         let result = self.keyed.with(|k| {
             k.try_acquire(key, now, attempt_timeout, &mut |e| {
                 held.keep(e, &mut *events);
             })
         });
-        held.deliver(self.keyed.name.borrow(), events);
+        held.deliver(events);
         match result {
             Some(Ok(permit)) => Ok(permit),
             Some(Err(KeyedRefusal::Refused(refused))) => Err(refused),
@@ -193,13 +193,13 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> Admiss
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
-        let mut held = Held::new();
+        let mut held = Held::new(self.keyed.name.borrow());
         self.keyed.with(|k| {
             k.on_outcome(&self.key, now, permit, outcome, &mut |e| {
                 held.keep(e, &mut *events);
             });
         });
-        held.deliver(self.keyed.name.borrow(), events);
+        held.deliver(events);
     }
 
     fn release(&mut self, permit: Permit) {
@@ -366,20 +366,19 @@ impl<'a, M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize, L:
         self.policy.keyed.with(|k| k.release(&self.key, permit));
     }
 
-    fn begin(
-        self,
-        deadline: Option<embassy_time::Instant>,
-        now: Instant,
-    ) -> (
-        stormguard_core::Call,
-        stormguard_core::Parts<Self::Admission, Self::Funding>,
-    ) {
-        let p = self.policy;
-        let parts = stormguard_core::Parts {
+    fn begin(self, now: Instant) -> stormguard_core::Call {
+        stormguard_core::Call::begin(&self.policy.settings, now)
+    }
+
+    fn prepare(self, call: &mut stormguard_core::Call, deadline: Option<embassy_time::Instant>) {
+        prepare(call, &self.policy.seed, deadline);
+    }
+
+    fn parts(self) -> stormguard_core::Parts<Self::Admission, Self::Funding> {
+        stormguard_core::Parts {
             breaker: self.admission(),
-            budget: funds(p.budget),
-        };
-        (begin(&p.settings, &p.seed, deadline, now), parts)
+            budget: funds(self.policy.budget),
+        }
     }
 
     fn emit(self, event: &Event<'_>) {
@@ -390,6 +389,7 @@ impl<'a, M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize, L:
     fn pause<X: Future>(
         self,
         at: Instant,
+        _: bool,
         _: Option<Instant>,
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept> {

@@ -7,6 +7,7 @@
 
 use core::fmt;
 use core::future::{poll_fn, Future};
+use core::marker::PhantomData;
 use core::pin::{pin, Pin};
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use core::task::{Context, Poll};
@@ -16,14 +17,14 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_time::Timer;
 use stormguard_core::{
     Admission, BreakerSettings, BudgetSettings, BudgetSnapshot, Call, CallSettings, Event, Explain,
-    Finished, Funding, Instant, Name, Outcome, Parts, Permit, Refused, Rejection, Snapshot, Step,
-    Unlimited,
+    Finished, Funding, HedgeSuppressed, Instant, Name, Outcome, Parts, Permit, Refused, Rejection,
+    Snapshot, Step, Unlimited,
 };
 
 use crate::bulkhead::{BulkheadStep, NoBulkhead};
 use crate::events::{self, Listener, NoListener};
 use crate::ratelimit::{LimitSource, LimitStep, NoRateLimit};
-use crate::sleep::{sleep_until, Never, Slept};
+use crate::sleep::{Never, Slept};
 use crate::time::{to_core_instant, to_embassy_duration, to_embassy_instant};
 use crate::{Breaker, Budget, BudgetRef, Bulkhead, CoreBreaker, EmbassyClock};
 
@@ -802,40 +803,37 @@ pub(crate) trait Gate: Copy {
     /// Gives back the permit of an attempt abandoned before its outcome (the call's future was
     /// dropped), through the same steps that granted it.
     fn release(self, permit: Permit);
-    /// Sleeps until `at` (a backoff wait), then waits for a bulkhead slot if the gate has a
-    /// bulkhead that allows it.
+    /// Sleeps until `at` (a backoff wait, or a refusal's guarded pause), then, if `slot` (before
+    /// an attempt, not after a refusal), waits for a bulkhead slot if the gate has a bulkhead
+    /// that allows it, at most until `deadline`.
     fn pause<X: Future>(
         self,
         at: Instant,
+        slot: bool,
         deadline: Option<Instant>,
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept>;
-    /// A call begun at `now` (with the caller's `deadline`, if any), and its parts.
-    fn begin(
-        self,
-        deadline: Option<embassy_time::Instant>,
-        now: Instant,
-    ) -> (Call, Parts<Self::Admission, Self::Funding>);
+    /// A call begun at `now` with the policy's settings, returned straight from
+    /// [`Call::begin`] (alone, not in a tuple with its parts) so that it is built where the
+    /// call's future keeps it: a `Call` is some 170 bytes, and each move of it is a `memcpy`
+    /// on a microcontroller. [`Gate::prepare`] finishes it in place.
+    fn begin(self, now: Instant) -> Call;
+    /// Applies the device's seed and the caller's `deadline`, if any, to a call just begun.
+    fn prepare(self, call: &mut Call, deadline: Option<embassy_time::Instant>);
+    /// What a call uses: the admission and the funding.
+    fn parts(self) -> Parts<Self::Admission, Self::Funding>;
     /// Delivers an event to `defmt` and the listener.
     fn emit(self, event: &Event<'_>);
 }
 
-/// A call begun at `now` with `settings`, the device's seed and the caller's deadline.
-pub(crate) fn begin(
-    settings: &CallSettings,
-    seed: &Seed,
-    deadline: Option<embassy_time::Instant>,
-    now: Instant,
-) -> Call {
-    let mut call = Call::begin(settings, now);
-    // In place: a `Call` is some 200 bytes, and each move is a `memcpy` on a microcontroller.
+/// Applies the device's seed and the caller's deadline to a call just begun, in place.
+pub(crate) fn prepare(call: &mut Call, seed: &Seed, deadline: Option<embassy_time::Instant>) {
     if let Some(seed) = seed.get() {
         call.reseed(seed);
     }
     if let Some(at) = deadline {
         call.tighten_deadline(to_core_instant(at));
     }
-    call
 }
 
 /// The funding of a call: the budget's handle, or none.
@@ -849,20 +847,23 @@ pub(crate) fn funds<M: RawMutex>(budget: Option<&Budget<M>>) -> Funds<'_, M> {
 impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep> Gate
     for &Policy<'a, M, L, B, R, K>
 {
-    type Admission = R::Wrap<K::Wrap<crate::BreakerRef<'a, M, B>>>;
+    type Admission = R::Wrap<K::Wrap<Heard<'a, M, B, L>>>;
     type Funding = Funds<'a, M>;
     const QUEUES: bool = K::QUEUES;
 
-    fn begin(
-        self,
-        deadline: Option<embassy_time::Instant>,
-        now: Instant,
-    ) -> (Call, Parts<Self::Admission, Self::Funding>) {
-        let parts = Parts {
+    fn begin(self, now: Instant) -> Call {
+        Call::begin(&self.settings, now)
+    }
+
+    fn prepare(self, call: &mut Call, deadline: Option<embassy_time::Instant>) {
+        prepare(call, &self.seed, deadline);
+    }
+
+    fn parts(self) -> Parts<Self::Admission, Self::Funding> {
+        Parts {
             breaker: self.admission(),
             budget: funds(self.budget),
-        };
-        (begin(&self.settings, &self.seed, deadline, now), parts)
+        }
     }
 
     fn emit(self, event: &Event<'_>) {
@@ -872,7 +873,10 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
 
     #[inline]
     fn admission(self) -> Self::Admission {
-        self.limit.wrap(self.bulkhead.wrap(self.breaker.handle()))
+        self.limit.wrap(self.bulkhead.wrap(Heard {
+            breaker: self.breaker.handle(),
+            listener: PhantomData,
+        }))
     }
 
     fn release(self, permit: Permit) {
@@ -885,11 +889,92 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
     fn pause<X: Future>(
         self,
         at: Instant,
+        slot: bool,
         deadline: Option<Instant>,
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept> {
-        self.bulkhead.pause(at, deadline, cancel)
+        self.bulkhead.pause(at, slot, deadline, cancel)
     }
+}
+
+/// A policy's breaker, as its calls ask it: when the policy's events go nowhere (a listener
+/// that ignores them, such as [`NoListener`], and no `defmt`), the breaker's events are not
+/// made at all, and their code is left out of the firmware.
+pub(crate) struct Heard<'a, M: RawMutex, B: CoreBreaker, L> {
+    breaker: crate::BreakerRef<'a, M, B>,
+    listener: PhantomData<fn() -> L>,
+}
+
+impl<M: RawMutex, B: CoreBreaker, L: Listener> Admission for Heard<'_, M, B, L> {
+    fn name(&self) -> &Name {
+        self.breaker.name()
+    }
+
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<stormguard_core::Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        if events::unheard::<L>() {
+            self.breaker.try_acquire_unheard(now, attempt_timeout)
+        } else {
+            self.breaker.try_acquire(now, attempt_timeout, events)
+        }
+    }
+
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        self.breaker.check(now)
+    }
+
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        if events::unheard::<L>() {
+            self.breaker.on_outcome_unheard(now, permit, outcome);
+        } else {
+            self.breaker.on_outcome(now, permit, outcome, events);
+        }
+    }
+
+    fn release(&mut self, permit: Permit) {
+        self.breaker.release(permit);
+    }
+
+    fn normal_latency(&self, now: Instant) -> Option<stormguard_core::Duration> {
+        self.breaker.normal_latency(now)
+    }
+
+    fn attempt_ceiling(&self, now: Instant) -> Option<stormguard_core::Duration> {
+        self.breaker.attempt_ceiling(now)
+    }
+
+    fn hedge_after(&self, now: Instant) -> Result<stormguard_core::Duration, HedgeSuppressed> {
+        self.breaker.hedge_after(now)
+    }
+}
+
+/// Serves a step of the call loops that is not an attempt: a backoff wait (then the
+/// bulkhead's wait for a slot, if the gate has one that allows it), or a refusal's guarded
+/// pause. The core announced the refusal with this pause and hands it out, as
+/// [`Finished::Rejected`], at the next poll. Any other step rests for no time.
+fn pause<'c, G: Gate, X: Future>(
+    gate: G,
+    call: &Call,
+    step: Step,
+    now: Instant,
+    cancel: Pin<&'c mut X>,
+) -> impl Future<Output = Slept> + use<'c, G, X> {
+    let (wait, slot) = match step {
+        Step::Wait(wait) => (wait, true),
+        Step::Reject(rejection) => (rejection.pause, false),
+        Step::Attempt(_) | Step::Done(_) => (stormguard_core::Duration::ZERO, false),
+    };
+    gate.pause(now.saturating_add(wait), slot, call.deadline(), cancel)
 }
 
 /// The call loop: ask the core what to do next, do it, report back.
@@ -912,7 +997,9 @@ where
     let mut cancel = pin!(cancel);
     let clock = EmbassyClock::new();
     let mut now = clock.now();
-    let (mut call, mut parts) = gate.begin(deadline, now);
+    let mut call = gate.begin(now);
+    gate.prepare(&mut call, deadline);
+    let mut parts = gate.parts();
     let mut sink = |e: Event<'_>| gate.emit(&e);
     // The most recent attempt's result, handed back (or carried by the error) at the end.
     let mut last: Option<Result<T, E>> = None;
@@ -945,26 +1032,14 @@ where
                     call.complete(&mut parts, permit, now, outcome, &mut sink);
                 }
             }
-            Step::Wait(wait) => {
-                let at = now.saturating_add(wait);
-                if gate.pause(at, call.deadline(), cancel.as_mut()).await == Slept::Cancelled {
+            Step::Done(finished) => return finish(finished, last),
+            rest @ (Step::Wait(_) | Step::Reject(_)) => {
+                if pause(gate, &call, rest, now, cancel.as_mut()).await == Slept::Cancelled {
                     call.cancel();
                     return Err(CallError::Cancelled);
                 }
                 now = clock.now();
             }
-            Step::Reject(rejection) => {
-                // Announced (the core emitted `Rejected` with this pause), then served.
-                let at = now.saturating_add(rejection.pause);
-                if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
-                    return Err(CallError::Cancelled);
-                }
-                return Err(CallError::Rejected {
-                    rejection,
-                    last: last.and_then(Result::err),
-                });
-            }
-            Step::Done(finished) => return finish(finished, last),
         }
     }
 }
@@ -994,7 +1069,9 @@ where
     let mut cancel = pin!(cancel);
     let clock = EmbassyClock::new();
     let mut now = clock.now();
-    let (mut call, mut parts) = gate.begin(deadline, now);
+    let mut call = gate.begin(now);
+    gate.prepare(&mut call, deadline);
+    let mut parts = gate.parts();
     let mut sink = |e: Event<'_>| gate.emit(&e);
     let mut last: Option<Result<T, E>> = None;
     // With a bulkhead that lets calls wait, the first attempt waits for its slot the way a
@@ -1100,26 +1177,14 @@ where
                     // A failure waits for the other attempt.
                 }
             }
-            Step::Wait(wait) => {
-                let at = now.saturating_add(wait);
-                if gate.pause(at, call.deadline(), cancel.as_mut()).await == Slept::Cancelled {
+            Step::Done(finished) => return finish(finished, last),
+            rest @ (Step::Wait(_) | Step::Reject(_)) => {
+                if pause(gate, &call, rest, now, cancel.as_mut()).await == Slept::Cancelled {
                     call.cancel();
                     return Err(CallError::Cancelled);
                 }
                 now = clock.now();
             }
-            Step::Reject(rejection) => {
-                // Announced (the core emitted `Rejected` with this pause), then served.
-                let at = now.saturating_add(rejection.pause);
-                if sleep_until(at, cancel.as_mut()).await == Slept::Cancelled {
-                    return Err(CallError::Cancelled);
-                }
-                return Err(CallError::Rejected {
-                    rejection,
-                    last: last.and_then(Result::err),
-                });
-            }
-            Step::Done(finished) => return finish(finished, last),
         }
     }
 }

@@ -4,6 +4,8 @@
 //! - no feature: the read, unguarded (the baseline);
 //! - `guard-lean`: through a policy with a lean breaker (`LeanBreaker`: consecutive failures,
 //!   doubling jittered break, probes; settings in a `static`) and a retry budget;
+//! - `guard-lean-heard`: as `guard-lean`, with a listener that counts the events (without a
+//!   listener, and without `defmt`, the breaker makes no event at all);
 //! - `guard-full`: through a policy with a full breaker over the default settings (every default
 //!   rule: relative failure rate, slow calls, latency baseline) in a `static`, and a budget;
 //! - `guard-owned`: as `guard-full`, with a breaker holding its own copy of the settings.
@@ -45,9 +47,15 @@ async fn read_sensor() -> Result<u16, Nack> {
     feature = "guard-owned"
 ))]
 mod guard {
+    #[cfg(feature = "guard-lean-heard")]
+    use core::sync::atomic::{AtomicU32, Ordering};
     use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+    #[cfg(feature = "guard-lean-heard")]
+    use stormguard_core::Event;
     use stormguard_core::{BreakerSettings, BudgetSettings, CallSettings};
-    use stormguard_embassy::{Breaker, Budget, NoListener, Policy};
+    #[cfg(not(feature = "guard-lean-heard"))]
+    use stormguard_embassy::NoListener;
+    use stormguard_embassy::{Breaker, Budget, Policy};
 
     #[cfg(feature = "guard-lean")]
     type Core = stormguard_core::LeanBreaker;
@@ -81,8 +89,24 @@ mod guard {
     pub static BREAKER: Breaker<Cs, Core> = Breaker::new(SETTINGS);
 
     pub static BUDGET: Budget<Cs> = Budget::new(BudgetSettings::defaults("sensor"));
+    #[cfg(not(feature = "guard-lean-heard"))]
     pub static POLICY: Policy<'static, Cs, NoListener, Core> =
         Policy::new(&BREAKER, CallSettings::DEFAULT).with_budget(&BUDGET);
+
+    /// Events heard, by the listener of `guard-lean-heard`.
+    #[cfg(feature = "guard-lean-heard")]
+    pub static HEARD: AtomicU32 = AtomicU32::new(0);
+
+    #[cfg(feature = "guard-lean-heard")]
+    fn count(_: &Event<'_>) {
+        HEARD.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[cfg(feature = "guard-lean-heard")]
+    pub static POLICY: Policy<'static, Cs, fn(&Event<'_>), Core> =
+        Policy::new(&BREAKER, CallSettings::DEFAULT)
+            .with_budget(&BUDGET)
+            .with_listener(count);
 }
 
 #[embassy_executor::main]
