@@ -9,6 +9,10 @@ use core::cell::Cell;
 use crate::loom::{AtomicU64, Ordering};
 
 /// A 64-bit storage cell: load, compare-exchange, swap.
+///
+/// The read-modify-write operations are inlined on 64-bit targets, where the breaker's call
+/// path is measured in nanoseconds, and left to the optimiser elsewhere: on a microcontroller
+/// every inlined copy costs flash (about 200 B for the full breaker).
 pub(crate) trait Word {
     /// A word holding zero, for `const` construction.
     #[cfg(not(loom))]
@@ -26,7 +30,7 @@ pub(crate) trait Word {
     fn fetch_max(&self, v: u64) -> u64;
 
     /// Load / pure step / compare-exchange until it sticks. Returns (old, new).
-    #[inline]
+    #[cfg_attr(target_pointer_width = "64", inline)]
     fn update(&self, mut f: impl FnMut(u64) -> u64) -> (u64, u64) {
         loop {
             let old = self.get();
@@ -49,7 +53,7 @@ impl Word for Cell<u64> {
     fn get(&self) -> u64 {
         Cell::get(self)
     }
-    #[inline]
+    #[cfg_attr(target_pointer_width = "64", inline)]
     fn cas(&self, current: u64, new: u64) -> bool {
         if Cell::get(self) == current {
             self.set(new);
@@ -58,11 +62,11 @@ impl Word for Cell<u64> {
             false
         }
     }
-    #[inline]
+    #[cfg_attr(target_pointer_width = "64", inline)]
     fn swap(&self, new: u64) -> u64 {
         self.replace(new)
     }
-    #[inline]
+    #[cfg_attr(target_pointer_width = "64", inline)]
     fn fetch_max(&self, v: u64) -> u64 {
         let old = Cell::get(self);
         self.set(old.max(v));
@@ -81,16 +85,16 @@ impl Word for AtomicU64 {
     fn get(&self) -> u64 {
         self.load(Ordering::Acquire)
     }
-    #[inline]
+    #[cfg_attr(target_pointer_width = "64", inline)]
     fn cas(&self, current: u64, new: u64) -> bool {
         self.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
-    #[inline]
+    #[cfg_attr(target_pointer_width = "64", inline)]
     fn swap(&self, new: u64) -> u64 {
         AtomicU64::swap(self, new, Ordering::AcqRel)
     }
-    #[inline]
+    #[cfg_attr(target_pointer_width = "64", inline)]
     fn fetch_max(&self, v: u64) -> u64 {
         AtomicU64::fetch_max(self, v, Ordering::AcqRel)
     }
