@@ -16,8 +16,8 @@ use embassy_futures::select::{select, select3, Either, Either3, Select};
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_time::Timer;
 use stormguard_core::{
-    Admission, BreakerSettings, BudgetSettings, BudgetSnapshot, Call, CallSettings, Event, Explain,
-    Finished, Funding, HedgeSuppressed, Instant, Name, Outcome, Parts, Permit, Refused, Rejection,
+    Admission, BreakerSettings, BudgetSettings, BudgetSnapshot, Call, CallError, CallSettings,
+    Event, Explain, Funding, HedgeSuppressed, Instant, Name, Outcome, Parts, Permit, Refused,
     Snapshot, Step, Unlimited,
 };
 
@@ -25,7 +25,7 @@ use crate::bulkhead::{BulkheadStep, NoBulkhead};
 use crate::events::{self, Listener, NoListener};
 use crate::ratelimit::{LimitSource, LimitStep, NoRateLimit};
 use crate::sleep::{Never, Slept};
-use crate::time::{to_core_instant, to_embassy_duration, to_embassy_instant};
+use crate::time::{to_core_instant, to_embassy_instant};
 use crate::{Breaker, Budget, BudgetRef, Bulkhead, CoreBreaker, EmbassyClock};
 
 /// Decides how an attempt's result counts: the caller's classification of what happened.
@@ -156,101 +156,6 @@ impl<C, X> CallOptions<C, X> {
     pub fn deadline(mut self, at: embassy_time::Instant) -> Self {
         self.deadline = Some(at);
         self
-    }
-}
-
-/// Why a guarded call did not return the operation's value. Says exactly what happened.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CallError<E> {
-    /// The operation's own error stands: the attempts ran out, or it was not retryable.
-    Failed(E),
-    /// The last attempt was cut off at its attempt timeout, and no retry was left.
-    TimedOut {
-        /// The error of an earlier attempt, if one returned an error.
-        last: Option<E>,
-    },
-    /// Refused locally (breaker open, half-open full, ramp shedding, isolated, budget empty),
-    /// reported after the guarded pause.
-    Rejected {
-        /// Why, when to ask again (`retry_after`, counted from the end of the pause), the pause
-        /// served, and the attempts made.
-        rejection: Rejection,
-        /// The error of the last attempt, when a retry was refused after a failure.
-        last: Option<E>,
-    },
-    /// The deadline passed, or a retry could not have finished before it.
-    DeadlineExceeded {
-        /// The error of the last attempt, if one returned an error.
-        last: Option<E>,
-    },
-    /// The caller cancelled (see [`CallOptions::cancel_on`]).
-    Cancelled,
-}
-
-impl<E> CallError<E> {
-    /// When asking again may succeed, for a rejection, as an embassy duration (to sleep on).
-    /// `embassy_time::Duration::MAX` (or centuries, at slow tick rates) means only an
-    /// operator's reset will help.
-    ///
-    /// ```
-    /// # use stormguard_embassy::CallError;
-    /// let e: CallError<()> = CallError::Cancelled;
-    /// assert_eq!(e.retry_after(), None);
-    /// ```
-    #[must_use]
-    pub fn retry_after(&self) -> Option<embassy_time::Duration> {
-        match self {
-            CallError::Rejected { rejection, .. } => {
-                Some(to_embassy_duration(rejection.retry_after))
-            }
-            _ => None,
-        }
-    }
-
-    /// The operation's last error, whatever ended the call.
-    #[must_use]
-    pub fn last_error(&self) -> Option<&E> {
-        match self {
-            CallError::Failed(e) => Some(e),
-            CallError::TimedOut { last }
-            | CallError::Rejected { last, .. }
-            | CallError::DeadlineExceeded { last } => last.as_ref(),
-            CallError::Cancelled => None,
-        }
-    }
-}
-
-impl<E: fmt::Display> fmt::Display for CallError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CallError::Failed(e) => write!(f, "call failed: {e}"),
-            CallError::TimedOut { .. } => f.write_str("call failed: the attempt timed out"),
-            CallError::Rejected { rejection, .. } => write!(f, "{rejection}"),
-            CallError::DeadlineExceeded { .. } => f.write_str("call deadline exceeded"),
-            CallError::Cancelled => f.write_str("call cancelled"),
-        }
-    }
-}
-
-impl<E: fmt::Debug + fmt::Display> core::error::Error for CallError<E> {}
-
-#[cfg(feature = "defmt")]
-impl<E: defmt::Format> defmt::Format for CallError<E> {
-    fn format(&self, f: defmt::Formatter<'_>) {
-        match self {
-            CallError::Failed(e) => defmt::write!(f, "call failed: {}", e),
-            CallError::TimedOut { last } => {
-                defmt::write!(f, "call failed: attempt timed out (last {})", last)
-            }
-            CallError::Rejected { rejection, last } => {
-                defmt::write!(f, "call rejected: {} (last {})", rejection, last)
-            }
-            CallError::DeadlineExceeded { last } => {
-                defmt::write!(f, "call deadline exceeded (last {})", last)
-            }
-            CallError::Cancelled => defmt::write!(f, "call cancelled"),
-        }
     }
 }
 
@@ -961,7 +866,7 @@ impl<M: RawMutex, B: CoreBreaker, L: Listener> Admission for Heard<'_, M, B, L> 
 /// Serves a step of the call loops that is not an attempt: a backoff wait (then the
 /// bulkhead's wait for a slot, if the gate has one that allows it), or a refusal's guarded
 /// pause. The core announced the refusal with this pause and hands it out, as
-/// [`Finished::Rejected`], at the next poll. Any other step rests for no time.
+/// [`Finished::Rejected`](stormguard_core::Finished::Rejected), at the next poll. Any other step rests for no time.
 fn pause<'c, G: Gate, X: Future>(
     gate: G,
     call: &Call,
@@ -1032,7 +937,7 @@ where
                     call.complete(&mut parts, permit, now, outcome, &mut sink);
                 }
             }
-            Step::Done(finished) => return finish(finished, last),
+            Step::Done(finished) => return finished.into_result(last),
             rest @ (Step::Wait(_) | Step::Reject(_)) => {
                 if pause(gate, &call, rest, now, cancel.as_mut()).await == Slept::Cancelled {
                     call.cancel();
@@ -1177,7 +1082,7 @@ where
                     // A failure waits for the other attempt.
                 }
             }
-            Step::Done(finished) => return finish(finished, last),
+            Step::Done(finished) => return finished.into_result(last),
             rest @ (Step::Wait(_) | Step::Reject(_)) => {
                 if pause(gate, &call, rest, now, cancel.as_mut()).await == Slept::Cancelled {
                     call.cancel();
@@ -1283,33 +1188,6 @@ impl Seed {
         }
         let high = u64::from(self.high.load(Ordering::Relaxed));
         Some(high << 32 | u64::from(self.low.load(Ordering::Relaxed)))
-    }
-}
-
-/// The call's result from how the core says it finished and the last attempt's result.
-fn finish<T, E>(finished: Finished, last: Option<Result<T, E>>) -> Result<T, CallError<E>> {
-    let last_error = |last: Option<Result<T, E>>| last.and_then(Result::err);
-    match finished {
-        Finished::Failed(Outcome::TimedOut) => Err(CallError::TimedOut {
-            last: last_error(last),
-        }),
-        // The classifier decides what counts as success: an `Err` it calls a success (a
-        // healthy "no data" answer) comes back as the operation's error, and an `Ok` it calls
-        // a failure comes back as the value once no retry is left.
-        Finished::Succeeded | Finished::Failed(_) => match last {
-            Some(Ok(value)) => Ok(value),
-            Some(Err(e)) => Err(CallError::Failed(e)),
-            // The core finishes a call as succeeded or failed only after an attempt returned.
-            None => Err(CallError::Cancelled),
-        },
-        Finished::DeadlineExceeded { .. } => Err(CallError::DeadlineExceeded {
-            last: last_error(last),
-        }),
-        Finished::Rejected(rejection) => Err(CallError::Rejected {
-            rejection,
-            last: last_error(last),
-        }),
-        Finished::Cancelled => Err(CallError::Cancelled),
     }
 }
 

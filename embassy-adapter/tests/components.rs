@@ -27,6 +27,7 @@ use stormguard_core::{
     RefusalReason, SharedRateLimiter, State, SubscriptionRetry, SubscriptionStatus,
     WindowLimitSettings, WindowLimiter, GUARD_PAUSE,
 };
+use stormguard_embassy::time::to_embassy_duration;
 use stormguard_embassy::{
     keep_subscribed, Breaker, Budget, Bulkhead, CallError, CallOptions, EmbassyClock, KeyedBreaker,
     KeyedPolicy, Policy, RateLimit,
@@ -446,7 +447,7 @@ fn a_window_limiter_refuses_for_its_cooldown() {
     let (r, took) = run_ms(policy.call(answers));
     assert_eq!(took, ms(100));
     assert_eq!(
-        r.unwrap_err().retry_after(),
+        r.unwrap_err().retry_after().map(to_embassy_duration),
         Some(EDuration::from_secs(30) - ms(100))
     );
     assert_eq!(limit.available(), 0);
