@@ -99,6 +99,27 @@ mod http_preset {
         }
     }
 
+    /// A `reqwest::Client`'s results (feature `reqwest`): the same rules on the response's
+    /// status and headers; every error (reqwest's: connect, timeout, body) is transient.
+    ///
+    /// ```
+    /// use stormguard_core::Outcome;
+    /// use stormguard_std::{Classify, Http};
+    /// let throttled = http::Response::builder().status(429).body("")?;
+    /// let r: Result<reqwest::Response, reqwest::Error> = Ok(throttled.into());
+    /// assert_eq!(Http.classify(&r), Outcome::Throttled { retry_after: None });
+    /// # Ok::<(), http::Error>(())
+    /// ```
+    #[cfg(feature = "reqwest")]
+    impl<E> Classify<reqwest::Response, E> for Http {
+        fn classify(&self, result: &Result<reqwest::Response, E>) -> Outcome {
+            match result {
+                Ok(response) => http_outcome(response.status(), response.headers()),
+                Err(_) => Outcome::Transient,
+            }
+        }
+    }
+
     /// How a response with `status` and `headers` counts, by the [`Http`] preset's rules.
     ///
     /// ```

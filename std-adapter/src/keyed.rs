@@ -33,14 +33,16 @@
 //! that started in between (or started and finished: the count moved) makes the eviction fail.
 //! A call that finds its key marked evicted looks it up again, so no call runs on the breaker of
 //! an evicted key.
+//!
+//! The slots and this protocol live in `slots.rs`, apart from what a slot holds, so that loom
+//! checks them (`RUSTFLAGS="--cfg loom" cargo test --release -p stormguard-std
+//! --no-default-features --lib slots`).
 
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash, RandomState};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use arc_swap::ArcSwapOption;
 use stormguard_core::{
     guarded_pause, Admission, BreakerSettings, Duration, Event, Instant, KeyedRefusal, Member,
     Name, Outcome, Permit, Refused, SettingsError, SharedBreaker, Snapshot, State,
@@ -49,12 +51,8 @@ use stormguard_core::{
 use crate::classify::Classify;
 use crate::clock::{Clock, DefaultClock};
 use crate::events::{Listener, NoListener};
+use crate::slots::{Entry, Occupant, Refusal, Slots};
 use crate::{Breaker, CallError, CallOptions, Policy};
-
-const EVICTED: u64 = 1 << 63;
-const OUT_MASK: u64 = 0xFFFF_FFFF;
-const STARTED_ONE: u64 = 1 << 32;
-const STARTED_MASK: u64 = !(EVICTED | OUT_MASK);
 
 /// A key's breaker as the core's keyed rule sees it. (Each key's breaker is built with its own
 /// entropy seed by [`Breaker::new`], so there is nothing to reseed.)
@@ -112,64 +110,27 @@ impl Member for KeyBreaker {
     }
 }
 
-/// One key: its policy (its own breaker, the template's budget) and its use.
-struct Entry<K, C, L> {
+/// A key's slot in the table: the key with its use (see `slots.rs`).
+type KeyEntry<K, C, L> = Arc<Entry<Key<K, C, L>>>;
+
+/// One key: the key, its policy (its own breaker, the template's budget) and its breaker.
+struct Key<K, C, L> {
     key: K,
-    hash: u64,
     policy: Policy<C, L>,
     breaker: KeyBreaker,
-    /// Calls in flight, calls started and the evicted bit (see the module docs).
-    word: AtomicU64,
-    /// The last call's start or end, in nanoseconds of the policy's clock.
-    last_used: AtomicU64,
 }
 
-impl<K, C, L> Entry<K, C, L> {
-    /// Counts a call in; `false` once the key has been evicted. (The call's end sets the last
-    /// use; while it is in flight the key is not idle whatever its last use.)
-    fn enter(&self) -> bool {
-        let mut word = self.word.load(Ordering::Acquire);
-        loop {
-            if word & EVICTED != 0 {
-                return false;
-            }
-            let started = (word & STARTED_MASK).wrapping_add(STARTED_ONE) & STARTED_MASK;
-            let out = (word & OUT_MASK).wrapping_add(1) & OUT_MASK;
-            match self.word.compare_exchange_weak(
-                word,
-                started | out,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break,
-                Err(seen) => word = seen,
-            }
-        }
-        true
+impl<K, C, L> Occupant for Key<K, C, L> {
+    fn is_idle(&self, in_flight: u32, last_used: Instant, now: Instant) -> bool {
+        self.breaker.is_idle(in_flight, last_used, now)
     }
 
-    /// Counts a call out at `now`: the last use first, then the count, so that whoever reads
-    /// the count afterwards sees the use.
-    fn exit(&self, now: Instant) {
-        self.last_used.fetch_max(now.as_nanos(), Ordering::AcqRel);
-        self.word.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// One reading of the use: the word, the calls in flight, the last use.
-    fn reading(&self) -> (u64, u32, Instant) {
-        let word = self.word.load(Ordering::Acquire);
-        let out = u32::try_from(word & OUT_MASK).unwrap_or(u32::MAX);
-        let last = Instant::from_nanos(self.last_used.load(Ordering::Acquire));
-        (word, out, last)
-    }
-
-    /// Marks the key evicted if its use is still exactly `word` (nothing started since).
-    fn mark_evicted(&self, word: u64) -> bool {
-        word & EVICTED == 0
-            && self
-                .word
-                .compare_exchange(word, word | EVICTED, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+    fn to_evict(keys: &[(&Self, u32, Instant)], now: Instant) -> Option<usize> {
+        let keys = keys
+            .iter()
+            .enumerate()
+            .map(|(i, &(key, out, last))| (i, &key.breaker, out, last));
+        Member::to_evict(keys, now).ok()
     }
 }
 
@@ -279,11 +240,7 @@ struct Table<K, C, L> {
     template: Policy<C, L>,
     breaker_settings: BreakerSettings,
     hasher: RandomState,
-    slots: Box<[ArcSwapOption<Entry<K, C, L>>]>,
-    capacity: usize,
-    len: AtomicUsize,
-    /// Held by whoever adds or evicts keys; never on the call path of a key in the table.
-    writer: Mutex<()>,
+    slots: Slots<Key<K, C, L>>,
 }
 
 /// A call policy per key, from one template: each key (a host, a service, a tenant) gets its
@@ -337,34 +294,10 @@ impl<K, C, L> fmt::Debug for KeyedPolicy<K, C, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedPolicy")
             .field("name", self.table.template.name())
-            .field("len", &self.table.len.load(Ordering::Relaxed))
-            .field("capacity", &self.table.capacity)
+            .field("len", &self.table.slots.len())
+            .field("capacity", &self.table.slots.capacity())
             .finish_non_exhaustive()
     }
-}
-
-/// The home slot of `hash` in a table of `n` (a power of two) slots.
-fn home(hash: u64, n: usize) -> usize {
-    // The top bits: RandomState mixes every bit, and the slot count is a power of two.
-    usize::try_from(hash.wrapping_shr(32)).unwrap_or(0) & n.wrapping_sub(1)
-}
-
-fn next_slot(i: usize, n: usize) -> usize {
-    i.wrapping_add(1) & n.wrapping_sub(1)
-}
-
-/// `true` when `i` lies in the cyclic range `(from, to]`.
-fn cyclic_between(from: usize, i: usize, to: usize) -> bool {
-    if from <= to {
-        from < i && i <= to
-    } else {
-        from < i || i <= to
-    }
-}
-
-enum Refusal {
-    Full,
-    Settings(SettingsError),
 }
 
 impl<K, C, L> KeyedPolicy<K, C, L>
@@ -390,25 +323,16 @@ where
             .breaker()
             .ok_or(KeyedSetupError::NoBreaker)?
             .settings();
-        if capacity == 0 {
-            return Err(KeyedSetupError::ZeroCapacity);
-        }
         // Builds one key's policy now, so that a template that cannot be copied is refused
         // here rather than at a key's first call.
         let _ = policy_for(&template, Breaker::new(breaker_settings))?;
-        let slots = capacity
-            .checked_mul(2)
-            .and_then(usize::checked_next_power_of_two)
-            .ok_or(KeyedSetupError::ZeroCapacity)?;
+        let slots = Slots::new(capacity).ok_or(KeyedSetupError::ZeroCapacity)?;
         Ok(KeyedPolicy {
             table: Arc::new(Table {
                 template,
                 breaker_settings,
                 hasher: RandomState::new(),
-                slots: (0..slots).map(|_| ArcSwapOption::empty()).collect(),
-                capacity,
-                len: AtomicUsize::new(0),
-                writer: Mutex::new(()),
+                slots,
             }),
         })
     }
@@ -449,7 +373,7 @@ impl<K, C, L> KeyedPolicy<K, C, L> {
     /// Keys in the table.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.table.len.load(Ordering::Acquire)
+        self.table.slots.len()
     }
 
     /// `true` when no key is in the table.
@@ -461,15 +385,11 @@ impl<K, C, L> KeyedPolicy<K, C, L> {
     /// The most keys the table holds.
     #[must_use]
     pub fn capacity(&self) -> usize {
-        self.table.capacity
+        self.table.slots.capacity()
     }
 
-    fn live(&self) -> impl Iterator<Item = (usize, Arc<Entry<K, C, L>>)> + '_ {
-        self.table
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, slot)| slot.load_full().map(|e| (i, e)))
+    fn live(&self) -> impl Iterator<Item = KeyEntry<K, C, L>> + '_ {
+        self.table.slots.live().map(|(_, e)| e)
     }
 }
 
@@ -483,133 +403,23 @@ where
         self.table.hasher.hash_one(key)
     }
 
-    /// The key's entry, without a lock (`None` may be a miss racing a writer: look again under
-    /// the lock before adding).
-    fn find(&self, key: &K, hash: u64) -> Option<Arc<Entry<K, C, L>>> {
-        let slots = &self.table.slots;
-        let n = slots.len();
-        let mut i = home(hash, n);
-        for _ in 0..n {
-            let guard = slots.get(i)?.load();
-            match &*guard {
-                None => return None,
-                Some(e) if e.hash == hash && e.key == *key => return Some(Arc::clone(e)),
-                Some(_) => {}
-            }
-            i = next_slot(i, n);
-        }
-        None
-    }
-
-    /// The key's entry with a call counted in: lock-free, and without reading the clock, for a
-    /// key in the table.
-    fn enter(&self, key: &K) -> Result<Arc<Entry<K, C, L>>, Refusal> {
-        let hash = self.hash(key);
-        if let Some(e) = self.find(key, hash) {
-            if e.enter() {
-                return Ok(e);
-            }
-        }
-        self.enter_locked(key, hash)
-    }
-
-    /// The writers' path: look again, then add the key (evicting an idle one if full).
-    fn enter_locked(&self, key: &K, hash: u64) -> Result<Arc<Entry<K, C, L>>, Refusal> {
+    /// The key's entry with a call counted in (see [`Slots::enter`]).
+    fn enter(&self, key: &K) -> Result<KeyEntry<K, C, L>, Refusal<SettingsError>> {
         let table = &*self.table;
-        let _writer = table.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(e) = self.find(key, hash) {
-            // Evictions hold this lock too, so a key found now is not marked evicted.
-            if e.enter() {
-                return Ok(e);
-            }
-        }
-        let now = table.template.clock().now();
-        if self.len() >= table.capacity {
-            self.make_room(now)?;
-        }
-        let breaker = Breaker::new(table.breaker_settings);
-        let policy = policy_for(&table.template, breaker.clone()).map_err(Refusal::Settings)?;
-        let entry = Arc::new(Entry {
-            key: key.clone(),
-            hash,
-            policy,
-            breaker: KeyBreaker(breaker),
-            // This call is in: one started, one in flight.
-            word: AtomicU64::new(STARTED_ONE | 1),
-            last_used: AtomicU64::new(now.as_nanos()),
-        });
-        let n = table.slots.len();
-        let mut i = home(hash, n);
-        for _ in 0..n {
-            if let Some(slot) = table.slots.get(i) {
-                if slot.load().is_none() {
-                    slot.store(Some(Arc::clone(&entry)));
-                    table.len.fetch_add(1, Ordering::AcqRel);
-                    return Ok(entry);
-                }
-            }
-            i = next_slot(i, n);
-        }
-        // Not reached: there are twice as many slots as keys.
-        Err(Refusal::Full)
-    }
-
-    /// Evicts the key the core's rule picks (the least recently used idle one); `Full` when
-    /// none is idle. Holds the writers' lock.
-    fn make_room(&self, now: Instant) -> Result<(), Refusal> {
-        let live: Vec<_> = self.live().collect();
-        // Each failed mark means a key was used since it was read: it is no longer idle, so
-        // this ends within one round per key.
-        for _ in 0..=live.len() {
-            let readings: Vec<_> = live.iter().map(|(_, e)| e.reading()).collect();
-            let candidates = live
-                .iter()
-                .zip(&readings)
-                .enumerate()
-                .map(|(i, ((_, e), &(_, out, last)))| (i, &e.breaker, out, last));
-            let victim = Member::to_evict(candidates, now).map_err(|_| Refusal::Full)?;
-            let (Some((slot, entry)), Some(&(word, _, _))) =
-                (live.get(victim), readings.get(victim))
-            else {
-                return Err(Refusal::Full);
-            };
-            if entry.mark_evicted(word) {
-                self.remove_at(*slot);
-                return Ok(());
-            }
-        }
-        Err(Refusal::Full)
-    }
-
-    /// Empties slot `hole` and shifts back the keys after it that may move closer to home, so
-    /// that no probe sequence is broken. Holds the writers' lock.
-    fn remove_at(&self, mut hole: usize) {
-        let table = &*self.table;
-        let slots = &table.slots;
-        let n = slots.len();
-        if let Some(slot) = slots.get(hole) {
-            if slot.swap(None).is_some() {
-                table.len.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-        let mut j = hole;
-        for _ in 0..n {
-            j = next_slot(j, n);
-            let Some(entry) = slots.get(j).and_then(|s| s.load_full()) else {
-                return;
-            };
-            if !cyclic_between(hole, home(entry.hash, n), j) {
-                // Stored at the hole before it leaves `j`: a lookup sees it at least once, or
-                // misses and looks again under the lock.
-                if let Some(to) = slots.get(hole) {
-                    to.store(Some(entry));
-                }
-                if let Some(from) = slots.get(j) {
-                    from.store(None);
-                }
-                hole = j;
-            }
-        }
+        table.slots.enter(
+            self.hash(key),
+            |e| e.key == *key,
+            || table.template.clock().now(),
+            || {
+                let breaker = Breaker::new(table.breaker_settings);
+                let policy = policy_for(&table.template, breaker.clone())?;
+                Ok(Key {
+                    key: key.clone(),
+                    policy,
+                    breaker: KeyBreaker(breaker),
+                })
+            },
+        )
     }
 
     /// Evicts every idle key (the core's rule) at the policy clock's now; returns how many.
@@ -633,26 +443,7 @@ where
 
     /// [`KeyedPolicy::evict_idle`] at `now` (a reading of the template's clock).
     pub fn evict_idle_at(&self, now: Instant) -> usize {
-        let table = &*self.table;
-        let _writer = table.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = table.slots.len();
-        let mut evicted = 0usize;
-        for i in 0..n {
-            // A removal may shift another key into `i`: look at it again.
-            for _ in 0..n {
-                let Some(entry) = table.slots.get(i).and_then(|s| s.load_full()) else {
-                    break;
-                };
-                let (word, out, last) = entry.reading();
-                if entry.breaker.is_idle(out, last, now) && entry.mark_evicted(word) {
-                    self.remove_at(i);
-                    evicted = evicted.saturating_add(1);
-                } else {
-                    break;
-                }
-            }
-        }
-        evicted
+        self.table.slots.evict_idle_at(now)
     }
 
     /// `true` when `key` is in the table.
@@ -661,16 +452,8 @@ where
         self.get(key).is_some()
     }
 
-    fn get(&self, key: &K) -> Option<Arc<Entry<K, C, L>>> {
-        let hash = self.hash(key);
-        self.find(key, hash).or_else(|| {
-            let _writer = self
-                .table
-                .writer
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            self.find(key, hash)
-        })
+    fn get(&self, key: &K) -> Option<KeyEntry<K, C, L>> {
+        self.table.slots.get(self.hash(key), |e| e.key == *key)
     }
 
     /// `key`'s breaker, if the key is in the table (for its state, or to isolate it).
@@ -687,7 +470,7 @@ where
     /// ```
     #[must_use]
     pub fn breaker(&self, key: &K) -> Option<Breaker> {
-        self.get(key).map(|e| e.breaker.0.clone())
+        self.get(key).map(|e| e.value.breaker.0.clone())
     }
 
     /// `key`'s policy, if the key is in the table (a clone: the same breaker and budget). A
@@ -695,7 +478,7 @@ where
     /// evicted under it; use [`KeyedPolicy::call`].
     #[must_use]
     pub fn policy(&self, key: &K) -> Option<Policy<C, L>> {
-        self.get(key).map(|e| e.policy.clone())
+        self.get(key).map(|e| e.value.policy.clone())
     }
 
     /// Every key with a snapshot of its breaker at the template clock's now, for a health
@@ -721,14 +504,14 @@ where
     #[must_use]
     pub fn snapshots_at(&self, now: Instant) -> Vec<(K, Snapshot)> {
         self.live()
-            .map(|(_, e)| (e.key.clone(), e.breaker.snapshot_at(now)))
+            .map(|e| (e.value.key.clone(), e.value.breaker.snapshot_at(now)))
             .collect()
     }
 
     /// Every key in the table.
     #[must_use]
     pub fn keys(&self) -> Vec<K> {
-        self.live().map(|(_, e)| e.key.clone()).collect()
+        self.live().map(|e| e.value.key.clone()).collect()
     }
 
     /// Runs `op` under `key`'s policy, as [`Policy::call`] does: the key's breaker, the shared
@@ -781,7 +564,7 @@ where
         let clock = self.table.template.clock();
         let entry = match self.enter(key) {
             Ok(entry) => entry,
-            Err(Refusal::Settings(e)) => return Err(KeyedError::Settings(e)),
+            Err(Refusal::Make(e)) => return Err(KeyedError::Settings(e)),
             Err(Refusal::Full) => {
                 // A refusal is guarded like any other, so a polling loop cannot spin on it.
                 let pause = guarded_pause(self.table.template.settings().deadline());
@@ -793,7 +576,7 @@ where
             entry: &entry,
             clock,
         };
-        let result = entry.policy.call_with(options, op).await;
+        let result = entry.value.policy.call_with(options, op).await;
         drop(in_flight);
         result.map_err(KeyedError::Call)
     }
@@ -801,7 +584,7 @@ where
 
 /// Counts a call out when it ends, however it ends (a dropped future included).
 struct InFlight<'a, K, C: Clock, L> {
-    entry: &'a Entry<K, C, L>,
+    entry: &'a Entry<Key<K, C, L>>,
     clock: &'a C,
 }
 

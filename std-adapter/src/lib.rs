@@ -91,10 +91,17 @@ mod handles;
 pub mod health;
 #[cfg(feature = "tokio")]
 mod keyed;
+#[cfg(any(feature = "tokio", loom))]
+mod loom;
 mod metrics;
 mod policy;
 #[cfg(feature = "quanta")]
 mod quanta;
+// The keyed table's slots: used by `keyed` (feature `tokio`), model-checked under `cfg(loom)`
+// without it.
+#[cfg(any(feature = "tokio", loom))]
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+mod slots;
 #[cfg(feature = "tokio")]
 mod subscription;
 #[cfg(feature = "tokio")]

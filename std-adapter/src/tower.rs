@@ -10,7 +10,9 @@
 //! Retries need the request again. [`Requests`] says which requests can be replayed and how:
 //! the default, [`HttpRequests`], replays only idempotent requests (`GET`, `HEAD`, `OPTIONS`,
 //! `PUT`, `DELETE`, `TRACE`, or a request carrying the [`Idempotent`] extension) whose body
-//! can be cloned (buffered bodies: `Full<Bytes>`, `String`, `Vec<u8>`, `()`, ...). A request
+//! can be cloned (buffered bodies: `Full<Bytes>`, `String`, `Vec<u8>`, `()`, ...); with feature
+//! `reqwest`, it also replays a `reqwest::Request` with an idempotent method that
+//! `try_clone()` can copy, so a `reqwest::Client` goes behind the layer as it is. A request
 //! that cannot be replayed gets exactly one attempt (still guarded by the breaker, the
 //! deadline and the attempt timeout). It can also carry the call's remaining deadline to the
 //! next hop in a header, and adopt one from the request it is given (both opt-in).
@@ -77,8 +79,9 @@ pub trait Requests<Req> {
     /// A template to replay `req` from, or `None` if it must not (or cannot) be repeated.
     fn template(&self, req: &Req) -> Option<Self::Template>;
 
-    /// A fresh copy of the request.
-    fn replay(&self, template: &Self::Template) -> Req;
+    /// A fresh copy of the request; `None` if it cannot be made after all (the call then ends
+    /// with the last attempt's result).
+    fn replay(&self, template: &Self::Template) -> Option<Req>;
 
     /// The remaining deadline the request carries, if it is to be adopted.
     fn incoming_deadline(&self, req: &Req) -> Option<Duration> {
@@ -107,7 +110,7 @@ impl<Req> Requests<Req> for SingleAttempt {
     fn template(&self, _: &Req) -> Option<Self::Template> {
         None
     }
-    fn replay(&self, never: &Self::Template) -> Req {
+    fn replay(&self, never: &Self::Template) -> Option<Req> {
         match *never {}
     }
 }
@@ -118,7 +121,7 @@ impl<Req> Requests<Req> for SingleAttempt {
 /// ```
 /// use stormguard_std::tower::{CloneRequests, Requests};
 /// let t = CloneRequests.template(&"ping").unwrap();
-/// assert_eq!(CloneRequests.replay(&t), "ping");
+/// assert_eq!(CloneRequests.replay(&t), Some("ping"));
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CloneRequests;
@@ -128,8 +131,8 @@ impl<Req: Clone + Send + 'static> Requests<Req> for CloneRequests {
     fn template(&self, req: &Req) -> Option<Req> {
         Some(req.clone())
     }
-    fn replay(&self, template: &Req) -> Req {
-        template.clone()
+    fn replay(&self, template: &Req) -> Option<Req> {
+        Some(template.clone())
     }
 }
 
@@ -220,34 +223,103 @@ impl<B: Clone + Send + 'static> Requests<Request<B>> for HttpRequests {
         })
     }
 
-    fn replay(&self, t: &HttpTemplate<B>) -> Request<B> {
+    fn replay(&self, t: &HttpTemplate<B>) -> Option<Request<B>> {
         let mut req = Request::new(t.body.clone());
         *req.method_mut() = t.method.clone();
         *req.uri_mut() = t.uri.clone();
         *req.version_mut() = t.version;
         *req.headers_mut() = t.headers.clone();
         *req.extensions_mut() = t.extensions.clone();
-        req
+        Some(req)
     }
 
     fn incoming_deadline(&self, req: &Request<B>) -> Option<Duration> {
-        let header = self.adopt.as_ref()?;
-        let ms = req
-            .headers()
-            .get(header)?
-            .to_str()
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        Some(Duration::from_millis(ms))
+        self.deadline_in(req.headers())
     }
 
     fn set_deadline(&self, req: &mut Request<B>, left: Duration) {
+        self.write_deadline(req.headers_mut(), left);
+    }
+}
+
+impl HttpRequests {
+    /// The remaining deadline in the adopted header of `headers`, if any.
+    fn deadline_in(&self, headers: &HeaderMap) -> Option<Duration> {
+        let header = self.adopt.as_ref()?;
+        let ms = headers.get(header)?.to_str().ok()?.trim().parse().ok()?;
+        Some(Duration::from_millis(ms))
+    }
+
+    /// Writes `left` into the propagated header of `headers`, if deadlines are propagated.
+    fn write_deadline(&self, headers: &mut HeaderMap, left: Duration) {
         if let Some(header) = &self.propagate {
-            req.headers_mut()
-                .insert(header.clone(), HeaderValue::from(left.as_millis()));
+            headers.insert(header.clone(), HeaderValue::from(left.as_millis()));
         }
+    }
+}
+
+/// The HTTP rules for a `reqwest::Client` (feature `reqwest`): a `reqwest::Request` is
+/// replayed when its method is idempotent (the same rule as for `http::Request`) and
+/// [`reqwest::Request::try_clone`] succeeds (no body, or a buffered one: a streaming body
+/// gets exactly one attempt); the deadline travels in the same header. (reqwest keeps a
+/// request's extensions to itself, so the [`Idempotent`] mark cannot be read from one: only
+/// the method counts.)
+///
+/// ```
+/// use stormguard_std::tower::{HttpRequests, Requests};
+///
+/// let client = reqwest::Client::new();
+/// let rules = HttpRequests::default();
+/// let get = client.get("http://127.0.0.1/stock").build()?;
+/// assert!(rules.template(&get).is_some());
+/// let post = client.post("http://127.0.0.1/orders").body("{}").build()?;
+/// assert!(rules.template(&post).is_none());
+/// let stream = http_body_util::Full::new(bytes::Bytes::from_static(b"..."));
+/// let streaming = client.put("http://127.0.0.1/blob").body(reqwest::Body::wrap(stream)).build()?;
+/// assert!(rules.template(&streaming).is_none());
+/// # Ok::<(), reqwest::Error>(())
+/// ```
+///
+/// A client behind the layer: the [`Http`] classifier reads its `reqwest::Response`s, and its
+/// error is [`CallError`] around `reqwest::Error`.
+///
+/// ```no_run
+/// use stormguard_std::tower::PolicyLayer;
+/// use tower::{ServiceBuilder, ServiceExt};
+///
+/// # async fn fetch() -> Result<(), Box<dyn std::error::Error>> {
+/// let policy = stormguard_std::Policy::builder("inventory").build()?;
+/// let http = reqwest::Client::new();
+/// let client = ServiceBuilder::new()
+///     .layer(PolicyLayer::new(policy).propagate_deadline())
+///     .service(http.clone());
+/// let request = http.get("http://127.0.0.1:8080/stock/42").build()?;
+/// let response = client.oneshot(request).await?;
+/// println!("{}", response.text().await?);
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "reqwest")]
+impl Requests<reqwest::Request> for HttpRequests {
+    type Template = reqwest::Request;
+
+    fn template(&self, req: &reqwest::Request) -> Option<reqwest::Request> {
+        if idempotent(req.method()) {
+            req.try_clone()
+        } else {
+            None
+        }
+    }
+
+    fn replay(&self, template: &reqwest::Request) -> Option<reqwest::Request> {
+        template.try_clone()
+    }
+
+    fn incoming_deadline(&self, req: &reqwest::Request) -> Option<Duration> {
+        self.deadline_in(req.headers())
+    }
+
+    fn set_deadline(&self, req: &mut reqwest::Request, left: Duration) {
+        self.write_deadline(req.headers_mut(), left);
     }
 }
 
@@ -459,7 +531,7 @@ where
             let op = move |attempt: Attempt| {
                 let (svc, mut req) = match first.take() {
                     Some(ready) => (Some(ready.0), ready.1),
-                    None => (None, requests.replay(template.as_ref()?)),
+                    None => (None, requests.replay(template.as_ref()?)?),
                 };
                 if let Some(left) = attempt.call_left {
                     requests.set_deadline(&mut req, left);

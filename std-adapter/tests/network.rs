@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use axum::extract::State as AxumState;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -30,7 +30,7 @@ use hyper_util::rt::TokioExecutor;
 use stormguard_core::{
     Backoff, BreakerSettings, BudgetSettings, Duration, Event, Jitter, State, TripReason,
 };
-use stormguard_std::tower::{PolicyLayer, PolicyService};
+use stormguard_std::tower::{PolicyLayer, PolicyService, DEADLINE_HEADER};
 use stormguard_std::{Breaker, Budget, CallError, Listener, Policy};
 use tower::{Layer, ServiceExt};
 
@@ -44,10 +44,17 @@ struct Dependency {
     mode: AtomicU8,
     throttle_next: AtomicBool,
     requests: AtomicU64,
+    /// The deadline header of the last request, in milliseconds (`u64::MAX`: none).
+    deadline_ms: AtomicU64,
 }
 
-async fn item(AxumState(dep): AxumState<Arc<Dependency>>) -> Response {
+async fn item(AxumState(dep): AxumState<Arc<Dependency>>, headers: HeaderMap) -> Response {
     dep.requests.fetch_add(1, Ordering::SeqCst);
+    let deadline = headers
+        .get(DEADLINE_HEADER)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(u64::MAX);
+    dep.deadline_ms.store(deadline, Ordering::SeqCst);
     if dep.throttle_next.swap(false, Ordering::SeqCst) {
         let mut r = (StatusCode::TOO_MANY_REQUESTS, "slow down").into_response();
         r.headers_mut()
@@ -67,7 +74,7 @@ async fn item(AxumState(dep): AxumState<Arc<Dependency>>) -> Response {
 /// Serves on an ephemeral loopback port until the test's runtime ends.
 async fn serve(dep: Arc<Dependency>) -> String {
     let app = Router::new()
-        .route("/item", get(item).post(item))
+        .route("/item", get(item).post(item).put(item))
         .with_state(dep);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -265,4 +272,113 @@ async fn scenario() {
     assert!(reasons.contains(&(State::Open, Some(TripReason::ConsecutiveFailures))));
     assert!(reasons.iter().any(|r| r.0 == State::HalfOpen));
     assert_eq!(reasons.iter().filter(|r| r.0 == State::Closed).count(), 2);
+}
+
+/// A `reqwest::Client` behind the layer, against the same server: a failing GET is retried
+/// while the budget lasts, a POST and a request with a streaming body get one attempt each,
+/// and every attempt carries the remaining deadline.
+#[cfg(feature = "reqwest")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reqwest_client_behind_the_layer() {
+    tokio::time::timeout(StdDuration::from_secs(30), reqwest_scenario())
+        .await
+        .expect("the reqwest scenario is bounded in time");
+}
+
+#[cfg(feature = "reqwest")]
+async fn reqwest_scenario() {
+    use tower::ServiceBuilder;
+
+    let dep = Arc::new(Dependency::default());
+    let url = serve(dep.clone()).await;
+    let requests = || dep.requests.load(Ordering::SeqCst);
+    // No breaker, so that only the budget stops the retries: 10 tokens, refilled at 1 per
+    // second.
+    let budget = Budget::new(
+        BudgetSettings::builder("inventory")
+            .floor_per_second(1.0)
+            .build()
+            .unwrap(),
+    );
+    let policy = Policy::builder("inventory")
+        .no_breaker()
+        .budget(budget.clone())
+        .max_attempts(3)
+        .deadline(StdDuration::from_secs(5))
+        .backoff(
+            Backoff::builder()
+                .base(Duration::from_millis(5))
+                .jitter(Jitter::None)
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let reqwest = reqwest::Client::new();
+    let client = ServiceBuilder::new()
+        .layer(PolicyLayer::new(policy).propagate_deadline())
+        .service(reqwest.clone());
+    let send = |req: reqwest::Request| {
+        let client = client.clone();
+        async move {
+            match client.oneshot(req).await {
+                Ok(response) => Ok(response.status()),
+                Err(CallError::Rejected { rejection, .. }) => Err(rejection.reason.to_string()),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    };
+
+    // Healthy: one request, carrying the deadline left (at most the call's 5 s).
+    let get = || reqwest.get(&url).build().unwrap();
+    assert_eq!(send(get()).await, Ok(StatusCode::OK));
+    assert_eq!(requests(), 1);
+    let deadline = dep.deadline_ms.load(Ordering::SeqCst);
+    assert!(deadline <= 5_000, "deadline header: {deadline}");
+
+    // Failing: a POST gets one attempt.
+    dep.mode.store(FAILING, Ordering::SeqCst);
+    let post = reqwest.post(&url).body("order").build().unwrap();
+    assert_eq!(send(post).await, Ok(StatusCode::INTERNAL_SERVER_ERROR));
+    assert_eq!(requests(), 2);
+
+    // A PUT is idempotent, but its streaming body cannot be sent twice: one attempt.
+    let stream = reqwest::Body::wrap(Full::new(Bytes::from_static(b"blob")));
+    let put = reqwest.put(&url).body(stream).build().unwrap();
+    assert_eq!(send(put).await, Ok(StatusCode::INTERNAL_SERVER_ERROR));
+    assert_eq!(requests(), 3);
+
+    // The same PUT with a buffered body is retried: all 3 attempts.
+    let put = reqwest.put(&url).body("blob").build().unwrap();
+    assert_eq!(send(put).await, Ok(StatusCode::INTERNAL_SERVER_ERROR));
+    assert_eq!(requests(), 6);
+
+    // GETs are retried until the budget runs dry (the call then ends refused, after its first
+    // attempt), and no further.
+    let available = u64::from(budget.available());
+    let before = requests();
+    let start = StdInstant::now();
+    let calls = 10;
+    let mut refused = 0;
+    for _ in 0..calls {
+        match send(get()).await {
+            Ok(status) => assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR),
+            Err(reason) => {
+                assert_eq!(reason, "budget_exhausted");
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "the budget never ran dry");
+    let retries = requests() - before - calls;
+    let floor = start.elapsed().as_secs() + 1;
+    assert!(retries >= available.min(2), "{retries} retries");
+    assert!(
+        retries <= available + floor,
+        "{retries} retries, {available} in the budget"
+    );
+    assert!(
+        retries < 2 * calls,
+        "every GET was retried in full: no budget"
+    );
 }

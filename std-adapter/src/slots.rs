@@ -1,0 +1,357 @@
+//! The keyed table's slots and their atomic protocol, apart from what a slot holds (the keyed
+//! policy's key, policy and breaker; a stand-in in the loom model of the protocol), so that
+//! the protocol is checked by loom without tokio. See `keyed.rs` for why the table is built so.
+//!
+//! - A lookup probes linearly from the key's home slot, without a lock, until it finds the key
+//!   or an empty slot; a miss may be a race with a writer moving keys, so the writers' path
+//!   looks again under the lock before adding.
+//! - Inserting a key and evicting one take the writers' `Mutex`; a call on a key in the table
+//!   never does.
+//! - Each key has a use word: the calls in flight (low 32 bits), a count of calls started (31
+//!   bits, wrapping) and an "evicted" bit. A call counts itself in with a compare-and-swap that
+//!   fails once the bit is set; eviction reads the word once, applies the idle rule to that
+//!   reading and sets the bit with a compare-and-swap from exactly that reading, so a call that
+//!   started in between (or started and ended: the count moved) makes the eviction fail.
+
+use std::sync::{Arc, PoisonError};
+
+use stormguard_core::Instant;
+
+use crate::loom::{ArcCell, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
+
+const EVICTED: u64 = 1 << 63;
+const OUT_MASK: u64 = 0xFFFF_FFFF;
+const STARTED_ONE: u64 = 1 << 32;
+const STARTED_MASK: u64 = !(EVICTED | OUT_MASK);
+
+/// What a slot holds, as the eviction rule sees it (the keyed policy's: the core's
+/// `Member::is_idle` and `Member::to_evict` on the key's breaker).
+pub(crate) trait Occupant: Sized {
+    /// Whether a key whose use reads `in_flight` calls and `last_used` may be evicted at `now`.
+    fn is_idle(&self, in_flight: u32, last_used: Instant, now: Instant) -> bool;
+
+    /// Of `keys` (each with one reading of its use), the position of the key to evict to make
+    /// room at `now`; `None` when none may be.
+    fn to_evict(keys: &[(&Self, u32, Instant)], now: Instant) -> Option<usize>;
+}
+
+/// One key in the table: its hash, what it holds, and its use.
+pub(crate) struct Entry<V> {
+    pub(crate) hash: u64,
+    pub(crate) value: V,
+    /// Calls in flight, calls started and the evicted bit (see the module docs).
+    word: AtomicU64,
+    /// The last call's start or end, in nanoseconds of the caller's clock.
+    last_used: AtomicU64,
+}
+
+impl<V> Entry<V> {
+    /// Counts a call in; `false` once the key has been evicted. (The call's end sets the last
+    /// use; while it is in flight the key is not idle whatever its last use.)
+    pub(crate) fn enter(&self) -> bool {
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            if word & EVICTED != 0 {
+                return false;
+            }
+            let started = (word & STARTED_MASK).wrapping_add(STARTED_ONE) & STARTED_MASK;
+            let out = (word & OUT_MASK).wrapping_add(1) & OUT_MASK;
+            match self.word.compare_exchange_weak(
+                word,
+                started | out,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => word = seen,
+            }
+        }
+    }
+
+    /// Counts a call out at `now`: the last use first, then the count, so that whoever reads
+    /// the count afterwards sees the use.
+    pub(crate) fn exit(&self, now: Instant) {
+        self.last_used.fetch_max(now.as_nanos(), Ordering::AcqRel);
+        self.word.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// One reading of the use: the word, the calls in flight, the last use.
+    fn reading(&self) -> (u64, u32, Instant) {
+        let word = self.word.load(Ordering::Acquire);
+        let out = u32::try_from(word & OUT_MASK).unwrap_or(u32::MAX);
+        let last = Instant::from_nanos(self.last_used.load(Ordering::Acquire));
+        (word, out, last)
+    }
+
+    /// Marks the key evicted if its use is still exactly `word` (nothing started since).
+    fn mark_evicted(&self, word: u64) -> bool {
+        word & EVICTED == 0
+            && self
+                .word
+                .compare_exchange(word, word | EVICTED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
+    /// Whether the key has been evicted (the model's check that no call runs on such a key).
+    #[cfg(all(test, loom))]
+    pub(crate) fn is_evicted(&self) -> bool {
+        self.word.load(Ordering::Acquire) & EVICTED != 0
+    }
+
+    /// Calls in flight (the model's check of the count).
+    #[cfg(all(test, loom))]
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.reading().1
+    }
+}
+
+/// Why a key was not entered.
+pub(crate) enum Refusal<R> {
+    /// The key is new, the table is full and no key in it may be evicted.
+    Full,
+    /// What the key holds could not be made.
+    Make(R),
+}
+
+/// A fixed array of slots, twice as many as keys it may hold (rounded up to a power of two),
+/// so that probes stay short.
+pub(crate) struct Slots<V> {
+    slots: Box<[ArcCell<Entry<V>>]>,
+    capacity: usize,
+    len: AtomicUsize,
+    /// Held by whoever adds or evicts keys; never on the call path of a key in the table.
+    writer: Mutex<()>,
+}
+
+/// The home slot of `hash` in a table of `n` (a power of two) slots.
+fn home(hash: u64, n: usize) -> usize {
+    // The top bits: RandomState mixes every bit, and the slot count is a power of two.
+    usize::try_from(hash.wrapping_shr(32)).unwrap_or(0) & n.wrapping_sub(1)
+}
+
+fn next_slot(i: usize, n: usize) -> usize {
+    i.wrapping_add(1) & n.wrapping_sub(1)
+}
+
+/// `true` when `i` lies in the cyclic range `(from, to]`.
+fn cyclic_between(from: usize, i: usize, to: usize) -> bool {
+    if from <= to {
+        from < i && i <= to
+    } else {
+        from < i || i <= to
+    }
+}
+
+impl<V> Slots<V> {
+    /// A table for at most `capacity` keys; `None` for no key at all (or a capacity whose
+    /// slots would not fit in memory).
+    pub(crate) fn new(capacity: usize) -> Option<Self> {
+        if capacity == 0 {
+            return None;
+        }
+        let n = capacity
+            .checked_mul(2)
+            .and_then(usize::checked_next_power_of_two)?;
+        Some(Slots {
+            slots: (0..n).map(|_| ArcCell::empty()).collect(),
+            capacity,
+            len: AtomicUsize::new(0),
+            writer: Mutex::new(()),
+        })
+    }
+
+    /// Keys in the table.
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// The most keys the table holds.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Every key in the table, with its slot.
+    pub(crate) fn live(&self) -> impl Iterator<Item = (usize, Arc<Entry<V>>)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| slot.load_full().map(|e| (i, e)))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The entry of the key with `hash` that `is` recognises, without a lock (`None` may be a
+    /// miss racing a writer: look again under the lock before adding).
+    pub(crate) fn find(&self, hash: u64, is: impl Fn(&V) -> bool) -> Option<Arc<Entry<V>>> {
+        let n = self.slots.len();
+        let mut i = home(hash, n);
+        for _ in 0..n {
+            let found = self.slots.get(i)?.read(|slot| match slot {
+                None => Some(None),
+                Some(e) if e.hash == hash && is(&e.value) => Some(Some(Arc::clone(e))),
+                Some(_) => None,
+            });
+            if let Some(found) = found {
+                return found;
+            }
+            i = next_slot(i, n);
+        }
+        None
+    }
+
+    /// [`Slots::find`], looking again under the lock after a miss.
+    pub(crate) fn get(&self, hash: u64, is: impl Fn(&V) -> bool) -> Option<Arc<Entry<V>>> {
+        self.find(hash, &is).or_else(|| {
+            let _writer = self.lock();
+            self.find(hash, &is)
+        })
+    }
+}
+
+impl<V: Occupant> Slots<V> {
+    /// The entry of the key with `hash` that `is` recognises, with a call counted in:
+    /// lock-free, and without reading the clock, for a key in the table. A new key is added
+    /// with what `make` gives it (evicting a key to make room if the table is full), its last
+    /// use and the eviction rule's now read from `now` under the writers' lock.
+    pub(crate) fn enter<R>(
+        &self,
+        hash: u64,
+        is: impl Fn(&V) -> bool,
+        now: impl FnOnce() -> Instant,
+        make: impl FnOnce() -> Result<V, R>,
+    ) -> Result<Arc<Entry<V>>, Refusal<R>> {
+        if let Some(e) = self.find(hash, &is) {
+            if e.enter() {
+                return Ok(e);
+            }
+        }
+        self.enter_locked(hash, is, now, make)
+    }
+
+    /// The writers' path: look again, then add the key (evicting one if full).
+    fn enter_locked<R>(
+        &self,
+        hash: u64,
+        is: impl Fn(&V) -> bool,
+        now: impl FnOnce() -> Instant,
+        make: impl FnOnce() -> Result<V, R>,
+    ) -> Result<Arc<Entry<V>>, Refusal<R>> {
+        let _writer = self.lock();
+        if let Some(e) = self.find(hash, is) {
+            // Evictions hold this lock too, so a key found now is not marked evicted.
+            if e.enter() {
+                return Ok(e);
+            }
+        }
+        let now = now();
+        if self.len() >= self.capacity {
+            self.make_room(now)?;
+        }
+        let value = make().map_err(Refusal::Make)?;
+        let entry = Arc::new(Entry {
+            hash,
+            value,
+            // This call is in: one started, one in flight.
+            word: AtomicU64::new(STARTED_ONE | 1),
+            last_used: AtomicU64::new(now.as_nanos()),
+        });
+        let n = self.slots.len();
+        let mut i = home(hash, n);
+        for _ in 0..n {
+            if let Some(slot) = self.slots.get(i) {
+                if slot.read(|s| s.is_none()) {
+                    slot.store(Some(Arc::clone(&entry)));
+                    self.len.fetch_add(1, Ordering::AcqRel);
+                    return Ok(entry);
+                }
+            }
+            i = next_slot(i, n);
+        }
+        // Not reached: there are twice as many slots as keys.
+        Err(Refusal::Full)
+    }
+
+    /// Evicts the key the rule picks; `Full` when none may be. Holds the writers' lock.
+    fn make_room<R>(&self, now: Instant) -> Result<(), Refusal<R>> {
+        let live: Vec<_> = self.live().collect();
+        // Each failed mark means a key was used since it was read: it is no longer idle, so
+        // this ends within one round per key.
+        for _ in 0..=live.len() {
+            let readings: Vec<_> = live.iter().map(|(_, e)| e.reading()).collect();
+            let keys: Vec<_> = live
+                .iter()
+                .zip(&readings)
+                .map(|((_, e), &(_, out, last))| (&e.value, out, last))
+                .collect();
+            let victim = V::to_evict(&keys, now).ok_or(Refusal::Full)?;
+            let (Some((slot, entry)), Some(&(word, _, _))) =
+                (live.get(victim), readings.get(victim))
+            else {
+                return Err(Refusal::Full);
+            };
+            if entry.mark_evicted(word) {
+                self.remove_at(*slot);
+                return Ok(());
+            }
+        }
+        Err(Refusal::Full)
+    }
+
+    /// Empties slot `hole` and shifts back the keys after it that may move closer to home, so
+    /// that no probe sequence is broken. Holds the writers' lock.
+    fn remove_at(&self, mut hole: usize) {
+        let slots = &self.slots;
+        let n = slots.len();
+        if let Some(slot) = slots.get(hole) {
+            if slot.swap(None).is_some() {
+                self.len.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let mut j = hole;
+        for _ in 0..n {
+            j = next_slot(j, n);
+            let Some(entry) = slots.get(j).and_then(ArcCell::load_full) else {
+                return;
+            };
+            if !cyclic_between(hole, home(entry.hash, n), j) {
+                // Stored at the hole before it leaves `j`: a lookup sees it at least once, or
+                // misses and looks again under the lock.
+                if let Some(to) = slots.get(hole) {
+                    to.store(Some(entry));
+                }
+                if let Some(from) = slots.get(j) {
+                    from.store(None);
+                }
+                hole = j;
+            }
+        }
+    }
+
+    /// Evicts every idle key at `now`; returns how many.
+    pub(crate) fn evict_idle_at(&self, now: Instant) -> usize {
+        let _writer = self.lock();
+        let n = self.slots.len();
+        let mut evicted = 0usize;
+        for i in 0..n {
+            // A removal may shift another key into `i`: look at it again.
+            for _ in 0..n {
+                let Some(entry) = self.slots.get(i).and_then(ArcCell::load_full) else {
+                    break;
+                };
+                let (word, out, last) = entry.reading();
+                if entry.value.is_idle(out, last, now) && entry.mark_evicted(word) {
+                    self.remove_at(i);
+                    evicted = evicted.saturating_add(1);
+                } else {
+                    break;
+                }
+            }
+        }
+        evicted
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_model;
