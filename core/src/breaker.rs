@@ -1648,7 +1648,7 @@ macro_rules! single_threaded_api {
         }
 
         /// Forces the breaker open until [`Self::reset`]: every call is refused with
-        /// [`RefusalReason::Isolated`].
+        /// [`RefusalReason::Isolated`](crate::RefusalReason::Isolated).
         pub fn isolate(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
             self.core.isolate(now, events);
         }

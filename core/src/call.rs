@@ -63,7 +63,7 @@ pub const fn guarded_pause(left: Option<Duration>) -> Duration {
     }
 }
 
-/// The breaker side of a call: implemented by [`Breaker`] (`&mut`), by the shared breaker, and
+/// The breaker side of a call: implemented by [`Breaker`](crate::Breaker) (`&mut`), by the shared breaker, and
 /// by [`Unguarded`] (no breaker).
 pub trait Admission {
     /// The name events carry.

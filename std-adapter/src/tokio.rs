@@ -42,8 +42,9 @@ impl TokioClock {
     }
 
     /// The process-wide tokio clock: its epoch is [`process_epoch`](crate::process_epoch)
-    /// (an hour before the first reading), shared with [`MonotonicClock::global`]
-    /// (crate::MonotonicClock::global), the breaker and budget handles and the health registry.
+    /// (an hour before the first reading), shared with
+    /// [`MonotonicClock::global`](crate::MonotonicClock::global), the breaker and budget handles
+    /// and the health registry.
     /// This is the clock a [`Policy`](crate::Policy) reads unless told otherwise.
     ///
     /// Under paused time it follows the runtime's clock; a paused runtime starts at the real
