@@ -9,10 +9,11 @@
 //!
 //! Retries need the request again. [`Requests`] says which requests can be replayed and how:
 //! the default, [`HttpRequests`], replays only idempotent requests (`GET`, `HEAD`, `OPTIONS`,
-//! `PUT`, `DELETE`, `TRACE`, or a request carrying the [`Idempotent`] extension) whose body
-//! can be cloned (buffered bodies: `Full<Bytes>`, `String`, `Vec<u8>`, `()`, ...); with feature
-//! `reqwest`, it also replays a `reqwest::Request` with an idempotent method that
-//! `try_clone()` can copy, so a `reqwest::Client` goes behind the layer as it is. A request
+//! `PUT`, `DELETE`, `TRACE`, a request carrying an [`IDEMPOTENCY_KEY`] header, or one carrying
+//! the [`Idempotent`] extension) whose body can be cloned (buffered bodies: `Full<Bytes>`,
+//! `String`, `Vec<u8>`, `()`, ...); with feature `reqwest`, it also replays a `reqwest::Request`
+//! that the same rule allows and `try_clone()` can copy, so a `reqwest::Client` goes behind the
+//! layer as it is. A request
 //! that cannot be replayed gets exactly one attempt (still guarded by the breaker, the
 //! deadline and the attempt timeout). It can also carry the call's remaining deadline to the
 //! next hop in a header, and adopt one from the request it is given (both opt-in).
@@ -60,8 +61,22 @@ use crate::{CallError, CallOptions, Policy};
 /// The header the remaining deadline travels in by default: whole milliseconds left.
 pub const DEADLINE_HEADER: HeaderName = HeaderName::from_static("x-stormguard-deadline-ms");
 
-/// Marks a request as safe to repeat whatever its method (an idempotency key is on it, say):
-/// insert it into the request's extensions.
+/// The header by which a client says a request is safe to repeat whatever its method: the
+/// server deduplicates requests by its value (the IETF HTTPAPI working group's
+/// `Idempotency-Key`). A request carrying it is replayed like a `GET`.
+///
+/// ```
+/// use stormguard_std::tower::{HttpRequests, Requests, IDEMPOTENCY_KEY};
+///
+/// let mut req = http::Request::post("/payments").body(String::from("{...}")).unwrap();
+/// assert!(HttpRequests::default().template(&req).is_none());
+/// req.headers_mut().insert(IDEMPOTENCY_KEY, "8e03978e-40d5-43e8".parse().unwrap());
+/// assert!(HttpRequests::default().template(&req).is_some());
+/// ```
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// Marks a request as safe to repeat whatever its method (when the server's own rules make it
+/// so without an [`IDEMPOTENCY_KEY`] header): insert it into the request's extensions.
 ///
 /// ```
 /// let mut req = http::Request::post("/payments").body(String::from("{...}")).unwrap();
@@ -189,12 +204,14 @@ impl HttpRequests {
     }
 }
 
-/// Whether `method` may be repeated without changing the outcome (RFC 9110, 9.2.2).
-fn idempotent(method: &Method) -> bool {
+/// Whether a request may be repeated without changing the outcome: its method is idempotent
+/// (RFC 9110, 9.2.2), it carries an [`IDEMPOTENCY_KEY`], or it is `marked` [`Idempotent`].
+fn repeatable(method: &Method, headers: &HeaderMap, marked: bool) -> bool {
     matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
-    )
+    ) || marked
+        || headers.contains_key(IDEMPOTENCY_KEY)
 }
 
 /// Everything of a request but its body, kept for replays.
@@ -212,8 +229,8 @@ impl<B: Clone + Send + 'static> Requests<Request<B>> for HttpRequests {
     type Template = HttpTemplate<B>;
 
     fn template(&self, req: &Request<B>) -> Option<HttpTemplate<B>> {
-        let repeatable = idempotent(req.method()) || req.extensions().get::<Idempotent>().is_some();
-        repeatable.then(|| HttpTemplate {
+        let marked = req.extensions().get::<Idempotent>().is_some();
+        repeatable(req.method(), req.headers(), marked).then(|| HttpTemplate {
             method: req.method().clone(),
             uri: req.uri().clone(),
             version: req.version(),
@@ -259,11 +276,11 @@ impl HttpRequests {
 }
 
 /// The HTTP rules for a `reqwest::Client` (feature `reqwest`): a `reqwest::Request` is
-/// replayed when its method is idempotent (the same rule as for `http::Request`) and
-/// [`reqwest::Request::try_clone`] succeeds (no body, or a buffered one: a streaming body
-/// gets exactly one attempt); the deadline travels in the same header. (reqwest keeps a
-/// request's extensions to itself, so the [`Idempotent`] mark cannot be read from one: only
-/// the method counts.)
+/// replayed when its method is idempotent or it carries an [`IDEMPOTENCY_KEY`] (the same rule
+/// as for `http::Request`) and [`reqwest::Request::try_clone`] succeeds (no body, or a
+/// buffered one: a streaming body gets exactly one attempt); the deadline travels in the same
+/// header. (reqwest keeps a request's extensions to itself, so the [`Idempotent`] mark cannot
+/// be read from one: mark a reqwest `POST` with the header.)
 ///
 /// ```
 /// use stormguard_std::tower::{HttpRequests, Requests};
@@ -274,6 +291,12 @@ impl HttpRequests {
 /// assert!(rules.template(&get).is_some());
 /// let post = client.post("http://127.0.0.1/orders").body("{}").build()?;
 /// assert!(rules.template(&post).is_none());
+/// let keyed = client
+///     .post("http://127.0.0.1/orders")
+///     .header(stormguard_std::tower::IDEMPOTENCY_KEY, "order-7731")
+///     .body("{}")
+///     .build()?;
+/// assert!(rules.template(&keyed).is_some());
 /// let stream = http_body_util::Full::new(bytes::Bytes::from_static(b"..."));
 /// let streaming = client.put("http://127.0.0.1/blob").body(reqwest::Body::wrap(stream)).build()?;
 /// assert!(rules.template(&streaming).is_none());
@@ -303,7 +326,7 @@ impl Requests<reqwest::Request> for HttpRequests {
     type Template = reqwest::Request;
 
     fn template(&self, req: &reqwest::Request) -> Option<reqwest::Request> {
-        if idempotent(req.method()) {
+        if repeatable(req.method(), req.headers(), false) {
             req.try_clone()
         } else {
             None

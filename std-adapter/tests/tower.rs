@@ -17,7 +17,7 @@ use std::time::Duration as StdDuration;
 
 use http::{Method, Request, Response, StatusCode};
 use stormguard_core::{Backoff, Jitter, State};
-use stormguard_std::tower::{Idempotent, PolicyLayer, DEADLINE_HEADER};
+use stormguard_std::tower::{Idempotent, PolicyLayer, DEADLINE_HEADER, IDEMPOTENCY_KEY};
 use stormguard_std::{CallError, Policy};
 use tokio::time::Instant as TokioInstant;
 use tower::{service_fn, Layer, ServiceExt};
@@ -91,6 +91,24 @@ async fn a_post_marked_idempotent_is_retried() {
     let r = svc.oneshot(req).await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(hits.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_post_with_an_idempotency_key_is_retried_and_one_without_is_not() {
+    let hits = Arc::new(AtomicU32::new(0));
+    let svc = PolicyLayer::new(policy()).layer(scripted(&[500], hits.clone()));
+    let mut req = request(Method::POST);
+    req.headers_mut()
+        .insert(IDEMPOTENCY_KEY, "payment-4411".parse().unwrap());
+    let r = svc.oneshot(req).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(hits.load(Ordering::Relaxed), 2, "retried once, then served");
+
+    let hits = Arc::new(AtomicU32::new(0));
+    let svc = PolicyLayer::new(policy()).layer(scripted(&[500], hits.clone()));
+    let r = svc.oneshot(request(Method::POST)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(hits.load(Ordering::Relaxed), 1, "no key: one attempt");
 }
 
 #[tokio::test(start_paused = true)]
