@@ -298,12 +298,6 @@ impl Mark {
         put(epoch as u64, 56, 8) | put(self.0, 0, 56)
     }
 
-    /// The period a mark word belongs to.
-    const fn tag(w: u64) -> u8 {
-        // Masked to 8 bits.
-        field(w, 56, 8) as u8
-    }
-
     /// The mark of period `epoch` from its word: pending if the word belongs to another period.
     const fn read(w: u64, epoch: u8) -> Mark {
         if field(w, 56, 8) == epoch as u64 {
@@ -1052,10 +1046,12 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         }
         let (epoch, mark) = (after.epoch, after.mark);
         self.mark.update(|w| {
-            // A writer of an earlier period that comes late must not clobber a later period's
-            // mark: periods advance a step at a time, so a tag up to half the wheel ahead is newer.
-            let ahead = Mark::tag(w).wrapping_sub(epoch);
-            if ahead != 0 && ahead < 128 {
+            // Only a writer whose period is still the breaker's may write: one that comes late
+            // (its period already over) would clobber a later period's mark, and its tag could
+            // match a period 256 on. The word's own tag says nothing about age: any number of
+            // periods may pass without storing a mark (an operator's isolate and reset, say).
+            // A later period's writer changes the word, so this check is re-read if it races.
+            if Control::unpack(self.control.get()).epoch != epoch {
                 return w;
             }
             let current = Mark::read(w, epoch);

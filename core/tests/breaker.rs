@@ -957,3 +957,32 @@ fn a_clock_stepping_back_while_open_never_lengthens_retry_after_beyond_the_break
         );
     }
 }
+
+#[test]
+fn a_break_ends_on_time_however_many_periods_passed_without_one() {
+    // Operators isolating and resetting a breaker move it through many periods that store no
+    // break end; a trip after them still ends its break on time.
+    let mut b = Breaker::new(unjittered("ops"));
+    let mut t = Instant::from_secs(100);
+    trip(&mut b, t);
+    t += secs(60);
+    assert_eq!(b.state(t), State::HalfOpen);
+    call(&mut b, t, MS, Outcome::Success).unwrap();
+    call(&mut b, t, MS, Outcome::Success).unwrap();
+    for _ in 0..200 {
+        t += MS;
+        b.isolate(t, &mut |_| {});
+        b.reset(t, &mut |_| {});
+        assert_eq!(b.state(t), State::Closed);
+        // Every count of periods since the last stored break end, once each.
+        let mut probe = b.clone();
+        let at = t + MS;
+        trip(&mut probe, at);
+        assert_eq!(probe.state(at), State::Open);
+        assert_eq!(
+            probe.state(at + secs(60)),
+            State::HalfOpen,
+            "stuck open after {t}"
+        );
+    }
+}
