@@ -324,8 +324,12 @@ impl<W: Word> Histogram<W> {
     #[inline]
     fn record(&self, now: Instant, s: &BreakerSettings, half_window: Duration, latency: Duration) {
         let t = now.as_nanos();
-        // The common case costs one load here: nothing time-driven is due yet.
-        let mut refresh = t >= self.check_at.get() && self.catch_up(now, half_window);
+        // The common case costs one load here: nothing time-driven is due yet. When something
+        // may be, the memo is re-read too (its own re-read time is among what `check_at` covers).
+        let mut refresh = t >= self.check_at.get();
+        if refresh {
+            self.catch_up(now, half_window);
+        }
         let bucket = Histogram::<W>::bucket(latency.as_nanos());
         let (wi, i) = (bucket / LANES, bucket % LANES);
         let mut count = 0;
@@ -386,16 +390,12 @@ impl<W: Word> Histogram<W> {
         self.check_at.swap(check_at);
     }
 
-    /// What time alone has made due at `now`: forgets a baseline idle for a whole window and
-    /// decays the counts at each half-window boundary. Returns `true` (the memo must be
-    /// re-read) whenever the check was due, which includes the memo's own re-read time.
+    /// What time alone has made due at `now`: forgets a baseline idle for a whole window (one
+    /// that has had a sample: an empty one has nothing to forget) and decays the counts at each
+    /// half-window boundary.
     #[inline(never)]
-    fn catch_up(&self, now: Instant, half_window: Duration) -> bool {
-        let last = self.last_sample.get();
-        if last != 0
-            && now.as_nanos().saturating_sub(last.saturating_sub(1))
-                >= half_window.saturating_mul(2).as_nanos()
-        {
+    fn catch_up(&self, now: Instant, half_window: Duration) {
+        if self.last_sample.get() != 0 && self.expired(now, half_window) {
             self.clear();
         }
         // The next decay is due at the end of the current period (no division on the
@@ -415,7 +415,6 @@ impl<W: Word> Histogram<W> {
                 self.halve(shift);
             }
         }
-        true
     }
 
     /// `true` once the baseline is stale at `now` (no sample for a whole window).
@@ -477,19 +476,6 @@ pub(crate) struct Sample {
     pub(crate) baseline_latency: Option<Duration>,
 }
 
-impl Sample {
-    /// A success that was not slow, granted and reported while closed in the same period.
-    pub(crate) const fn fast_success(latency: Duration) -> Sample {
-        Sample {
-            to_window: true,
-            counted: true,
-            failure: false,
-            slow: false,
-            baseline_latency: Some(latency),
-        }
-    }
-}
-
 impl<W: Word> Stats<W> {
     const_unless_loom! {
         pub(crate) fn new() -> Stats<W> {
@@ -525,8 +511,8 @@ impl<W: Word> Stats<W> {
         }
     }
 
-    /// [`Stats::record`] of [`Sample::fast_success`], the common case, inlined into the
-    /// breaker's call path.
+    /// [`Stats::record`] of a success that was not slow, granted and reported while closed in
+    /// the same period: the common case, inlined into the breaker's call path.
     #[inline]
     pub(crate) fn record_fast_success(&self, now: Instant, s: &BreakerSettings, latency: Duration) {
         self.to_window(
@@ -624,10 +610,9 @@ pub(crate) trait Measure {
     const KEEPS: bool;
     /// Records one outcome.
     fn record(&self, now: Instant, s: &BreakerSettings, sample: Sample);
-    /// Records [`Sample::fast_success`].
-    fn record_fast_success(&self, now: Instant, s: &BreakerSettings, latency: Duration) {
-        self.record(now, s, Sample::fast_success(latency));
-    }
+    /// Records a success that was not slow, granted and reported while closed in the same
+    /// period (see [`Stats::record_fast_success`]).
+    fn record_fast_success(&self, now: Instant, s: &BreakerSettings, latency: Duration);
     /// The inputs of [`trip_reason`] at `now`.
     fn readings(&self, now: Instant, s: &BreakerSettings) -> Readings;
     /// The learned median latency and the samples behind it.
@@ -673,6 +658,7 @@ pub(crate) struct NoStats;
 impl Measure for NoStats {
     const KEEPS: bool = false;
     fn record(&self, _: Instant, _: &BreakerSettings, _: Sample) {}
+    fn record_fast_success(&self, _: Instant, _: &BreakerSettings, _: Duration) {}
     fn readings(&self, _: Instant, _: &BreakerSettings) -> Readings {
         Readings::default()
     }
