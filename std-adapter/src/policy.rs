@@ -1566,14 +1566,11 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     now = self.clock.now();
                 }
                 Step::Reject(rejection) => {
-                    // Announced (the core emitted `Rejected` with this pause), then served.
+                    // Announced (the core emitted `Rejected` with this pause), then served; the
+                    // next poll hands the rejection out as `Finished::Rejected`.
                     if blocking::sleep(rejection.pause, &options) == Slept::Cancelled {
                         break Err(CallError::Cancelled);
                     }
-                    break Err(CallError::Rejected {
-                        rejection,
-                        last: last.and_then(Result::err),
-                    });
                 }
                 Step::Done(finished) => break finished.into_result(last),
             }
@@ -2103,14 +2100,11 @@ mod run {
                         now = self.clock.now();
                     }
                     Step::Reject(rejection) => {
-                        // Announced (the core emitted `Rejected` with this pause), then served.
+                        // Announced (the core emitted `Rejected` with this pause), then served;
+                        // the next poll hands the rejection out as `Finished::Rejected`.
                         if sleep(rejection.pause, cancel).await == Slept::Cancelled {
                             break Err(CallError::Cancelled);
                         }
-                        break Err(CallError::Rejected {
-                            rejection,
-                            last: last.and_then(Result::err),
-                        });
                     }
                     Step::Done(finished) => break finished.into_result(last),
                 }
