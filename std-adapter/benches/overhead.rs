@@ -8,7 +8,8 @@
 //!   waker: no runtime, no timer, exactly what the call path itself costs);
 //! - the shared breaker's acquire + record through the adapter (two clock reads included),
 //!   1 and 2 threads, beside `failsafe` and `recloser`;
-//! - the shared budget's deposit / withdraw beside tower's `TpsBudget`;
+//! - the shared budget's deposit / withdraw (reading `quanta` or the coarse clock) beside tower's
+//!   `TpsBudget` (which reads `std::time::Instant::now()` and takes a lock);
 //! - `governor`'s `check()` as a reference for a lock-free limiter.
 #![allow(
     missing_docs,
@@ -33,7 +34,8 @@ use stormguard_core::{
     SharedBreaker, SharedBudget, Step,
 };
 use stormguard_std::{
-    Breaker, Budget, Clock, ManualClock, MonotonicClock, Policy, QuantaClock, TokioClock,
+    Breaker, Budget, Clock, CoarseClock, ManualClock, MonotonicClock, Policy, QuantaClock,
+    TokioClock,
 };
 use tower::retry::budget::Budget as _;
 
@@ -88,6 +90,8 @@ fn baseline_and_clocks(c: &mut Criterion) {
     });
     let clock = QuantaClock::global();
     c.bench_function("clock/QuantaClock", |b| b.iter(|| black_box(clock.now())));
+    let coarse = CoarseClock::start().unwrap();
+    c.bench_function("clock/CoarseClock", |b| b.iter(|| black_box(coarse.now())));
 }
 
 fn policy_call(c: &mut Criterion) {
@@ -102,6 +106,15 @@ fn policy_call(c: &mut Criterion) {
     c.bench_function(
         "call/policy, quanta, consecutive-only breaker + budget",
         |b| b.iter(|| poll_once(quanta.call(|_| async { Ok::<u32, ()>(black_box(1)) }))),
+    );
+    let coarse = Policy::builder("bench")
+        .breaker(Breaker::new(consecutive_only()))
+        .clock(CoarseClock::start().unwrap())
+        .build()
+        .unwrap();
+    c.bench_function(
+        "call/policy, coarse clock, consecutive-only breaker + budget",
+        |b| b.iter(|| poll_once(coarse.call(|_| async { Ok::<u32, ()>(black_box(1)) }))),
     );
     let defaults = Policy::builder("bench")
         .clock(QuantaClock::global())
@@ -200,6 +213,16 @@ fn budgets(c: &mut Criterion) {
     c.bench_function("budget/stormguard withdraw, quanta", |b| {
         b.iter(|| {
             let _ = black_box(ours.shared().try_withdraw(clock.now()));
+        })
+    });
+    // The budget counts whole milliseconds, so the coarse clock costs it no accuracy.
+    let coarse = CoarseClock::start().unwrap();
+    c.bench_function("budget/stormguard deposit, coarse clock", |b| {
+        b.iter(|| ours.shared().deposit(coarse.now()))
+    });
+    c.bench_function("budget/stormguard withdraw, coarse clock", |b| {
+        b.iter(|| {
+            let _ = black_box(ours.shared().try_withdraw(coarse.now()));
         })
     });
     let tps = tower::retry::budget::TpsBudget::default();

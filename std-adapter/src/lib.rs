@@ -43,7 +43,8 @@
 //!
 //! ## What is here
 //! - Clocks: [`Clock`], [`TokioClock`] (follows tokio's paused time; the default),
-//!   [`MonotonicClock`], [`QuantaClock`] (feature `quanta`), [`ManualClock`] for tests. The
+//!   [`MonotonicClock`], [`QuantaClock`] and [`CoarseClock`] (feature `quanta`), [`ManualClock`]
+//!   for tests. The
 //!   global clocks share one [`process_epoch`], so every breaker, budget and call agrees on time.
 //! - Handles: [`Breaker`] and [`Budget`], cloneable `Send + Sync` `Arc`s around the core's
 //!   [`SharedBreaker`](stormguard_core::SharedBreaker) and
@@ -66,7 +67,7 @@
 //!
 //! ## Features
 //! - `tokio` (default): [`TokioClock`], the async calls, cancellation tokens.
-//! - `quanta`: [`QuantaClock`].
+//! - `quanta`: [`QuantaClock`] and [`CoarseClock`].
 //! - `http`: the [`Http`] classifier.
 //! - `tower`: the [`tower`] layer (implies `tokio` and `http`).
 //! - `serde`: `Serialize` on health reports and metrics snapshots.
@@ -110,7 +111,7 @@ mod tokio;
 pub mod tower;
 
 #[cfg(feature = "quanta")]
-pub use self::quanta::QuantaClock;
+pub use self::quanta::{CoarseClock, QuantaClock};
 #[cfg(feature = "tokio")]
 pub use self::tokio::TokioClock;
 pub use cache::{CacheRule, SuccessCache, ZeroTtl};

@@ -1,4 +1,7 @@
-//! The `quanta` clock: a calibrated TSC read, cheaper than `std::time::Instant::now()`.
+//! The `quanta` clocks: a calibrated TSC read, cheaper than `std::time::Instant::now()`, and a
+//! coarse clock that is one atomic load.
+
+use std::sync::{Mutex, PoisonError};
 
 use stormguard_core::Instant;
 
@@ -45,13 +48,18 @@ impl QuantaClock {
     #[must_use]
     pub fn global() -> Self {
         let clock = quanta::Clock::new();
-        let since = std::time::Instant::now().saturating_duration_since(crate::process_epoch());
-        let now = clock.now();
-        // The TSC counts from boot or so: an hour before the epoch may not exist on it. Then
-        // the epoch is the reading itself and this clock runs behind the others by `since`.
-        let epoch = now.checked_sub(since).unwrap_or(now);
+        let epoch = process_epoch_on(&clock);
         QuantaClock { clock, epoch }
     }
+}
+
+/// [`process_epoch`](crate::process_epoch) as a reading of `clock`.
+fn process_epoch_on(clock: &quanta::Clock) -> quanta::Instant {
+    let since = std::time::Instant::now().saturating_duration_since(crate::process_epoch());
+    let now = clock.now();
+    // The TSC counts from boot or so: an hour before the epoch may not exist on it. Then the
+    // epoch is the reading itself and the clock runs behind the others by `since`.
+    now.checked_sub(since).unwrap_or(now)
 }
 
 impl Default for QuantaClock {
@@ -65,6 +73,71 @@ impl Clock for QuantaClock {
     #[inline]
     fn now(&self) -> Instant {
         crate::clock::instant_after(self.clock.now().saturating_duration_since(self.epoch))
+    }
+}
+
+/// A clock read with one atomic load: `quanta`'s "recent" time, which a background thread
+/// moves forward every [`CoarseClock::RESOLUTION`]. Mapped onto the core's [`Instant`] with the
+/// same epoch as [`QuantaClock::global`].
+///
+/// Made for what only needs whole milliseconds, read very often: the retry budget counts its
+/// floor in whole milliseconds, and break durations and the rejection pause are 100 ms and more,
+/// so a budget or a consecutive-failure breaker loses nothing to it. What measures latency does:
+/// an attempt shorter than the resolution reads as taking 0 or 1 ms, so the slow-call rule and
+/// the learned median need [`QuantaClock`] or [`MonotonicClock`](crate::MonotonicClock).
+///
+/// The update thread (named `quanta-upkeep`) is process-wide; [`CoarseClock::start`] starts it
+/// once and keeps it running. If another part of the program already started `quanta`'s upkeep
+/// thread, this clock reads that one, at that one's interval.
+///
+/// ```
+/// use stormguard_std::{Budget, Clock, CoarseClock};
+///
+/// let clock = CoarseClock::start()?;
+/// let budget = Budget::defaults("payments");
+/// budget.shared().deposit(clock.now());
+/// assert!(budget.shared().try_withdraw(clock.now()).is_ok());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct CoarseClock {
+    epoch: quanta::Instant,
+    clock: quanta::Clock,
+}
+
+/// The running upkeep thread; dropping its handle would stop it, so it lives here for good.
+static UPKEEP: Mutex<Option<quanta::Handle>> = Mutex::new(None);
+
+impl CoarseClock {
+    /// How often the update thread moves the time forward (when this crate started it).
+    pub const RESOLUTION: std::time::Duration = std::time::Duration::from_millis(1);
+
+    /// The coarse clock, starting the process-wide update thread if nothing started it yet.
+    ///
+    /// # Errors
+    /// The operating system's error when the update thread could not be spawned.
+    pub fn start() -> std::io::Result<CoarseClock> {
+        let clock = quanta::Clock::new();
+        // Only construction takes this lock, never a reading.
+        let mut upkeep = UPKEEP.lock().unwrap_or_else(PoisonError::into_inner);
+        if upkeep.is_none() {
+            match quanta::Upkeep::new_with_clock(Self::RESOLUTION, clock.clone()).start() {
+                Ok(handle) => *upkeep = Some(handle),
+                // Someone else keeps the recent time moving; read theirs.
+                Err(quanta::Error::UpkeepRunning) => {}
+                Err(quanta::Error::FailedToSpawnUpkeepThread(e)) => return Err(e),
+            }
+        }
+        drop(upkeep);
+        let epoch = process_epoch_on(&clock);
+        Ok(CoarseClock { epoch, clock })
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now(&self) -> Instant {
+        crate::clock::instant_after(self.clock.recent().saturating_duration_since(self.epoch))
     }
 }
 
@@ -93,5 +166,29 @@ mod tests {
         let b = crate::MonotonicClock::global().now();
         let apart = if a > b { a - b } else { b - a };
         assert!(apart < Duration::from_millis(20), "{a} vs {b}");
+    }
+
+    #[test]
+    fn the_coarse_clock_moves_on_by_itself_and_agrees_with_the_quanta_clock() {
+        let coarse = CoarseClock::start().unwrap();
+        let again = CoarseClock::start().unwrap();
+        let precise = QuantaClock::global();
+        let first = coarse.now();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let later = coarse.now();
+        assert!(
+            later >= first + Duration::from_millis(20),
+            "{first} then {later}"
+        );
+        let (a, b) = (again.now(), precise.now());
+        let apart = if a > b { a - b } else { b - a };
+        // One resolution apart, plus however late the update thread was scheduled.
+        assert!(apart < Duration::from_millis(20), "{a} vs {b}");
+        let mut last = coarse.now();
+        for _ in 0..10_000 {
+            let now = coarse.now();
+            assert!(now >= last);
+            last = now;
+        }
     }
 }
