@@ -49,27 +49,30 @@
     )
 )]
 
-/// The [`Admission`] methods a wrapper in front of a breaker (a rate limiter, a bulkhead) does
-/// not change: the breaker's name and its latency readings, read from the field named.
+/// The [`Admission`] methods a wrapper in front of a breaker (a rate limiter, a bulkhead, an
+/// adapter's handle) does not change: the breaker's name and its latency readings, read from the
+/// field (or field path) named. Exported for the adapters' own wrappers, not part of the API.
+#[doc(hidden)]
+#[macro_export]
 macro_rules! forward_breaker_readings {
-    ($field:ident) => {
+    ($($field:tt)+) => {
         fn name(&self) -> &$crate::Name {
-            self.$field.name()
+            self.$($field)+.name()
         }
 
         fn normal_latency(&self, now: $crate::Instant) -> Option<$crate::Duration> {
-            self.$field.normal_latency(now)
+            self.$($field)+.normal_latency(now)
         }
 
         fn attempt_ceiling(&self, now: $crate::Instant) -> Option<$crate::Duration> {
-            self.$field.attempt_ceiling(now)
+            self.$($field)+.attempt_ceiling(now)
         }
 
         fn hedge_after(
             &self,
             now: $crate::Instant,
         ) -> Result<$crate::Duration, $crate::HedgeSuppressed> {
-            self.$field.hedge_after(now)
+            self.$($field)+.hedge_after(now)
         }
     };
 }

@@ -17,8 +17,8 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_time::Timer;
 use stormguard_core::{
     Admission, BreakerSettings, BudgetSettings, BudgetSnapshot, Call, CallError, CallSettings,
-    Event, Explain, Funding, HedgeSuppressed, Instant, Name, Outcome, Parts, Permit, Refused,
-    Snapshot, Step, Unlimited,
+    Event, Explain, Funding, Instant, Name, Outcome, Parts, Permit, Refused, Snapshot, Step,
+    Unlimited,
 };
 
 use crate::bulkhead::{BulkheadStep, NoBulkhead};
@@ -811,9 +811,7 @@ pub(crate) struct Heard<'a, M: RawMutex, B: CoreBreaker, L> {
 }
 
 impl<M: RawMutex, B: CoreBreaker, L: Listener> Admission for Heard<'_, M, B, L> {
-    fn name(&self) -> &Name {
-        self.breaker.name()
-    }
+    stormguard_core::forward_breaker_readings!(breaker);
 
     fn try_acquire(
         &mut self,
@@ -848,18 +846,6 @@ impl<M: RawMutex, B: CoreBreaker, L: Listener> Admission for Heard<'_, M, B, L> 
 
     fn release(&mut self, permit: Permit) {
         self.breaker.release(permit);
-    }
-
-    fn normal_latency(&self, now: Instant) -> Option<stormguard_core::Duration> {
-        self.breaker.normal_latency(now)
-    }
-
-    fn attempt_ceiling(&self, now: Instant) -> Option<stormguard_core::Duration> {
-        self.breaker.attempt_ceiling(now)
-    }
-
-    fn hedge_after(&self, now: Instant) -> Result<stormguard_core::Duration, HedgeSuppressed> {
-        self.breaker.hedge_after(now)
     }
 }
 

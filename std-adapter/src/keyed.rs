@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 use stormguard_core::{
     guarded_pause, Admission, BreakerSettings, Duration, Event, Instant, KeyedRefusal, Member,
-    Name, Outcome, Permit, Refused, SettingsError, SharedBreaker, Snapshot, State,
+    Outcome, Permit, Refused, SettingsError, SharedBreaker, Snapshot, State,
 };
 
 use crate::classify::Classify;
@@ -65,10 +65,9 @@ impl KeyBreaker {
     }
 }
 
+/// The table's view of a key's breaker (eviction reads it; calls go through the key's policy).
 impl Admission for KeyBreaker {
-    fn name(&self) -> &Name {
-        self.0.name()
-    }
+    stormguard_core::forward_breaker_readings!(0.shared());
     fn try_acquire(
         &mut self,
         now: Instant,
@@ -91,9 +90,6 @@ impl Admission for KeyBreaker {
     }
     fn release(&mut self, permit: Permit) {
         self.shared().release(permit);
-    }
-    fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        self.shared().normal_latency(now)
     }
 }
 
