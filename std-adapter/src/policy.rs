@@ -1396,11 +1396,12 @@ impl<K, L> Policy<K, L> {
             &self.settings
         };
         let mut call = Call::begin(settings, now);
+        // In place: a `Call` is some 170 bytes.
         if let Some(at) = options.deadline {
-            call = call.with_deadline(at);
+            call.tighten_deadline(at);
         }
         if let Some(d) = options.within {
-            call = call.with_deadline(now.saturating_add(d));
+            call.tighten_deadline(now.saturating_add(d));
         }
         call
     }
@@ -1775,15 +1776,22 @@ mod run {
         /// assert_eq!(hits.unwrap(), 10);
         /// # Ok(()) }
         /// ```
-        pub async fn call<T, E, F, Fut>(&self, mut op: F) -> Result<T, CallError<E>>
+        // Not an `async fn`: the loop's future is handed out as it is, so its result is not
+        // moved through one more future on the way out.
+        pub fn call<T, E, F, Fut>(
+            &self,
+            mut op: F,
+        ) -> impl Future<Output = Result<T, CallError<E>>> + use<'_, T, E, F, Fut, K, L>
         where
             F: FnMut(u32) -> Fut,
             Fut: Future<Output = Result<T, E>>,
         {
-            let now = self.clock.now();
-            self.run(now, CallOptions::new(), |a: Attempt| Some(op(a.number)))
-                .await
-                .0
+            self.run(
+                None,
+                CallOptions::new(),
+                move |a: Attempt| Some(op(a.number)),
+                None,
+            )
         }
 
         /// [`Policy::call`] with per-call [`CallOptions`]: a classifier, a cancellation token,
@@ -1821,10 +1829,8 @@ mod run {
             Fut: Future<Output = Result<T, E>>,
             C: Classify<T, E>,
         {
-            let now = self.clock.now();
-            self.run(now, options, |a: Attempt| Some(op(a.number)))
+            self.run(None, options, |a: Attempt| Some(op(a.number)), None)
                 .await
-                .0
         }
 
         /// [`Policy::call`] with a fallback for refusals: when the call is refused (breaker
@@ -1954,8 +1960,14 @@ mod run {
                 self.listener.on_call(&self.name, 0, Ended::Cached);
                 return Ok(value);
             }
-            let (result, stored) = self
-                .run(now, options, |a: Attempt| Some(op(a.number)))
+            let mut stored = None;
+            let result = self
+                .run(
+                    Some(now),
+                    options,
+                    |a: Attempt| Some(op(a.number)),
+                    Some(&mut stored),
+                )
                 .await;
             if let (Ok(value), Some(at)) = (&result, stored) {
                 cache.store(at, value.clone());
@@ -1963,16 +1975,17 @@ mod run {
             result
         }
 
-        /// The call loop: poll the core, do what it says. `op` returns `None` when it cannot
-        /// make the attempt (a permanent outcome). Returns the result and, when the last
-        /// attempt was classified a success, the instant it ended (for the cache).
+        /// The call loop: poll the core, do what it says. The call starts at `start`, or at
+        /// the first poll when that is `None`. `op` returns `None` when it cannot make the
+        /// attempt (a permanent outcome). When the call succeeds, the instant its last attempt
+        /// ended goes to `succeeded_at` (for the cache).
         pub(crate) fn run<'s, 'o, T, E, F, Fut, C>(
             &'s self,
-            start: Instant,
+            start: Option<Instant>,
             options: CallOptions<'o, C>,
             op: F,
-        ) -> impl Future<Output = (Result<T, CallError<E>>, Option<Instant>)>
-               + use<'s, 'o, T, E, F, Fut, C, K, L>
+            succeeded_at: Option<&'o mut Option<Instant>>,
+        ) -> impl Future<Output = Result<T, CallError<E>>> + use<'s, 'o, T, E, F, Fut, C, K, L>
         where
             F: FnMut(Attempt) -> Option<Fut>,
             Fut: Future<Output = Result<T, E>>,
@@ -1983,32 +1996,44 @@ mod run {
             if steps.limiter.is_none() && steps.bulkhead.is_none() {
                 // No optional step: the loop over the breaker alone, so a policy without the
                 // steps pays no dispatch for them.
-                Either::Left(
-                    self.drive::<_, _, _, _, _, Admit<'s>>(start, options, op, steps, report),
-                )
+                Either::Left(self.drive::<_, _, _, _, _, Admit<'s>>(
+                    start,
+                    options,
+                    op,
+                    steps,
+                    report,
+                    succeeded_at,
+                ))
             } else {
-                Either::Right(
-                    self.drive::<_, _, _, _, _, Front<'s>>(start, options, op, steps, report),
-                )
+                Either::Right(self.drive::<_, _, _, _, _, Front<'s>>(
+                    start,
+                    options,
+                    op,
+                    steps,
+                    report,
+                    succeeded_at,
+                ))
             }
         }
 
         /// The loop proper, over the call's admission `A` (the breaker alone, or with the
         /// optional steps in front), for a call that began at `start`.
-        async fn drive<'p, T, E, F, Fut, C, A>(
+        async fn drive<'p, 'o, T, E, F, Fut, C, A>(
             &'p self,
-            start: Instant,
-            options: CallOptions<'_, C>,
+            start: Option<Instant>,
+            options: CallOptions<'o, C>,
             mut op: F,
             steps: Steps<'p>,
             mut report: Report<'p, L>,
-        ) -> (Result<T, CallError<E>>, Option<Instant>)
+            stored: Option<&'o mut Option<Instant>>,
+        ) -> Result<T, CallError<E>>
         where
             F: FnMut(Attempt) -> Option<Fut>,
             Fut: Future<Output = Result<T, E>>,
             C: Classify<T, E>,
             A: FromSteps<'p>,
         {
+            let start = start.unwrap_or_else(|| self.clock.now());
             let cancel = options.cancel;
             let mut now = start;
             // A bulkhead with a bounded wait: the call waits for a slot before its first
@@ -2025,7 +2050,7 @@ mod run {
                     // The driver decides: a slot freed since is taken, else the guarded
                     // rejection (with no pause if the wait used up the deadline).
                     Waited::Refused(at) => now = at,
-                    Waited::Cancelled => return (report.end(Err(CallError::Cancelled)), None),
+                    Waited::Cancelled => return report.end(Err(CallError::Cancelled)),
                 }
             }
             let mut parts = Parts {
@@ -2109,8 +2134,10 @@ mod run {
                     Step::Done(finished) => break finished.into_result(last),
                 }
             };
-            let stored = if result.is_ok() { succeeded_at } else { None };
-            (report.end(result), stored)
+            if let (Some(stored), true) = (stored, result.is_ok()) {
+                *stored = succeeded_at;
+            }
+            report.end(result)
         }
 
         /// Runs the attempt just started (`first`, its permit in `guard`) and, if it is still

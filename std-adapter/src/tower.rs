@@ -568,7 +568,7 @@ where
                     svc.call(req).await
                 })
             };
-            policy.run(start, options, op).await.0
+            policy.run(Some(start), options, op, None).await
         })
     }
 }
