@@ -5,7 +5,7 @@
 
 use crate::error::{Bound, Field, SettingsError};
 use crate::ratio::{Multiple, Ratio};
-use crate::time::MAX_BREAK;
+use crate::time::{div_rem_u32, MAX_BREAK};
 use crate::{Duration, Name};
 
 /// Buckets in the sliding trip window. Fixed, so the window's memory is fixed.
@@ -507,8 +507,9 @@ impl BreakerSettings {
     /// One of the trip window's [`TRIP_BUCKETS`] buckets.
     #[must_use]
     pub const fn bucket_width(&self) -> Duration {
-        match self.trip_window.checked_div(TRIP_BUCKETS as u64) {
-            Some(d) => d,
+        // A tenth in 32-bit steps: a 64-bit division is a library routine on a microcontroller.
+        match div_rem_u32(self.trip_window.as_nanos(), TRIP_BUCKETS as u32) {
+            Some((tenth, _)) => Duration::from_nanos(tenth),
             None => Duration::ZERO,
         }
     }

@@ -5,7 +5,7 @@
 use crate::breaker::TripReason;
 use crate::packed::{const_unless_loom, field, mask, put, word, words, Word};
 use crate::settings::{BreakerSettings, TRIP_BUCKETS};
-use crate::time::div_rem_u32;
+use crate::time::{div_rem_u32, div_u64};
 use crate::{Duration, Instant};
 
 /// Counts in one bucket of a sliding window.
@@ -88,12 +88,12 @@ impl<W: Word> Ring<W> {
     }
 
     fn index_of(now: Instant, width: Duration) -> u64 {
-        now.as_nanos().checked_div(width.as_nanos()).unwrap_or(0)
+        div_u64(now.as_nanos(), width.as_nanos()).unwrap_or(0)
     }
 
     fn slot(index: u64) -> usize {
         // TRIP_BUCKETS is small, so the remainder always fits a usize.
-        usize::try_from(index.checked_rem(TRIP_BUCKETS as u64).unwrap_or(0)).unwrap_or(0)
+        div_rem_u32(index, TRIP_BUCKETS as u32).map_or(0, |(_, r)| r as usize)
     }
 
     /// Adds `c` to the bucket `now` falls in. When that replaces an older bucket, returns the
@@ -294,7 +294,9 @@ impl<W: Word> Histogram<W> {
         if total > 0 {
             let rank = total.div_ceil(2);
             // The 95th percentile's rank, rounded up.
-            let rank95 = total.saturating_mul(95).div_ceil(100).max(1);
+            let rank95 = div_rem_u32(total.saturating_mul(95), 100)
+                .map_or(0, |(q, r)| q.saturating_add(u64::from(r > 0)))
+                .max(1);
             let mut seen: u64 = 0;
             'scan: for (wi, w) in self.lanes.iter().enumerate() {
                 let v = w.get();
@@ -405,10 +407,7 @@ impl<W: Word> Histogram<W> {
             .saturating_add(1)
             .saturating_mul(half_window.as_nanos());
         if now.as_nanos() >= boundary {
-            let period = now
-                .as_nanos()
-                .checked_div(half_window.as_nanos())
-                .unwrap_or(0);
+            let period = div_u64(now.as_nanos(), half_window.as_nanos()).unwrap_or(0);
             let (old, new) = self.period.update(|p| p.max(period));
             if new > old {
                 let shift = u32::try_from(new.saturating_sub(old).min(16)).unwrap_or(16);
@@ -486,10 +485,7 @@ impl<W: Word> Stats<W> {
     /// Trip buckets that fit in one baseline window: how long an aged-out trip bucket still
     /// counts towards the baseline.
     fn keep(s: &BreakerSettings) -> u64 {
-        s.baseline_window()
-            .as_nanos()
-            .checked_div(s.bucket_width().as_nanos())
-            .unwrap_or(0)
+        div_u64(s.baseline_window().as_nanos(), s.bucket_width().as_nanos()).unwrap_or(0)
     }
 
     /// Records one outcome. The error baseline is fed what leaves the trip window (and the
@@ -675,9 +671,8 @@ impl Measure for NoStats {
 }
 
 fn baseline_bucket(s: &BreakerSettings) -> Duration {
-    s.baseline_window()
-        .checked_div(TRIP_BUCKETS as u64)
-        .unwrap_or(Duration::ZERO)
+    div_rem_u32(s.baseline_window().as_nanos(), TRIP_BUCKETS as u32)
+        .map_or(Duration::ZERO, |(tenth, _)| Duration::from_nanos(tenth))
 }
 
 fn half_baseline(s: &BreakerSettings) -> Duration {

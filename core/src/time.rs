@@ -87,6 +87,51 @@ const fn long_division(n: u64, d: u32) -> (u64, u32) {
     (q, r)
 }
 
+/// `n / d` for any 64-bit divisor, `None` when `d` is zero: the statistics divide instants by
+/// bucket widths, and windows by widths.
+///
+/// On a 64-bit target this is the machine's division. On a 32-bit one it takes no library
+/// routine (see [`div_rem_u32`]): a divisor that fits 32 bits goes to [`div_rem_u32`]; a wider
+/// one means a quotient below 2^32, which [`quotient_by_wide`] finds from both operands shifted
+/// down until the divisor fits, then corrects. Exact on every target.
+#[inline]
+pub(crate) const fn div_u64(n: u64, d: u64) -> Option<u64> {
+    #[cfg(target_pointer_width = "64")]
+    {
+        n.checked_div(d)
+    }
+    #[cfg(not(target_pointer_width = "64"))]
+    {
+        if d <= u32::MAX as u64 {
+            match div_rem_u32(n, d as u32) {
+                Some((q, _)) => Some(q),
+                None => None,
+            }
+        } else {
+            Some(quotient_by_wide(n, d))
+        }
+    }
+}
+
+/// `n / d` for `d` of more than 32 bits, so a quotient below 2^32: restoring division, one
+/// quotient bit per step from bit 31 down, in 64-bit shifts and subtractions (`d << i` never
+/// exceeds the remainder it is taken from, so nothing overflows). The statistics divide by such
+/// long spans only when a bucket or a half-window ends.
+#[cfg(any(not(target_pointer_width = "64"), test))]
+#[inline(never)] // one copy
+const fn quotient_by_wide(n: u64, d: u64) -> u64 {
+    let (mut q, mut r) = (0u64, n);
+    let mut bit = 32u32;
+    while bit > 0 {
+        bit = bit.saturating_sub(1);
+        if r.wrapping_shr(bit) >= d {
+            r = r.wrapping_sub(d.wrapping_shl(bit));
+            q |= 1u64.wrapping_shl(bit);
+        }
+    }
+    q
+}
+
 /// `n / d` rounded up, for the time constants.
 #[inline]
 const fn div_ceil_const(n: u64, d: u64) -> u64 {
@@ -600,6 +645,45 @@ mod tests {
             }
         }
         assert_eq!(div_rem_u32(5, 0), None);
+    }
+
+    #[test]
+    fn division_by_a_wide_divisor_agrees_with_64_bit_division() {
+        let mut x = 0x2545_F491_4F6C_DD1D_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let edges = [
+            1u64 << 32,
+            (1 << 32) + 1,
+            3 << 31,
+            u64::MAX,
+            u64::MAX - 1,
+            1 << 63,
+        ];
+        for _ in 0..20_000 {
+            let (a, b) = (next(), next());
+            // Divisors of 33 to 64 bits, numerators of every magnitude.
+            let d = (a >> (a % 32)).max(1 << 32);
+            let n = b >> (b % 64);
+            for (n, d) in [
+                (n, d),
+                (n, edges[(a % 6) as usize]),
+                (d.wrapping_mul(n % 7), d),
+            ] {
+                assert_eq!(quotient_by_wide(n, d), n / d, "{n} / {d}");
+                assert_eq!(div_u64(n, d), Some(n / d));
+            }
+        }
+        for d in edges {
+            for n in [0, 1, d - 1, d, d.saturating_add(1), u64::MAX, u64::MAX - 1] {
+                assert_eq!(quotient_by_wide(n, d), n / d, "{n} / {d}");
+            }
+        }
+        assert_eq!(div_u64(5, 0), None);
     }
 
     #[test]
