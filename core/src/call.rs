@@ -543,9 +543,39 @@ pub struct Call {
 
 impl Call {
     /// Starts a call at `now` with the settings' deadline.
+    ///
+    /// Its jitter is drawn from the settings' seed and `now`: calls that may begin at the same
+    /// instant (paused or simulated time, a coarse clock, tasks woken on the same tick) begin
+    /// with [`Call::begin_salted`] instead, or they back off in step.
     #[must_use]
     pub fn begin(settings: &CallSettings, now: Instant) -> Call {
-        let seed = settings.seed ^ now.as_nanos().wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        Call::begin_salted(settings, now, 0)
+    }
+
+    /// [`Call::begin`] for one of several calls that may begin at the same instant: a `salt`
+    /// that differs between them (a count of the calls begun, say) keeps their jitter apart.
+    /// A salt of 0 is [`Call::begin`].
+    ///
+    /// ```
+    /// use stormguard_core::{Call, CallSettings, Instant, Outcome, Parts, Step, Unguarded, Unlimited};
+    ///
+    /// let settings = CallSettings::DEFAULT;
+    /// let now = Instant::from_secs(1);
+    /// let first_wait = |salt| {
+    ///     let mut parts = Parts { breaker: Unguarded("db".into()), budget: Unlimited };
+    ///     let mut call = Call::begin_salted(&settings, now, salt);
+    ///     let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    ///     call.complete(&mut parts, permit, now, Outcome::Transient, &mut |_| {});
+    ///     call.poll(&mut parts, now, &mut |_| {})
+    /// };
+    /// assert_eq!(first_wait(0), first_wait(0));
+    /// assert_ne!(first_wait(0), first_wait(1)); // same instant, apart
+    /// ```
+    #[must_use]
+    pub fn begin_salted(settings: &CallSettings, now: Instant, salt: u64) -> Call {
+        let seed = settings.seed
+            ^ now.as_nanos().wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ salt.wrapping_mul(0xD6E8_FEB8_6659_FD93);
         Call {
             rules: Rules {
                 max_attempts: settings.max_attempts,

@@ -367,7 +367,11 @@ impl<'a, M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize, L:
     }
 
     fn begin(self, now: Instant) -> stormguard_core::Call {
-        stormguard_core::Call::begin(&self.policy.settings, now)
+        stormguard_core::Call::begin_salted(
+            &self.policy.settings,
+            now,
+            self.policy.seed.next_salt(),
+        )
     }
 
     fn prepare(self, call: &mut stormguard_core::Call, deadline: Option<embassy_time::Instant>) {

@@ -757,7 +757,7 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
     const QUEUES: bool = K::QUEUES;
 
     fn begin(self, now: Instant) -> Call {
-        Call::begin(&self.settings, now)
+        Call::begin_salted(&self.settings, now, self.seed.next_salt())
     }
 
     fn prepare(self, call: &mut Call, deadline: Option<embassy_time::Instant>) {
@@ -1138,11 +1138,15 @@ impl Future for Until {
 /// A policy's device seed, settable at run time from any task: two halves and whether it is set,
 /// in 32-bit atomics (thumbv7m/v7em have no 64-bit ones; load and store are enough, so thumbv6m
 /// too). A read racing a second `set` may mix the two seeds' halves, which is still a seed.
+///
+/// Beside it, a count of the calls begun, which salts each call's jitter: tasks woken on the
+/// same tick begin their calls at the same instant and would otherwise back off in step.
 #[derive(Debug)]
 pub(crate) struct Seed {
     set: AtomicBool,
     high: AtomicU32,
     low: AtomicU32,
+    begun: AtomicU32,
 }
 
 impl Seed {
@@ -1151,6 +1155,7 @@ impl Seed {
             set: AtomicBool::new(false),
             high: AtomicU32::new(0),
             low: AtomicU32::new(0),
+            begun: AtomicU32::new(0),
         }
     }
 
@@ -1159,7 +1164,17 @@ impl Seed {
             set: AtomicBool::new(true),
             high: AtomicU32::new((seed >> 32) as u32),
             low: AtomicU32::new(seed as u32),
+            begun: AtomicU32::new(0),
         }
+    }
+
+    /// The salt of the next call: the count of calls begun, by load and store (thumbv6m has no
+    /// atomic add). Two calls racing here may share a salt, which only costs them the
+    /// separation the salt adds.
+    pub(crate) fn next_salt(&self) -> u64 {
+        let n = self.begun.load(Ordering::Relaxed).wrapping_add(1);
+        self.begun.store(n, Ordering::Relaxed);
+        u64::from(n)
     }
 
     pub(crate) fn set(&self, seed: u64) {

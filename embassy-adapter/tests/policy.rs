@@ -943,3 +943,68 @@ static JITTERED: BreakerSettings = match BreakerSettings::consecutive_only("jitt
     Ok(s) => s,
     Err(_) => panic!(),
 };
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn calls_begun_on_the_same_tick_draw_different_jitter() {
+    fresh();
+    let log = Log::default();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    // Full jitter (the default backoff), a fixed device seed: only the salt tells them apart.
+    let policy = Policy::new(&breaker, CallSettings::DEFAULT)
+        .with_seed(7)
+        .with_listener(|e: &Event<'_>| log.push(e));
+    let first_fails = |tries: &Cell<u32>| {
+        tries.set(tries.get() + 1);
+        tries.get() > 1
+    };
+    let (a, b) = (Cell::new(0), Cell::new(0));
+    let mut call_a = pin!(policy.call(|_| {
+        let ok = first_fails(&a);
+        async move {
+            if ok {
+                Ok(1u16)
+            } else {
+                Err("nack")
+            }
+        }
+    }));
+    let mut call_b = pin!(policy.call(|_| {
+        let ok = first_fails(&b);
+        async move {
+            if ok {
+                Ok(2u16)
+            } else {
+                Err("nack")
+            }
+        }
+    }));
+    // Both begin, fail and schedule their retry on the same tick.
+    assert!(poll(call_a.as_mut()).is_pending());
+    assert!(poll(call_b.as_mut()).is_pending());
+    let retries = log.take();
+    assert_eq!(retries.len(), 2, "{retries:?}");
+    assert!(
+        retries.iter().all(|r| r.starts_with("retry #2 after")),
+        "{retries:?}"
+    );
+    assert_ne!(retries[0], retries[1], "the two calls would retry in step");
+    let (mut done_a, mut done_b) = (None, None);
+    for _ in 0..1_000 {
+        if done_a.is_none() {
+            if let Poll::Ready(r) = poll(call_a.as_mut()) {
+                done_a = Some(r);
+            }
+        }
+        if done_b.is_none() {
+            if let Poll::Ready(r) = poll(call_b.as_mut()) {
+                done_b = Some(r);
+            }
+        }
+        if done_a.is_some() && done_b.is_some() {
+            break;
+        }
+        advance(ms(1));
+    }
+    assert_eq!((done_a, done_b), (Some(Ok(1)), Some(Ok(2))));
+}

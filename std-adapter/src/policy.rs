@@ -6,6 +6,7 @@
 //! after), runs the operation against its attempt deadline, sleeps cancellably and forwards
 //! events.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -1388,14 +1389,16 @@ impl<K, L> Policy<K, L> {
         }
     }
 
-    /// The call driver for a call starting at `now` with `options`' deadline.
+    /// The call driver for a call starting at `now` with `options`' deadline, salted with the
+    /// thread's count of calls begun so that calls beginning at the same instant (paused time,
+    /// a coarse clock) do not back off in step.
     pub(crate) fn begin<C>(&self, options: &CallOptions<'_, C>, now: Instant) -> Call {
         let settings = if options.single_attempt {
             &self.single
         } else {
             &self.settings
         };
-        let mut call = Call::begin(settings, now);
+        let mut call = Call::begin_salted(settings, now, next_salt());
         // In place: a `Call` is some 170 bytes.
         if let Some(at) = options.deadline {
             call.tighten_deadline(at);
@@ -1405,6 +1408,19 @@ impl<K, L> Policy<K, L> {
         }
         call
     }
+}
+
+/// The salt of the next call begun on this thread: a count, so the same program draws the same
+/// jitter run after run (with a fixed seed), and no shared write is added to the call path.
+fn next_salt() -> u64 {
+    thread_local! {
+        static BEGUN: Cell<u64> = const { Cell::new(0) };
+    }
+    BEGUN.with(|begun| {
+        let n = begun.get().wrapping_add(1);
+        begun.set(n);
+        n
+    })
 }
 
 impl<K: Clock, L: Listener> Policy<K, L> {

@@ -577,3 +577,83 @@ async fn a_dropped_call_is_reported_as_cancelled() {
     }
     assert_eq!(*ends.0.lock().unwrap(), [Ended::Cancelled]);
 }
+
+/// Records the delay of every retry the policy schedules.
+#[derive(Clone, Default)]
+struct RetryDelays(Arc<Mutex<Vec<Duration>>>);
+
+impl Listener for RetryDelays {
+    fn on_event(&self, event: &Event<'_>) {
+        if let Event::Retry { delay, .. } = event {
+            self.0.lock().unwrap().push(*delay);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_that_begin_at_the_same_instant_draw_different_jitter() {
+    // Paused time: every call below begins at the same instant, fails once at the same instant
+    // and draws its backoff from full jitter. Equal draws would send their retries in step.
+    let delays = RetryDelays::default();
+    let policy = Policy::builder("jittered")
+        .no_breaker()
+        .no_budget()
+        .seed(7)
+        .listener(delays.clone())
+        .build()
+        .unwrap();
+    let calls = (0..8).map(|_| {
+        let failed = AtomicU32::new(0);
+        let policy = &policy;
+        async move {
+            policy
+                .call(|_| {
+                    let first = failed.fetch_add(1, Ordering::Relaxed) == 0;
+                    async move {
+                        if first {
+                            Err("flaky")
+                        } else {
+                            Ok(())
+                        }
+                    }
+                })
+                .await
+        }
+    });
+    let results = futures_join_all(calls).await;
+    assert!(results.iter().all(Result::is_ok));
+    let mut drawn = delays.0.lock().unwrap().clone();
+    assert_eq!(drawn.len(), 8);
+    drawn.sort();
+    drawn.dedup();
+    assert!(
+        drawn.len() >= 6,
+        "only {} distinct delays: {drawn:?}",
+        drawn.len()
+    );
+}
+
+/// Polls every future to completion, concurrently, on the current task.
+async fn futures_join_all<F: std::future::Future>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
+    let mut futures: Vec<_> = futures.map(|f| Some(Box::pin(f))).collect();
+    let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (slot, out) in futures.iter_mut().zip(out.iter_mut()) {
+            if let Some(f) = slot {
+                if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
+                    *out = Some(v);
+                    *slot = None;
+                }
+            }
+        }
+        if futures.iter().all(Option::is_none) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    out.into_iter().map(Option::unwrap).collect()
+}
