@@ -74,6 +74,10 @@ impl CallOptions<'_> {
     }
 }
 
+/// [`CallOptions::new`], as a constant `policy.call` can lend.
+#[cfg(feature = "tokio")]
+const DEFAULT_OPTIONS: CallOptions<'static> = CallOptions::new();
+
 impl Default for CallOptions<'_> {
     fn default() -> Self {
         CallOptions::new()
@@ -1804,7 +1808,7 @@ mod run {
         {
             self.run(
                 None,
-                CallOptions::new(),
+                &super::DEFAULT_OPTIONS,
                 move |a: Attempt| Some(op(a.number)),
                 None,
             )
@@ -1845,7 +1849,7 @@ mod run {
             Fut: Future<Output = Result<T, E>>,
             C: Classify<T, E>,
         {
-            self.run(None, options, |a: Attempt| Some(op(a.number)), None)
+            self.run(None, &options, |a: Attempt| Some(op(a.number)), None)
                 .await
         }
 
@@ -1980,7 +1984,7 @@ mod run {
             let result = self
                 .run(
                     Some(now),
-                    options,
+                    &options,
                     |a: Attempt| Some(op(a.number)),
                     Some(&mut stored),
                 )
@@ -1998,7 +2002,7 @@ mod run {
         pub(crate) fn run<'s, 'o, T, E, F, Fut, C>(
             &'s self,
             start: Option<Instant>,
-            options: CallOptions<'o, C>,
+            options: &'o CallOptions<'o, C>,
             op: F,
             succeeded_at: Option<&'o mut Option<Instant>>,
         ) -> impl Future<Output = Result<T, CallError<E>>> + use<'s, 'o, T, E, F, Fut, C, K, L>
@@ -2008,7 +2012,6 @@ mod run {
             C: Classify<T, E>,
         {
             let steps = self.steps();
-            let report = Report::new(&self.listener, &self.name);
             if steps.limiter.is_none() && steps.bulkhead.is_none() {
                 // No optional step: the loop over the breaker alone, so a policy without the
                 // steps pays no dispatch for them.
@@ -2016,8 +2019,6 @@ mod run {
                     start,
                     options,
                     op,
-                    steps,
-                    report,
                     succeeded_at,
                 ))
             } else {
@@ -2025,8 +2026,6 @@ mod run {
                     start,
                     options,
                     op,
-                    steps,
-                    report,
                     succeeded_at,
                 ))
             }
@@ -2034,13 +2033,14 @@ mod run {
 
         /// The loop proper, over the call's admission `A` (the breaker alone, or with the
         /// optional steps in front), for a call that began at `start`.
+        // Few, narrow arguments (the options by reference, the steps and the report made
+        // here): an async fn moves its arguments into place when first polled, just after the
+        // caller wrote them, and wide moves of narrow writes stall the processor.
         async fn drive<'p, 'o, T, E, F, Fut, C, A>(
             &'p self,
             start: Option<Instant>,
-            options: CallOptions<'o, C>,
+            options: &'o CallOptions<'o, C>,
             mut op: F,
-            steps: Steps<'p>,
-            mut report: Report<'p, L>,
             stored: Option<&'o mut Option<Instant>>,
         ) -> Result<T, CallError<E>>
         where
@@ -2050,13 +2050,15 @@ mod run {
             A: FromSteps<'p>,
         {
             let start = start.unwrap_or_else(|| self.clock.now());
+            let steps = self.steps();
+            let mut report = Report::new(&self.listener, &self.name);
             let cancel = options.cancel;
             let mut now = start;
             // A bulkhead with a bounded wait: the call waits for a slot before its first
             // attempt (the core's `Bulkheaded` never queues; the wait is the adapter's).
             let mut held = None;
             if let Some(bulkhead) = steps.bulkhead.filter(|b| b.waits()) {
-                let deadline = self.begin(&options, start).deadline();
+                let deadline = self.begin(options, start).deadline();
                 let wait = pin!(wait_for_slot(bulkhead, &self.clock, now, deadline, cancel));
                 match Cold(wait).await {
                     Waited::Entered(permit, at) => {
@@ -2074,7 +2076,7 @@ mod run {
                 budget: self.funds(),
             };
             let mut sink = |e: Event<'_>| self.emit(&e);
-            let mut call = self.begin(&options, start);
+            let mut call = self.begin(options, start);
             let mut last: Option<Result<T, E>> = None;
             let mut succeeded_at = None;
             let result = loop {
@@ -2101,9 +2103,9 @@ mod run {
                                     report: &mut report,
                                     last: &mut last,
                                 };
-                                let hedged =
-                                    pin!(self
-                                        .hedged(pair, &mut op, fut, guard, after, now, &options));
+                                let hedged = pin!(
+                                    self.hedged(pair, &mut op, fut, guard, after, now, options)
+                                );
                                 let (at, success) = Cold(hedged).await;
                                 now = at;
                                 succeeded_at = success;

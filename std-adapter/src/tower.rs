@@ -568,7 +568,7 @@ where
                     svc.call(req).await
                 })
             };
-            policy.run(Some(start), options, op, None).await
+            policy.run(Some(start), &options, op, None).await
         })
     }
 }
