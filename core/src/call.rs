@@ -538,7 +538,13 @@ pub struct Call {
     running: u8,
     last: Option<Outcome>,
     phase: Phase,
+    /// The jitter generator; on a 64-bit target, until the first draw, only its seed.
     rng: JitterRng,
+    /// Whether `rng` is a generator yet. Most calls never back off, so on hosts the seed is
+    /// mixed when a draw needs it (the draws are the same); a microcontroller mixes it at once
+    /// and keeps the smaller code.
+    #[cfg(target_pointer_width = "64")]
+    rng_mixed: bool,
 }
 
 impl Call {
@@ -590,6 +596,11 @@ impl Call {
             running: 0,
             last: None,
             phase: Phase::Ready,
+            #[cfg(target_pointer_width = "64")]
+            rng: JitterRng::unmixed(seed),
+            #[cfg(target_pointer_width = "64")]
+            rng_mixed: false,
+            #[cfg(not(target_pointer_width = "64"))]
             rng: JitterRng::with_seed(seed),
         }
     }
@@ -605,7 +616,18 @@ impl Call {
     /// [`Call::with_seed`] in place (a `Call` is some 170 bytes: an adapter that keeps it in a
     /// future avoids moving it).
     pub fn reseed(&mut self, seed: u64) {
+        self.mix_rng();
         self.rng = JitterRng::with_seed(seed ^ self.rng.next_u64());
+    }
+
+    /// Makes the jitter generator of the seed it holds, on first use.
+    #[inline]
+    fn mix_rng(&mut self) {
+        #[cfg(target_pointer_width = "64")]
+        if !self.rng_mixed {
+            self.rng = self.rng.mixed();
+            self.rng_mixed = true;
+        }
     }
 
     /// Tightens the call's deadline to `deadline` (the caller's own, or one propagated from
@@ -887,6 +909,7 @@ impl Call {
             self.phase = Phase::Over(f);
             return;
         }
+        self.mix_rng();
         let delay = self
             .rules
             .backoff

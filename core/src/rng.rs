@@ -44,6 +44,19 @@ impl JitterRng {
         }
     }
 
+    /// A seed held as it is, for [`JitterRng::mixed`] to turn into [`JitterRng::with_seed`]'s
+    /// generator later: a call that never draws never pays for the mixing.
+    #[cfg(target_pointer_width = "64")]
+    pub(crate) const fn unmixed(seed: u64) -> JitterRng {
+        JitterRng { state: seed }
+    }
+
+    /// The generator [`JitterRng::with_seed`] makes of a seed held by [`JitterRng::unmixed`].
+    #[cfg(target_pointer_width = "64")]
+    pub(crate) const fn mixed(&self) -> JitterRng {
+        JitterRng::with_seed(self.state)
+    }
+
     /// The next 32 random bits.
     #[inline(never)]
     pub fn next_u32(&mut self) -> u32 {
