@@ -944,6 +944,21 @@ static JITTERED: BreakerSettings = match BreakerSettings::consecutive_only("jitt
     Err(_) => panic!(),
 };
 
+/// An operation that fails its first attempt and then answers `value`.
+fn fails_once(
+    tries: &Cell<u32>,
+    value: u16,
+) -> impl AsyncFnMut(u32) -> Result<u16, &'static str> + '_ {
+    async move |_| {
+        tries.set(tries.get() + 1);
+        if tries.get() > 1 {
+            Ok(value)
+        } else {
+            Err("nack")
+        }
+    }
+}
+
 #[test]
 #[serial(embassy_mock_driver)]
 fn calls_begun_on_the_same_tick_draw_different_jitter() {
@@ -954,31 +969,9 @@ fn calls_begun_on_the_same_tick_draw_different_jitter() {
     let policy = Policy::new(&breaker, CallSettings::DEFAULT)
         .with_seed(7)
         .with_listener(|e: &Event<'_>| log.push(e));
-    let first_fails = |tries: &Cell<u32>| {
-        tries.set(tries.get() + 1);
-        tries.get() > 1
-    };
     let (a, b) = (Cell::new(0), Cell::new(0));
-    let mut call_a = pin!(policy.call(|_| {
-        let ok = first_fails(&a);
-        async move {
-            if ok {
-                Ok(1u16)
-            } else {
-                Err("nack")
-            }
-        }
-    }));
-    let mut call_b = pin!(policy.call(|_| {
-        let ok = first_fails(&b);
-        async move {
-            if ok {
-                Ok(2u16)
-            } else {
-                Err("nack")
-            }
-        }
-    }));
+    let mut call_a = pin!(policy.call(fails_once(&a, 1)));
+    let mut call_b = pin!(policy.call(fails_once(&b, 2)));
     // Both begin, fail and schedule their retry on the same tick.
     assert!(poll(call_a.as_mut()).is_pending());
     assert!(poll(call_b.as_mut()).is_pending());
@@ -989,22 +982,6 @@ fn calls_begun_on_the_same_tick_draw_different_jitter() {
         "{retries:?}"
     );
     assert_ne!(retries[0], retries[1], "the two calls would retry in step");
-    let (mut done_a, mut done_b) = (None, None);
-    for _ in 0..1_000 {
-        if done_a.is_none() {
-            if let Poll::Ready(r) = poll(call_a.as_mut()) {
-                done_a = Some(r);
-            }
-        }
-        if done_b.is_none() {
-            if let Poll::Ready(r) = poll(call_b.as_mut()) {
-                done_b = Some(r);
-            }
-        }
-        if done_a.is_some() && done_b.is_some() {
-            break;
-        }
-        advance(ms(1));
-    }
-    assert_eq!((done_a, done_b), (Some(Ok(1)), Some(Ok(2))));
+    assert_eq!(run_ms(call_a).0, Ok(1));
+    assert_eq!(run_ms(call_b).0, Ok(2));
 }
