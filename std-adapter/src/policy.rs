@@ -78,6 +78,20 @@ impl CallOptions<'_> {
 #[cfg(feature = "tokio")]
 const DEFAULT_OPTIONS: CallOptions<'static> = CallOptions::new();
 
+impl<C> CallOptions<'_, C> {
+    /// Applies these options' deadline to a call begun at `now`, in place (a `Call` is some 170
+    /// bytes).
+    #[inline]
+    pub(crate) fn tighten(&self, call: &mut Call, now: Instant) {
+        if let Some(at) = self.deadline {
+            call.tighten_deadline(at);
+        }
+        if let Some(d) = self.within {
+            call.tighten_deadline(now.saturating_add(d));
+        }
+    }
+}
+
 impl Default for CallOptions<'_> {
     fn default() -> Self {
         CallOptions::new()
@@ -1397,20 +1411,19 @@ impl<K, L> Policy<K, L> {
     /// thread's count of calls begun so that calls beginning at the same instant (paused time,
     /// a coarse clock) do not back off in step.
     pub(crate) fn begin<C>(&self, options: &CallOptions<'_, C>, now: Instant) -> Call {
-        let settings = if options.single_attempt {
+        let mut call = Call::begin_salted(self.call_settings(options), now, next_salt());
+        options.tighten(&mut call, now);
+        call
+    }
+
+    /// The settings a call made with `options` runs under.
+    #[inline]
+    pub(crate) fn call_settings<C>(&self, options: &CallOptions<'_, C>) -> &CallSettings {
+        if options.single_attempt {
             &self.single
         } else {
             &self.settings
-        };
-        let mut call = Call::begin_salted(settings, now, next_salt());
-        // In place: a `Call` is some 170 bytes.
-        if let Some(at) = options.deadline {
-            call.tighten_deadline(at);
         }
-        if let Some(d) = options.within {
-            call.tighten_deadline(now.saturating_add(d));
-        }
-        call
     }
 }
 
@@ -2076,7 +2089,11 @@ mod run {
                 budget: self.funds(),
             };
             let mut sink = |e: Event<'_>| self.emit(&e);
-            let mut call = self.begin(options, start);
+            // Built where the loop's future keeps it: through a helper that returns it, the
+            // call would be built aside and copied in.
+            let mut call =
+                Call::begin_salted(self.call_settings(options), start, super::next_salt());
+            options.tighten(&mut call, start);
             let mut last: Option<Result<T, E>> = None;
             let mut succeeded_at = None;
             let result = loop {
