@@ -1795,9 +1795,11 @@ mod run {
         /// 100 ms, capped by the deadline's remainder), announced before it is served by the
         /// `Rejected` event, so a task that polls in a loop cannot spin on an open breaker.
         ///
-        /// Dropping the returned future cancels the call at once, wherever it is: an attempt
-        /// in flight gives its half-open probe slot back (a drop guard releases its permit), a
-        /// wait or pause simply ends. Cancellation never counts as a failure.
+        /// Nothing happens until the returned future is first polled: the call starts then
+        /// (its first clock reading, its deadline). Dropping the future cancels the call at
+        /// once, wherever it is: an attempt in flight gives its half-open probe slot back (a
+        /// drop guard releases its permit), a wait or pause simply ends. Cancellation never
+        /// counts as a failure.
         ///
         /// ```
         /// # #[tokio::main(flavor = "current_thread")]

@@ -578,6 +578,19 @@ async fn a_dropped_call_is_reported_as_cancelled() {
     assert_eq!(*ends.0.lock().unwrap(), [Ended::Cancelled]);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_call_starts_when_first_polled_not_when_made() {
+    let policy = Policy::builder("lazy")
+        .deadline(Duration::from_secs(1))
+        .no_breaker()
+        .build()
+        .unwrap();
+    let call = policy.call(|_| async { Ok::<_, ()>(7) });
+    // Made long before it runs: its deadline counts from its first poll.
+    tokio::time::advance(ms(5_000)).await;
+    assert_eq!(call.await, Ok(7));
+}
+
 /// Records the delay of every retry the policy schedules.
 #[derive(Clone, Default)]
 struct RetryDelays(Arc<Mutex<Vec<Duration>>>);
