@@ -591,34 +591,23 @@ async fn a_call_starts_when_first_polled_not_when_made() {
     assert_eq!(call.await, Ok(7));
 }
 
-/// Records the delay of every retry the policy schedules.
-#[derive(Clone, Default)]
-struct RetryDelays(Arc<Mutex<Vec<Duration>>>);
-
-impl Listener for RetryDelays {
-    fn on_event(&self, event: &Event<'_>) {
-        if let Event::Retry { delay, .. } = event {
-            self.0.lock().unwrap().push(*delay);
-        }
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn calls_that_begin_at_the_same_instant_draw_different_jitter() {
     // Paused time: every call below begins at the same instant, fails once at the same instant
     // and draws its backoff from full jitter. Equal draws would send their retries in step.
-    let delays = RetryDelays::default();
+    let recorder = Recorder::default();
     let policy = Policy::builder("jittered")
         .no_breaker()
         .no_budget()
         .seed(7)
-        .listener(delays.clone())
+        .listener(recorder.clone())
         .build()
         .unwrap();
-    let calls = (0..8).map(|_| {
-        let failed = AtomicU32::new(0);
-        let policy = &policy;
-        async move {
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let policy = policy.clone();
+        calls.spawn(async move {
+            let failed = AtomicU32::new(0);
             policy
                 .call(|_| {
                     let first = failed.fetch_add(1, Ordering::Relaxed) == 0;
@@ -631,12 +620,17 @@ async fn calls_that_begin_at_the_same_instant_draw_different_jitter() {
                     }
                 })
                 .await
-        }
-    });
-    let results = futures_join_all(calls).await;
-    assert!(results.iter().all(Result::is_ok));
-    let mut drawn = delays.0.lock().unwrap().clone();
-    assert_eq!(drawn.len(), 8);
+        });
+    }
+    while let Some(result) = calls.join_next().await {
+        assert_eq!(result.unwrap(), Ok(()));
+    }
+    let mut drawn: Vec<String> = recorder
+        .lines()
+        .into_iter()
+        .filter(|l| l.starts_with("retry #2 in"))
+        .collect();
+    assert_eq!(drawn.len(), 8, "{drawn:?}");
     drawn.sort();
     drawn.dedup();
     assert!(
@@ -644,29 +638,4 @@ async fn calls_that_begin_at_the_same_instant_draw_different_jitter() {
         "only {} distinct delays: {drawn:?}",
         drawn.len()
     );
-}
-
-/// Polls every future to completion, concurrently, on the current task.
-async fn futures_join_all<F: std::future::Future>(
-    futures: impl Iterator<Item = F>,
-) -> Vec<F::Output> {
-    let mut futures: Vec<_> = futures.map(|f| Some(Box::pin(f))).collect();
-    let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        for (slot, out) in futures.iter_mut().zip(out.iter_mut()) {
-            if let Some(f) = slot {
-                if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
-                    *out = Some(v);
-                    *slot = None;
-                }
-            }
-        }
-        if futures.iter().all(Option::is_none) {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await;
-    out.into_iter().map(Option::unwrap).collect()
 }
