@@ -2026,8 +2026,7 @@ mod run {
             Fut: Future<Output = Result<T, E>>,
             C: Classify<T, E>,
         {
-            let steps = self.steps();
-            if steps.limiter.is_none() && steps.bulkhead.is_none() {
+            if self.limiter.is_none() && self.bulkhead.is_none() {
                 // No optional step: the loop over the breaker alone, so a policy without the
                 // steps pays no dispatch for them.
                 Either::Left(self.drive::<_, _, _, _, _, Admit<'s>>(
@@ -2069,11 +2068,16 @@ mod run {
             let mut report = Report::new(&self.listener, &self.name);
             let cancel = options.cancel;
             let mut now = start;
+            // Built where the loop's future keeps it: through a helper that returns it, the
+            // call would be built aside and copied in.
+            let mut call =
+                Call::begin_salted(self.call_settings(options), start, super::next_salt());
+            options.tighten(&mut call, start);
             // A bulkhead with a bounded wait: the call waits for a slot before its first
             // attempt (the core's `Bulkheaded` never queues; the wait is the adapter's).
             let mut held = None;
             if let Some(bulkhead) = steps.bulkhead.filter(|b| b.waits()) {
-                let deadline = self.begin(options, start).deadline();
+                let deadline = call.deadline();
                 let wait = pin!(wait_for_slot(bulkhead, &self.clock, now, deadline, cancel));
                 match Cold(wait).await {
                     Waited::Entered(permit, at) => {
@@ -2091,11 +2095,6 @@ mod run {
                 budget: self.funds(),
             };
             let mut sink = |e: Event<'_>| self.emit(&e);
-            // Built where the loop's future keeps it: through a helper that returns it, the
-            // call would be built aside and copied in.
-            let mut call =
-                Call::begin_salted(self.call_settings(options), start, super::next_salt());
-            options.tighten(&mut call, start);
             let mut last: Option<Result<T, E>> = None;
             let mut succeeded_at = None;
             let result = loop {
