@@ -92,8 +92,8 @@ const fn long_division(n: u64, d: u32) -> (u64, u32) {
 ///
 /// On a 64-bit target this is the machine's division. On a 32-bit one it takes no library
 /// routine (see [`div_rem_u32`]): a divisor that fits 32 bits goes to [`div_rem_u32`]; a wider
-/// one means a quotient below 2^32, which [`quotient_by_wide`] finds from both operands shifted
-/// down until the divisor fits, then corrects. Exact on every target.
+/// one means a quotient below 2^32, which [`quotient_by_wide`] finds by restoring division.
+/// Exact on every target.
 #[inline]
 pub(crate) const fn div_u64(n: u64, d: u64) -> Option<u64> {
     #[cfg(target_pointer_width = "64")]
@@ -145,8 +145,8 @@ const fn div_ceil_const(n: u64, d: u64) -> u64 {
 /// `n / d` for the time constants (all nonzero, below 2^30).
 #[inline]
 const fn div_const(n: u64, d: u64) -> u64 {
-    match div_rem_u32(n, d as u32) {
-        Some((q, _)) => q,
+    match div_u64(n, d) {
+        Some(q) => q,
         None => 0,
     }
 }
