@@ -44,8 +44,8 @@
 //! ## What is here
 //! - Clocks: [`Clock`], [`TokioClock`] (follows tokio's paused time; the default),
 //!   [`MonotonicClock`], [`QuantaClock`] and [`CoarseClock`] (feature `quanta`), [`ManualClock`]
-//!   for tests. The
-//!   global clocks share one [`process_epoch`], so every breaker, budget and call agrees on time.
+//!   for tests. The global clocks share one [`process_epoch`], so every breaker, budget and call
+//!   agrees on time.
 //! - Handles: [`Breaker`] and [`Budget`], cloneable `Send + Sync` `Arc`s around the core's
 //!   [`SharedBreaker`](stormguard_core::SharedBreaker) and
 //!   [`SharedBudget`](stormguard_core::SharedBudget): no `Mutex`, `RwLock` or spin lock on the
