@@ -3,7 +3,7 @@
 //! readings and the settings, so the single-threaded and shared breakers decide identically.
 
 use crate::breaker::TripReason;
-use crate::packed::{const_unless_loom, field, mask, put, word, words, Word};
+use crate::packed::{const_unless_loom, field, put, word, words, Word};
 use crate::settings::{BreakerSettings, TRIP_BUCKETS};
 use crate::time::{div_rem_u32, div_u64};
 use crate::{Duration, Instant};
@@ -19,10 +19,15 @@ pub(crate) struct Counts {
     pub(crate) slow: u32,
 }
 
-/// Bits of a bucket word for each count (they saturate there).
+/// Bits of a bucket word for each count.
 const CALL_BITS: u32 = 22;
 const FAIL_BITS: u32 = 21;
 const SLOW_BITS: u32 = 21;
+/// The top bit of each count in a bucket word. A stored count stays below it: a bucket whose
+/// count would reach it is halved (see [`Counts::fit`]).
+const HIGH: u64 = put(1, CALL_BITS - 1, 1)
+    | put(1, CALL_BITS + FAIL_BITS - 1, 1)
+    | put(1, CALL_BITS + FAIL_BITS + SLOW_BITS - 1, 1);
 
 impl Counts {
     fn add(&mut self, other: Counts) {
@@ -31,30 +36,46 @@ impl Counts {
         self.slow = self.slow.saturating_add(other.slow);
     }
 
-    /// Packs into one word: 22 bits of calls, 21 of failures, 21 of slow calls, each
-    /// saturating (4 million calls a bucket).
-    #[inline]
-    fn pack(self) -> u64 {
-        let sat = |v: u32, bits: u32| u64::from(v).min(mask(bits));
-        put(sat(self.calls, CALL_BITS), 0, CALL_BITS)
-            | put(sat(self.failures, FAIL_BITS), CALL_BITS, FAIL_BITS)
-            | put(sat(self.slow, SLOW_BITS), CALL_BITS + FAIL_BITS, SLOW_BITS)
+    /// These counts, halved together until each is below the top bit of its width in a bucket
+    /// word (2 million calls, 1 million failures or slow calls). Halving keeps the ratios the
+    /// rules read; a count stuck at its maximum while the others go on would distort them (4
+    /// million calls and 2 million failures would read 50% whatever the truth). A bucket only
+    /// gets there past some 700 000 calls a second.
+    fn fit(self) -> Counts {
+        let mut c = self;
+        while c.calls >= 1 << (CALL_BITS - 1)
+            || c.failures >= 1 << (FAIL_BITS - 1)
+            || c.slow >= 1 << (SLOW_BITS - 1)
+        {
+            c = Counts {
+                calls: c.calls >> 1,
+                failures: c.failures >> 1,
+                slow: c.slow >> 1,
+            };
+        }
+        c
     }
 
-    /// `inc` (packed) added to the packed counts `w`: one addition while no count is past half
-    /// its width in either (no carry can cross into the next count), saturating otherwise.
+    /// Packs into one word, fitted first: 22 bits of calls, 21 of failures, 21 of slow calls.
+    #[inline]
+    fn pack(self) -> u64 {
+        let c = self.fit();
+        put(u64::from(c.calls), 0, CALL_BITS)
+            | put(u64::from(c.failures), CALL_BITS, FAIL_BITS)
+            | put(u64::from(c.slow), CALL_BITS + FAIL_BITS, SLOW_BITS)
+    }
+
+    /// `inc` (packed) added to the packed counts `w` (both below their top bits), fitted: one
+    /// addition while the sum stays below the top bits too.
     #[inline]
     fn add_packed(w: u64, inc: u64) -> u64 {
-        const HIGH: u64 = put(1, CALL_BITS - 1, 1)
-            | put(1, CALL_BITS + FAIL_BITS - 1, 1)
-            | put(1, CALL_BITS + FAIL_BITS + SLOW_BITS - 1, 1);
-        if (w | inc) & HIGH == 0 {
-            w.wrapping_add(inc)
-        } else {
-            let mut sum = Counts::unpack(w);
-            sum.add(Counts::unpack(inc));
-            sum.pack()
+        let sum = w.wrapping_add(inc);
+        if sum & HIGH == 0 {
+            return sum;
         }
+        let mut sum = Counts::unpack(w);
+        sum.add(Counts::unpack(inc));
+        sum.pack()
     }
 
     fn unpack(w: u64) -> Counts {
@@ -846,34 +867,92 @@ mod tests {
     }
 
     #[test]
-    fn counts_saturate_in_their_bits() {
+    fn a_full_bucket_halves_its_counts_together_keeping_their_ratios() {
         let big = Counts {
-            calls: u32::MAX,
+            calls: 6_000_000,
+            failures: 600_000,
+            slow: 30,
+        };
+        // 6 M calls is past 2^21: halved twice, every count with it.
+        assert_eq!(
+            Counts::unpack(big.pack()),
+            Counts {
+                calls: 1_500_000,
+                failures: 150_000,
+                slow: 7
+            }
+        );
+        let below = Counts {
+            calls: (1 << (CALL_BITS - 1)) - 1,
             failures: 5,
             slow: 7,
         };
-        let back = Counts::unpack(big.pack());
+        assert_eq!(Counts::unpack(below.pack()), below, "kept as it is");
+    }
+
+    #[test]
+    fn a_bucket_past_millions_of_calls_keeps_its_failure_ratio() {
+        let r = Ring::<Local>::new();
+        let w = Duration::from_secs(3);
+        let now = Instant::from_secs(1);
+        // 10 million calls in one bucket, 30% of them failures.
+        for _ in 0..10 {
+            let _ = r.record(
+                now,
+                w,
+                Counts {
+                    calls: 1_000_000,
+                    failures: 300_000,
+                    slow: 0,
+                },
+            );
+        }
+        let read = r.split(now, w, 0).0;
+        let ppm = u64::from(read.failures) * 1_000_000 / u64::from(read.calls);
+        assert!(
+            (299_000..=301_000).contains(&ppm),
+            "read {read:?}: {ppm} ppm failing, not 30%"
+        );
+        assert!(read.calls >= 1_000_000, "still far above any minimum");
+    }
+
+    #[test]
+    fn one_outcome_at_a_time_reaches_the_top_bit_and_halves_the_bucket() {
+        let r = Ring::<Local>::new();
+        let w = Duration::from_secs(3);
+        let now = Instant::from_secs(1);
+        let fail = Counts {
+            calls: 1,
+            failures: 1,
+            slow: 0,
+        };
+        let ok = Counts {
+            calls: 1,
+            failures: 0,
+            slow: 0,
+        };
+        // Just below the top bit of the calls, a quarter of them failures.
+        let start = Counts {
+            calls: (1 << (CALL_BITS - 1)) - 4,
+            failures: (1 << (CALL_BITS - 3)) - 1,
+            slow: 0,
+        };
+        let _ = r.record(now, w, start);
+        for c in [ok, ok, ok, fail] {
+            let _ = r.record(now, w, c);
+        }
+        let read = r.split(now, w, 0).0;
+        assert_eq!(read.calls, 1 << (CALL_BITS - 2), "halved on reaching 2^21");
         assert_eq!(
-            back,
-            Counts {
-                calls: (1 << CALL_BITS) - 1,
-                failures: 5,
-                slow: 7
-            }
+            read.failures,
+            1 << (CALL_BITS - 4),
+            "and the failures with it"
         );
     }
 
     #[test]
-    fn packed_addition_matches_the_saturating_sum() {
-        let edge = |bits: u32| {
-            [
-                0,
-                1,
-                (1 << (bits - 1)) - 1,
-                1 << (bits - 1),
-                (1 << bits) - 1,
-            ]
-        };
+    fn packed_addition_matches_the_fitted_sum() {
+        let edge = |bits: u32| [0, 1, (1 << (bits - 1)) - 2, (1 << (bits - 1)) - 1];
         for calls in edge(CALL_BITS) {
             for failures in edge(FAIL_BITS) {
                 for slow in edge(SLOW_BITS) {
@@ -899,13 +978,18 @@ mod tests {
                             slow: 2_000_000,
                         },
                     ] {
+                        // `inc` is stored fitted too before it is added.
                         let mut sum = w;
-                        sum.add(inc);
+                        sum.add(Counts::unpack(inc.pack()));
+                        let fitted = sum.fit();
                         assert_eq!(
                             Counts::unpack(Counts::add_packed(w.pack(), inc.pack())),
-                            Counts::unpack(sum.pack()),
+                            fitted,
                             "{w:?} + {inc:?}"
                         );
+                        assert!(fitted.calls < 1 << (CALL_BITS - 1));
+                        assert!(fitted.failures < 1 << (FAIL_BITS - 1));
+                        assert!(fitted.slow < 1 << (SLOW_BITS - 1));
                     }
                 }
             }
