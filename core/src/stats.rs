@@ -73,6 +73,12 @@ impl Counts {
         if sum & HIGH == 0 {
             return sum;
         }
+        Counts::add_fitted(w, inc)
+    }
+
+    /// [`Counts::add_packed`] when a count reaches its top bit.
+    #[inline(never)]
+    fn add_fitted(w: u64, inc: u64) -> u64 {
         let mut sum = Counts::unpack(w);
         sum.add(Counts::unpack(inc));
         sum.pack()
@@ -88,23 +94,24 @@ impl Counts {
     }
 }
 
-/// A sliding window of [`TRIP_BUCKETS`] buckets, each a word of counts tagged by a word holding
-/// the bucket's absolute index (time / width). A bucket whose time has passed is replaced when it
-/// is next written, and handed back so its counts can move on; a read ignores buckets outside the
-/// window. In the shared form each word is consistent on its own, not the pair: a count racing a
-/// rotation can land in the neighbouring period, never disappear.
+/// A sliding window of [`TRIP_BUCKETS`] buckets of counts, a bucket being the time / width.
+/// `head` is the newest bucket written, and the slots hold the buckets `head - 9 ..= head`, bucket
+/// `i` in slot `i % 10`: a write that moves `head` on empties the slots of the buckets it leaves
+/// behind and hands their counts back so they can move on, and a read places each slot by its
+/// distance from `head`, so no slot needs a word saying which bucket it holds. In the shared form
+/// a count racing a rotation can land in the neighbouring bucket, or leave with the bucket it
+/// raced.
 #[derive(Clone, Debug)]
 pub(crate) struct Ring<W> {
-    index: [W; TRIP_BUCKETS],
     counts: [W; TRIP_BUCKETS],
-    /// The newest bucket index written: spares the division while `now` stays in it.
+    /// The newest bucket written.
     head: W,
 }
 
 impl<W: Word> Ring<W> {
     const_unless_loom! {
         fn new() -> Ring<W> {
-            Ring { index: words![W; TRIP_BUCKETS], counts: words![W; TRIP_BUCKETS], head: word!(W) }
+            Ring { counts: words![W; TRIP_BUCKETS], head: word!(W) }
         }
     }
 
@@ -112,53 +119,125 @@ impl<W: Word> Ring<W> {
         div_u64(now.as_nanos(), width.as_nanos()).unwrap_or(0)
     }
 
+    /// The slot of a bucket.
     fn slot(index: u64) -> usize {
         // TRIP_BUCKETS is small, so the remainder always fits a usize.
         div_rem_u32(index, TRIP_BUCKETS as u32).map_or(0, |(_, r)| r as usize)
     }
 
-    /// Adds `c` to the bucket `now` falls in. When that replaces an older bucket, returns the
-    /// older bucket's index and counts.
-    #[inline]
-    fn record(&self, now: Instant, width: Duration, c: Counts) -> Option<(u64, Counts)> {
+    /// The slot before `k`, going round.
+    fn before(k: usize) -> usize {
+        k.checked_sub(1).unwrap_or(TRIP_BUCKETS - 1)
+    }
+
+    /// Adds `c` to the bucket `now` falls in. When that moves the head on, returns what the
+    /// buckets it leaves behind held, of those no more than `keep()` buckets old (asked only
+    /// then). The common case, `now` in the head's bucket, is inlined where nanoseconds count;
+    /// where flash does, the whole is kept in one place.
+    #[cfg_attr(target_pointer_width = "64", inline)]
+    #[cfg_attr(not(target_pointer_width = "64"), inline(never))]
+    fn record(&self, now: Instant, width: Duration, c: Counts, keep: &dyn Fn() -> u64) -> Counts {
         let head = self.head.get();
+        // The head's bucket spares the division while `now` stays in it.
         let start = head.saturating_mul(width.as_nanos());
         let t = now.as_nanos();
-        let idx = if t >= start && t.wrapping_sub(start) < width.as_nanos() {
-            head
-        } else {
-            let idx = Ring::<W>::index_of(now, width);
-            self.head.fetch_max(idx);
-            idx
-        };
-        let k = Ring::<W>::slot(idx);
-        let (Some(index), Some(counts)) = (self.index.get(k), self.counts.get(k)) else {
-            return None;
-        };
+        if t >= start && t.wrapping_sub(start) < width.as_nanos() {
+            if let Some(counts) = self.counts.get(Ring::<W>::slot(head)) {
+                let inc = c.pack();
+                counts.update(|w| Counts::add_packed(w, inc));
+            }
+            return Counts::default();
+        }
+        self.record_elsewhere(now, width, c, keep)
+    }
+
+    /// [`Ring::record`] when `now` is not in the head's bucket: an older bucket still in the
+    /// window, or a newer one that moves the head on.
+    #[inline(never)]
+    fn record_elsewhere(
+        &self,
+        now: Instant,
+        width: Duration,
+        c: Counts,
+        keep: &dyn Fn() -> u64,
+    ) -> Counts {
+        let idx = Ring::<W>::index_of(now, width);
         let inc = c.pack();
         loop {
-            let at = index.get();
-            if at >= idx {
-                // This bucket (or, for a clock that stepped back, a newer one in the same slot:
-                // no time passed) takes the counts.
-                counts.update(|w| Counts::add_packed(w, inc));
-                return None;
+            let head = self.head.get();
+            if idx <= head {
+                // This bucket; for a clock that stepped back past the window, the newest: no
+                // time passed.
+                let at = if head.saturating_sub(idx) < TRIP_BUCKETS as u64 {
+                    idx
+                } else {
+                    head
+                };
+                if let Some(counts) = self.counts.get(Ring::<W>::slot(at)) {
+                    counts.update(|w| Counts::add_packed(w, inc));
+                }
+                return Counts::default();
             }
-            if index.cas(at, idx) {
-                let old = counts.swap(inc);
-                return Some((at, Counts::unpack(old)));
+            if self.head.cas(head, idx) {
+                return self.rotate(head, idx, inc, keep);
             }
         }
+    }
+
+    /// After the head moved from `from` to `to`: empties the slots of the buckets now out of
+    /// the window (at most a lap of them), the newest starting over with `inc`. Returns what
+    /// they held, of the buckets no more than `keep()` old.
+    #[inline]
+    fn rotate(&self, from: u64, to: u64, inc: u64, keep: &dyn Fn() -> u64) -> Counts {
+        let keep = keep();
+        let lap = TRIP_BUCKETS as u64;
+        let gap = to.saturating_sub(from);
+        // The buckets entering the window, newest first, slot by slot back from `to`'s. Each
+        // slot held one of from - 9 ..= from: `from - back`, `back` in 0..10.
+        let ahead = div_rem_u32(gap, TRIP_BUCKETS as u32).map_or(0, |(_, r)| u64::from(r));
+        let mut back = match lap.saturating_sub(ahead) {
+            back if back < lap => back,
+            _ => 0,
+        };
+        let mut k = Ring::<W>::slot(to);
+        let mut left = Counts::default();
+        for step in 0..gap.min(lap) {
+            let Some(counts) = self.counts.get(k) else {
+                break;
+            };
+            let old = counts.swap(if step == 0 { inc } else { 0 });
+            let young = from
+                .checked_sub(back)
+                .is_some_and(|held| to.saturating_sub(held) <= keep);
+            if young {
+                left.add(Counts::unpack(old));
+            }
+            k = Ring::<W>::before(k);
+            back = match back.saturating_add(1) {
+                next if next < lap => next,
+                _ => 0,
+            };
+        }
+        left
     }
 
     /// The sums over the buckets inside the window at `now`, and over those that time has
     /// pushed out of it, but by no more than `keep` buckets, and that no write has replaced yet.
     fn split(&self, now: Instant, width: Duration, keep: u64) -> (Counts, Counts) {
         let idx = Ring::<W>::index_of(now, width);
+        let head = self.head.get();
         let mut inside = Counts::default();
         let mut outside = Counts::default();
-        for (index, counts) in self.index.iter().zip(&self.counts) {
-            let at = index.get();
+        let newest = Ring::<W>::slot(head);
+        for (k, counts) in self.counts.iter().enumerate() {
+            // Slot k holds the bucket `back` before the head.
+            let back = match newest.checked_sub(k) {
+                Some(back) => back,
+                None => newest.saturating_add(TRIP_BUCKETS).saturating_sub(k),
+            };
+            let Some(at) = head.checked_sub(back as u64) else {
+                continue;
+            };
             let age = idx.saturating_sub(at);
             if age < TRIP_BUCKETS as u64 {
                 inside.add(Counts::unpack(counts.get()));
@@ -544,28 +623,23 @@ impl<W: Word> Stats<W> {
         self.latency.record(now, s, half_baseline(s), latency);
     }
 
-    /// Adds `c` to the trip window; the bucket it replaces, if still young enough, moves into
+    /// Adds `c` to the trip window; the buckets that leave it, if still young enough, move into
     /// the error baseline.
     #[inline]
     fn to_window(&self, now: Instant, s: &BreakerSettings, c: Counts) {
-        if let Some((at, evicted)) = self.trip.record(now, s.bucket_width(), c) {
-            self.evicted(now, s, at, evicted);
-        }
-    }
-
-    #[inline(never)]
-    fn evicted(&self, now: Instant, s: &BreakerSettings, at: u64, evicted: Counts) {
-        let age = Ring::<W>::index_of(now, s.bucket_width()).saturating_sub(at);
-        if evicted.calls > 0 && age <= Stats::<W>::keep(s) {
-            self.to_baseline(now, s, evicted);
+        let left = self
+            .trip
+            .record(now, s.bucket_width(), c, &|| Stats::<W>::keep(s));
+        if left.calls > 0 {
+            self.to_baseline(now, s, left);
         }
     }
 
     fn to_baseline(&self, now: Instant, s: &BreakerSettings, c: Counts) {
-        // Replaced baseline buckets are simply older than the baseline window: dropped.
+        // Baseline buckets that leave are older than the baseline window: dropped.
         let _ = self
             .errors
-            .record(now, baseline_bucket(s), Counts { slow: 0, ..c });
+            .record(now, baseline_bucket(s), Counts { slow: 0, ..c }, &|| 0);
     }
 
     pub(crate) fn readings(&self, now: Instant, s: &BreakerSettings) -> Readings {
@@ -844,8 +918,8 @@ mod tests {
             failures: 1,
             slow: 0,
         };
-        let _ = r.record(Instant::from_secs(0), w, c);
-        let _ = r.record(Instant::from_secs(10), w, c);
+        let _ = r.record(Instant::from_secs(0), w, c, &|| 100);
+        let _ = r.record(Instant::from_secs(10), w, c, &|| 100);
         let inside = |t: u64| r.split(Instant::from_secs(t), w, 100).0.calls;
         assert_eq!(inside(10), 2);
         assert_eq!(inside(29), 2);
@@ -861,9 +935,44 @@ mod tests {
             0,
             "too old for the baseline"
         );
-        // Bucket 33 reuses the slot of bucket 3 (t = 10 s) and hands its counts back.
-        assert_eq!(r.record(Instant::from_secs(100), w, c), Some((3, c)));
-        assert_eq!(r.split(Instant::from_secs(100), w, 0).0.calls, 1);
+        // Bucket 33 moves the head past buckets 0 and 3 (ages 33 and 30): both leave, and
+        // only those young enough are handed back.
+        let twin = r.clone();
+        assert_eq!(r.record(Instant::from_secs(100), w, c, &|| 40).calls, 2);
+        assert_eq!(twin.record(Instant::from_secs(100), w, c, &|| 31).calls, 1);
+        assert_eq!(
+            r.split(Instant::from_secs(100), w, 100),
+            (c, Counts::default())
+        );
+    }
+
+    #[test]
+    fn moving_the_head_empties_only_the_buckets_that_leave_the_window() {
+        let r = Ring::<Local>::new();
+        let w = Duration::from_secs(1);
+        let one = Counts {
+            calls: 1,
+            failures: 0,
+            slow: 0,
+        };
+        for second in 0..6 {
+            let _ = r.record(Instant::from_secs(second), w, one, &|| 100);
+        }
+        // Bucket 12: buckets 0, 1 and 2 leave (12 - 10 = 2); 3, 4 and 5 stay.
+        let left = r.record(Instant::from_secs(12), w, one, &|| 100);
+        assert_eq!(left.calls, 3);
+        let (inside, _) = r.split(Instant::from_secs(12), w, 100);
+        assert_eq!(inside.calls, 4, "buckets 3, 4, 5 and 12");
+        // A clock stepping back inside the window adds to its own bucket; past it, to the
+        // newest: no time passed.
+        let _ = r.record(Instant::from_secs(4), w, one, &|| 100);
+        let _ = r.record(Instant::from_secs(1), w, one, &|| 100);
+        assert_eq!(r.split(Instant::from_secs(12), w, 100).0.calls, 6);
+        assert_eq!(
+            r.split(Instant::from_secs(14), w, 100).0.calls,
+            3,
+            "bucket 5, and bucket 12 with the sample from second 1"
+        );
     }
 
     #[test]
@@ -905,6 +1014,7 @@ mod tests {
                     failures: 300_000,
                     slow: 0,
                 },
+                &|| 0,
             );
         }
         let read = r.split(now, w, 0).0;
@@ -937,9 +1047,9 @@ mod tests {
             failures: (1 << (CALL_BITS - 3)) - 1,
             slow: 0,
         };
-        let _ = r.record(now, w, start);
+        let _ = r.record(now, w, start, &|| 0);
         for c in [ok, ok, ok, fail] {
-            let _ = r.record(now, w, c);
+            let _ = r.record(now, w, c, &|| 0);
         }
         let read = r.split(now, w, 0).0;
         assert_eq!(read.calls, 1 << (CALL_BITS - 2), "halved on reaching 2^21");
