@@ -99,8 +99,9 @@ impl Counts {
 /// `i` in slot `i % 10`: a write that moves `head` on empties the slots of the buckets it leaves
 /// behind and hands their counts back so they can move on, and a read places each slot by its
 /// distance from `head`, so no slot needs a word saying which bucket it holds. In the shared form
-/// a count racing a rotation can land in the neighbouring bucket, or leave with the bucket it
-/// raced.
+/// a count racing a rotation can land in the neighbouring bucket, or leave with the bucket whose
+/// slot it raced for: into the error baseline, or dropped with that bucket when it is too old
+/// for the baseline (the first rotation after a long idle).
 #[derive(Clone, Debug)]
 pub(crate) struct Ring<W> {
     counts: [W; TRIP_BUCKETS],
