@@ -47,13 +47,14 @@ mkdir -p "$OUT"
 # with every default rule, under 64 B consecutive-only (`size_of`, below).
 FLASH_GOAL=8192
 
-VARIANTS=(baseline guard-lean guard-lean-heard guard-full guard-owned)
+VARIANTS=(baseline guard-lean guard-lean-heard guard-full guard-owned guard-fixed)
 declare -A WHAT=(
     [baseline]="unguarded read"
     [guard-lean]="lean breaker (consecutive-only, static settings) + budget + policy"
     [guard-lean-heard]="the same with a listener (a fn counting the events)"
     [guard-full]="full breaker (default rules, static settings) + budget + policy"
     [guard-owned]="full breaker (default rules, own settings) + budget + policy"
+    [guard-fixed]="full breaker (default rules, settings a constant by type) + budget + policy"
 )
 declare -A TEXT RODATA DATA BSS
 

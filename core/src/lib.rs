@@ -104,7 +104,10 @@ mod subscription;
 mod time;
 
 pub use backoff::{Backoff, BackoffBuilder, Jitter};
-pub use breaker::{Breaker, HedgeSuppressed, Permit, SettingsRef, Snapshot, State, TripReason};
+pub use breaker::{
+    Breaker, ConstSettings, Fixed, HedgeSuppressed, Permit, SettingsRef, Snapshot, State,
+    TripReason,
+};
 pub use budget::{Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot};
 pub use bulkhead::{
     Bulkhead, BulkheadEntry, BulkheadGuard, BulkheadPermit, BulkheadSettings,

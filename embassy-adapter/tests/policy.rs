@@ -23,8 +23,9 @@ use embassy_sync::signal::Signal;
 use embassy_time::{Duration as EDuration, Instant as EInstant, MockDriver, Timer};
 use serial_test::serial;
 use stormguard_core::{
-    Backoff, Bound, BreakerSettings, BudgetSettings, CallSettings, Duration, Event, Field, Jitter,
-    LeanBreaker, Outcome, Recovery, RefusalReason, SettingsError, State, GUARD_PAUSE,
+    Backoff, Bound, BreakerSettings, BudgetSettings, CallSettings, ConstSettings, Duration, Event,
+    Field, Fixed, Jitter, LeanBreaker, Outcome, Recovery, RefusalReason, SettingsError, State,
+    GUARD_PAUSE,
 };
 use stormguard_embassy::sleep::{sleep, Never, Slept};
 use stormguard_embassy::{
@@ -782,9 +783,15 @@ fn lifecycle<B: CoreBreaker>(breaker: &Breaker<NoopRawMutex, B>) -> Vec<String> 
     log.take()
 }
 
+/// [`SENSOR`] as a type.
+struct SensorSettings;
+impl ConstSettings for SensorSettings {
+    const SETTINGS: BreakerSettings = SENSOR;
+}
+
 #[test]
 #[serial(embassy_mock_driver)]
-fn the_lean_the_static_and_the_owning_breakers_run_the_same_rules() {
+fn the_lean_the_static_the_fixed_and_the_owning_breakers_run_the_same_rules() {
     fresh();
     let lean = Breaker::<NoopRawMutex, LeanBreaker>::lean(&SENSOR_STATIC).unwrap();
     let lean_events = lifecycle(&lean);
@@ -794,6 +801,9 @@ fn the_lean_the_static_and_the_owning_breakers_run_the_same_rules() {
     fresh();
     let owning = Breaker::<NoopRawMutex>::new(SENSOR);
     let owning_events = lifecycle(&owning);
+    fresh();
+    let fixed = Breaker::<NoopRawMutex, stormguard_core::Breaker<Fixed<SensorSettings>>>::fixed();
+    let fixed_events = lifecycle(&fixed);
     assert_eq!(
         lean_events,
         [
@@ -807,6 +817,8 @@ fn the_lean_the_static_and_the_owning_breakers_run_the_same_rules() {
     );
     assert_eq!(static_events, lean_events);
     assert_eq!(owning_events, lean_events);
+    assert_eq!(fixed_events, lean_events);
+    assert_eq!(fixed.settings(), SENSOR);
     assert_eq!(lean.name().as_str(), "sensor");
     assert_eq!(lean.settings(), SENSOR);
     assert_eq!(from_static.settings(), SENSOR);

@@ -9,6 +9,8 @@
 //! - `guard-full`: through a policy with a full breaker over the default settings (every default
 //!   rule: relative failure rate, slow calls, latency baseline) in a `static`, and a budget;
 //! - `guard-owned`: as `guard-full`, with a breaker holding its own copy of the settings.
+//! - `guard-fixed`: as `guard-full`, with the settings a constant named by a type
+//!   (`ConstSettings`), which lets the compiler leave out what they switch off.
 //!
 //! `firmware/size-report.sh` builds them all and subtracts the baseline's sections from the
 //! others': what is left is what stormguard adds. With several features, the first in the list
@@ -44,7 +46,8 @@ async fn read_sensor() -> Result<u16, Nack> {
 #[cfg(any(
     feature = "guard-lean",
     feature = "guard-full",
-    feature = "guard-owned"
+    feature = "guard-owned",
+    feature = "guard-fixed"
 ))]
 mod guard {
     #[cfg(feature = "guard-lean-heard")]
@@ -66,13 +69,47 @@ mod guard {
         not(any(feature = "guard-lean", feature = "guard-full"))
     ))]
     type Core = stormguard_core::Breaker;
+    #[cfg(all(
+        feature = "guard-fixed",
+        not(any(
+            feature = "guard-lean",
+            feature = "guard-full",
+            feature = "guard-owned"
+        ))
+    ))]
+    type Core = stormguard_core::Breaker<stormguard_core::Fixed<Sensor>>;
+
+    /// The default settings as a type.
+    #[cfg(all(
+        feature = "guard-fixed",
+        not(any(
+            feature = "guard-lean",
+            feature = "guard-full",
+            feature = "guard-owned"
+        ))
+    ))]
+    pub struct Sensor;
+    #[cfg(all(
+        feature = "guard-fixed",
+        not(any(
+            feature = "guard-lean",
+            feature = "guard-full",
+            feature = "guard-owned"
+        ))
+    ))]
+    impl stormguard_core::ConstSettings for Sensor {
+        const SETTINGS: BreakerSettings = BreakerSettings::defaults("sensor");
+    }
 
     #[cfg(feature = "guard-lean")]
     static SETTINGS: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 5) {
         Ok(s) => s,
         Err(_) => panic!("invalid breaker settings"),
     };
-    #[cfg(not(feature = "guard-lean"))]
+    #[cfg(all(
+        any(feature = "guard-full", feature = "guard-owned"),
+        not(feature = "guard-lean")
+    ))]
     static SETTINGS: BreakerSettings = BreakerSettings::defaults("sensor");
 
     #[cfg(feature = "guard-lean")]
@@ -87,6 +124,15 @@ mod guard {
         not(any(feature = "guard-lean", feature = "guard-full"))
     ))]
     pub static BREAKER: Breaker<Cs, Core> = Breaker::new(SETTINGS);
+    #[cfg(all(
+        feature = "guard-fixed",
+        not(any(
+            feature = "guard-lean",
+            feature = "guard-full",
+            feature = "guard-owned"
+        ))
+    ))]
+    pub static BREAKER: Breaker<Cs, Core> = Breaker::fixed();
 
     pub static BUDGET: Budget<Cs> = Budget::new(BudgetSettings::defaults("sensor"));
     #[cfg(not(feature = "guard-lean-heard"))]
@@ -118,13 +164,15 @@ async fn main(_spawner: Spawner) {
         #[cfg(not(any(
             feature = "guard-lean",
             feature = "guard-full",
-            feature = "guard-owned"
+            feature = "guard-owned",
+            feature = "guard-fixed"
         )))]
         let reading = read_sensor().await.map_err(|_| 1u32);
         #[cfg(any(
             feature = "guard-lean",
             feature = "guard-full",
-            feature = "guard-owned"
+            feature = "guard-owned",
+            feature = "guard-fixed"
         ))]
         let reading = guard::POLICY
             .call(|_| read_sensor())

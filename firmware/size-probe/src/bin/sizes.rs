@@ -17,6 +17,13 @@ use cortex_m as _;
 
 type Full = stormguard_core::Breaker<&'static BreakerSettings>;
 
+/// The default settings as a type.
+struct Sensor;
+impl stormguard_core::ConstSettings for Sensor {
+    const SETTINGS: BreakerSettings = BreakerSettings::defaults("sensor");
+}
+type Fixed = stormguard_core::Breaker<stormguard_core::Fixed<Sensor>>;
+
 static LEAN_SETTINGS: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 3) {
     Ok(s) => s,
     Err(_) => panic!("invalid breaker settings"),
@@ -56,6 +63,10 @@ fn main() -> ! {
         size_of::<stormguard_core::Breaker>(),
     );
     row(
+        "stormguard_core::Breaker<Fixed<_>> (settings a constant)",
+        size_of::<Fixed>(),
+    );
+    row(
         "stormguard_core::BreakerSettings",
         size_of::<BreakerSettings>(),
     );
@@ -81,6 +92,10 @@ fn main() -> ! {
     row(
         "stormguard_embassy::Breaker<Cs> (owns its settings)",
         size_of::<Breaker<Cs>>(),
+    );
+    row(
+        "stormguard_embassy::Breaker<Cs, core::Breaker<Fixed<_>>>",
+        size_of::<Breaker<Cs, Fixed>>(),
     );
     row(
         "stormguard_embassy::Budget<CriticalSectionRawMutex>",
