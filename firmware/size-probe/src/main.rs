@@ -77,29 +77,26 @@ mod guard {
             feature = "guard-owned"
         ))
     ))]
-    type Core = stormguard_core::Breaker<stormguard_core::Fixed<Sensor>>;
+    mod fixed {
+        use super::BreakerSettings;
+        use stormguard_core::{ConstSettings, Fixed};
 
-    /// The default settings as a type.
-    #[cfg(all(
-        feature = "guard-fixed",
-        not(any(
-            feature = "guard-lean",
-            feature = "guard-full",
-            feature = "guard-owned"
-        ))
-    ))]
-    pub struct Sensor;
-    #[cfg(all(
-        feature = "guard-fixed",
-        not(any(
-            feature = "guard-lean",
-            feature = "guard-full",
-            feature = "guard-owned"
-        ))
-    ))]
-    impl stormguard_core::ConstSettings for Sensor {
-        const SETTINGS: BreakerSettings = BreakerSettings::defaults("sensor");
+        /// The default settings as a type.
+        pub struct Sensor;
+        impl ConstSettings for Sensor {
+            const SETTINGS: BreakerSettings = BreakerSettings::defaults("sensor");
+        }
+        pub type Core = stormguard_core::Breaker<Fixed<Sensor>>;
     }
+    #[cfg(all(
+        feature = "guard-fixed",
+        not(any(
+            feature = "guard-lean",
+            feature = "guard-full",
+            feature = "guard-owned"
+        ))
+    ))]
+    use fixed::Core;
 
     #[cfg(feature = "guard-lean")]
     static SETTINGS: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 5) {
