@@ -87,6 +87,7 @@ mod guard {
             const SETTINGS: BreakerSettings = BreakerSettings::defaults("sensor");
         }
         pub type Core = stormguard_core::Breaker<Fixed<Sensor>>;
+        pub static BREAKER: super::Breaker<super::Cs, Core> = super::Breaker::fixed();
     }
     #[cfg(all(
         feature = "guard-fixed",
@@ -96,7 +97,7 @@ mod guard {
             feature = "guard-owned"
         ))
     ))]
-    use fixed::Core;
+    pub use fixed::{Core, BREAKER};
 
     #[cfg(feature = "guard-lean")]
     static SETTINGS: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 5) {
@@ -121,15 +122,6 @@ mod guard {
         not(any(feature = "guard-lean", feature = "guard-full"))
     ))]
     pub static BREAKER: Breaker<Cs, Core> = Breaker::new(SETTINGS);
-    #[cfg(all(
-        feature = "guard-fixed",
-        not(any(
-            feature = "guard-lean",
-            feature = "guard-full",
-            feature = "guard-owned"
-        ))
-    ))]
-    pub static BREAKER: Breaker<Cs, Core> = Breaker::fixed();
 
     pub static BUDGET: Budget<Cs> = Budget::new(BudgetSettings::defaults("sensor"));
     #[cfg(not(feature = "guard-lean-heard"))]
