@@ -1011,6 +1011,13 @@ impl<T> fmt::Debug for Fixed<T> {
     }
 }
 
+#[cfg(feature = "defmt")]
+impl<T> defmt::Format for Fixed<T> {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "Fixed");
+    }
+}
+
 impl<T: ConstSettings> SettingsRef for Fixed<T> {
     #[inline]
     fn get(&self) -> &BreakerSettings {
