@@ -42,9 +42,10 @@
 //!   rejection pause; cancellation is any future (a `Signal`'s `wait()`).
 //! - [`Breaker`] and [`Budget`]: the core's breaker and budget behind an `embassy_sync` blocking
 //!   raw mutex, `const`-constructible so they live in `static`s; never locked across `.await`.
-//!   The breaker is any of the core's three ([`CoreBreaker`]): [`Breaker::lean`] (consecutive
-//!   failures only, a few words), [`Breaker::from_static`] (every rule, settings in a `static`)
-//!   or [`Breaker::new`] (every rule, its own copy of the settings).
+//!   The breaker is any of the core's ([`CoreBreaker`]): [`Breaker::lean`] (consecutive
+//!   failures only, a few words), [`Breaker::from_static`] (every rule, settings in a `static`),
+//!   [`Breaker::fixed`] (every rule, settings a constant named by a type: the least flash) or
+//!   [`Breaker::new`] (every rule, its own copy of the settings).
 //!   Their [`handle`](Breaker::handle)s implement the core's [`Admission`](stormguard_core::Admission)
 //!   and [`Funding`](stormguard_core::Funding), so the core's [`Call`](stormguard_core::Call)
 //!   driver runs over them unchanged.
