@@ -1125,3 +1125,45 @@ mod tests {
         assert!(!h.expired(Instant::from_secs(450), half));
     }
 }
+
+/// Model checks of the ring's rotation under every interleaving loom explores, run with the
+/// other loom models: `RUSTFLAGS="--cfg loom" cargo test --release -p stormguard-core --lib
+/// stats::loom_models`.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use crate::loom::AtomicU64;
+    use loom::sync::Arc;
+
+    const ONE: Counts = Counts {
+        calls: 1,
+        failures: 0,
+        slow: 0,
+    };
+
+    /// Two outcomes racing into a new bucket, one of them moving the head on: each ends in the
+    /// window, or is handed back with the bucket whose slot it raced for (young enough here to
+    /// go on to the baseline). None is lost.
+    #[test]
+    fn outcomes_racing_a_rotation_are_all_accounted_for() {
+        loom::model(|| {
+            let width = Duration::from_secs(1);
+            let ring = Arc::new(Ring::<AtomicU64>::new());
+            // Bucket 11 fills the slot bucket 21 will take; bucket 20 is the head.
+            let _ = ring.record(Instant::from_secs(11), width, ONE, &|| 100);
+            let _ = ring.record(Instant::from_secs(20), width, ONE, &|| 100);
+            let racer = || {
+                let ring = ring.clone();
+                loom::thread::spawn(move || {
+                    ring.record(Instant::from_secs(21), width, ONE, &|| 100)
+                        .calls
+                })
+            };
+            let (a, b) = (racer(), racer());
+            let left = a.join().unwrap_or(0) + b.join().unwrap_or(0);
+            let inside = ring.split(Instant::from_secs(21), width, 100).0.calls;
+            assert_eq!(inside + left, 4, "inside {inside}, handed back {left}");
+            assert!(left >= 1, "bucket 11 left the window and was handed back");
+        });
+    }
+}
