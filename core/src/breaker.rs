@@ -1038,11 +1038,20 @@ const fn seed_from(name: &Name) -> u64 {
     h
 }
 
+impl<W: Word, M, S> Core<W, M, S> {
+    const_unless_loom! {
+        /// A closed breaker: every form starts here, from its settings (however it keeps them),
+        /// the seed derived from their name, and its statistics.
+        fn closed(seed: u64, settings: S, stats: M) -> Self {
+            Core { settings, seed, control: word!(W), mark: word!(W), ramp: word!(W), stats }
+        }
+    }
+}
+
 impl<W: Word> Core<W> {
     const_unless_loom! {
         pub(crate) fn new(settings: BreakerSettings) -> Core<W> {
-            let seed = seed_from(settings.name());
-            Core { settings, seed, control: word!(W), mark: word!(W), ramp: word!(W), stats: Stats::new() }
+            Core::closed(seed_from(settings.name()), settings, Stats::new())
         }
     }
 
@@ -1054,8 +1063,7 @@ impl<W: Word> Core<W> {
 impl<W: Word> Core<W, Stats<W>, &'static BreakerSettings> {
     const_unless_loom! {
         pub(crate) fn new_static(settings: &'static BreakerSettings) -> Self {
-            let seed = seed_from(settings.name());
-            Core { settings, seed, control: word!(W), mark: word!(W), ramp: word!(W), stats: Stats::new() }
+            Core::closed(seed_from(settings.name()), settings, Stats::new())
         }
     }
 }
@@ -1063,15 +1071,7 @@ impl<W: Word> Core<W, Stats<W>, &'static BreakerSettings> {
 impl<W: Word, T: ConstSettings> Core<W, Stats<W>, Fixed<T>> {
     const_unless_loom! {
         pub(crate) fn new_fixed() -> Self {
-            let seed = seed_from(T::SETTINGS.name());
-            Core {
-                settings: Fixed::new(),
-                seed,
-                control: word!(W),
-                mark: word!(W),
-                ramp: word!(W),
-                stats: Stats::new(),
-            }
+            Core::closed(seed_from(T::SETTINGS.name()), Fixed::new(), Stats::new())
         }
     }
 }
@@ -1079,8 +1079,7 @@ impl<W: Word, T: ConstSettings> Core<W, Stats<W>, Fixed<T>> {
 impl<W: Word> Core<W, NoStats, &'static BreakerSettings> {
     const_unless_loom! {
         pub(crate) fn lean(settings: &'static BreakerSettings) -> Self {
-            let seed = seed_from(settings.name());
-            Core { settings, seed, control: word!(W), mark: word!(W), ramp: word!(W), stats: NoStats }
+            Core::closed(seed_from(settings.name()), settings, NoStats)
         }
     }
 
