@@ -126,6 +126,14 @@ impl<W: Word> Ring<W> {
         div_rem_u32(index, TRIP_BUCKETS as u32).map_or(0, |(_, r)| r as usize)
     }
 
+    /// Adds the packed counts `inc` to `bucket`, one of the window's.
+    #[inline]
+    fn add(&self, bucket: u64, inc: u64) {
+        if let Some(counts) = self.counts.get(Ring::<W>::slot(bucket)) {
+            counts.update(|w| Counts::add_packed(w, inc));
+        }
+    }
+
     /// The slot before `k`, going round.
     fn before(k: usize) -> usize {
         k.checked_sub(1).unwrap_or(TRIP_BUCKETS - 1)
@@ -143,10 +151,7 @@ impl<W: Word> Ring<W> {
         let start = head.saturating_mul(width.as_nanos());
         let t = now.as_nanos();
         if t >= start && t.wrapping_sub(start) < width.as_nanos() {
-            if let Some(counts) = self.counts.get(Ring::<W>::slot(head)) {
-                let inc = c.pack();
-                counts.update(|w| Counts::add_packed(w, inc));
-            }
+            self.add(head, c.pack());
             return Counts::default();
         }
         self.record_elsewhere(now, width, c, keep)
@@ -174,9 +179,7 @@ impl<W: Word> Ring<W> {
                 } else {
                     head
                 };
-                if let Some(counts) = self.counts.get(Ring::<W>::slot(at)) {
-                    counts.update(|w| Counts::add_packed(w, inc));
-                }
+                self.add(at, inc);
                 return Counts::default();
             }
             if self.head.cas(head, idx) {
