@@ -24,7 +24,7 @@ use core::marker::PhantomData;
 
 use crate::error::{RefusalReason, Refused};
 use crate::event::Event;
-use crate::packed::{const_unless_loom, field, put, word, Word};
+use crate::packed::{const_unless_loom, field, pack_instant, put, unpack_instant, word, Word};
 use crate::ratio::Ratio;
 use crate::rng::JitterRng;
 use crate::settings::{BreakerSettings, MAX_COUNT};
@@ -243,13 +243,16 @@ pub(crate) struct Control {
     pub(crate) mark: Mark,
 }
 
-/// The largest value a [`Mark`] holds (56 bits), reserved for [`Mark::PENDING`]. 56 bits of
-/// microseconds span the whole range of an [`Instant`] (2^64 ns is 2^54 us).
-const MARK_MAX: u64 = (1 << 56) - 1;
+/// The bits of the mark word a [`Mark`] takes.
+const MARK_BITS: u32 = 56;
 
-/// A point in time in whole microseconds since the epoch, as the breaker's mark word stores it
-/// beside its epoch tag. Not wrapping: a breaker left alone for any length of time reads its
-/// break as over and its ramp as run out.
+/// The largest value a [`Mark`] holds, reserved for [`Mark::PENDING`] (never an instant's).
+const MARK_MAX: u64 = (1 << MARK_BITS) - 1;
+
+/// A point in time, as the breaker's mark word stores it beside its epoch tag: exact for the
+/// first 2^55 ns (over a year) of the clock, in whole microseconds after that (see
+/// [`pack_instant`]). Ordered like the instants. Not wrapping: a breaker left alone for any
+/// length of time reads its break as over and its ramp as run out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub(crate) struct Mark(pub(crate) u64);
@@ -259,20 +262,19 @@ impl Mark {
     /// first): never reached, no time elapsed since it. Readers treat it conservatively.
     pub(crate) const PENDING: Mark = Mark(MARK_MAX);
 
-    /// The microsecond `now` falls in.
+    /// The mark of `now` (past 2^55 ns, the microsecond it falls in).
     pub(crate) const fn of(now: Instant) -> Mark {
-        Mark(now.since_epoch().as_micros())
+        Mark(pack_instant(now, MARK_BITS, false))
     }
 
-    /// The first whole microsecond at or after `now + d`: a span is never served short, nor
-    /// more than 999 ns long.
+    /// The mark of `now + d` (past 2^55 ns, the first whole microsecond at or after it, so a
+    /// span is never served short, nor more than 999 ns long).
     pub(crate) const fn deadline(now: Instant, d: Duration) -> Mark {
-        Mark(now.saturating_add(d).since_epoch().as_micros_ceil())
+        Mark(pack_instant(now.saturating_add(d), MARK_BITS, true))
     }
 
-    #[inline(never)] // a saturating 64-bit multiply: one copy on a microcontroller
     const fn instant(self) -> Instant {
-        Instant::from_micros(self.0)
+        unpack_instant(self.0, MARK_BITS)
     }
 
     /// `true` once `now` has reached this mark (never for a pending one).
@@ -296,13 +298,13 @@ impl Mark {
 
     /// The mark word: the epoch tag in the high 8 bits, the time in the low 56.
     const fn pack(self, epoch: u8) -> u64 {
-        put(epoch as u64, 56, 8) | put(self.0, 0, 56)
+        put(epoch as u64, MARK_BITS, 8) | put(self.0, 0, MARK_BITS)
     }
 
     /// The mark of period `epoch` from its word: pending if the word belongs to another period.
     const fn read(w: u64, epoch: u8) -> Mark {
-        if field(w, 56, 8) == epoch as u64 {
-            Mark(field(w, 0, 56))
+        if field(w, MARK_BITS, 8) == epoch as u64 {
+            Mark(field(w, 0, MARK_BITS))
         } else {
             Mark::PENDING
         }
@@ -507,7 +509,7 @@ fn permille(x: u16) -> Ratio {
 /// so the same seed always gives the same breaks and different seeds spread across the band.
 /// Being a pure function, the break just served need not be stored.
 pub(crate) fn break_for(s: &BreakerSettings, opens: u8, seed: u64) -> Duration {
-    // In whole microseconds, the unit of the mark the break's end is kept in.
+    // Drawn in whole microseconds: fine enough for any break, and the draw stays small.
     let nominal = s.nominal_break(opens.max(1)).as_micros_ceil().max(1);
     if !s.jitter() {
         return Duration::from_micros(nominal);
@@ -752,9 +754,9 @@ pub(crate) fn admit_ramp<M: Measure>(
     }
 }
 
-/// What is left of the break while Open: never more than the break itself plus the part of a
-/// microsecond its end is rounded up by (a clock that stepped back means no time passed;
-/// a mark still pending reads as a break just begun).
+/// What is left of the break while Open: never more than the break itself, plus the part of a
+/// microsecond its end is rounded up by once the clock is past 2^55 ns (see [`Mark`]). A clock
+/// that stepped back means no time passed; a mark still pending reads as a break just begun.
 pub(crate) fn open_remaining(
     c: &Control,
     s: &BreakerSettings,

@@ -2,11 +2,12 @@
 //! `AtomicU64` for the shared one. Every rule is written once, against [`Word`]; the
 //! single-threaded form's compare-exchange simply always succeeds.
 //!
-//! Also the bit layouts of the words the breaker keeps.
+//! Also the bit layouts of the words the breaker keeps, and instants packed into fewer bits.
 
 use core::cell::Cell;
 
 use crate::loom::{AtomicU64, Ordering};
+use crate::Instant;
 
 /// A 64-bit storage cell: load, compare-exchange, swap.
 ///
@@ -166,6 +167,46 @@ pub(crate) const fn put(value: u64, at: u32, bits: u32) -> u64 {
     }
 }
 
+/// An instant packed into a field of `bits` bits (56 to 64): in exact nanoseconds below
+/// 2^(bits-1) ns (over a year for 56 bits), and past that in whole microseconds, tagged by the
+/// field's top bit (2^64 ns is 2^54 us, so every [`Instant`] fits). The packing keeps the order
+/// of the instants, and the field's largest value stands for none of them (a caller's
+/// "never" or "not yet"). `round_up` chooses, in the microsecond range, the first microsecond
+/// at or after the instant (a deadline never served short) rather than the one it falls in.
+pub(crate) const fn pack_instant(at: Instant, bits: u32, round_up: bool) -> u64 {
+    let micros_flag = micros_flag(bits);
+    let nanos = at.as_nanos();
+    if nanos < micros_flag {
+        return nanos;
+    }
+    let since = at.since_epoch();
+    let micros = if round_up {
+        since.as_micros_ceil()
+    } else {
+        since.as_micros()
+    };
+    micros_flag | micros
+}
+
+/// The instant a [`pack_instant`] field of `bits` bits stands for.
+#[inline(never)] // a saturating 64-bit multiply: one copy on a microcontroller
+pub(crate) const fn unpack_instant(v: u64, bits: u32) -> Instant {
+    let micros_flag = micros_flag(bits);
+    if v & micros_flag == 0 {
+        Instant::from_nanos(v)
+    } else {
+        Instant::from_micros(v & !micros_flag)
+    }
+}
+
+/// The top bit of a `bits`-bit field.
+const fn micros_flag(bits: u32) -> u64 {
+    match 1u64.checked_shl(bits.saturating_sub(1)) {
+        Some(v) => v,
+        None => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +217,46 @@ mod tests {
         assert_eq!(field(w, 0, 3), 5);
         assert_eq!(field(w, 3, 8), 0xAB);
         assert_eq!(field(w, 32, 32), 0xFFFF_FFFF);
+    }
+
+    #[test]
+    fn packed_instants_are_exact_then_whole_microseconds_in_order() {
+        use crate::Duration;
+        for bits in [56, 63, 64] {
+            let flag = 1u64 << (bits - 1);
+            for nanos in [0, 1, 999, 1_000_000_123, flag - 1] {
+                let at = Instant::from_nanos(nanos);
+                for up in [false, true] {
+                    assert_eq!(unpack_instant(pack_instant(at, bits, up), bits), at);
+                }
+            }
+            if bits < 64 {
+                // In the microsecond range: the microsecond an instant falls in, or the first
+                // at or after it.
+                let late = Instant::from_nanos(flag + 1_123);
+                let micros = late.as_nanos() / 1000;
+                let down = unpack_instant(pack_instant(late, bits, false), bits);
+                let up = unpack_instant(pack_instant(late, bits, true), bits);
+                assert_eq!(down.as_nanos(), micros * 1000);
+                assert_eq!(up.as_nanos(), (micros + 1) * 1000);
+            }
+            // Order is kept, across the change of unit too, and the field's largest value is
+            // no instant's.
+            let most = mask(bits);
+            let instants = [0, flag - 1, flag, flag + 1_000, u64::MAX];
+            for pair in instants.windows(2) {
+                let (a, b) = (Instant::from_nanos(pair[0]), Instant::from_nanos(pair[1]));
+                for up in [false, true] {
+                    assert!(pack_instant(a, bits, up) <= pack_instant(b, bits, up));
+                    assert!(pack_instant(b, bits, up) < most);
+                }
+            }
+            let end = Instant::MAX.saturating_add(Duration::MAX);
+            assert_eq!(
+                unpack_instant(pack_instant(end, bits, true), bits),
+                Instant::MAX
+            );
+        }
     }
 
     #[test]

@@ -30,8 +30,9 @@ use crate::{
 /// A circuit breaker shared by many threads through `&self`, lock-free. Same settings, same
 /// rules, same decisions as [`Breaker`](crate::Breaker) for any sequential input.
 ///
-/// Breaks are whole microseconds and end on whole microseconds (the end is rounded up), so
-/// half-open and `retry_after` can land up to 1 us after the jittered break.
+/// A break ends exactly when it has lasted its (jittered) length. Only after 2^55 ns (over a
+/// year) of the clock are its ends kept in whole microseconds, rounded up: then half-open and
+/// `retry_after` can land up to 1 us after the break.
 ///
 /// ```
 /// use stormguard_core::{BreakerSettings, Instant, Outcome, SharedBreaker, State};

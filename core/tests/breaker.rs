@@ -168,6 +168,65 @@ fn open_refuses_with_the_remaining_break_as_retry_after() {
     assert_eq!(b.snapshot(t + secs(4)).until_half_open, secs(11));
 }
 
+/// Instants off any whole microsecond or millisecond, as a real clock or tokio's paused clock
+/// gives them, and one past 2^55 ns (over a year of the clock), where break ends are kept in
+/// whole microseconds.
+const UNALIGNED: [u64; 4] = [
+    1_000_000_123,
+    7_777_777_777,
+    86_400_000_000_999,
+    (1 << 55) + 123,
+];
+
+#[test]
+fn a_break_ends_exactly_when_it_has_lasted_its_length() {
+    for nanos in UNALIGNED {
+        let mut b = Breaker::new(unjittered("payments"));
+        let t = Instant::from_nanos(nanos);
+        trip(&mut b, t);
+        let r = b.try_acquire(t).unwrap_err();
+        let end = t + secs(15);
+        if nanos < 1 << 55 {
+            assert_eq!(r.retry_after, secs(15), "at {nanos} ns");
+            assert_eq!(b.state(end - Duration::from_nanos(1)), State::Open);
+        } else {
+            // Past 2^55 ns the end is rounded up to its microsecond: never short.
+            let over = r.retry_after - secs(15);
+            assert!(
+                over < Duration::from_micros(1),
+                "{over} over, at {nanos} ns"
+            );
+            assert_eq!(b.state(end - Duration::from_nanos(1)), State::Open);
+            assert_eq!(b.state(end + over - Duration::from_nanos(1)), State::Open);
+        }
+        let late = r.retry_after;
+        assert_eq!(b.state(t + late), State::HalfOpen, "at {nanos} ns");
+        assert!(b.try_acquire(t + late).unwrap().is_probe());
+    }
+}
+
+#[test]
+fn a_jittered_break_ends_when_retry_after_says() {
+    for nanos in UNALIGNED {
+        for seed in 0..20 {
+            let mut b = Breaker::new(BreakerSettings::defaults("payments")).with_seed(seed);
+            let t = Instant::from_nanos(nanos);
+            trip(&mut b, t);
+            let brk = b.snapshot(t).break_duration.unwrap();
+            let at = t + ms(250);
+            let r = b.try_acquire(at).unwrap_err();
+            if nanos < 1 << 55 {
+                assert_eq!(r.retry_after, brk - ms(250), "at {nanos} ns, seed {seed}");
+            }
+            assert_eq!(
+                b.state(at + r.retry_after - Duration::from_nanos(1)),
+                State::Open
+            );
+            assert_eq!(b.state(at + r.retry_after), State::HalfOpen);
+        }
+    }
+}
+
 #[test]
 fn the_break_doubles_per_consecutive_open_up_to_the_max() {
     let mut b = Breaker::new(unjittered("payments"));

@@ -484,8 +484,7 @@ async fn a_dropped_probe_gives_its_slot_back() {
         .unwrap();
     assert_eq!(policy.call(fails).await, Err(CallError::Failed("boom")));
     assert_eq!(breaker.state(), State::Open);
-    // The core keeps the break's end in whole milliseconds (rounded up): 1 ms of slack.
-    tokio::time::advance(ms(10_001)).await;
+    tokio::time::advance(ms(10_000)).await;
     assert_eq!(breaker.state(), State::HalfOpen);
     // The only probe slot is taken by an attempt whose caller goes away.
     tokio::select! {
@@ -517,17 +516,32 @@ async fn the_breaker_refuses_with_its_remaining_break_as_retry_after() {
     let rejection = r.rejection().unwrap();
     assert_eq!(rejection.reason, RefusalReason::BreakerOpen);
     // 6 s of break were left when refused; retry_after counts from the end of the pause.
-    // (The core keeps the break's end in whole milliseconds, rounded up.)
     let after = rejection.retry_after;
-    assert!(
-        after >= Duration::from_millis(5_900) && after <= Duration::from_millis(5_901),
-        "{after}"
-    );
+    assert_eq!(after, Duration::from_millis(5_900));
     assert_eq!(r.retry_after(), Some(after));
     assert_eq!(
         recorder.lines(),
         ["state open", "rejected breaker_open pause=100ms"]
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_breaker_half_opens_exactly_when_its_break_has_elapsed() {
+    // Tokio's paused clock starts at no whole microsecond or millisecond of the policy's clock.
+    let breaker = touchy("exact");
+    let policy = Policy::builder("exact")
+        .breaker(breaker.clone())
+        .max_attempts(1)
+        .build()
+        .unwrap();
+    let _ = policy.call(fails).await;
+    assert_eq!(breaker.state(), State::Open);
+    tokio::time::advance(ms(10_000) - StdDuration::from_nanos(1)).await;
+    assert_eq!(breaker.state(), State::Open);
+    tokio::time::advance(StdDuration::from_nanos(1)).await;
+    assert_eq!(breaker.state(), State::HalfOpen);
+    assert_eq!(policy.call(ok).await, Ok(7));
+    assert_eq!(breaker.state(), State::Closed);
 }
 
 #[tokio::test(start_paused = true)]
