@@ -34,9 +34,10 @@
 //! refused with the remaining cooldown as `retry_after`; after the cooldown the next event opens
 //! a fresh window. A window that runs out without being exceeded simply ends (no cooldown), and
 //! like the original's, a window still holds at the very instant it ends. Its state (window
-//! start and count, or the end of the cooldown) is one word as well; times are stored in whole
-//! milliseconds, rounded so that neither a window nor a cooldown is ever served short, nor more
-//! than 1 ms long.
+//! start and count, or the end of the cooldown) is one word as well. A cooldown ends exactly when
+//! it has lasted its length (its end is kept in nanoseconds for the first 2^62 ns of the clock);
+//! a window's start is kept in whole milliseconds, rounded up, so a window is never served short,
+//! nor more than 1 ms long.
 //!
 //! # Keyed forms
 //! [`KeyedLimiter`] (with the aliases [`KeyedRateLimiter`] and [`KeyedWindowLimiter`]) keeps a
@@ -82,7 +83,9 @@ use crate::call::Admission;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
 use crate::loom::AtomicU64;
-use crate::packed::{const_unless_loom, field, mask, put, word, Word};
+use crate::packed::{
+    const_unless_loom, field, mask, pack_instant, put, unpack_instant, word, Word,
+};
 use crate::{Duration, Instant, Name, Outcome};
 
 // The settings fields the limiters' errors name.
@@ -538,11 +541,11 @@ impl WindowLimitSettings {
                     start_ms: ceil_ms(now),
                 }
             }
-            WindowState::Cooling { until_ms }
-                if ms_to_ns(until_ms) > late.saturating_add(self.cooldown.as_nanos()) =>
+            WindowState::Cooling { until }
+                if cooldown_end(until) > late.saturating_add(self.cooldown.as_nanos()) =>
             {
                 WindowState::Cooling {
-                    until_ms: deadline_ms(now, self.cooldown),
+                    until: cooldown_until(now, self.cooldown),
                 }
             }
             other => other,
@@ -574,8 +577,8 @@ impl WindowLimitSettings {
         }
         let state = self.settle(WindowState::unpack(word), now);
         match state {
-            WindowState::Cooling { until_ms } if !cooldown_over(until_ms, now) => {
-                (Err(limited(remaining(until_ms, now))), state.pack())
+            WindowState::Cooling { until } if !cooldown_over(until, now) => {
+                (Err(limited(remaining(until, now))), state.pack())
             }
             WindowState::Open { count, start_ms }
                 if count > 0 && !self.window_over(start_ms, now) =>
@@ -588,9 +591,9 @@ impl WindowLimitSettings {
                     };
                     (Ok(()), next.pack())
                 } else {
-                    let until_ms = deadline_ms(now, self.cooldown);
-                    let next = WindowState::Cooling { until_ms };
-                    (Err(limited(remaining(until_ms, now))), next.pack())
+                    let until = cooldown_until(now, self.cooldown);
+                    let next = WindowState::Cooling { until };
+                    (Err(limited(remaining(until, now))), next.pack())
                 }
             }
             // No window open, the window is over, or the cooldown is: a fresh window.
@@ -606,7 +609,7 @@ impl WindowLimitSettings {
 
     fn available(&self, word: u64, now: Instant) -> u32 {
         match self.settle(WindowState::unpack(word), now) {
-            WindowState::Cooling { until_ms } if !cooldown_over(until_ms, now) => 0,
+            WindowState::Cooling { until } if !cooldown_over(until, now) => 0,
             WindowState::Open { count, start_ms }
                 if count > 0 && !self.window_over(start_ms, now) =>
             {
@@ -618,7 +621,7 @@ impl WindowLimitSettings {
 
     fn until_full(&self, word: u64, now: Instant) -> Duration {
         match self.settle(WindowState::unpack(word), now) {
-            WindowState::Cooling { until_ms } => remaining(until_ms, now),
+            WindowState::Cooling { until } => remaining(until, now),
             WindowState::Open { count, start_ms } if count > 0 => match self.window_end(start_ms) {
                 // Over one nanosecond after its last instant.
                 Some(end) => {
@@ -718,18 +721,22 @@ const MS_BITS: u32 = 45;
 const COUNT_AT: u32 = MS_BITS;
 const COUNT_BITS: u32 = 18;
 const TAG_AT: u32 = 63;
+/// The bits of a cooling state's end: all but the tag.
+const UNTIL_BITS: u32 = TAG_AT;
 /// A cooldown that ends past [`Instant::MAX`]: never.
-const NEVER_MS: u64 = mask(MS_BITS);
+const NEVER: u64 = mask(UNTIL_BITS);
 
-/// A window-with-cooldown limiter's state, packed losslessly into one word: bit 63 tells which,
-/// bits 45..63 hold the count and bits 0..45 a time in whole milliseconds since the epoch (45 bits
-/// hold every [`Instant`], so nothing wraps). The zeroed word is "no window open".
+/// A window-with-cooldown limiter's state, packed losslessly into one word: bit 63 tells which.
+/// An open window: bits 45..63 hold the count and bits 0..45 its start in whole milliseconds
+/// since the epoch (45 bits hold every [`Instant`], so nothing wraps). Cooling: bits 0..63 hold
+/// its end (see [`pack_instant`]). The zeroed word is "no window open".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum WindowState {
     /// A window opened at `start_ms` (rounded up) holding `count` events; none open when 0.
     Open { count: u32, start_ms: u64 },
-    /// Every event is refused until `until_ms` (rounded up); [`NEVER_MS`] past the end of time.
-    Cooling { until_ms: u64 },
+    /// Every event is refused until `until` (packed by [`cooldown_until`]); [`NEVER`] past the
+    /// end of time.
+    Cooling { until: u64 },
 }
 
 impl WindowState {
@@ -738,18 +745,19 @@ impl WindowState {
             WindowState::Open { count, start_ms } => {
                 put(count as u64, COUNT_AT, COUNT_BITS) | put(start_ms, 0, MS_BITS)
             }
-            WindowState::Cooling { until_ms } => put(1, TAG_AT, 1) | put(until_ms, 0, MS_BITS),
+            WindowState::Cooling { until } => put(1, TAG_AT, 1) | put(until, 0, UNTIL_BITS),
         }
     }
 
     const fn unpack(word: u64) -> WindowState {
-        let ms = field(word, 0, MS_BITS);
         if field(word, TAG_AT, 1) == 1 {
-            WindowState::Cooling { until_ms: ms }
+            WindowState::Cooling {
+                until: field(word, 0, UNTIL_BITS),
+            }
         } else {
             WindowState::Open {
                 count: field(word, COUNT_AT, COUNT_BITS) as u32,
-                start_ms: ms,
+                start_ms: field(word, 0, MS_BITS),
             }
         }
     }
@@ -760,11 +768,21 @@ const fn ceil_ms(now: Instant) -> u64 {
     now.as_nanos().div_ceil(NANOS_PER_MILLI)
 }
 
-/// The millisecond at or after `now + d`, or [`NEVER_MS`] past the end of time.
-const fn deadline_ms(now: Instant, d: Duration) -> u64 {
+/// The end of a cooldown of `d` from `now`, packed (exact for the first 2^62 ns of the clock,
+/// then the first whole microsecond at or after it), or [`NEVER`] past the end of time.
+const fn cooldown_until(now: Instant, d: Duration) -> u64 {
     match now.checked_add(d) {
-        Some(end) => ceil_ms(end),
-        None => NEVER_MS,
+        Some(end) => pack_instant(end, UNTIL_BITS, true),
+        None => NEVER,
+    }
+}
+
+/// When a cooldown ends, in ns since the epoch ([`u64::MAX`] for never).
+const fn cooldown_end(until: u64) -> u64 {
+    if until == NEVER {
+        u64::MAX
+    } else {
+        unpack_instant(until, UNTIL_BITS).as_nanos()
     }
 }
 
@@ -772,15 +790,15 @@ const fn ms_to_ns(ms: u64) -> u64 {
     ms.saturating_mul(NANOS_PER_MILLI)
 }
 
-fn cooldown_over(until_ms: u64, now: Instant) -> bool {
-    until_ms != NEVER_MS && now.as_nanos() >= ms_to_ns(until_ms)
+fn cooldown_over(until: u64, now: Instant) -> bool {
+    until != NEVER && now.as_nanos() >= cooldown_end(until)
 }
 
-fn remaining(until_ms: u64, now: Instant) -> Duration {
-    if until_ms == NEVER_MS {
+fn remaining(until: u64, now: Instant) -> Duration {
+    if until == NEVER {
         Duration::MAX
     } else {
-        Duration::from_nanos(ms_to_ns(until_ms).saturating_sub(now.as_nanos()))
+        Duration::from_nanos(cooldown_end(until).saturating_sub(now.as_nanos()))
     }
 }
 
@@ -1983,8 +2001,11 @@ mod tests {
                 count: 50,
                 start_ms: 123_456_789,
             },
-            WindowState::Cooling { until_ms: 0 },
-            WindowState::Cooling { until_ms: NEVER_MS },
+            WindowState::Cooling { until: 0 },
+            WindowState::Cooling {
+                until: cooldown_until(Instant::MAX, Duration::ZERO),
+            },
+            WindowState::Cooling { until: NEVER },
         ];
         for s in states {
             assert_eq!(WindowState::unpack(s.pack()), s);
@@ -1996,8 +2017,10 @@ mod tests {
                 start_ms: 0
             }
         );
-        // Every instant's millisecond fits below the "never" sentinel.
-        assert!(ceil_ms(Instant::MAX) < NEVER_MS);
+        // Every instant's millisecond fits in a window's start, and every cooldown's end below
+        // the "never" sentinel.
+        assert!(ceil_ms(Instant::MAX) <= mask(MS_BITS));
+        assert!(cooldown_until(Instant::MAX, Duration::ZERO) < NEVER);
     }
 
     #[test]

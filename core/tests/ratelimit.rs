@@ -309,6 +309,23 @@ fn after_the_cooldown_a_fresh_window_opens_fifty_then_thirty_seconds_then_fifty(
 }
 
 #[test]
+fn a_cooldown_ends_exactly_when_it_has_lasted_its_length_at_any_nanosecond() {
+    // Instants between milliseconds, as a real clock or tokio's paused clock gives them.
+    for offset in [1, 123, 999_999, 1_000_001] {
+        let mut l = WindowLimiter::new(WindowLimitSettings::defaults("stream"));
+        let t = T0 + Duration::from_nanos(offset);
+        for _ in 0..50 {
+            l.check(t).unwrap();
+        }
+        assert_eq!(refusal(l.check(t)), secs(30), "offset {offset} ns");
+        let end = t + secs(30);
+        let just_before = end - Duration::from_nanos(1);
+        assert_eq!(refusal(l.check(just_before)), Duration::from_nanos(1));
+        assert_eq!(l.check(end), Ok(()), "offset {offset} ns");
+    }
+}
+
+#[test]
 fn a_window_that_ends_without_being_exceeded_starts_no_cooldown() {
     let mut l = WindowLimiter::new(window(5, secs(2), secs(1)));
     for _ in 0..4 {
