@@ -509,6 +509,9 @@ enum Phase {
     Waiting(Instant),
     /// A retry was refused; the rejection is handed out at the next poll.
     Pending(Rejection),
+    /// The rejection was handed out and its pause is being served: the next poll finishes the
+    /// call as rejected, unless the caller cancels first.
+    Pausing(Rejection),
     Over(Finished),
 }
 
@@ -715,7 +718,7 @@ impl Call {
         events: &mut dyn FnMut(Event<'_>),
     ) -> Step {
         let r = self.rejection(parts, false, refused, now, events);
-        self.phase = Phase::Over(Finished::Rejected(r));
+        self.phase = Phase::Pausing(r);
         Step::Reject(r)
     }
 
@@ -729,8 +732,13 @@ impl Call {
         match self.phase {
             Phase::Over(f) => return Step::Done(f),
             Phase::Pending(r) => {
-                self.phase = Phase::Over(Finished::Rejected(r));
+                self.phase = Phase::Pausing(r);
                 return Step::Reject(r);
+            }
+            Phase::Pausing(r) => {
+                let f = Finished::Rejected(r);
+                self.phase = Phase::Over(f);
+                return Step::Done(f);
             }
             Phase::Waiting(until) if now < until => {
                 return Step::Wait(until.saturating_duration_since(now))
@@ -940,8 +948,8 @@ impl Call {
         self.phase = Phase::Waiting(now.saturating_add(delay));
     }
 
-    /// The caller gave up (during a wait or a pause): the call ends as cancelled. An attempt in
-    /// flight is reported with [`Call::complete`] and [`Outcome::Cancelled`] instead.
+    /// The caller gave up (during a wait or a rejection's pause): the call ends as cancelled. An
+    /// attempt in flight is reported with [`Call::complete`] and [`Outcome::Cancelled`] instead.
     pub fn cancel(&mut self) {
         if !matches!(self.phase, Phase::Over(_)) {
             self.phase = Phase::Over(Finished::Cancelled);

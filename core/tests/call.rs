@@ -521,6 +521,59 @@ fn cancelling_during_a_wait_ends_the_call_as_cancelled() {
 }
 
 #[test]
+fn cancelling_during_the_guarded_pause_ends_the_call_as_cancelled() {
+    let mut p = Parts {
+        breaker: Breaker::new(
+            BreakerSettings::builder("payments")
+                .consecutive_failures(1)
+                .build()
+                .unwrap(),
+        ),
+        budget: Unlimited,
+    };
+    let now = Instant::from_secs(1);
+    let permit = p.breaker.try_acquire(now).unwrap();
+    p.breaker
+        .on_outcome(now, permit, Outcome::Transient, &mut |_| {});
+
+    // Refused at the first attempt: cancelled 30 ms into the pause.
+    let mut call = Call::begin(&no_jitter(), now);
+    let Step::Reject(r) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!("expected a rejection")
+    };
+    assert_eq!(r.pause, ms(100));
+    assert!(!call.is_over(), "the pause is still being served");
+    call.cancel();
+    assert!(call.is_over());
+    assert_eq!(
+        call.poll(&mut p, now + ms(30), &mut |_| {}),
+        Step::Done(Finished::Cancelled)
+    );
+
+    // A retry refused (the pending rejection handed out at the next poll), then cancelled.
+    let mut p = parts();
+    let mut call = Call::begin(&no_jitter(), now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    p.breaker.isolate(now, &mut |_| {});
+    call.complete(&mut p, permit, now, Outcome::Transient, &mut |_| {});
+    let mut at = now;
+    let step = loop {
+        match call.poll(&mut p, at, &mut |_| {}) {
+            Step::Wait(d) => at = at + d,
+            other => break other,
+        }
+    };
+    assert!(matches!(step, Step::Reject(_)), "{step:?}");
+    call.cancel();
+    assert_eq!(
+        call.poll(&mut p, at + ms(50), &mut |_| {}),
+        Step::Done(Finished::Cancelled)
+    );
+}
+
+#[test]
 fn a_rejection_is_handed_out_once_then_reported_as_done() {
     let mut p = Parts {
         breaker: Breaker::new(
