@@ -223,18 +223,22 @@ impl Phase {
 }
 
 /// The breaker's control state: small enough to pack into one 64-bit word (3 bits of phase,
-/// 8 of epoch, 10 of count, 5 of probes, 5 of opens, 32 of mark), so the shared form installs it
-/// with one compare-exchange.
+/// 8 of epoch, 10 of count, 5 of probes, 5 of opens, 10 of probe successes), so the shared form
+/// installs it with one compare-exchange. Its mark is kept in a word of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub(crate) struct Control {
     pub(crate) phase: Phase,
     /// The breaker period; bumped on every phase change (and probe reclaim), wrapping.
     pub(crate) epoch: u8,
-    /// Closed: consecutive failures. HalfOpen: successful probes. At most [`MAX_COUNT`].
+    /// Transient failures in a row, with no success in between: counted while closed (where
+    /// they trip the breaker), held through the break and half-open (a failed probe adds one),
+    /// and zero again at the first success. At most [`MAX_COUNT`].
     pub(crate) count: u16,
     /// HalfOpen: probes in flight (at most the configured limit).
     pub(crate) probes: u8,
+    /// HalfOpen: successful probes. At most [`MAX_COUNT`].
+    pub(crate) successes: u16,
     /// Consecutive opens without a close in between: the break's exponent.
     pub(crate) opens: u8,
     /// Open: when the break ends. HalfOpen with probes out: when they are reclaimed.
@@ -318,6 +322,7 @@ impl Control {
             epoch: 0,
             count: 0,
             probes: 0,
+            successes: 0,
             opens: 0,
             mark: Mark(0),
         }
@@ -329,6 +334,7 @@ impl Control {
             | put(self.count as u64, 11, 10)
             | put(self.probes as u64, 21, 5)
             | put(self.opens as u64, 26, 5)
+            | put(self.successes as u64, 31, 10)
     }
 
     pub(crate) const fn unpack(w: u64) -> Control {
@@ -346,6 +352,7 @@ impl Control {
             count: field(w, 11, 10) as u16,
             probes: field(w, 21, 5) as u8,
             opens: field(w, 26, 5) as u8,
+            successes: field(w, 31, 10) as u16,
             mark: Mark::PENDING,
         }
     }
@@ -590,8 +597,8 @@ fn open<M: Measure>(
     let d = break_for(s, c.opens, seed);
     c.phase = Phase::Open;
     c.mark = Mark::deadline(now, d);
-    c.count = 0;
     c.probes = 0;
+    c.successes = 0;
     n.change(Change {
         from,
         to: State::Open,
@@ -607,6 +614,7 @@ fn close(c: &mut Control, from: State, n: &mut Notes) {
     c.count = 0;
     c.probes = 0;
     c.opens = 0;
+    c.successes = 0;
     n.change(Change {
         from,
         to: State::Closed,
@@ -624,6 +632,7 @@ fn recovered<M: Measure>(c: &mut Control, s: &BreakerSettings, now: Instant, n: 
     c.epoch = c.epoch.wrapping_add(1);
     c.count = 0;
     c.probes = 0;
+    c.successes = 0;
     c.mark = Mark::of(now);
     n.change(Change {
         from: State::HalfOpen,
@@ -651,8 +660,8 @@ pub(crate) fn advance<M: Measure>(
             // first probe's deadline is stored after the control word; until then the mark of
             // this period reads as pending, so no probe is reclaimed on the break's old end.)
             c.epoch = c.epoch.wrapping_add(1);
-            c.count = 0;
             c.probes = 0;
+            c.successes = 0;
             n.change(Change {
                 from: State::Open,
                 to: State::HalfOpen,
@@ -807,8 +816,10 @@ pub(crate) fn complete<M: Measure>(
         (Phase::HalfOpen, Kind::Probe) => {
             c.probes = c.probes.saturating_sub(1);
             if outcome.is_failure() {
+                c.count = c.count.saturating_add(1).min(MAX_COUNT);
                 open::<M>(c, r, s, seed, now, TripReason::ProbeFailed, n);
             } else if outcome.is_success() {
+                c.count = 0;
                 if slow {
                     // A slow probe is no recovery: with a ramp it starts the ramp (the trickle a
                     // warming dependency needs); without one it re-opens.
@@ -819,8 +830,8 @@ pub(crate) fn complete<M: Measure>(
                     }
                     return None;
                 }
-                c.count = c.count.saturating_add(1).min(MAX_COUNT);
-                if c.count >= s.probe_successes() {
+                c.successes = c.successes.saturating_add(1).min(MAX_COUNT);
+                if c.successes >= s.probe_successes() {
                     recovered::<M>(c, s, now, n);
                 }
             }
@@ -829,6 +840,7 @@ pub(crate) fn complete<M: Measure>(
         (Phase::Recovering, Kind::Ramp) if M::KEEPS => {
             if outcome.is_failure() {
                 // One real failure withdraws the ramp, with the grown break.
+                c.count = 1;
                 open::<M>(c, r, s, seed, now, TripReason::RampFailure, n);
                 None
             } else if outcome.is_success() {
@@ -874,7 +886,8 @@ pub struct Snapshot {
     pub name: Name,
     /// The state as read now.
     pub state: State,
-    /// Consecutive transient failures counted while closed.
+    /// Transient failures in a row, with no success in between: counted while closed, held
+    /// while open and half-open (a failed probe adds one), zero again after a success.
     pub consecutive_failures: u16,
     /// Probes in flight while half-open.
     pub probes_in_flight: u8,
@@ -882,6 +895,10 @@ pub struct Snapshot {
     pub consecutive_opens: u8,
     /// The (jittered) break last served or being served, if the breaker has opened.
     pub break_duration: Option<Duration>,
+    /// Document 004's current cooldown: the break being served or last served, and once the
+    /// breaker has closed (or before it ever opens) the first break, which the next open will
+    /// serve. Jittered like the break itself.
+    pub current_break: Duration,
     /// Time until the break ends (zero unless open).
     pub until_half_open: Duration,
     /// The admitted fraction while recovering.
@@ -1447,7 +1464,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             c.phase = Phase::Isolated;
             c.epoch = c.epoch.wrapping_add(1);
             c.probes = 0;
-            c.count = 0;
+            c.successes = 0;
             c.pack()
         });
         let mut n = Notes::default();
@@ -1575,7 +1592,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         Snapshot {
             name: *s.name(),
             state,
-            consecutive_failures: if c.phase == Phase::Closed { c.count } else { 0 },
+            consecutive_failures: c.count,
             probes_in_flight: if state == State::HalfOpen {
                 c.probes
             } else {
@@ -1583,6 +1600,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             },
             consecutive_opens: c.opens,
             break_duration: (c.opens > 0).then(|| break_for(s, c.opens, self.seed)),
+            current_break: break_for(s, c.opens.max(1), self.seed),
             until_half_open: if state == State::Open {
                 open_remaining(&c, s, self.seed, now)
             } else {
@@ -1887,6 +1905,7 @@ mod tests {
             epoch: 0xAB,
             count: 1000,
             probes: 31,
+            successes: 999,
             opens: 31,
             mark: Mark::PENDING,
         };

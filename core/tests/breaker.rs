@@ -228,6 +228,44 @@ fn a_jittered_break_ends_when_retry_after_says() {
 }
 
 #[test]
+fn document_004s_breaker_counts_failures_through_the_break_and_escalates_its_cooldown() {
+    let mut b = Breaker::new(BreakerSettings::escalating_cooldown("worker"));
+    let mut t = Instant::from_nanos(5_000_000_321);
+    assert_eq!(b.snapshot(t).current_break, secs(3), "before it ever opens");
+    for i in 1..=4 {
+        call(&mut b, t, MS, Outcome::Transient).unwrap();
+        assert_eq!(b.snapshot(t).consecutive_failures, i);
+    }
+    call(&mut b, t, MS, Outcome::Transient).unwrap();
+    let snap = b.snapshot(t + MS);
+    assert_eq!(
+        (snap.state, snap.consecutive_failures, snap.break_duration),
+        (State::Open, 5, Some(secs(3)))
+    );
+    // The failures are held through the break; the failed probe adds one and doubles it.
+    t += MS + secs(3);
+    assert_eq!(b.snapshot(t).state, State::HalfOpen);
+    assert_eq!(b.snapshot(t).consecutive_failures, 5);
+    call(&mut b, t, MS, Outcome::Transient).unwrap();
+    let snap = b.snapshot(t + MS);
+    assert_eq!(
+        (snap.state, snap.consecutive_failures, snap.break_duration),
+        (State::Open, 6, Some(secs(6)))
+    );
+    assert_eq!(snap.current_break, secs(6));
+    // One successful probe closes, and the count and the cooldown start over.
+    t += MS + secs(6);
+    call(&mut b, t, MS, Outcome::Success).unwrap();
+    let snap = b.snapshot(t + MS);
+    assert_eq!((snap.state, snap.consecutive_failures), (State::Closed, 0));
+    assert_eq!((snap.break_duration, snap.current_break), (None, secs(3)));
+    for _ in 0..5 {
+        call(&mut b, t, MS, Outcome::Transient).unwrap();
+    }
+    assert_eq!(b.snapshot(t + MS).break_duration, Some(secs(3)));
+}
+
+#[test]
 fn the_break_doubles_per_consecutive_open_up_to_the_max() {
     let mut b = Breaker::new(unjittered("payments"));
     let mut t = Instant::from_secs(10);

@@ -561,7 +561,7 @@ fn cancelling_during_the_guarded_pause_ends_the_call_as_cancelled() {
     let mut at = now;
     let step = loop {
         match call.poll(&mut p, at, &mut |_| {}) {
-            Step::Wait(d) => at = at + d,
+            Step::Wait(d) => at += d,
             other => break other,
         }
     };

@@ -68,7 +68,7 @@ pub struct BreakerHealth {
     pub status: Status,
     /// `closed`, `open`, `half_open`, `recovering` or `isolated`.
     pub state: &'static str,
-    /// Consecutive transient failures while closed.
+    /// Transient failures in a row: counted while closed, held while open and half-open.
     pub consecutive_failures: u16,
     /// Consecutive opens without a close.
     pub consecutive_opens: u8,
@@ -76,6 +76,9 @@ pub struct BreakerHealth {
     pub probes_in_flight: u8,
     /// The break last served or being served, in milliseconds.
     pub break_ms: Option<u64>,
+    /// The break being served or last served, or once closed the one the next open will serve,
+    /// in milliseconds.
+    pub current_break_ms: u64,
     /// Milliseconds until half-open (0 unless open).
     pub until_half_open_ms: u64,
     /// The admitted fraction while recovering.
@@ -104,6 +107,7 @@ impl From<&Snapshot> for BreakerHealth {
             consecutive_opens: s.consecutive_opens,
             probes_in_flight: s.probes_in_flight,
             break_ms: s.break_duration.map(|d| d.as_millis()),
+            current_break_ms: s.current_break.as_millis(),
             until_half_open_ms: s.until_half_open.as_millis(),
             ramp_fraction: s.ramp_fraction.map(|r| r.as_f64()),
             normal_latency_ms: s.normal_latency.map(ms),
