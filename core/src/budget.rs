@@ -208,7 +208,8 @@ impl BudgetSettingsBuilder {
     }
 
     /// The share of a retry each successful attempt funds (default 0.1), rounded to the nearest
-    /// part per million. A value outside `[0, 1]`, or NaN, is reported by `build()`.
+    /// part per million; a positive share never rounds to zero. A value outside `[0, 1]`, or
+    /// NaN, is reported by `build()`.
     pub const fn fraction(mut self, fraction: f64) -> Self {
         self.fraction_ppm = if fraction.is_nan() || fraction < 0.0 {
             -1
@@ -216,6 +217,7 @@ impl BudgetSettingsBuilder {
             (PPM as i64).saturating_add(1)
         } else {
             match Ratio::from_f64(fraction) {
+                Some(r) if r.ppm() == 0 && fraction > 0.0 => 1,
                 Some(r) => r.ppm() as i64,
                 // Unreachable: `fraction` is in [0, 1] here.
                 None => -1,
@@ -818,6 +820,22 @@ mod tests {
         succeed(&mut b, T0, 1);
         assert_eq!(b.available(T0), 1);
         assert_eq!(b.snapshot(T0).tokens_micro, 1_000_000);
+    }
+
+    #[test]
+    fn a_positive_fraction_or_floor_never_rounds_to_zero() {
+        let s = BudgetSettings::builder("x")
+            .fraction(1e-9)
+            .floor_per_second(1e-9)
+            .build();
+        let s = s.map(|s| (s.fraction().ppm(), s.floor_per_second_milli()));
+        assert_eq!(s, Ok((1, 1)));
+        let zero = BudgetSettings::builder("x")
+            .fraction(0.0)
+            .floor_per_second(0.0)
+            .build();
+        let zero = zero.map(|s| (s.fraction().ppm(), s.floor_per_second_milli()));
+        assert_eq!(zero, Ok((0, 0)));
     }
 
     #[test]

@@ -25,7 +25,9 @@ const fn required_baseline(
     slow_ratio: Ratio,
     failure_rate: Option<FailureRate>,
 ) -> Duration {
-    let mut need = Duration::ZERO;
+    // Whatever the rules: the latency baseline (retries, hedging and the attempt ceiling read
+    // it) must outlast what the trip window sees.
+    let mut need = trip.saturating_mul(2);
     if slow_rule {
         // 0.5 x baseline >= 2 x slow_ratio x trip  <=>  baseline >= 4 x slow_ratio x trip
         let nanos = (trip.as_nanos() as u128)
@@ -52,6 +54,11 @@ const fn required_baseline(
     }
     need
 }
+
+/// The largest multiple a relative rule takes (`Multiple::from_f64`'s range too): a larger one
+/// given as a whole number would not fit in thousandths, and would be clamped, not kept.
+const MAX_MULTIPLE: u64 = 4_000_000;
+const MAX_MULTIPLE_MILLI: u32 = 4_000_000_000;
 
 /// The relative error-rate rule: trip when the trip window's failure rate is above `multiple`
 /// times the learned normal rate, and at or above an absolute `floor` below which nothing is
@@ -138,6 +145,12 @@ impl FailureRate {
         if !self.multiple.is_above_one() {
             return Err(SettingsError::new(Field::FailureMultiple, Bound::AboveOne));
         }
+        if self.multiple.milli() > MAX_MULTIPLE_MILLI {
+            return Err(SettingsError::new(
+                Field::FailureMultiple,
+                Bound::AtMost(MAX_MULTIPLE),
+            ));
+        }
         if self.floor.ppm() == 0 || self.floor.ppm() > crate::ratio::PPM {
             return Err(SettingsError::new(Field::FailureFloor, Bound::ZeroToOne));
         }
@@ -207,6 +220,12 @@ impl SlowCalls {
     const fn validate(&self) -> Result<(), SettingsError> {
         if !self.multiple.is_above_one() {
             return Err(SettingsError::new(Field::SlowMultiple, Bound::AboveOne));
+        }
+        if self.multiple.milli() > MAX_MULTIPLE_MILLI {
+            return Err(SettingsError::new(
+                Field::SlowMultiple,
+                Bound::AtMost(MAX_MULTIPLE),
+            ));
         }
         if self.baseline_calls == 0 {
             return Err(SettingsError::new(
@@ -526,6 +545,8 @@ impl BreakerSettings {
     /// window, which must be at least twice the time the brownout needs to fill the trip window
     /// to the slow-call ratio; the error baseline reaches `1 / multiple` (after which no error
     /// rate can trip) in `baseline / multiple`, which must be at least twice the trip window.
+    /// Without either rule, twice the trip window: the latency baseline still feeds retries,
+    /// hedging and the attempt ceiling.
     #[must_use]
     pub const fn required_baseline(&self) -> Duration {
         required_baseline(
@@ -965,7 +986,7 @@ mod tests {
     #[test]
     fn every_invalid_breaker_setting_is_a_typed_error() {
         let b = || BreakerSettings::builder("x");
-        let cases: [(BreakerSettingsBuilder, Field, Bound); 22] = [
+        let cases: [(BreakerSettingsBuilder, Field, Bound); 25] = [
             (
                 b().consecutive_failures(0),
                 Field::ConsecutiveFailures,
@@ -1036,6 +1057,23 @@ mod tests {
                 b().baseline_window(Some(Duration::from_secs(299))),
                 Field::BaselineWindow,
                 Bound::AtLeastDuration(Duration::from_secs(300)),
+            ),
+            (
+                b().failure_rate(None)
+                    .slow_calls(None)
+                    .baseline_window(Some(Duration::from_secs(59))),
+                Field::BaselineWindow,
+                Bound::AtLeastDuration(Duration::from_secs(60)),
+            ),
+            (
+                b().failure_rate(Some(FailureRate::above(5_000_000))),
+                Field::FailureMultiple,
+                Bound::AtMost(4_000_000),
+            ),
+            (
+                b().slow_calls(Some(SlowCalls::above(5_000_000))),
+                Field::SlowMultiple,
+                Bound::AtMost(4_000_000),
             ),
             (
                 b().break_duration(Duration::ZERO),
