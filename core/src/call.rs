@@ -106,8 +106,6 @@ pub trait Admission {
 
 /// The budget side of a call: implemented by [`Budget`], the shared budget, and [`Unlimited`].
 pub trait Funding {
-    /// The name a budget refusal's event carries, if the budget has one.
-    fn name(&self) -> Option<&Name>;
     /// Takes one retry's worth, or refuses.
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused>;
     /// Learns from an attempt's outcome (successes fund future retries).
@@ -185,9 +183,6 @@ impl<A: Admission + ?Sized> Admission for &mut A {
 }
 
 impl Funding for Budget {
-    fn name(&self) -> Option<&Name> {
-        Some(self.settings().name())
-    }
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         self.try_withdraw(now)
     }
@@ -197,9 +192,6 @@ impl Funding for Budget {
 }
 
 impl Funding for Unlimited {
-    fn name(&self) -> Option<&Name> {
-        None
-    }
     fn try_fund_retry(&mut self, _: Instant) -> Result<(), Refused> {
         Ok(())
     }
@@ -207,9 +199,6 @@ impl Funding for Unlimited {
 }
 
 impl<F: Funding + ?Sized> Funding for &mut F {
-    fn name(&self) -> Option<&Name> {
-        (**self).name()
-    }
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         (**self).try_fund_retry(now)
     }
@@ -678,7 +667,6 @@ impl Call {
     fn rejection<A: Admission, F: Funding>(
         &self,
         parts: &Parts<A, F>,
-        by_budget: bool,
         refused: Refused,
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
@@ -696,13 +684,10 @@ impl Call {
             last: self.last.filter(|o| !o.is_success()),
             attempts: self.attempts,
         };
-        let name = match (by_budget, parts.budget.name()) {
-            (true, Some(n)) => n,
-            _ => parts.breaker.name(),
-        };
-        // Announced before it is served.
+        // Announced before it is served, under the breaker's name whoever refused (the reason
+        // tells a budget's refusal apart).
         events(Event::Rejected {
-            name,
+            name: parts.breaker.name(),
             reason: rejection.reason,
             delay: pause,
             retry_after,
@@ -717,7 +702,7 @@ impl Call {
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Step {
-        let r = self.rejection(parts, false, refused, now, events);
+        let r = self.rejection(parts, refused, now, events);
         self.phase = Phase::Pausing(r);
         Step::Reject(r)
     }
@@ -936,7 +921,7 @@ impl Call {
         }
         if let Err(refused) = parts.budget.try_fund_retry(now) {
             // Reported at the next poll, as a rejection carrying the last outcome.
-            self.phase = Phase::Pending(self.rejection(parts, true, refused, now, events));
+            self.phase = Phase::Pending(self.rejection(parts, refused, now, events));
             return;
         }
         events(Event::Retry {

@@ -50,7 +50,7 @@ pub enum Event<'a> {
     /// A call was refused; `delay` is the guarded pause about to be served before the refusal
     /// is reported (announced before it is served).
     Rejected {
-        /// The name of the breaker (or budget) that refused.
+        /// The name of the breaker guarding the call, whoever refused it (a budget, a limiter).
         name: &'a Name,
         /// Why.
         reason: RefusalReason,

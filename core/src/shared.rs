@@ -296,9 +296,6 @@ impl SharedBudget {
 admission_via_core!(impl [] for &SharedBreaker);
 
 impl Funding for &SharedBudget {
-    fn name(&self) -> Option<&Name> {
-        Some(self.core.settings().name())
-    }
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         self.core.try_withdraw(now)
     }

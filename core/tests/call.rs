@@ -251,6 +251,44 @@ fn an_empty_budget_stops_retries_with_a_rejection_carrying_the_last_error() {
 }
 
 #[test]
+fn a_budgets_refusal_is_announced_under_the_breakers_name() {
+    let no_floor = BudgetSettings::builder("client-wide")
+        .floor_per_second(0.0)
+        .build()
+        .unwrap();
+    let mut p = Parts {
+        breaker: Unguarded(Name::new("payments")),
+        budget: Budget::new(no_floor),
+    };
+    while p.budget.try_withdraw(Instant::ZERO).is_ok() {}
+    let mut now = Instant::from_secs(1);
+    let mut events = Vec::new();
+    let mut call = Call::begin(&no_jitter(), now);
+    let (r, _) = drive(&mut call, &mut p, &mut now, &mut events, |_| {
+        (Duration::ZERO, Outcome::Transient)
+    });
+    assert_eq!(r.unwrap_err().reason, RefusalReason::BudgetExhausted);
+    let mut named = Vec::new();
+    let mut call = Call::begin(&no_jitter(), now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!("a first attempt needs no budget")
+    };
+    let mut sink = |e: Event<'_>| {
+        if let Event::Rejected { name, reason, .. } = e {
+            named.push((name.as_str().to_owned(), reason));
+        }
+    };
+    call.complete(&mut p, permit, now, Outcome::Transient, &mut sink);
+    while let Step::Wait(d) = call.poll(&mut p, now, &mut sink) {
+        now += d;
+    }
+    assert_eq!(
+        named,
+        [("payments".to_owned(), RefusalReason::BudgetExhausted)]
+    );
+}
+
+#[test]
 fn retries_are_refused_while_the_breaker_is_open_with_the_last_error() {
     let mut p = Parts {
         breaker: Breaker::new(

@@ -140,10 +140,6 @@ impl<'a, M: RawMutex> BudgetRef<'a, M> {
 }
 
 impl<M: RawMutex> Funding for BudgetRef<'_, M> {
-    fn name(&self) -> Option<&Name> {
-        Some(&self.budget.name)
-    }
-
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         self.budget
             .with(|b| b.try_withdraw(now))

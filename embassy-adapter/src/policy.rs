@@ -17,8 +17,7 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_time::Timer;
 use stormguard_core::{
     Admission, BreakerSettings, BudgetSettings, BudgetSnapshot, Call, CallError, CallSettings,
-    Event, Explain, Funding, Instant, Name, Outcome, Parts, Permit, Refused, Snapshot, Step,
-    Unlimited,
+    Event, Explain, Funding, Instant, Outcome, Parts, Permit, Refused, Snapshot, Step, Unlimited,
 };
 
 use crate::bulkhead::{BulkheadStep, NoBulkhead};
@@ -1236,13 +1235,6 @@ pub(crate) enum Funds<'a, M: RawMutex> {
 }
 
 impl<M: RawMutex> Funding for Funds<'_, M> {
-    fn name(&self) -> Option<&Name> {
-        match self {
-            Funds::Budget(b) => b.name(),
-            Funds::Unlimited => None,
-        }
-    }
-
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         match self {
             Funds::Budget(b) => b.try_fund_retry(now),

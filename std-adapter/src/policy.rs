@@ -257,13 +257,6 @@ pub(crate) enum Funds<'a> {
 
 impl Funding for Funds<'_> {
     #[inline]
-    fn name(&self) -> Option<&Name> {
-        match self {
-            Funds::Budget(b) => Some(b.settings().name()),
-            Funds::Unlimited => None,
-        }
-    }
-    #[inline]
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         match self {
             Funds::Budget(b) => b.try_withdraw(now),
