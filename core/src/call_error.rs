@@ -106,7 +106,8 @@ impl Finished {
     ///
     /// The classifier decides what counts as success, so an `Err` it called a success (a
     /// healthy "no data" answer) comes back as the operation's error, and an `Ok` it called a
-    /// failure comes back as the value once no retry is left.
+    /// failure (an HTTP 503 response) comes back as the value once no retry is left: the
+    /// attempts ran out, or the deadline left no time for another.
     ///
     /// ```
     /// use stormguard_core::{CallError, Finished, Outcome};
@@ -115,6 +116,10 @@ impl Finished {
     /// assert_eq!(done, Ok(7));
     /// let failed = Finished::Failed(Outcome::Transient).into_result(Some(Err::<u32, _>("reset")));
     /// assert_eq!(failed, Err(CallError::Failed("reset")));
+    /// // A throttled answer whose hint outlasted the deadline: the answer itself.
+    /// let throttled = Some(Outcome::Throttled { retry_after: None });
+    /// let out_of_time = Finished::DeadlineExceeded { last: throttled };
+    /// assert_eq!(out_of_time.into_result(Some(Ok::<u32, &str>(429))), Ok(429));
     /// ```
     pub fn into_result<T, E>(self, last: Option<Result<T, E>>) -> Result<T, CallError<E>> {
         let last_error = |last: Option<Result<T, E>>| last.and_then(Result::err);
@@ -129,9 +134,18 @@ impl Finished {
                 // returned; without one, nothing ran to completion.
                 None => Err(CallError::Cancelled),
             },
-            Finished::DeadlineExceeded { .. } => Err(CallError::DeadlineExceeded {
-                last: last_error(last),
-            }),
+            // The last attempt's answer was the last word, and no retry fitted before the
+            // deadline: an `Ok` the classifier called a failure (a 429 whose Retry-After
+            // outlasts the deadline) comes back as the value, as when the attempts run out.
+            Finished::DeadlineExceeded { last: outcome } => match (outcome, last) {
+                (
+                    Some(Outcome::Transient | Outcome::Throttled { .. } | Outcome::Permanent),
+                    Some(Ok(value)),
+                ) => Ok(value),
+                (_, last) => Err(CallError::DeadlineExceeded {
+                    last: last_error(last),
+                }),
+            },
             Finished::Rejected(rejection) => Err(CallError::Rejected {
                 rejection,
                 last: last_error(last),

@@ -66,7 +66,7 @@ mod http_preset {
     use super::Classify;
 
     /// The HTTP preset: connection errors (`Err`) and 5xx are transient; 429, and 503 with a
-    /// `Retry-After` header, are throttled with the header honoured as `retry_after`; other 4xx
+    /// readable `Retry-After` header, are throttled with the header honoured as `retry_after`; other 4xx
     /// are permanent (the request is wrong; retrying cannot help); everything else succeeds.
     /// The default classifier of the tower layer.
     ///
@@ -138,11 +138,14 @@ mod http_preset {
             StatusCode::TOO_MANY_REQUESTS => Outcome::Throttled {
                 retry_after: hint(),
             },
-            StatusCode::SERVICE_UNAVAILABLE if headers.contains_key(RETRY_AFTER) => {
-                Outcome::Throttled {
-                    retry_after: hint(),
-                }
-            }
+            // A 503 is the dependency defending itself only when it says for how long; with
+            // no hint it is read, it is down like any other 5xx.
+            StatusCode::SERVICE_UNAVAILABLE => match hint() {
+                Some(d) => Outcome::Throttled {
+                    retry_after: Some(d),
+                },
+                None => Outcome::Transient,
+            },
             s if s.is_server_error() => Outcome::Transient,
             s if s.is_client_error() => Outcome::Permanent,
             _ => Outcome::Success,
@@ -195,6 +198,7 @@ mod http_preset {
             assert_eq!(c(response(304, None)), Outcome::Success);
             assert_eq!(c(response(500, None)), Outcome::Transient);
             assert_eq!(c(response(503, None)), Outcome::Transient);
+            assert_eq!(c(response(503, Some("soon"))), Outcome::Transient);
             assert_eq!(
                 c(response(503, Some("7"))),
                 Outcome::Throttled {

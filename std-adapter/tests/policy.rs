@@ -329,6 +329,32 @@ async fn an_attempt_past_its_timeout_is_cut_off_as_timed_out() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_throttled_answer_whose_hint_outlasts_the_deadline_is_handed_back() {
+    let policy = Policy::builder("throttled")
+        .no_breaker()
+        .deadline(ms(30_000))
+        .build()
+        .unwrap();
+    let start = TokioInstant::now();
+    // The answer is an `Ok` (an HTTP response) the classifier calls throttled, for 60 s.
+    let r = policy
+        .call_with(
+            CallOptions::new().classify(|r: &Result<u16, ()>| match r {
+                Ok(429) => Outcome::Throttled {
+                    retry_after: Some(Duration::from_secs(60)),
+                },
+                Ok(_) => Outcome::Success,
+                Err(()) => Outcome::Transient,
+            }),
+            |_| async { Ok(429) },
+        )
+        .await;
+    // No retry fits before the deadline: the caller gets the answer, at once.
+    assert_eq!(r, Ok(429));
+    assert_eq!(start.elapsed(), ms(0));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_throttled_outcome_waits_its_retry_after() {
     let policy = Policy::builder("throttled")
         .no_breaker()
