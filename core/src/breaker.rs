@@ -1797,7 +1797,10 @@ macro_rules! single_threaded_api {
             self.core.hedge_after(now)
         }
 
-        /// The learned median latency of successful calls, once there is one.
+        /// The learned median latency of successful calls, once there is one: within 12.5%
+        /// above the true median and never below it, for medians from 1 us to 18 minutes (the
+        /// histogram's range; a faster median reads as 1.152 us, a slower one as 2^40 ns,
+        /// about 18.3 minutes).
         #[must_use]
         pub fn normal_latency(&self, now: Instant) -> Option<Duration> {
             self.core.normal_latency(now)

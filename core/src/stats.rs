@@ -895,8 +895,13 @@ mod tests {
             );
             v = v + v / 7 + 1;
         }
-        // Below the resolved range: still never below.
-        assert!(Histogram::<Local>::upper_bound(Histogram::<Local>::bucket(3)).as_nanos() > 3);
+        // Outside the resolved range, the range's ends: below it still never below the truth,
+        // above it the top bucket's bound.
+        let read = |v: u64| Histogram::<Local>::upper_bound(Histogram::<Local>::bucket(v));
+        assert_eq!(read(3).as_nanos(), 1152);
+        assert_eq!(read(1023).as_nanos(), 1152);
+        assert_eq!(read(1 << 41).as_nanos(), 1 << 40);
+        assert_eq!(read(u64::MAX).as_nanos(), 1 << 40);
     }
 
     #[test]
