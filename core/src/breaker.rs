@@ -505,6 +505,11 @@ impl Notes {
             .flatten()
             .any(|ch| ch.to == State::Open || ch.to == State::Closed)
     }
+
+    /// `true` when the breaker opened.
+    fn opened(&self) -> bool {
+        self.changes.iter().flatten().any(|ch| ch.to == State::Open)
+    }
 }
 
 fn permille(x: u16) -> Ratio {
@@ -1276,7 +1281,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 Err(refused) => Err(refused),
             };
             if n.decided() {
-                self.stats.clear_window(now, self.s());
+                self.stats.clear_window(now, self.s(), n.opened());
             }
             self.emit(&n, now, events);
             return result.map(|kind| Permit::new(c.epoch, kind, now));
@@ -1418,7 +1423,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             break n;
         };
         if n.decided() {
-            self.stats.clear_window(now, s);
+            self.stats.clear_window(now, s, n.opened());
         }
         self.emit(&n, now, events);
     }
@@ -1493,7 +1498,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             }
             .pack()
         });
-        self.stats.clear_window(now, self.s());
+        self.stats.clear_window(now, self.s(), false);
         let mut n = Notes::default();
         n.change(Change {
             from,
@@ -1521,7 +1526,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         let mut n = Notes::default();
         self.realise(now, &mut n);
         if n.decided() {
-            self.stats.clear_window(now, self.s());
+            self.stats.clear_window(now, self.s(), n.opened());
         }
         self.emit(&n, now, events);
     }

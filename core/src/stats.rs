@@ -686,11 +686,14 @@ impl<W: Word> Stats<W> {
         }
     }
 
-    /// Clears the trip window (its counts were evidence for a decision now made). What it held
-    /// still measured the dependency, so it moves into the error baseline.
-    pub(crate) fn clear_window(&self, now: Instant, s: &BreakerSettings) {
+    /// Clears the trip window (its counts were evidence for a decision now made). After a
+    /// close or a reset what it held measured the dependency as it normally is, so it moves into
+    /// the error baseline; after a trip (`tripped`) it is dropped: a window picked for its
+    /// failures is no sample of normal, and folding each outage in would raise the next trip
+    /// point.
+    pub(crate) fn clear_window(&self, now: Instant, s: &BreakerSettings, tripped: bool) {
         let held = self.trip.clear();
-        if held.calls > 0 {
+        if held.calls > 0 && !tripped {
             self.to_baseline(now, s, held);
         }
     }
@@ -717,7 +720,7 @@ pub(crate) trait Measure {
     /// The slow-call threshold in force.
     fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration>;
     /// Empties the trip window.
-    fn clear_window(&self, now: Instant, s: &BreakerSettings);
+    fn clear_window(&self, now: Instant, s: &BreakerSettings, tripped: bool);
 }
 
 impl<W: Word> Measure for Stats<W> {
@@ -741,8 +744,8 @@ impl<W: Word> Measure for Stats<W> {
     fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration> {
         Stats::slow_threshold(self, now, s)
     }
-    fn clear_window(&self, now: Instant, s: &BreakerSettings) {
-        Stats::clear_window(self, now, s);
+    fn clear_window(&self, now: Instant, s: &BreakerSettings, tripped: bool) {
+        Stats::clear_window(self, now, s, tripped);
     }
 }
 
@@ -766,7 +769,7 @@ impl Measure for NoStats {
     fn slow_threshold(&self, _: Instant, s: &BreakerSettings) -> Option<Duration> {
         slow_threshold(s, None, 0)
     }
-    fn clear_window(&self, _: Instant, _: &BreakerSettings) {}
+    fn clear_window(&self, _: Instant, _: &BreakerSettings, _: bool) {}
 }
 
 fn baseline_bucket(s: &BreakerSettings) -> Duration {

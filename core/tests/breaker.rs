@@ -620,6 +620,10 @@ fn an_error_spike_trips_the_relative_error_rate_rule() {
     let (at, reason) = trips[0];
     assert_eq!(reason, TripReason::FailureRate);
     assert!(at - t <= secs(30), "tripped after {}", at - t);
+    // The spike that tripped it is no sample of normal: the baseline it is judged against next
+    // time has not moved.
+    let after = b.normal_failure_rate(at).unwrap().as_f64();
+    assert!((0.009..0.012).contains(&after), "{normal} became {after}");
 }
 
 #[test]
