@@ -161,6 +161,10 @@ fn assert_names_a_broken_bound(e: SettingsError, broken: impl Fn(Field, Bound) -
     assert!(!e.bound.to_string().is_empty());
 }
 
+/// The largest multiple a relative rule takes, and the same in thousandths.
+const MAX_MULTIPLE: u64 = 4_000_000;
+const MAX_MILLI: u32 = 4_000_000_000;
+
 fn in_unit(ppm: u32) -> bool {
     ppm > 0 && ppm <= 1_000_000
 }
@@ -229,6 +233,9 @@ fn breaker(input: &BreakerIn) -> Result<BreakerSettings, SettingsError> {
                 (Field::FailureMultiple, Bound::AboveOne) => {
                     rate.is_some_and(|r| r.multiple().milli() <= 1000)
                 }
+                (Field::FailureMultiple, Bound::AtMost(n)) => {
+                    n == MAX_MULTIPLE && rate.is_some_and(|r| r.multiple().milli() > MAX_MILLI)
+                }
                 (Field::FailureFloor, Bound::ZeroToOne) => {
                     rate.is_some_and(|r| !in_unit(r.floor().ppm()))
                 }
@@ -241,6 +248,9 @@ fn breaker(input: &BreakerIn) -> Result<BreakerSettings, SettingsError> {
                 (Field::FailureRatio, Bound::ZeroToOne) => input.failure_ratio == Some(0),
                 (Field::SlowMultiple, Bound::AboveOne) => {
                     slow.is_some_and(|r| r.multiple().milli() <= 1000)
+                }
+                (Field::SlowMultiple, Bound::AtMost(n)) => {
+                    n == MAX_MULTIPLE && slow.is_some_and(|r| r.multiple().milli() > MAX_MILLI)
                 }
                 (Field::SlowBaselineCalls, Bound::AtLeast(1)) => {
                     slow.is_some_and(|r| r.arming_calls() == 0)
@@ -302,7 +312,7 @@ fn breaker(input: &BreakerIn) -> Result<BreakerSettings, SettingsError> {
             assert!(s.consecutive_failures() >= 1 && s.consecutive_failures() <= MAX_COUNT);
             assert_eq!(u32::from(s.consecutive_failures()), input.consecutive);
             if let Some(r) = s.failure_rate() {
-                assert!(r.multiple().is_above_one());
+                assert!(r.multiple().is_above_one() && r.multiple().milli() <= MAX_MILLI);
                 assert!(in_unit(r.floor().ppm()));
                 assert!(r.min_failures() >= 1 && r.arming_outcomes() >= 1);
             }
@@ -310,7 +320,8 @@ fn breaker(input: &BreakerIn) -> Result<BreakerSettings, SettingsError> {
                 assert!(in_unit(r.ppm()));
             }
             if let Some(r) = s.slow_calls() {
-                assert!(r.multiple().is_above_one() && r.arming_calls() >= 1);
+                assert!(r.multiple().is_above_one() && r.multiple().milli() <= MAX_MILLI);
+                assert!(r.arming_calls() >= 1);
             }
             assert!(s.slow_threshold().is_none_or(|t| !t.is_zero()));
             assert!(in_unit(s.slow_ratio().ppm()));
@@ -345,6 +356,7 @@ fn breaker(input: &BreakerIn) -> Result<BreakerSettings, SettingsError> {
 fn budget(input: &BudgetIn) -> Result<BudgetSettings, SettingsError> {
     let mut b = BudgetSettings::builder("fuzz");
     let mut fraction_ok = true;
+    let mut fraction_nonzero = None;
     match input.fraction {
         Either::Fixed(ppm) => {
             b = b.fraction_ppm(ppm);
@@ -354,6 +366,7 @@ fn budget(input: &BudgetIn) -> Result<BudgetSettings, SettingsError> {
             let x = x.get();
             b = b.fraction(x);
             fraction_ok = (0.0..=1.0).contains(&x);
+            fraction_nonzero = Some(x > 0.0);
         }
         Either::Default => {}
     }
@@ -392,6 +405,10 @@ fn budget(input: &BudgetIn) -> Result<BudgetSettings, SettingsError> {
             if floor_nonzero == Some(true) {
                 // A positive rate never rounds to "no floor".
                 assert!(s.floor_per_second_milli() > 0);
+            }
+            if fraction_nonzero == Some(true) {
+                // A positive share never rounds to "successes fund nothing".
+                assert!(s.fraction().ppm() > 0);
             }
             assert!(s.capacity_micro() >= 1_000_000 && s.capacity() >= 1);
             assert!(s.capacity() <= 4000);
