@@ -25,10 +25,10 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
     Admission, Backoff, Breaker, Budget, Bulkhead, BulkheadSettings, Bulkheaded, Call,
-    CallSettings, Duration, Finished, Funding, Instant, Jitter, Limit, Multiple, Name, Outcome,
-    Parts, Permit, RateLimitSettings, RateLimited, RateLimiter, Refused, SharedBreaker,
-    SharedBudget, SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, State, Step,
-    WindowLimitSettings, WindowLimiter, GUARD_PAUSE,
+    CallSettings, Duration, Finished, Funding, Instant, Jitter, Limit, Multiple, Outcome, Parts,
+    Permit, RateLimitSettings, RateLimited, RateLimiter, Refused, SharedBreaker, SharedBudget,
+    SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, State, Step, WindowLimitSettings,
+    WindowLimiter, GUARD_PAUSE,
 };
 use stormguard_fuzz::{
     assert_no_leak, period_changed, sink, BreakerKnobs, BudgetKnobs, CellLedger, Clock, Log, Out,
@@ -216,9 +216,6 @@ struct Counted<'a, F> {
 }
 
 impl<F: Funding> Funding for Counted<'_, F> {
-    fn name(&self) -> Option<&Name> {
-        self.inner.name()
-    }
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         let r = self.inner.try_fund_retry(now);
         if r.is_ok() {
