@@ -1369,12 +1369,16 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         let mut readings = None;
         if keeps {
             let closed = current && at_outcome.phase == Phase::Closed;
+            // While the breaker distrusts the dependency (half-open, recovering), a slow answer
+            // is not taught to the latency baseline: a brownout would otherwise become the
+            // normal it is judged against, and end a ramp that should stay at its floor.
+            let teaches = outcome.is_success() && (!slow || at_outcome.phase == Phase::Closed);
             let sample = Sample {
                 to_window: closed,
                 counted: outcome.is_counted(),
                 failure: outcome.is_failure(),
                 slow,
-                baseline_latency: (outcome.is_success()).then_some(latency),
+                baseline_latency: teaches.then_some(latency),
             };
             self.stats.record(now, s, sample);
             // The ratios are judged when evidence against the dependency arrives: a failure or

@@ -239,6 +239,11 @@ impl SlowCalls {
 
 /// The opt-in recovery ramp: after the probes succeed, traffic returns over a fraction of the
 /// break just served rather than all at once.
+///
+/// A slow answer halves the admitted fraction (never below 5%), so a dependency that answers
+/// but stays slow keeps the ramp at its floor. Slow answers are not taught to the latency
+/// baseline meanwhile; only a whole baseline window without a fast one (5 minutes by default)
+/// forgets what normal was, and the slower latency can then become the new normal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

@@ -798,6 +798,30 @@ fn a_slow_call_halves_the_ramp_on_the_spot() {
 }
 
 #[test]
+fn a_dependency_that_stays_slow_keeps_the_ramp_at_its_floor() {
+    let mut b = Breaker::new(ramped());
+    let start = into_ramp(&mut b);
+    // Every call now takes 100 ms: 10x the 10 ms baseline. 100 offers a second for two
+    // minutes: thousands of slow answers, many times the hundred fast samples of the baseline.
+    let mut t = start;
+    let mut admitted = 0u32;
+    while t < start + secs(120) {
+        if let Ok(p) = b.try_acquire(t) {
+            admitted += 1;
+            b.on_outcome(t + ms(100), p, Outcome::Success, &mut |_| {});
+        }
+        t += ms(10);
+    }
+    assert_eq!(b.state(t), State::Recovering);
+    assert_eq!(b.ramp_fraction(t), Ratio::from_percent(5));
+    assert!(b.snapshot(t).is_degraded());
+    // About 5% of 12 000 offers were served, each slow: none taught the baseline that slow
+    // is normal.
+    assert!((500..=700).contains(&admitted), "{admitted} admitted");
+    assert!(b.normal_latency(t).unwrap() < ms(12));
+}
+
+#[test]
 fn one_failure_during_the_ramp_reopens_with_the_grown_break() {
     let mut b = Breaker::new(ramped());
     let start = into_ramp(&mut b);
