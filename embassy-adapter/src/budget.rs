@@ -29,8 +29,6 @@ use crate::EmbassyClock;
 /// ```
 pub struct Budget<M: RawMutex> {
     inner: Mutex<M, RefCell<stormguard_core::Budget>>,
-    /// The name, outside the lock, so a handle can lend it to the events it names.
-    name: Name,
 }
 
 impl<M: RawMutex> Budget<M> {
@@ -44,7 +42,6 @@ impl<M: RawMutex> Budget<M> {
     #[must_use]
     pub const fn from_core(budget: stormguard_core::Budget) -> Budget<M> {
         Budget {
-            name: *budget.settings().name(),
             inner: Mutex::new(RefCell::new(budget)),
         }
     }
@@ -68,11 +65,10 @@ impl<M: RawMutex> Budget<M> {
             .unwrap_or(BudgetSettings::defaults("busy"))
     }
 
-    /// The budget's name (a copy; the budget keeps one outside its lock, which the events of
-    /// its handles borrow).
+    /// The budget's name (a copy, read under the lock).
     #[must_use]
-    pub const fn name(&self) -> Name {
-        self.name
+    pub fn name(&self) -> Name {
+        *self.settings().name()
     }
 
     /// Whole retries the budget would fund now (embassy's clock).

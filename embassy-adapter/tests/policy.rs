@@ -678,6 +678,18 @@ fn shared_objects_and_the_call_future_can_cross_tasks_with_a_critical_section_mu
 }
 
 #[test]
+fn a_budget_keeps_its_name_in_its_settings_only() {
+    assert_eq!(STATIC_BUDGET.name().as_str(), "static");
+    // The core budget behind the mutex and nothing more: no copy of the name beside it.
+    let core = core::mem::size_of::<stormguard_core::Budget>();
+    let shared = core::mem::size_of::<Budget<CriticalSectionRawMutex>>();
+    assert!(
+        shared < core + core::mem::size_of::<stormguard_core::Name>(),
+        "{shared} B"
+    );
+}
+
+#[test]
 #[serial(embassy_mock_driver)]
 fn tasks_interleaving_on_one_breaker_see_one_state() {
     fresh();
