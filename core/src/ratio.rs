@@ -170,7 +170,14 @@ pub struct Multiple {
     milli: u32,
 }
 
+/// [`Multiple::MAX_WHOLE`] in thousandths: it fits in a `u32`.
+const MAX_MILLI: u32 = 4_000_000_000;
+
 impl Multiple {
+    /// The largest multiple a setting takes (and [`Multiple::from_f64`] makes): a larger whole
+    /// multiple would not fit in thousandths, so settings refuse it rather than clamp it.
+    pub const MAX_WHOLE: u32 = 4_000_000;
+
     /// `milli` thousandths (`3000` is `3x`).
     #[must_use]
     pub const fn from_milli(milli: u32) -> Multiple {
@@ -185,11 +192,11 @@ impl Multiple {
         }
     }
 
-    /// The nearest thousandth to `x`; `None` for NaN, negative values or values too large to
-    /// hold (above about four million).
+    /// The nearest thousandth to `x`; `None` for NaN, negative values or values above
+    /// [`Multiple::MAX_WHOLE`].
     #[must_use]
     pub const fn from_f64(x: f64) -> Option<Multiple> {
-        if !(x >= 0.0 && x <= 4_000_000.0) {
+        if !(x >= 0.0 && x <= Multiple::MAX_WHOLE as f64) {
             return None;
         }
         Some(Multiple {
@@ -207,6 +214,12 @@ impl Multiple {
     #[must_use]
     pub const fn is_above_one(self) -> bool {
         self.milli > 1000
+    }
+
+    /// `true` when at most [`Multiple::MAX_WHOLE`].
+    #[must_use]
+    pub const fn is_within_max(self) -> bool {
+        self.milli <= MAX_MILLI
     }
 
     /// `d * self`, saturating.

@@ -55,11 +55,6 @@ const fn required_baseline(
     need
 }
 
-/// The largest multiple a relative rule takes (`Multiple::from_f64`'s range too): a larger one
-/// given as a whole number would not fit in thousandths, and would be clamped, not kept.
-const MAX_MULTIPLE: u64 = 4_000_000;
-const MAX_MULTIPLE_MILLI: u32 = 4_000_000_000;
-
 /// The relative error-rate rule: trip when the trip window's failure rate is above `multiple`
 /// times the learned normal rate, and at or above an absolute `floor` below which nothing is
 /// wrong.
@@ -145,10 +140,10 @@ impl FailureRate {
         if !self.multiple.is_above_one() {
             return Err(SettingsError::new(Field::FailureMultiple, Bound::AboveOne));
         }
-        if self.multiple.milli() > MAX_MULTIPLE_MILLI {
+        if !self.multiple.is_within_max() {
             return Err(SettingsError::new(
                 Field::FailureMultiple,
-                Bound::AtMost(MAX_MULTIPLE),
+                Bound::AtMost(Multiple::MAX_WHOLE as u64),
             ));
         }
         if self.floor.ppm() == 0 || self.floor.ppm() > crate::ratio::PPM {
@@ -221,10 +216,10 @@ impl SlowCalls {
         if !self.multiple.is_above_one() {
             return Err(SettingsError::new(Field::SlowMultiple, Bound::AboveOne));
         }
-        if self.multiple.milli() > MAX_MULTIPLE_MILLI {
+        if !self.multiple.is_within_max() {
             return Err(SettingsError::new(
                 Field::SlowMultiple,
-                Bound::AtMost(MAX_MULTIPLE),
+                Bound::AtMost(Multiple::MAX_WHOLE as u64),
             ));
         }
         if self.baseline_calls == 0 {
