@@ -1280,9 +1280,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 }
                 Err(refused) => Err(refused),
             };
-            if n.decided() {
-                self.stats.clear_window(now, self.s(), n.opened());
-            }
+            self.clear_decided_window(now, &n);
             self.emit(&n, now, events);
             return result.map(|kind| Permit::new(c.epoch, kind, now));
         }
@@ -1426,9 +1424,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             }
             break n;
         };
-        if n.decided() {
-            self.stats.clear_window(now, s, n.opened());
-        }
+        self.clear_decided_window(now, &n);
         self.emit(&n, now, events);
     }
 
@@ -1526,12 +1522,18 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         }
     }
 
-    pub(crate) fn handle_timeout(&self, now: Instant, events: &mut dyn FnMut(Event<'_>)) {
-        let mut n = Notes::default();
-        self.realise(now, &mut n);
+    /// Clears the trip window once a decision has used its evidence (see [`Notes::decided`]):
+    /// dropped after a trip, folded into the error baseline after a close.
+    fn clear_decided_window(&self, now: Instant, n: &Notes) {
         if n.decided() {
             self.stats.clear_window(now, self.s(), n.opened());
         }
+    }
+
+    pub(crate) fn handle_timeout(&self, now: Instant, events: &mut dyn FnMut(Event<'_>)) {
+        let mut n = Notes::default();
+        self.realise(now, &mut n);
+        self.clear_decided_window(now, &n);
         self.emit(&n, now, events);
     }
 
@@ -1598,6 +1600,8 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         let s = self.s();
         let state = c.state::<M>(&r, s, self.seed, now);
         let readings = self.stats.readings(now, s);
+        // The break of the current (or, once closed, the next) open.
+        let current_break = break_for(s, c.opens.max(1), self.seed);
         Snapshot {
             name: *s.name(),
             state,
@@ -1608,8 +1612,8 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 0
             },
             consecutive_opens: c.opens,
-            break_duration: (c.opens > 0).then(|| break_for(s, c.opens, self.seed)),
-            current_break: break_for(s, c.opens.max(1), self.seed),
+            break_duration: (c.opens > 0).then_some(current_break),
+            current_break,
             until_half_open: if state == State::Open {
                 open_remaining(&c, s, self.seed, now)
             } else {

@@ -66,9 +66,9 @@ mod http_preset {
     use super::Classify;
 
     /// The HTTP preset: connection errors (`Err`) and 5xx are transient; 429, and 503 with a
-    /// readable `Retry-After` header, are throttled with the header honoured as `retry_after`; other 4xx
-    /// are permanent (the request is wrong; retrying cannot help); everything else succeeds.
-    /// The default classifier of the tower layer.
+    /// readable `Retry-After` header, are throttled with the header honoured as `retry_after`;
+    /// other 4xx are permanent (the request is wrong; retrying cannot help); everything else
+    /// succeeds. The default classifier of the tower layer.
     ///
     /// ```
     /// use http::{Response, StatusCode};
@@ -138,8 +138,8 @@ mod http_preset {
             StatusCode::TOO_MANY_REQUESTS => Outcome::Throttled {
                 retry_after: hint(),
             },
-            // A 503 is the dependency defending itself only when it says for how long; with
-            // no hint it is read, it is down like any other 5xx.
+            // A 503 is the dependency defending itself only when it says for how long; without
+            // a hint that can be read, it is down like any other 5xx.
             StatusCode::SERVICE_UNAVAILABLE => match hint() {
                 Some(d) => Outcome::Throttled {
                     retry_after: Some(d),
