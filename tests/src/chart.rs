@@ -6,7 +6,7 @@
 use plotters::prelude::*;
 
 use crate::report::Report;
-use crate::scenario::Scenario;
+use crate::scenario::{Arrivals, Scenario};
 
 /// Line colours, one per strategy in table order (colour-blind-safe where it can be).
 const PALETTE: [RGBColor; 9] = [
@@ -23,6 +23,26 @@ const PALETTE: [RGBColor; 9] = [
 
 /// The lowest value the log axis shows: a second with no attempts at all is drawn here.
 const FLOOR: f64 = 0.01;
+
+/// The scenarios worth a panel, each with its reports: open-loop runs with an impairment, no
+/// longer than ten minutes (an hour of stationary noise is a flat line).
+#[must_use]
+pub fn charted<'a>(
+    scenarios: &'a [Scenario],
+    reports: &'a [Vec<Report>],
+) -> Vec<(&'a Scenario, Vec<&'a Report>)> {
+    scenarios
+        .iter()
+        .zip(reports)
+        .filter(|(s, rs)| {
+            matches!(s.arrivals, Arrivals::Poisson { .. })
+                && !s.dependency.impairments.is_empty()
+                && s.duration.as_secs() <= 600
+                && !rs.is_empty()
+        })
+        .map(|(s, rs)| (s, rs.iter().collect()))
+        .collect()
+}
 
 /// Draws the panels for `runs` (each a scenario and its reports) into an SVG string. The y axis
 /// is the load at the dependency relative to the load offered: attempts per second over the

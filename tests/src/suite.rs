@@ -373,7 +373,21 @@ pub fn commentary(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
                     r.strategy, r.load_multiplier_run, r.load_multiplier, r.amplification, r.availability, r.latency_p99_ms, r.breaker_opens
                 ));
             }
-            out.push("differences: the original's Http preset has a measured attempt ceiling (3x the recent p95) that turns slow brownout attempts into timeouts; ours measures it in the breaker, so the arm with a breaker is the faithful one; the as-configured arm without a breaker (10 s attempt timeout) times nothing out, and the 306 ms arm fixes the ceiling at 3x the healthy p95. Our dependency fails nothing at base; theirs is the same model (no capacity).".to_string());
+            out.push("differences: both dependencies fail nothing at base and have no capacity limit. Their example has no breaker (0 opens) but its Http preset cuts attempts at 3x the recent p95, which turns slow brownout attempts into timeouts. Our call driver takes that ceiling from a breaker's measurements, so no arm is exactly theirs: the as-configured arm (10 s attempt timeout, no breaker) times nothing out; the 306 ms arm is the nearest, a ceiling fixed at 3x the healthy p95 (theirs follows the p95 up as the brownout goes on); the breaker arm adds what their example leaves out.".to_string());
+            if let Some(r) = reports.iter().find(|r| r.breaker_opens > 0) {
+                out.push(format!(
+                    "what the breaker arm shows: a quarter of the 8x-slow attempts outlast its measured ceiling (about 306 ms) and fail, so five failures in a row trip it {:.1} s into the brownout (opens by reason: {}); its probes are slow or time out while the brownout lasts, so it stays open: {} calls refused locally (availability {:.4}) and {:.3}x load at the dependency over the brownout",
+                    r.time_to_trip_ms.unwrap_or(0.0) / 1000.0,
+                    r.opens_by_reason
+                        .iter()
+                        .map(|(why, n)| format!("{why}: {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    r.refused_locally,
+                    r.availability,
+                    r.load_multiplier
+                ));
+            }
         }
         "budget-25pct" | "budget-50pct" => {
             let (their_plain, their_budget, their_avail) = if scenario.name == "budget-25pct" {

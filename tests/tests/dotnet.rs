@@ -39,4 +39,13 @@ fn dotnet_simulation_example_beside_the_originals_report() {
     assert!(ceiling.load_multiplier_run <= 1.1 + (3.0 * 330.0 + 30.0) / (500.0 * 300.0));
     assert!(ceiling.availability < configured.availability);
     assert_eq!(ceiling.breaker_opens, 0);
+    // With a breaker, its measured ceiling (3x the learned p95, about 306 ms) fails a quarter of
+    // the brownout's attempts: at 500 calls/s five in a row (0.26^5 = 0.12% of outcomes) come
+    // within a few seconds, and the consecutive rule trips first. Slow or failing probes keep it
+    // open through the brownout: the dependency sees almost nothing, the callers are refused.
+    let breaker = &reports[2];
+    assert!(breaker.opens_by_reason.contains_key("consecutive_failures"));
+    assert!(breaker.time_to_trip_ms.expect("tripped") < 5_000.0);
+    assert!(breaker.load_multiplier < 0.1);
+    assert!(breaker.availability < ceiling.availability);
 }

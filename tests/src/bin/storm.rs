@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use stormguard_tests::{chart, config, report, run, suite, Arrivals, Report, Scenario};
+use stormguard_tests::{chart, config, report, run, suite, Report, Scenario};
 
 const HELP: &str = "\
 storm: a deterministic fleet simulator over the real stormguard core
@@ -192,17 +192,7 @@ fn main() -> ExitCode {
         }
         let _ = writeln!(out, "{}", report::LEGEND);
     }
-    let charted: Vec<(&Scenario, Vec<&Report>)> = list
-        .iter()
-        .zip(&reports)
-        .filter(|(s, rs)| {
-            matches!(s.arrivals, Arrivals::Poisson { .. })
-                && !s.dependency.impairments.is_empty()
-                && s.duration.as_secs() <= 600
-                && !rs.is_empty()
-        })
-        .map(|(s, rs)| (s, rs.iter().collect()))
-        .collect();
+    let charted = chart::charted(&list, &reports);
     if !charted.is_empty() {
         let written = chart::svg(&charted).and_then(|svg| {
             if let Some(dir) = o.svg.parent().filter(|d| !d.as_os_str().is_empty()) {
