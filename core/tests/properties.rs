@@ -11,7 +11,7 @@
 use proptest::prelude::*;
 use stormguard_core::{
     Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event,
-    Finished, Instant, Outcome, Parts, Permit, Recovery, State, Step, Unguarded,
+    Finished, Instant, Outcome, Parts, Permit, Recovery, RefusalReason, State, Step, Unguarded,
 };
 
 #[derive(Clone, Debug)]
@@ -180,58 +180,119 @@ proptest! {
             }
         }
     }
+}
 
-    /// Retries never exceed what the budget funds: its initial tokens, the fraction of each
-    /// success, and the floor over the time that passed.
-    #[test]
-    fn retries_never_exceed_what_the_budget_funds(
-        outcomes in proptest::collection::vec((0u8..6, 0u16..2000, 0u32..3000), 1..200),
-        seed in any::<u64>(),
-    ) {
-        let budget = BudgetSettings::defaults("prop");
-        let mut parts = Parts { breaker: Unguarded(stormguard_core::Name::new("prop")), budget: Budget::new(budget) };
-        let settings = CallSettings::builder().seed(seed).max_attempts(4).build().unwrap();
-        let start = Instant::from_secs(10);
-        let mut now = start;
-        let mut successes = 0u64;
-        let mut retries = 0u64;
-        let mut next = outcomes.iter().cycle();
-        for &(_, _, gap) in &outcomes {
-            now += Duration::from_millis(u64::from(gap));
-            let mut call = Call::begin(&settings, now);
-            let deadline = call.deadline().unwrap();
-            loop {
-                match call.poll(&mut parts, now, &mut |_| {}) {
-                    Step::Attempt(p) => {
-                        if call.attempts() > 1 {
-                            retries += 1;
+/// Retries never exceed what the budget funds: its initial tokens (a full bucket, ten seconds of
+/// the floor, at least one), the fraction of each success, and the floor over the time that
+/// passed. The budgets are small and the outcomes mostly failures, so the bound is reached: the
+/// run checks that budgets did refuse retries, or the property would hold for no budget at all.
+#[test]
+fn retries_never_exceed_what_the_budget_funds() {
+    use proptest::test_runner::{Config, TestRunner};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let refusals = AtomicU64::new(0);
+    let cases = if cfg!(miri) { 8 } else { 256 };
+    // `source_file` keeps failures in this file's regressions file, as `proptest!` does.
+    let mut runner = TestRunner::new(Config {
+        cases,
+        source_file: Some(file!()),
+        ..Config::default()
+    });
+    let inputs = (
+        // Outcome (success, transient or timed out, twice as likely as the rest: throttled,
+        // permanent, cancelled), latency (ms), gap before the next call (ms).
+        proptest::collection::vec((0u8..9, 0u16..200, 0u32..300), 1..300),
+        0u32..=500_000,                                               // fraction, ppm
+        prop_oneof![Just(0u32), Just(100), Just(1_000), Just(3_000)], // floor, milli per second
+        any::<u64>(),
+    );
+    let outcome_of = |n: u8| match n {
+        0 | 6 => Outcome::Success,
+        1 | 7 => Outcome::Transient,
+        2 | 8 => Outcome::TimedOut,
+        n => outcome(n),
+    };
+    runner
+        .run(&inputs, |(calls, fraction_ppm, floor_milli, seed)| {
+            let budget = BudgetSettings::builder("prop")
+                .fraction_ppm(fraction_ppm)
+                .floor_per_second_milli(floor_milli)
+                .build()
+                .unwrap();
+            let mut parts = Parts {
+                breaker: Unguarded(stormguard_core::Name::new("prop")),
+                budget: Budget::new(budget),
+            };
+            let settings = CallSettings::builder()
+                .seed(seed)
+                .max_attempts(4)
+                .build()
+                .unwrap();
+            let start = Instant::from_secs(10);
+            let mut now = start;
+            let mut successes = 0u64;
+            let mut retries = 0u64;
+            let mut next = calls.iter().cycle();
+            for &(_, _, gap) in &calls {
+                now += Duration::from_millis(u64::from(gap));
+                let mut call = Call::begin(&settings, now);
+                let deadline = call.deadline().unwrap();
+                loop {
+                    match call.poll(&mut parts, now, &mut |_| {}) {
+                        Step::Attempt(p) => {
+                            if call.attempts() > 1 {
+                                retries += 1;
+                            }
+                            let &(o, latency, _) = next.next().unwrap();
+                            now += Duration::from_millis(u64::from(latency));
+                            let o = outcome_of(o);
+                            if o == Outcome::Success {
+                                successes += 1;
+                            }
+                            call.complete(&mut parts, p, now, o, &mut |_| {});
                         }
-                        let &(o, latency, _) = next.next().unwrap();
-                        now += Duration::from_millis(u64::from(latency));
-                        let o = outcome(o);
-                        if o == Outcome::Success {
-                            successes += 1;
+                        Step::Wait(d) => {
+                            prop_assert!(
+                                now + d < deadline,
+                                "a wait past the deadline was started"
+                            );
+                            now += d;
                         }
-                        call.complete(&mut parts, p, now, o, &mut |_| {});
-                    }
-                    Step::Wait(d) => {
-                        prop_assert!(now + d < deadline, "a wait past the deadline was started");
-                        now += d;
-                    }
-                    Step::Reject(r) => { now += r.pause; break; }
-                    Step::Done(f) => {
-                        if let Finished::DeadlineExceeded { .. } = f {
-                            prop_assert!(now <= deadline + Duration::from_secs(3));
+                        Step::Reject(r) => {
+                            if r.reason == RefusalReason::BudgetExhausted {
+                                refusals.fetch_add(1, Ordering::Relaxed);
+                            }
+                            now += r.pause;
+                            break;
                         }
-                        break;
+                        Step::Done(f) => {
+                            if let Finished::DeadlineExceeded { .. } = f {
+                                prop_assert!(now <= deadline + Duration::from_secs(3));
+                            }
+                            break;
+                        }
                     }
                 }
             }
-        }
-        let elapsed_s = (now - start).as_nanos() as f64 / 1e9;
-        let funded = 30.0 + 0.1 * successes as f64 + 3.0 * elapsed_s + 1.0;
-        prop_assert!(retries as f64 <= funded, "{retries} retries, {funded} funded");
-    }
+            // In millionths of a retry, as the budget counts (elapsed time rounded up to whole
+            // milliseconds, the floor's unit): no other slack.
+            let elapsed_ms = u128::from((now - start).as_nanos().div_ceil(1_000_000));
+            let initial = u128::from(budget.capacity_micro());
+            let earned = u128::from(fraction_ppm) * u128::from(successes);
+            let accrued = u128::from(floor_milli) * elapsed_ms;
+            let funded = initial + earned + accrued;
+            prop_assert!(
+                u128::from(retries) * 1_000_000 <= funded,
+                "{retries} retries, {funded} millionths funded"
+            );
+            Ok(())
+        })
+        .unwrap();
+    assert!(
+        refusals.load(Ordering::Relaxed) > 0,
+        "no budget ever refused a retry: the property was never put to the test"
+    );
 }
 
 proptest! {
