@@ -136,6 +136,9 @@ pub(crate) enum Kind {
 ///
 /// A permit is one word: the grant instant's low 54 bits of nanoseconds, the period and the kind.
 /// Latency is therefore measured modulo 2^54 ns, exact for any attempt shorter than 104 days.
+/// The period is kept modulo 256: a permit held while the breaker changes period exactly 256
+/// times (128 opens and closes, each open at least its break long) would decide again. An
+/// attempt timeout, or a drop guard, keeps any permit far shorter than that.
 #[must_use = "a permit must be handed back with on_outcome (or release)"]
 #[derive(Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

@@ -84,48 +84,82 @@ impl core::error::Error for Refused {}
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
-#[allow(missing_docs)] // each variant is the setting of the same name
 pub enum Field {
-    Name,
+    /// The breaker's consecutive-failure count.
     ConsecutiveFailures,
+    /// The relative error-rate rule's multiple of the learned rate.
     FailureMultiple,
+    /// The relative error-rate rule's absolute floor.
     FailureFloor,
+    /// The outcomes the error-rate baseline needs before the rule may trip.
     FailureBaselineOutcomes,
+    /// The optional absolute error-rate ceiling.
     FailureRatio,
+    /// The failures a trip window needs before a rate counts.
     MinimumFailures,
+    /// The slow-call rule's multiple of the learned median latency.
     SlowMultiple,
+    /// The calls the latency baseline needs before the slow-call rule may trip.
     SlowBaselineCalls,
+    /// The slow-call rule's optional absolute threshold.
     SlowThreshold,
+    /// The share of slow calls in the trip window that trips the breaker.
     SlowRatio,
+    /// The calls a trip window needs before any ratio is evaluated.
     MinimumCalls,
+    /// The sliding window the trip rules read.
     TripWindow,
-    TripBuckets,
+    /// The window the learned baselines span.
     BaselineWindow,
+    /// The first break of an open breaker.
     BreakDuration,
+    /// The longest break, which doubling stops at.
     MaxBreak,
-    BreakFactor,
+    /// The probes a half-open breaker lets through at a time.
     HalfOpenProbes,
+    /// The successful probes that close a half-open breaker.
     ProbeSuccesses,
+    /// The recovery ramp's length as a share of the break just served.
     RecoveryFraction,
+    /// The recovery ramp's shortest length.
     RecoveryMin,
+    /// The recovery ramp's longest length.
     RecoveryMax,
+    /// The retry budget's fraction of a retry funded per success.
     RetryFraction,
+    /// The retry budget's floor rate of retries per second.
     FloorRate,
+    /// The backoff's first delay after a transient failure.
     BackoffBase,
+    /// The backoff's first delay after a throttled answer without a hint.
     ThrottledBase,
+    /// The backoff's growth factor per retry.
     BackoffFactor,
+    /// The backoff's longest delay.
     BackoffCap,
+    /// A call's attempts, the first included.
     MaxAttempts,
+    /// A call's deadline.
     Deadline,
+    /// A call's timeout per attempt.
     AttemptTimeout,
+    /// The bulkhead's calls in flight.
     MaxInFlight,
+    /// The bulkhead's callers waiting for a slot.
     MaxQueue,
+    /// The bulkhead's longest wait for a slot.
     MaxWait,
+    /// The GCRA limiter's rate.
     Rate,
+    /// The GCRA limiter's period.
     Period,
+    /// The GCRA limiter's burst.
     Burst,
+    /// The window limiter's events per window.
     WindowEvents,
+    /// The window limiter's window.
     Window,
+    /// The window limiter's cooldown after the window fills.
     Cooldown,
 }
 
@@ -134,7 +168,6 @@ impl Field {
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
-            Field::Name => "name",
             Field::ConsecutiveFailures => "consecutive_failures",
             Field::FailureMultiple => "failure_multiple",
             Field::FailureFloor => "failure_floor",
@@ -147,11 +180,9 @@ impl Field {
             Field::SlowRatio => "slow_ratio",
             Field::MinimumCalls => "minimum_calls",
             Field::TripWindow => "trip_window",
-            Field::TripBuckets => "trip_buckets",
             Field::BaselineWindow => "baseline_window",
             Field::BreakDuration => "break_duration",
             Field::MaxBreak => "max_break",
-            Field::BreakFactor => "break_factor",
             Field::HalfOpenProbes => "half_open_probes",
             Field::ProbeSuccesses => "probe_successes",
             Field::RecoveryFraction => "recovery_fraction",

@@ -48,6 +48,14 @@ pub struct Explain<'a> {
     budget_now: Option<BudgetSnapshot>,
 }
 
+/// On a microcontroller's log, an explanation reads as its text.
+#[cfg(feature = "defmt")]
+impl defmt::Format for Explain<'_> {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "{}", defmt::Display2Format(self));
+    }
+}
+
 impl<'a> Explain<'a> {
     /// A description of a policy with these call settings (no breaker, no budget yet).
     pub const fn new(call: &'a CallSettings) -> Explain<'a> {

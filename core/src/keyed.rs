@@ -127,6 +127,7 @@ impl fmt::Display for KeyedRefusal {
 impl core::error::Error for KeyedRefusal {}
 
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 struct Entry<K, B> {
     key: K,
     breaker: B,
@@ -152,6 +153,7 @@ struct Entry<K, B> {
 /// # Ok::<(), stormguard_core::SettingsError>(())
 /// ```
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Keyed<K, B, const N: usize> {
     template: B,
     entries: heapless::Vec<Entry<K, B>, N>,

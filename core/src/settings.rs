@@ -934,7 +934,7 @@ mod tests {
 
     fn err(b: BreakerSettingsBuilder) -> SettingsError {
         match b.build() {
-            Ok(_) => SettingsError::new(Field::Name, Bound::AtLeast(0)),
+            Ok(s) => panic!("built, but expected an error: {s:?}"),
             Err(e) => e,
         }
     }
