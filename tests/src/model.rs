@@ -271,3 +271,386 @@ impl Dependency {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    /// The dependency most tests start from: a 20 ms median, a 200 ms p99, nothing failing.
+    fn dep() -> Dependency {
+        Dependency::healthy(ms(20), ms(200))
+    }
+
+    /// `n` attempts served one after another from one seeded stream, each arriving at `t` with
+    /// `in_flight` others in flight.
+    fn draws(d: &Dependency, t: Duration, in_flight: u32, seed: u64, n: usize) -> Vec<Service> {
+        let curve = d.curve();
+        let mut rng = fastrand::Rng::with_seed(seed);
+        (0..n)
+            .map(|_| d.serve(&curve, t, in_flight, &mut rng))
+            .collect()
+    }
+
+    fn failures(services: &[Service]) -> usize {
+        services.iter().filter(|s| !s.ok).count()
+    }
+
+    /// Asserts that `n` Bernoulli trials of probability `p` gave `count` successes within five
+    /// standard deviations, sqrt(n p (1 - p)), of n p (a false alarm about once in 1.7 million).
+    fn assert_binomial(count: usize, n: usize, p: f64) {
+        let n = n as f64;
+        let mean = n * p;
+        let sd = libm::sqrt(n * p * (1.0 - p));
+        let got = count as f64;
+        assert!(
+            (got - mean).abs() <= 5.0 * sd,
+            "{got} of {n} where {mean:.1} +- 5 x {sd:.2} was expected (p = {p})"
+        );
+    }
+
+    /// Asserts that every `stretched` attempt took `k` times as long as the `base` one drawn from
+    /// the same random numbers. Each latency is truncated to whole nanoseconds, so they may differ
+    /// from the exact product by up to `k + 1` ns.
+    fn assert_stretched(base: &[Service], stretched: &[Service], k: f64) {
+        assert_eq!(base.len(), stretched.len());
+        for (b, s) in base.iter().zip(stretched) {
+            let want = b.latency.as_nanos() as f64 * k;
+            let got = s.latency.as_nanos() as f64;
+            assert!(
+                (got - want).abs() <= k + 1.0,
+                "{:?} is not {k} x {:?}",
+                s.latency,
+                b.latency
+            );
+            assert!(s.occupies, "a stretched attempt is still being served");
+        }
+    }
+
+    /// The sample quantile `q` of the latencies, in nanoseconds.
+    fn quantile(services: &[Service], q: f64) -> f64 {
+        let mut v: Vec<u64> = services.iter().map(|s| s.latency.as_nanos()).collect();
+        v.sort_unstable();
+        v[((v.len() as f64) * q) as usize] as f64
+    }
+
+    #[test]
+    fn healthy_attempts_have_the_fitted_median_and_p99() {
+        // The fit itself is tested in random.rs; this checks that serving draws from it. With
+        // n = 100,000, the sample q-quantile has a standard error of sqrt(q(1-q)/n) in
+        // probability, sigma / phi(z_q) times that in ln latency. Here sigma = ln(10) / 2.326
+        // = 0.99: 0.4% at the median, 1.2% at the 99th percentile; five of those are the bounds.
+        let d = dep();
+        let all = draws(&d, secs(1), 0, 1, 100_000);
+        let p50 = quantile(&all, 0.50);
+        let p99 = quantile(&all, 0.99);
+        assert!((p50 / 20e6 - 1.0).abs() < 0.02, "p50 {p50} ns");
+        assert!((p99 / 200e6 - 1.0).abs() < 0.06, "p99 {p99} ns");
+        assert!(all.iter().all(|s| s.ok && s.occupies));
+    }
+
+    #[test]
+    fn the_base_failure_rate_fails_that_fraction_of_calls() {
+        let n = 200_000;
+        for p in [0.001, 0.05, 0.3] {
+            let all = draws(&dep().failing(p), secs(1), 0, 7, n);
+            assert_binomial(failures(&all), n, p);
+        }
+        assert_eq!(failures(&draws(&dep(), secs(1), 0, 7, 10_000)), 0);
+        assert_eq!(
+            failures(&draws(&dep().failing(1.0), secs(1), 0, 7, 10_000)),
+            10_000
+        );
+    }
+
+    #[test]
+    fn a_failed_answer_takes_as_long_as_a_successful_one_and_occupies_a_slot() {
+        // Base-rate failures are errors from a working dependency, not fast failures: the same
+        // random numbers give the same latency whether the answer is a success or a failure.
+        let ok = draws(&dep(), secs(1), 0, 3, 1000);
+        let failed = draws(&dep().failing(1.0), secs(1), 0, 3, 1000);
+        assert_stretched(&ok, &failed, 1.0);
+        assert!(failed.iter().all(|s| !s.ok));
+    }
+
+    #[test]
+    fn up_to_capacity_an_attempt_is_not_delayed() {
+        let unbounded = draws(&dep(), secs(1), 0, 5, 1000);
+        let bounded = dep().capacity(10.0);
+        // in_flight others plus this one: 10 at most is within a capacity of 10.
+        for in_flight in [0, 5, 9] {
+            assert_stretched(
+                &unbounded,
+                &draws(&bounded, secs(1), in_flight, 5, 1000),
+                1.0,
+            );
+        }
+    }
+
+    #[test]
+    fn past_capacity_latency_stretches_by_in_flight_over_capacity() {
+        let base = draws(&dep(), secs(1), 0, 5, 1000);
+        let d = dep().capacity(10.0);
+        // 14 others plus this one: 15 in flight for 10 slots, 1.5x; 30 (exactly 3x), 3x.
+        assert_stretched(&base, &draws(&d, secs(1), 14, 5, 1000), 1.5);
+        assert_stretched(&base, &draws(&d, secs(1), 19, 5, 1000), 2.0);
+        assert_stretched(&base, &draws(&d, secs(1), 29, 5, 1000), 3.0);
+        // A plain proportional queue keeps serving its full capacity: L in flight, each taking
+        // L / capacity times the base latency, finish at capacity / base latency per unit time.
+        let first = base[0].latency.as_nanos() as f64;
+        for in_flight in [14_u32, 19, 29] {
+            let stretched = draws(&d, secs(1), in_flight, 5, 1)[0].latency.as_nanos() as f64;
+            let throughput = f64::from(in_flight + 1) / stretched;
+            assert!(
+                (throughput * first / 10.0 - 1.0).abs() < 1e-6,
+                "{throughput}"
+            );
+        }
+    }
+
+    #[test]
+    fn thrashing_stretches_latency_by_a_power_of_the_overload() {
+        // thrash 1: q^(1 + 1); 20 in flight for 10 slots is q = 2, so 4x, and the throughput
+        // falls to capacity / latency x q^-1, half of it.
+        let base = draws(&dep(), secs(1), 0, 5, 1000);
+        let d = dep().capacity(10.0).thrashing(1.0);
+        assert_stretched(&base, &draws(&d, secs(1), 19, 5, 1000), 4.0);
+        assert_stretched(&base, &draws(&d, secs(1), 14, 5, 1000), 2.25);
+        // Thrashing costs nothing up to capacity.
+        assert_stretched(&base, &draws(&d, secs(1), 9, 5, 1000), 1.0);
+    }
+
+    #[test]
+    fn past_three_times_capacity_attempts_are_shed_at_once() {
+        let mut d = dep().capacity(10.0);
+        d.fail_latency = ms(3);
+        // 30 others plus this one: 31 for 10 slots, past 3x.
+        for s in draws(&d, secs(1), 30, 9, 1000) {
+            assert_eq!(
+                s,
+                Service {
+                    latency: ms(3),
+                    ok: false,
+                    occupies: false
+                }
+            );
+        }
+        // 30 in flight (exactly 3x) is still served.
+        assert!(draws(&d, secs(1), 29, 9, 1000)
+            .iter()
+            .all(|s| s.ok && s.occupies));
+    }
+
+    #[test]
+    fn during_an_outage_every_attempt_fails_at_once_without_occupying_a_slot() {
+        let mut d = dep().with(Impairment::Outage {
+            at: secs(10),
+            lasting: secs(5),
+        });
+        d.fail_latency = ms(2);
+        let down = Service {
+            latency: ms(2),
+            ok: false,
+            occupies: false,
+        };
+        // From its start (inclusive) to its end (exclusive).
+        let inside = [
+            secs(10),
+            ms(12_500),
+            secs(15).saturating_sub(Duration::from_nanos(1)),
+        ];
+        for t in inside {
+            assert!(draws(&d, t, 0, 2, 1000).iter().all(|s| *s == down), "{t:?}");
+        }
+        for t in [secs(10).saturating_sub(Duration::from_nanos(1)), secs(15)] {
+            assert!(
+                draws(&d, t, 0, 2, 1000).iter().all(|s| s.ok && s.occupies),
+                "{t:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_brownout_makes_attempts_n_times_slower_and_they_still_answer() {
+        let d = dep().with(Impairment::Brownout {
+            at: secs(10),
+            lasting: secs(5),
+            slower: 8.0,
+        });
+        let base = draws(&dep(), secs(12), 0, 4, 1000);
+        let brown = draws(&d, secs(12), 0, 4, 1000);
+        assert_stretched(&base, &brown, 8.0);
+        assert!(brown.iter().all(|s| s.ok));
+        assert_stretched(&base, &draws(&d, secs(15), 0, 4, 1000), 1.0);
+        assert_stretched(&base, &draws(&d, ms(9_999), 0, 4, 1000), 1.0);
+        // A brownout and a queue compound: 8x slower and 2x over capacity is 16x.
+        let queued = d.clone().capacity(10.0);
+        assert_stretched(&base, &draws(&queued, secs(12), 19, 4, 1000), 16.0);
+    }
+
+    #[test]
+    fn an_error_spike_replaces_the_failure_rate_while_it_lasts() {
+        let n = 100_000;
+        let spike = |base: f64, rate: f64, lasting: Option<Duration>| {
+            dep().failing(base).with(Impairment::ErrorSpike {
+                at: secs(10),
+                lasting,
+                rate,
+            })
+        };
+        let d = spike(0.001, 0.3, Some(secs(5)));
+        assert_binomial(failures(&draws(&d, secs(12), 0, 6, n)), n, 0.3);
+        assert_binomial(failures(&draws(&d, secs(15), 0, 6, n)), n, 0.001);
+        assert_binomial(failures(&draws(&d, secs(9), 0, 6, n)), n, 0.001);
+        // The spike's rate replaces the base rate rather than adding to it.
+        let calm = spike(0.5, 0.0, Some(secs(5)));
+        assert_eq!(failures(&draws(&calm, secs(12), 0, 6, 10_000)), 0);
+        // A step (no end) lasts the rest of the run.
+        let step = spike(0.001, 0.3, None);
+        assert_binomial(failures(&draws(&step, secs(3600), 0, 6, n)), n, 0.3);
+        // Spike failures are answers at the normal latency.
+        assert_stretched(
+            &draws(&dep(), secs(12), 0, 6, 1000),
+            &draws(&d, secs(12), 0, 6, 1000),
+            1.0,
+        );
+    }
+
+    #[test]
+    fn a_cold_recovery_climbs_capacity_linearly_from_from_to_full_over_over() {
+        let d = dep().capacity(80.0).with(Impairment::ColdRecovery {
+            at: secs(60),
+            over: secs(40),
+            from: 0.25,
+        });
+        // from + (1 - from) x elapsed / over, times 80; every figure here is exact in binary.
+        let at = |t: Duration| d.capacity_at(t).unwrap();
+        let points = [
+            (secs(60), 20.0),
+            (secs(70), 35.0),
+            (secs(80), 50.0),
+            (secs(90), 65.0),
+            (secs(100), 80.0),
+            (secs(59), 80.0),
+            (secs(500), 80.0),
+        ];
+        for (t, want) in points {
+            assert!((at(t) - want).abs() < 1e-9, "{t:?}: {} not {want}", at(t));
+        }
+        let just_before_full = at(secs(100).saturating_sub(Duration::from_nanos(1)));
+        assert!(just_before_full < 80.0 && just_before_full > 79.99);
+        assert_eq!(dep().capacity_at(secs(60)), None);
+    }
+
+    #[test]
+    fn a_cold_dependency_queues_and_sheds_at_its_climbing_capacity() {
+        let d = dep().capacity(80.0).with(Impairment::ColdRecovery {
+            at: secs(60),
+            over: secs(40),
+            from: 0.25,
+        });
+        let base = draws(&dep(), secs(60), 0, 8, 1000);
+        // At the climb's start the capacity is 20: 30 in flight is 1.5x, 61 is past 3x.
+        assert_stretched(&base, &draws(&d, secs(60), 29, 8, 1000), 1.5);
+        assert!(draws(&d, secs(60), 60, 8, 1000).iter().all(|s| !s.occupies));
+        // Halfway (capacity 50) the same 30 are not delayed; once full, 61 are not either.
+        assert_stretched(&base, &draws(&d, secs(80), 29, 8, 1000), 1.0);
+        assert_stretched(&base, &draws(&d, secs(100), 60, 8, 1000), 1.0);
+    }
+
+    #[test]
+    fn the_fault_window_runs_from_the_first_start_to_the_last_end_within_the_run() {
+        let run = secs(240);
+        assert_eq!(dep().fault_window(run), None);
+        let two = dep()
+            .with(Impairment::Brownout {
+                at: secs(100),
+                lasting: secs(20),
+                slower: 2.0,
+            })
+            .with(Impairment::Outage {
+                at: secs(30),
+                lasting: secs(60),
+            });
+        assert_eq!(two.fault_window(run), Some((secs(30), secs(120))));
+        // Clamped to the run.
+        assert_eq!(two.fault_window(secs(110)), Some((secs(30), secs(110))));
+        assert_eq!(two.fault_window(secs(20)), Some((secs(20), secs(20))));
+        // A cold recovery's climb is part of the window; a step lasts to the end of the run.
+        let cold = two.clone().with(Impairment::ColdRecovery {
+            at: secs(120),
+            over: secs(30),
+            from: 0.5,
+        });
+        assert_eq!(cold.fault_window(run), Some((secs(30), secs(150))));
+        let step = two.with(Impairment::ErrorSpike {
+            at: secs(200),
+            lasting: None,
+            rate: 0.5,
+        });
+        assert_eq!(step.fault_window(run), Some((secs(30), run)));
+    }
+
+    #[test]
+    fn an_impairment_starts_ends_and_answers_again_as_its_kind_says() {
+        let outage = Impairment::Outage {
+            at: secs(30),
+            lasting: secs(60),
+        };
+        let cold = Impairment::ColdRecovery {
+            at: secs(90),
+            over: secs(30),
+            from: 0.1,
+        };
+        let step = Impairment::ErrorSpike {
+            at: secs(10),
+            lasting: None,
+            rate: 0.3,
+        };
+        assert_eq!((outage.start(), outage.end()), (secs(30), Some(secs(90))));
+        assert_eq!(outage.answering_again(), Some(secs(90)));
+        // A cold dependency answers again when the climb starts, not when it ends.
+        assert_eq!((cold.start(), cold.end()), (secs(90), Some(secs(120))));
+        assert_eq!(cold.answering_again(), Some(secs(90)));
+        assert_eq!((step.end(), step.answering_again()), (None, None));
+    }
+
+    #[test]
+    fn the_dependency_answers_again_after_its_last_impairment() {
+        assert_eq!(dep().answering_again(), None);
+        let outage = Impairment::Outage {
+            at: secs(30),
+            lasting: secs(60),
+        };
+        let brownout = Impairment::Brownout {
+            at: secs(100),
+            lasting: secs(20),
+            slower: 2.0,
+        };
+        let d = dep().with(brownout).with(outage);
+        assert_eq!(d.answering_again(), Some(secs(120)));
+        // An outage then a cold restart: answering again as the climb starts.
+        let restart = dep().with(outage).with(Impairment::ColdRecovery {
+            at: secs(90),
+            over: secs(30),
+            from: 0.1,
+        });
+        assert_eq!(restart.answering_again(), Some(secs(90)));
+        // One impairment that never ends: never answering normally again.
+        let step = d.with(Impairment::ErrorSpike {
+            at: secs(10),
+            lasting: None,
+            rate: 0.3,
+        });
+        assert_eq!(step.answering_again(), None);
+    }
+}
