@@ -1,0 +1,408 @@
+//! The `storm` command line: what it runs, what it prints, and how it refuses bad input.
+//!
+//! Each run is a short built-in scenario with a small fleet, so the whole file takes well under a
+//! second of simulation.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic,
+    clippy::cast_precision_loss
+)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::{Map, Value};
+use stormguard_tests::{suite, Arrivals, Strategy};
+
+/// Runs `storm` in a scratch directory, so that a chart it writes by default lands there.
+fn storm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_storm"))
+        .args(args)
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
+        .output()
+        .unwrap()
+}
+
+/// A file in the scratch directory, named for the test that uses it.
+fn scratch(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// The stdout of a run that must succeed.
+fn stdout_of(args: &[&str]) -> String {
+    let out = storm(args);
+    assert!(
+        out.status.success(),
+        "storm {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The reports of a `--json` run.
+fn reports(args: &[&str]) -> Vec<Map<String, Value>> {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let text = stdout_of(&all);
+    let json: Value = serde_json::from_str(&text).unwrap();
+    json.as_array()
+        .unwrap_or_else(|| panic!("not an array: {text}"))
+        .iter()
+        .map(|r| r.as_object().unwrap().clone())
+        .collect()
+}
+
+/// The stderr of a run that must fail with `code`, and print nothing on stdout.
+fn refusal(args: &[&str], code: i32) -> String {
+    let out = storm(args);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(code), "storm {args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "storm {args:?} printed a result");
+    stderr
+}
+
+fn num(r: &Map<String, Value>, key: &str) -> f64 {
+    r[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {r:?}"))
+}
+
+/// The figures every report carries: the headline ones and one for each column of the table.
+const KEYS: [&str; 20] = [
+    "scenario",
+    "strategy",
+    "seed",
+    "clients",
+    "calls",
+    "succeeded",
+    "failed",
+    "refused_locally",
+    "availability",
+    "load_multiplier",
+    "amplification",
+    "retries_per_call",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "breaker_opens",
+    "time_to_trip_ms",
+    "time_to_recover_ms",
+    "re_trips",
+    "false_trips",
+    "unprobed_attempts_while_open",
+];
+
+#[test]
+fn json_prints_one_report_per_scenario_and_strategy_with_every_figure() {
+    let svg = scratch("cli-json.svg");
+    let svg = svg.to_str().unwrap();
+    let got = reports(&[
+        "--scenario",
+        "polling",
+        "--scenario",
+        "outage",
+        "--clients",
+        "2",
+        "--svg",
+        svg,
+    ]);
+    // In the order asked for: each scenario, then each of its strategies.
+    let mut want = Vec::new();
+    for s in [suite::polling().unwrap(), suite::outage().unwrap()] {
+        for st in &s.strategies {
+            want.push((s.name.clone(), st.name.clone()));
+        }
+    }
+    let pairs: Vec<(String, String)> = got
+        .iter()
+        .map(|r| {
+            let name = |k: &str| r[k].as_str().unwrap().to_string();
+            (name("scenario"), name("strategy"))
+        })
+        .collect();
+    assert_eq!(pairs, want);
+    for r in &got {
+        for key in KEYS {
+            assert!(r.contains_key(key), "{key} missing from {r:?}");
+        }
+        for key in ["time_to_trip_ms", "time_to_recover_ms"] {
+            assert!(r[key].is_null() || r[key].is_f64(), "{key}: {:?}", r[key]);
+        }
+        // Every call ends one way: succeeded, failed at the dependency, or refused locally.
+        let calls = num(r, "calls");
+        assert!(calls > 0.0);
+        let ended = num(r, "succeeded") + num(r, "failed") + num(r, "refused_locally");
+        assert_eq!(ended, calls, "{r:?}");
+        let availability = num(r, "availability");
+        assert!((availability - num(r, "succeeded") / calls).abs() < 1e-12);
+        assert_eq!(num(r, "unprobed_attempts_while_open"), 0.0);
+    }
+}
+
+/// The numbers of a table cell: its value in the cell's unit, and half its last printed digit.
+fn cell(text: &str) -> Option<(f64, f64)> {
+    if text == "-" {
+        return None;
+    }
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let decimals = digits.split_once('.').map_or(0, |(_, d)| d.len());
+    let half = 0.5 * libm::pow(10.0, -(decimals as f64)) + 1e-9;
+    Some((digits.parse().unwrap(), half))
+}
+
+#[test]
+fn the_table_prints_the_same_figures_as_the_json() {
+    let args = ["--scenario", "polling", "--seed", "3"];
+    let json = reports(&args);
+    let table = stdout_of(&args);
+    // Each column of the table, the report field it shows, and the field's scale to the cell's
+    // unit (times are milliseconds in the JSON, seconds in the trip and recover columns).
+    let columns: [(&str, &str, f64); 15] = [
+        ("calls", "calls", 1.0),
+        ("ok", "succeeded", 1.0),
+        ("failed", "failed", 1.0),
+        ("refused", "refused_locally", 1.0),
+        ("avail", "availability", 1.0),
+        ("load", "load_multiplier", 1.0),
+        ("amp", "amplification", 1.0),
+        ("retry/c", "retries_per_call", 1.0),
+        ("p50", "latency_p50_ms", 1.0),
+        ("p99", "latency_p99_ms", 1.0),
+        ("opens", "breaker_opens", 1.0),
+        ("trip", "time_to_trip_ms", 1e-3),
+        ("recover", "time_to_recover_ms", 1e-3),
+        ("retrip", "re_trips", 1.0),
+        ("false", "false_trips", 1.0),
+    ];
+    let mut lines = table.lines().skip_while(|l| !l.starts_with("strategy "));
+    let headers: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let want_headers: Vec<&str> = std::iter::once("strategy")
+        .chain(columns.iter().map(|c| c.0))
+        .collect();
+    assert_eq!(headers, want_headers);
+    for r in &json {
+        let strategy = r["strategy"].as_str().unwrap();
+        let row = table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(strategy))
+            .unwrap_or_else(|| panic!("no row for {strategy} in\n{table}"));
+        let cells: Vec<&str> = row.split_whitespace().skip(1).collect();
+        assert_eq!(cells.len(), columns.len(), "{row}");
+        for ((header, key, scale), text) in columns.iter().zip(&cells) {
+            let json_value = r[*key].as_f64().map(|v| v * scale);
+            match (cell(text), json_value) {
+                (None, None) => {}
+                (Some((shown, half)), Some(v)) => assert!(
+                    (shown - v).abs() <= half,
+                    "{strategy} {header}: the table shows {text}, the JSON {v}"
+                ),
+                _ => panic!("{strategy} {header}: the table shows {text}, the JSON {json_value:?}"),
+            }
+        }
+    }
+    // The header line says which seed and fleet ran.
+    assert!(
+        table.starts_with("== polling (seed 3, 1 client, 90 s)"),
+        "{table}"
+    );
+}
+
+/// A report without its `seed`: the figures alone.
+fn figures(mut r: Map<String, Value>) -> Map<String, Value> {
+    r.remove("seed");
+    r
+}
+
+#[test]
+fn the_seed_decides_the_figures_and_the_same_seed_prints_the_same_bytes() {
+    let run = |seed: &str| stdout_of(&["--scenario", "polling", "--seed", seed, "--json"]);
+    assert_eq!(run("3"), run("3"), "the same seed, the same bytes");
+    let three = reports(&["--scenario", "polling", "--seed", "3"]);
+    let four = reports(&["--scenario", "polling", "--seed", "4"]);
+    let own = reports(&["--scenario", "polling"]);
+    for (a, b) in three.iter().zip(&four) {
+        assert_eq!(a["seed"], 3);
+        assert_eq!(b["seed"], 4);
+        assert_ne!(
+            figures(a.clone()),
+            figures(b.clone()),
+            "another seed, another run"
+        );
+    }
+    // Without --seed, the scenario's own.
+    let seed = suite::polling().unwrap().seed;
+    assert!(own.iter().all(|r| r["seed"] == seed), "{own:?}");
+}
+
+#[test]
+fn clients_scale_the_calls_in_proportion() {
+    // Open-loop Poisson arrivals: each client makes rate x duration calls on average, so a
+    // fleet of n makes n times that, give or take five standard deviations (the square root of
+    // the mean).
+    let outage = suite::outage().unwrap();
+    let Arrivals::Poisson { rate } = outage.arrivals else {
+        panic!("the outage scenario's arrivals are not Poisson")
+    };
+    let per_client = rate * outage.duration.as_nanos() as f64 / 1e9;
+    let svg = scratch("cli-clients.svg");
+    let _ = std::fs::remove_file(&svg);
+    for clients in [1_u32, 3] {
+        let got = reports(&[
+            "--scenario",
+            "outage",
+            "--clients",
+            &clients.to_string(),
+            "--svg",
+            svg.to_str().unwrap(),
+        ]);
+        assert_eq!(got.len(), outage.strategies.len());
+        let mean = per_client * f64::from(clients);
+        for r in &got {
+            assert_eq!(r["clients"], clients);
+            let calls = num(r, "calls");
+            assert!(
+                (calls - mean).abs() <= 5.0 * mean.sqrt(),
+                "{clients} clients made {calls} calls, {mean} expected"
+            );
+        }
+    }
+    // A run with an impairment charts its load where --svg says.
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.contains("<svg"), "{chart}");
+}
+
+#[test]
+fn a_scenario_file_runs_with_its_own_name_seed_and_fleet() {
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/example.toml"
+    ))
+    .unwrap();
+    let short = example
+        .replacen("duration = \"4m\"", "duration = \"20s\"", 1)
+        .replacen("clients = 20", "clients = 2", 1);
+    assert_ne!(short, example);
+    let path = scratch("cli-short.toml");
+    std::fs::write(&path, short).unwrap();
+    let got = reports(&["--scenario", path.to_str().unwrap()]);
+    let strategies: Vec<&str> = got
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(strategies, ["retry-x3", "retry-x3+breaker+budget", "ours"]);
+    for r in &got {
+        assert_eq!(r["scenario"], "payments-brownout");
+        assert_eq!(r["seed"], 7);
+        assert_eq!(r["clients"], 2);
+        assert_eq!(r["duration_s"], 20.0);
+    }
+}
+
+#[test]
+fn an_unknown_scenario_is_refused_with_the_names_it_knows() {
+    let stderr = refusal(&["--scenario", "no-such-scenario"], 1);
+    assert!(
+        stderr.contains("unknown scenario \"no-such-scenario\""),
+        "{stderr}"
+    );
+    for s in suite::default_suite().unwrap() {
+        assert!(stderr.contains(&s.name), "{} not offered: {stderr}", s.name);
+    }
+}
+
+#[test]
+fn a_bad_scenario_file_is_refused_naming_the_file_and_the_problem() {
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/example.toml"
+    ))
+    .unwrap();
+    let cases = [
+        (
+            "cli-bad-value.toml",
+            example.replacen("p99 = \"200ms\"", "p99 = \"10ms\"", 1),
+            "dependency.p99: must be above p50",
+        ),
+        (
+            "cli-bad-syntax.toml",
+            "name = \"x\"\nduration = \n".to_string(),
+            "line 2",
+        ),
+    ];
+    for (name, text, problem) in cases {
+        let path = scratch(name);
+        std::fs::write(&path, text).unwrap();
+        let stderr = refusal(&["--scenario", path.to_str().unwrap()], 1);
+        assert!(stderr.contains(name), "the file is not named: {stderr}");
+        assert!(stderr.contains(problem), "{problem:?} not in {stderr:?}");
+    }
+    let missing = scratch("cli-missing.toml");
+    let _ = std::fs::remove_file(&missing);
+    let stderr = refusal(&["--scenario", missing.to_str().unwrap()], 1);
+    assert!(
+        stderr.contains("cli-missing.toml") && stderr.contains("cannot read"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_bad_option_is_refused_with_a_usage_error_naming_it() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--seed", "seven"], "--seed: \"seven\" is not a number"),
+        (&["--clients", "-3"], "--clients: \"-3\" is not a number"),
+        (&["--clients", "0"], "--clients: needs at least one client"),
+        (&["--scenario"], "--scenario needs a value"),
+        (&["--fast"], "unknown option \"--fast\""),
+    ];
+    for (args, message) in cases {
+        let stderr = refusal(args, 2);
+        assert!(stderr.contains(message), "{message:?} not in {stderr:?}");
+    }
+}
+
+#[test]
+fn help_exits_0_and_describes_every_option_without_running() {
+    for flag in ["--help", "-h"] {
+        let out = storm(&[flag]);
+        assert!(out.status.success(), "{out:?}");
+        assert!(out.stderr.is_empty(), "{flag} ran something: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        for option in [
+            "--scenario",
+            "--seed",
+            "--clients",
+            "--json",
+            "--svg",
+            "--list",
+            "--explain",
+        ] {
+            assert!(text.contains(option), "{option} not described:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn list_names_every_built_in_scenario_and_strategy() {
+    let text = stdout_of(&["--list"]);
+    let names: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let want: Vec<String> = suite::default_suite()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, want);
+    let strategies = text
+        .lines()
+        .find_map(|l| l.strip_prefix("built-in strategies: "))
+        .unwrap();
+    assert_eq!(
+        strategies.split(", ").collect::<Vec<_>>(),
+        Strategy::BUILTIN
+    );
+}
