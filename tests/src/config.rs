@@ -494,7 +494,10 @@ fn multiple(at: &str, v: Option<&toml::Value>) -> Result<Option<Option<u32>>, Co
     match v {
         None => Ok(None),
         Some(toml::Value::Boolean(false)) => Ok(Some(None)),
-        Some(toml::Value::Integer(i)) if *i > 1 => Ok(Some(Some((*i as u32).saturating_mul(1000)))),
+        // In thousandths; too large a value saturates, and the core's bound (4 million) refuses it.
+        Some(toml::Value::Integer(i)) if *i > 1 => Ok(Some(Some(
+            u32::try_from(*i).unwrap_or(u32::MAX).saturating_mul(1000),
+        ))),
         Some(toml::Value::Float(f)) if *f > 1.0 && f.is_finite() => {
             Ok(Some(Some((f * 1000.0).round() as u32)))
         }

@@ -5,6 +5,9 @@ use stormguard_core::Duration;
 use crate::random::{open01, LogNormal};
 
 /// Something that goes wrong with the dependency, on a schedule (times from the run's start).
+///
+/// Impairments may overlap: an outage wins over everything; brownouts multiply; cold recoveries
+/// take the lowest capacity; of overlapping error spikes, the one listed last sets the rate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Impairment {
     /// Every call fails at once (after the dependency's fail latency).

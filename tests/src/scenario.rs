@@ -28,6 +28,7 @@ pub enum Arrivals {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layer {
     /// Attempts, deadline, attempt timeout, backoff. The seed is set per client by the simulator.
+    /// Hedging is not simulated: a call has one attempt in flight at a time.
     pub call: CallSettings,
     /// The breaker guarding every attempt of this layer, if any.
     pub breaker: Option<BreakerSettings>,

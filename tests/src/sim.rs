@@ -231,12 +231,11 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
                     .enumerate()
                     .map(|(k, l)| {
                         let k64 = k as u64;
-                        let settings = CallSettings::builder()
-                            .max_attempts(l.call.max_attempts())
-                            .deadline(l.call.deadline())
-                            .attempt_timeout(l.call.attempt_timeout())
-                            .measured_ceiling(l.call.measured_ceiling())
-                            .backoff(*l.call.backoff())
+                        // The layer's settings with this client's own jitter seed (a seed
+                        // is never refused, so `build` cannot fail here).
+                        let settings = l
+                            .call
+                            .to_builder()
                             .seed(derive(seed, c64, 0xCA11 + k64))
                             .build()
                             .unwrap_or(l.call);

@@ -77,7 +77,7 @@ fn with(replace: &str, by: &str) -> String {
 
 #[test]
 fn a_bad_scenario_file_says_what_is_wrong_and_where() {
-    let cases: [(&str, &str, &str); 10] = [
+    let cases: [(&str, &str, &str); 11] = [
         (
             "p99 = \"200ms\"",
             "p99 = \"10ms\"",
@@ -119,6 +119,12 @@ fn a_bad_scenario_file_says_what_is_wrong_and_where() {
             "strategy[0].backoff.jitter: unknown jitter",
         ),
         ("rate = 20", "rate = 20\nburst = 3", "unknown field `burst`"),
+        // 2^32 + 3: refused for its size, never read as 3.
+        (
+            "slow_calls = 3,",
+            "slow_calls = 4294967299,",
+            "strategy[0].breaker",
+        ),
         (
             "failure_rate = 0.001",
             "failure_rate = 1.5",
