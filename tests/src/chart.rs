@@ -6,7 +6,7 @@
 use plotters::prelude::*;
 
 use crate::report::Report;
-use crate::scenario::{Arrivals, Scenario};
+use crate::scenario::Scenario;
 
 /// Line colours, one per strategy in table order (colour-blind-safe where it can be).
 const PALETTE: [RGBColor; 9] = [
@@ -35,7 +35,7 @@ pub fn charted<'a>(
         .iter()
         .zip(reports)
         .filter(|(s, rs)| {
-            matches!(s.arrivals, Arrivals::Poisson { .. })
+            s.arrivals.is_open_loop()
                 && !s.dependency.impairments.is_empty()
                 && s.duration.as_secs() <= 600
                 && !rs.is_empty()

@@ -12,6 +12,8 @@
 //! [load]
 //! clients = 20          # processes in the fleet, each with its own breaker and budget
 //! rate = 25             # calls per second per client (open loop, Poisson)
+//! # arrivals = "bursty"  # or open loop in bursts: peak = 4 (x the mean), share = 0.1 (of
+//! #                      #   the time), burst = "1s" (mean length); the mean stays `rate`
 //! # arrivals = "polling" # or a loop that calls again as soon as a call returns
 //!
 //! [dependency]
@@ -105,6 +107,9 @@ struct LoadFile {
     rate: Option<f64>,
     arrivals: Option<String>,
     think: Option<String>,
+    peak: Option<f64>,
+    share: Option<f64>,
+    burst: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -260,18 +265,66 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
     if file.load.clients == 0 {
         return Err(err("load.clients", "needs at least one client"));
     }
-    let arrivals = match file.load.arrivals.as_deref().unwrap_or("poisson") {
-        "poisson" => {
-            let rate = file.load.rate.ok_or_else(|| {
-                err(
-                    "load.rate",
-                    "open-loop arrivals need a rate (calls per second per client)",
-                )
-            })?;
-            if !(rate > 0.0 && rate.is_finite()) {
-                return Err(err("load.rate", format!("{rate} is not a positive rate")));
+    let open_rate = || {
+        let rate = file.load.rate.ok_or_else(|| {
+            err(
+                "load.rate",
+                "open-loop arrivals need a rate (calls per second per client)",
+            )
+        })?;
+        if !(rate > 0.0 && rate.is_finite()) {
+            return Err(err("load.rate", format!("{rate} is not a positive rate")));
+        }
+        Ok(rate)
+    };
+    let kind = file.load.arrivals.as_deref().unwrap_or("poisson");
+    // A setting of another kind of arrivals is a mistake, not something to ignore.
+    let given = [
+        ("rate", file.load.rate.is_some(), kind != "polling"),
+        ("peak", file.load.peak.is_some(), kind == "bursty"),
+        ("share", file.load.share.is_some(), kind == "bursty"),
+        ("burst", file.load.burst.is_some(), kind == "bursty"),
+        ("think", file.load.think.is_some(), kind == "polling"),
+    ];
+    if let Some((field, ..)) = given.iter().find(|(_, set, taken)| *set && !taken) {
+        return Err(err(
+            format!("load.{field}"),
+            format!("{kind:?} arrivals do not take it"),
+        ));
+    }
+    let arrivals = match kind {
+        "poisson" => Arrivals::Poisson { rate: open_rate()? },
+        "bursty" => {
+            let rate = open_rate()?;
+            let share = file.load.share.unwrap_or(0.1);
+            if !(share > 0.0 && share < 1.0) {
+                return Err(err(
+                    "load.share",
+                    format!("{share} is not a share of the time strictly between 0 and 1"),
+                ));
             }
-            Arrivals::Poisson { rate }
+            let peak = file.load.peak.unwrap_or(4.0);
+            if !(peak > 1.0 && peak * share <= 1.0) {
+                return Err(err(
+                    "load.peak",
+                    format!(
+                        "{peak} is not a peak above 1 and at most 1 / share ({}): bursts \
+                         would carry more than the mean rate",
+                        1.0 / share
+                    ),
+                ));
+            }
+            let burst = opt_duration("load.burst", file.load.burst.as_ref())?
+                .unwrap_or(Duration::from_secs(1));
+            if burst.is_zero() {
+                return Err(err("load.burst", "must be above zero"));
+            }
+            Arrivals::Bursty {
+                rate,
+                peak,
+                share,
+                burst,
+            }
         }
         "polling" => Arrivals::Polling {
             think: opt_duration("load.think", file.load.think.as_ref())?.unwrap_or(Duration::ZERO),
@@ -279,7 +332,9 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
         other => {
             return Err(err(
                 "load.arrivals",
-                format!("unknown arrivals {other:?}: expected \"poisson\" or \"polling\""),
+                format!(
+                    "unknown arrivals {other:?}: expected \"poisson\", \"bursty\" or \"polling\""
+                ),
             ))
         }
     };

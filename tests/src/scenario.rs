@@ -16,12 +16,43 @@ pub enum Arrivals {
         /// Calls per second, per client.
         rate: f64,
     },
+    /// Open loop in bursts: a Poisson process whose rate switches between a calm level and
+    /// `peak` times the mean, for bursts lasting `burst` on average and taking `share` of the
+    /// time (a two-state Markov-modulated Poisson process, each client's own). The mean rate is
+    /// `rate`; the calm level is what is left, `rate (1 - share peak) / (1 - share)`.
+    Bursty {
+        /// Mean calls per second, per client.
+        rate: f64,
+        /// The rate during a burst, as a multiple of the mean (above 1, at most `1 / share`).
+        peak: f64,
+        /// The share of the time spent in bursts, in (0, 1).
+        share: f64,
+        /// The mean length of a burst (lengths are exponential).
+        burst: Duration,
+    },
     /// Closed loop: each client calls again as soon as its previous call returns, after
     /// `think` (a polling loop).
     Polling {
         /// The pause between one call's end and the next call's start.
         think: Duration,
     },
+}
+
+impl Arrivals {
+    /// The mean calls per second of one client, for open-loop arrivals.
+    #[must_use]
+    pub fn mean_rate(&self) -> Option<f64> {
+        match *self {
+            Arrivals::Poisson { rate } | Arrivals::Bursty { rate, .. } => Some(rate),
+            Arrivals::Polling { .. } => None,
+        }
+    }
+
+    /// Whether calls arrive whatever the dependency does (open loop).
+    #[must_use]
+    pub fn is_open_loop(&self) -> bool {
+        self.mean_rate().is_some()
+    }
 }
 
 /// One layer of a client's policy: the call settings plus, optionally, a breaker and a budget.
@@ -197,12 +228,11 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// The calls per second the whole fleet offers (Poisson arrivals), if known.
+    /// The calls per second the whole fleet offers (open-loop arrivals), if known.
     #[must_use]
     pub fn offered_rate(&self) -> Option<f64> {
-        match self.arrivals {
-            Arrivals::Poisson { rate } => Some(rate * f64::from(self.clients)),
-            Arrivals::Polling { .. } => None,
-        }
+        self.arrivals
+            .mean_rate()
+            .map(|rate| rate * f64::from(self.clients))
     }
 }

@@ -14,7 +14,7 @@ use stormguard_core::{
 };
 
 use crate::model::Dependency;
-use crate::random::{derive, exponential_nanos, LogNormal};
+use crate::random::{derive, exponential_nanos, open01, LogNormal};
 use crate::report::Report;
 use crate::scenario::{Arrivals, Scenario, Strategy, DEPENDENCY};
 
@@ -123,6 +123,9 @@ struct LayerState {
 struct Client {
     layers: Vec<LayerState>,
     arrivals: fastrand::Rng,
+    /// Bursty arrivals: whether the client is in a burst, and until when (ns).
+    bursting: bool,
+    phase_until: u64,
 }
 
 /// One call in progress, at one layer.
@@ -225,6 +228,8 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
             let c64 = u64::from(c);
             Client {
                 arrivals: fastrand::Rng::with_seed(derive(seed, c64, 0xA11)),
+                bursting: false,
+                phase_until: 0,
                 layers: strategy
                     .layers
                     .iter()
@@ -294,19 +299,77 @@ impl Sim<'_> {
 
     fn start(&mut self) {
         for c in 0..self.scenario.clients {
+            if let Arrivals::Bursty { share, .. } = self.scenario.arrivals {
+                // Start in the stationary mix: in a burst with probability `share`, with the
+                // phase's remaining length drawn afresh (the lengths are memoryless).
+                let client = &mut self.clients[c as usize];
+                client.bursting = open01(&mut client.arrivals) < share;
+                client.phase_until = 0;
+                self.next_phase(c, 0);
+            }
             let first = match self.scenario.arrivals {
-                Arrivals::Poisson { rate } => {
-                    let rng = &mut self.clients[c as usize].arrivals;
-                    exponential_nanos(rng, 1e9 / rate) as u64
-                }
                 // Polling clients start spread over the first second.
                 Arrivals::Polling { .. } => {
-                    u64::from(c) * SECOND / u64::from(self.scenario.clients.max(1))
+                    Some(u64::from(c) * SECOND / u64::from(self.scenario.clients.max(1)))
                 }
+                _ => self.next_arrival(c, 0),
             };
-            if first < self.end {
+            if let Some(first) = first.filter(|&t| t < self.end) {
                 self.at(first, Ev::Arrival(c));
             }
+        }
+    }
+
+    /// An open-loop client's next arrival after `from`, or none (a polling client's next call
+    /// follows its last one's end instead; bursts may outlast the run).
+    fn next_arrival(&mut self, c: u32, from: u64) -> Option<u64> {
+        match self.scenario.arrivals {
+            Arrivals::Poisson { rate } => {
+                let gap = exponential_nanos(&mut self.clients[c as usize].arrivals, 1e9 / rate);
+                Some(from.saturating_add(gap as u64))
+            }
+            Arrivals::Bursty {
+                rate, peak, share, ..
+            } => {
+                let calm = (rate * (1.0 - share * peak) / (1.0 - share)).max(0.0);
+                let mut t = from;
+                loop {
+                    let client = &mut self.clients[c as usize];
+                    let r = if client.bursting { rate * peak } else { calm };
+                    if r > 0.0 {
+                        let gap = exponential_nanos(&mut client.arrivals, 1e9 / r);
+                        let next = t.saturating_add(gap as u64);
+                        if next < client.phase_until {
+                            return Some(next);
+                        }
+                    }
+                    // The draw ran past the phase: the process is memoryless, so the next
+                    // phase starts afresh at the boundary.
+                    t = client.phase_until;
+                    if t >= self.end {
+                        return None;
+                    }
+                    client.bursting = !client.bursting;
+                    self.next_phase(c, t);
+                }
+            }
+            Arrivals::Polling { .. } => None,
+        }
+    }
+
+    /// Draws how long a bursty client's current phase lasts from `t`.
+    fn next_phase(&mut self, c: u32, t: u64) {
+        if let Arrivals::Bursty { share, burst, .. } = self.scenario.arrivals {
+            let burst_ns = burst.as_nanos() as f64;
+            let share = share.clamp(1e-6, 1.0 - 1e-6);
+            let client = &mut self.clients[c as usize];
+            let mean = if client.bursting {
+                burst_ns
+            } else {
+                burst_ns * (1.0 - share) / share
+            };
+            let length = exponential_nanos(&mut client.arrivals, mean) as u64;
+            client.phase_until = t.saturating_add(length.max(1));
         }
     }
 
@@ -365,12 +428,8 @@ impl Sim<'_> {
         if self.now >= self.end {
             return;
         }
-        if let Arrivals::Poisson { rate } = self.scenario.arrivals {
-            let gap = exponential_nanos(&mut self.clients[c as usize].arrivals, 1e9 / rate);
-            let next = self.now.saturating_add(gap as u64);
-            if next < self.end {
-                self.at(next, Ev::Arrival(c));
-            }
+        if let Some(next) = self.next_arrival(c, self.now).filter(|&t| t < self.end) {
+            self.at(next, Ev::Arrival(c));
         }
         let now = self.now;
         bump(&mut self.tally.calls_ps, now);

@@ -307,10 +307,7 @@ fn find<'a>(reports: &'a [Report], strategy: &str) -> Option<&'a Report> {
 #[must_use]
 pub fn commentary(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
     let mut out = Vec::new();
-    let rate = match scenario.arrivals {
-        Arrivals::Poisson { rate } => rate,
-        Arrivals::Polling { .. } => 0.0,
-    };
+    let rate = scenario.arrivals.mean_rate().unwrap_or(0.0);
     let fault = scenario
         .dependency
         .fault_window(scenario.duration)

@@ -10,7 +10,7 @@
 )]
 
 use stormguard_core::Duration;
-use stormguard_tests::{run, suite, Arrivals};
+use stormguard_tests::{run, suite};
 
 /// Theirs: (retries per call unbudgeted, budgeted; availability budgeted).
 fn theirs(percent: u32) -> (f64, f64, f64) {
@@ -25,10 +25,7 @@ fn experiment(percent: u32) {
     let mut s = suite::budget_experiment(percent).unwrap();
     s.duration = Duration::from_secs(30);
     let p = f64::from(percent) / 100.0;
-    let rate = match s.arrivals {
-        Arrivals::Poisson { rate } => rate,
-        Arrivals::Polling { .. } => unreachable!(),
-    };
+    let rate = s.arrivals.mean_rate().unwrap();
     let r: Vec<_> = s.strategies.iter().map(|st| run(&s, st, s.seed)).collect();
     let (three, until, budget) = (&r[0], &r[1], &r[2]);
     let (their_plain, their_budget, their_avail) = theirs(percent);

@@ -7,7 +7,8 @@
     clippy::panic
 )]
 
-use stormguard_tests::{config, run, Impairment};
+use stormguard_core::Duration;
+use stormguard_tests::{config, run, Arrivals, Impairment};
 
 const GOOD: &str = r#"
 name = "payments"
@@ -77,7 +78,7 @@ fn with(replace: &str, by: &str) -> String {
 
 #[test]
 fn a_bad_scenario_file_says_what_is_wrong_and_where() {
-    let cases: [(&str, &str, &str); 11] = [
+    let cases: [(&str, &str, &str); 15] = [
         (
             "p99 = \"200ms\"",
             "p99 = \"10ms\"",
@@ -118,7 +119,31 @@ fn a_bad_scenario_file_says_what_is_wrong_and_where() {
             "jitter = \"some\"",
             "strategy[0].backoff.jitter: unknown jitter",
         ),
-        ("rate = 20", "rate = 20\nburst = 3", "unknown field `burst`"),
+        (
+            "rate = 20",
+            "rate = 20\nspikes = 3",
+            "unknown field `spikes`",
+        ),
+        (
+            "rate = 20",
+            "rate = 20\narrivals = \"bursty\"\npeak = 12",
+            "load.peak: 12 is not a peak above 1 and at most 1 / share (10)",
+        ),
+        (
+            "rate = 20",
+            "rate = 20\narrivals = \"bursty\"\nshare = 1",
+            "load.share: 1 is not a share of the time strictly between 0 and 1",
+        ),
+        (
+            "rate = 20",
+            "rate = 20\npeak = 3",
+            "load.peak: \"poisson\" arrivals do not take it",
+        ),
+        (
+            "rate = 20",
+            "arrivals = \"polling\"\nrate = 20",
+            "load.rate: \"polling\" arrivals do not take it",
+        ),
         // 2^32 + 3: refused for its size, never read as 3.
         (
             "slow_calls = 3,",
@@ -138,6 +163,25 @@ fn a_bad_scenario_file_says_what_is_wrong_and_where() {
     // A syntax error gives the line.
     let e = error("name = \"x\"\nduration = \n");
     assert!(e.contains("line 2"), "{e}");
+}
+
+#[test]
+fn a_scenario_file_can_ask_for_bursts() {
+    let s = config::parse(&with(
+        "rate = 20",
+        "rate = 20\narrivals = \"bursty\"\npeak = 5\nburst = \"2s\"",
+    ))
+    .unwrap();
+    assert_eq!(
+        s.arrivals,
+        Arrivals::Bursty {
+            rate: 20.0,
+            peak: 5.0,
+            share: 0.1,
+            burst: Duration::from_secs(2),
+        }
+    );
+    assert_eq!(s.offered_rate(), Some(60.0));
 }
 
 #[test]
