@@ -1111,3 +1111,248 @@ fn a_break_ends_on_time_however_many_periods_passed_without_one() {
         );
     }
 }
+
+/// Rules that judge no ratio at all (the window never reaches its minimum calls) and a
+/// consecutive rule out of the way: only the latency baseline and the window's counts move.
+fn counting_only() -> BreakerSettings {
+    BreakerSettings::builder("search")
+        .consecutive_failures(1000)
+        .failure_rate(None)
+        .minimum_calls(1_000_000)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn below_the_minimum_calls_no_ratio_is_evaluated() {
+    // An absolute failure ratio, and the relative slow-call rule with a warm baseline: either
+    // would trip on the first bad outcome if a ratio were judged before 20 calls.
+    let by_failures = BreakerSettings::builder("payments")
+        .consecutive_failures(1000)
+        .failure_rate(None)
+        .slow_calls(None)
+        .failure_ratio(Ratio::from_percent(20))
+        .build()
+        .unwrap();
+    for (settings, latency, outcome, reason) in [
+        (
+            by_failures,
+            ms(10),
+            Outcome::Transient,
+            TripReason::FailureRatio,
+        ),
+        (
+            slow_only(),
+            ms(500),
+            Outcome::Success,
+            TripReason::SlowCalls,
+        ),
+    ] {
+        let mut b = Breaker::new(settings);
+        // 30 fast successes arm the slow-call rule; then they leave the trip window.
+        let (t, _) = traffic(&mut b, Instant::from_secs(1), 3, 10, |_| {
+            (ms(10), Outcome::Success)
+        });
+        let t = t + secs(40);
+        assert_eq!(b.snapshot(t).window_calls, 0);
+        let mut trips = Vec::new();
+        for _ in 0..19 {
+            call_seeing(&mut b, t, latency, outcome, &mut trips).unwrap();
+        }
+        let snap = b.snapshot(t + secs(1));
+        assert_eq!(snap.state, State::Closed, "{reason:?}");
+        assert_eq!(snap.window_calls, 19, "{reason:?}");
+        assert_eq!(
+            snap.window_failures + snap.window_slow,
+            19,
+            "every one of them bad: {reason:?}"
+        );
+        assert!(trips.is_empty(), "{trips:?}");
+        call_seeing(&mut b, t, latency, outcome, &mut trips).unwrap();
+        assert_eq!(trips, [reason]);
+    }
+}
+
+#[test]
+fn one_failure_is_never_a_rate() {
+    // A clean baseline puts the relative trip point at the 5% floor, which one failure in a
+    // window of 20 calls reaches; the rule asks for at least 2 failures in the window.
+    let with_min_failures = |n: u32| {
+        BreakerSettings::builder("payments")
+            .consecutive_failures(1000)
+            .slow_calls(None)
+            .failure_rate(Some(FailureRate::above(5).minimum_failures(n)))
+            .build()
+            .unwrap()
+    };
+    assert_eq!(
+        with_min_failures(2),
+        rate_only(),
+        "2 failures is the default"
+    );
+    let warm = |settings| {
+        let mut b = Breaker::new(settings);
+        let (t, _) = traffic(&mut b, Instant::from_secs(1), 100, 10, |_| {
+            (ms(20), Outcome::Success)
+        });
+        // The trip window empties into the baseline.
+        let t = t + secs(40);
+        assert_eq!(b.normal_failure_rate(t), Some(Ratio::ZERO));
+        assert_eq!(b.snapshot(t).window_calls, 0);
+        (b, t)
+    };
+    let mut trips = Vec::new();
+
+    let (mut b, t) = warm(rate_only());
+    for _ in 0..19 {
+        call_seeing(&mut b, t, ms(20), Outcome::Success, &mut trips).unwrap();
+    }
+    call_seeing(&mut b, t, ms(20), Outcome::Transient, &mut trips).unwrap();
+    assert_eq!(b.snapshot(t + secs(1)).window_failures, 1);
+    assert!(trips.is_empty(), "one failure in 20 calls: {trips:?}");
+    call_seeing(&mut b, t, ms(20), Outcome::Transient, &mut trips).unwrap();
+    assert_eq!(trips, [TripReason::FailureRate], "two in 21 calls");
+
+    // The same traffic, were one failure enough, trips at the first.
+    trips.clear();
+    let (mut b, t) = warm(with_min_failures(1));
+    for _ in 0..19 {
+        call_seeing(&mut b, t, ms(20), Outcome::Success, &mut trips).unwrap();
+    }
+    call_seeing(&mut b, t, ms(20), Outcome::Transient, &mut trips).unwrap();
+    assert_eq!(trips, [TripReason::FailureRate]);
+}
+
+#[test]
+fn failures_never_teach_the_latency_baseline() {
+    let mut b = Breaker::new(counting_only());
+    let (t, _) = traffic(&mut b, Instant::from_secs(1), 10, 10, |_| {
+        (ms(10), Outcome::Success)
+    });
+    let normal = b.normal_latency(t).unwrap();
+    assert!(
+        normal >= ms(10) && normal <= Duration::from_micros(11_250),
+        "{normal}"
+    );
+    let before = b.clone();
+    // 900 failures, each 50x slower than normal: were they taught, the median would be theirs.
+    let (end, trips) = traffic(&mut b, t, 90, 10, |_| (ms(500), Outcome::Transient));
+    assert!(trips.is_empty());
+    assert_eq!(b.snapshot(end).consecutive_failures, 900);
+    assert_eq!(b.normal_latency(end), Some(normal));
+    // As many slow successes would (the baseline is learned from successful calls).
+    let mut b = before;
+    let (end, _) = traffic(&mut b, t, 90, 10, |_| (ms(500), Outcome::Success));
+    assert!(b.normal_latency(end).unwrap() >= ms(500));
+}
+
+#[test]
+fn an_attempt_timeout_is_a_slow_failure_kept_out_of_the_latency_baseline() {
+    let mut b = Breaker::new(counting_only());
+    let (t, _) = traffic(&mut b, Instant::from_secs(1), 10, 10, |_| {
+        (ms(10), Outcome::Success)
+    });
+    let normal = b.normal_latency(t).unwrap();
+    let before = b.snapshot(t);
+    assert_eq!((before.window_failures, before.window_slow), (0, 0));
+    // A timeout is slow even when the attempt timeout is below the slow-call threshold.
+    call(&mut b, t, ms(5), Outcome::TimedOut).unwrap();
+    call(&mut b, t, secs(2), Outcome::TimedOut).unwrap();
+    let after = b.snapshot(t + secs(2));
+    assert_eq!(after.window_calls, before.window_calls + 2);
+    assert_eq!(after.window_failures, 2, "a transient failure");
+    assert_eq!(after.window_slow, 2, "and a slow call");
+    assert_eq!(after.consecutive_failures, 2);
+    // Hundreds of timeouts later, normal latency has not moved.
+    let (end, _) = traffic(&mut b, t + secs(2), 50, 10, |_| {
+        (secs(2), Outcome::TimedOut)
+    });
+    assert_eq!(b.snapshot(end).consecutive_failures, 502);
+    assert_eq!(b.normal_latency(end), Some(normal));
+}
+
+#[test]
+fn a_call_is_slow_above_either_the_learned_multiple_or_the_absolute_threshold() {
+    let with_threshold = |threshold| {
+        BreakerSettings::builder("search")
+            .consecutive_failures(1000)
+            .failure_rate(None)
+            .slow_calls(Some(SlowCalls::above(3)))
+            .slow_threshold(threshold)
+            .minimum_calls(1_000_000)
+            .build()
+            .unwrap()
+    };
+    // Whether one call of `latency`, after a baseline of `normal`, is counted slow.
+    let is_slow = |settings, normal: Duration, latency: Duration| {
+        let mut b = Breaker::new(settings);
+        let (t, _) = traffic(&mut b, Instant::from_secs(1), 10, 10, |_| {
+            (normal, Outcome::Success)
+        });
+        assert_eq!(b.snapshot(t).window_slow, 0);
+        call(&mut b, t, latency, Outcome::Success).unwrap();
+        b.snapshot(t + secs(1)).window_slow == 1
+    };
+    let both = with_threshold(Some(ms(100)));
+    // Normal 10 ms: 3x normal (30-34 ms) is the lower threshold.
+    assert!(!is_slow(both, ms(10), ms(25)));
+    assert!(
+        is_slow(both, ms(10), ms(50)),
+        "above 3x normal, below 100 ms"
+    );
+    // Normal 50 ms: the absolute 100 ms is the lower threshold.
+    assert!(!is_slow(both, ms(50), ms(90)));
+    assert!(
+        is_slow(both, ms(50), ms(120)),
+        "above 100 ms, below 3x normal"
+    );
+    assert!(
+        !is_slow(with_threshold(None), ms(50), ms(120)),
+        "without the absolute threshold, 120 ms is below 3x normal"
+    );
+}
+
+#[test]
+fn the_relative_rule_may_only_trip_sooner_than_the_absolute_ceiling() {
+    let settings = BreakerSettings::builder("payments")
+        .consecutive_failures(1000)
+        .slow_calls(None)
+        .failure_ratio(Ratio::from_percent(30))
+        .build()
+        .unwrap();
+    let failing_one_in = |n: u64, of: u64| {
+        move |i: u64| {
+            (
+                ms(20),
+                if i % of < n {
+                    Outcome::Transient
+                } else {
+                    Outcome::Success
+                },
+            )
+        }
+    };
+    // Normal 1%: a 20% spike is above 5x normal and below the 30% ceiling. The relative rule
+    // trips; the ceiling alone would not have.
+    let mut b = Breaker::new(settings);
+    let (t, trips) = traffic(
+        &mut b,
+        Instant::from_secs(1),
+        100,
+        10,
+        failing_one_in(1, 100),
+    );
+    assert!(trips.is_empty(), "{trips:?}");
+    let (_, trips) = traffic(&mut b, t, 30, 10, failing_one_in(1, 5));
+    assert_eq!(trips.first().map(|t| t.1), Some(TripReason::FailureRate));
+
+    // Normal 20%: 5x normal is beyond 100%, so the relative rule would never trip; the ceiling
+    // is not raised by it, and trips a 40% spike.
+    let mut b = Breaker::new(settings);
+    let (t, trips) = traffic(&mut b, Instant::from_secs(1), 120, 10, failing_one_in(1, 5));
+    assert!(trips.is_empty(), "{trips:?}");
+    let normal = b.normal_failure_rate(t).unwrap().as_f64();
+    assert!((0.19..0.21).contains(&normal), "{normal}");
+    let (_, trips) = traffic(&mut b, t, 30, 10, failing_one_in(2, 5));
+    assert_eq!(trips.first().map(|t| t.1), Some(TripReason::FailureRatio));
+}
