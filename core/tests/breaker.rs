@@ -1356,3 +1356,253 @@ fn the_relative_rule_may_only_trip_sooner_than_the_absolute_ceiling() {
     let (_, trips) = traffic(&mut b, t, 30, 10, failing_one_in(2, 5));
     assert_eq!(trips.first().map(|t| t.1), Some(TripReason::FailureRatio));
 }
+
+/// The first call the ramp admits at or after `*t`, moving `*t` on a millisecond per shed offer.
+fn admitted(b: &mut Breaker, t: &mut Instant) -> stormguard_core::Permit {
+    for _ in 0..10_000 {
+        match b.try_acquire(*t) {
+            Ok(p) => return p,
+            Err(r) => {
+                assert_eq!(r.reason, RefusalReason::RampShedding);
+                *t += MS;
+            }
+        }
+    }
+    panic!("the ramp admitted nothing for 10 s");
+}
+
+#[test]
+fn a_run_of_probe_successes_fast_calls_raises_the_evidence_cap_by_five_percent() {
+    let mut b = Breaker::new(ramped());
+    let start = into_ramp(&mut b);
+    // A slow admitted call halves the cap to 50%.
+    let mut t = start + ms(3200);
+    let p = admitted(&mut b, &mut t);
+    b.on_outcome(t + ms(100), p, Outcome::Success, &mut |_| {});
+    // Past the ramp's length (3.75 s) the clock term is 1: the cap alone is the fraction.
+    let mut t = start + secs(4);
+    assert_eq!(b.ramp_fraction(t), Ratio::from_percent(50));
+    let mut steps = Vec::new();
+    for _ in 0..4 {
+        let p = admitted(&mut b, &mut t);
+        let mut step = None;
+        b.on_outcome(t + ms(10), p, Outcome::Success, &mut |e| {
+            if let Event::RampStep { fraction, cap, .. } = e {
+                step = Some((fraction.ppm(), cap.ppm()));
+            }
+        });
+        steps.push(step);
+        t += ms(10);
+    }
+    // `probe successes` is 2: every second fast call is one step of 5%.
+    assert_eq!(
+        steps,
+        [
+            None,
+            Some((550_000, 550_000)),
+            None,
+            Some((600_000, 600_000))
+        ]
+    );
+    assert_eq!(b.ramp_fraction(t), Ratio::from_percent(60));
+    assert_eq!(b.state(t), State::Recovering);
+}
+
+#[test]
+fn a_stale_permits_outcome_is_still_recorded_for_the_baselines() {
+    let mut b = Breaker::new(unjittered("payments"));
+    let t = Instant::from_secs(10);
+    let stale: Vec<_> = (0..100).map(|_| b.try_acquire(t).unwrap()).collect();
+    trip(&mut b, t);
+    assert_eq!(b.normal_latency(t), None);
+    assert_eq!(b.normal_failure_rate(t), None);
+    // The hundred calls granted while closed report while the breaker is open: 10 failures,
+    // 90 successes, 40 ms each.
+    let late = t + ms(40);
+    for (i, p) in stale.into_iter().enumerate() {
+        let outcome = if i % 10 == 0 {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        b.on_outcome(late, p, outcome, &mut |e| panic!("decided {e:?}"));
+    }
+    // They decide nothing ...
+    let snap = b.snapshot(late);
+    assert_eq!(snap.state, State::Open);
+    assert_eq!(snap.consecutive_failures, 5);
+    assert_eq!(snap.until_half_open, secs(15) - ms(40));
+    assert_eq!(snap.window_calls, 0);
+    // ... but both baselines learned from them.
+    let normal = b.normal_latency(late).unwrap();
+    assert!(
+        normal >= ms(40) && normal <= Duration::from_micros(45_000),
+        "{normal}"
+    );
+    assert_eq!(b.normal_failure_rate(late), Ratio::from_percent(10));
+}
+
+#[test]
+fn the_learned_baselines_survive_an_open_a_close_and_a_reset() {
+    let mut b = Breaker::new(unjittered("payments"));
+    // Normal: 20 ms, 1% failures.
+    let (t, trips) = traffic(&mut b, Instant::from_secs(1), 100, 10, |i| {
+        (
+            ms(20),
+            if i % 100 == 50 {
+                Outcome::Transient
+            } else {
+                Outcome::Success
+            },
+        )
+    });
+    assert!(trips.is_empty(), "{trips:?}");
+    let latency = b.normal_latency(t).unwrap();
+    let rate = b.normal_failure_rate(t).unwrap();
+    assert!((0.009..0.011).contains(&rate.as_f64()), "{rate}");
+    let check = |b: &Breaker, at: Instant, after: &str| {
+        assert_eq!(b.normal_latency(at), Some(latency), "after {after}");
+        let now = b.normal_failure_rate(at).unwrap();
+        assert!(
+            (now.as_f64() - rate.as_f64()).abs() < 0.0005,
+            "after {after}: {rate} became {now}"
+        );
+        assert_eq!(
+            b.snapshot(at).normal_latency,
+            Some(latency),
+            "after {after}"
+        );
+        assert_eq!(
+            b.snapshot(at).normal_failure_rate,
+            Some(now),
+            "after {after}"
+        );
+    };
+
+    trip(&mut b, t);
+    check(&b, t, "an open");
+    let after = t + secs(15);
+    call(&mut b, after, ms(20), Outcome::Success).unwrap();
+    call(&mut b, after + ms(20), ms(20), Outcome::Success).unwrap();
+    let closed = after + ms(40);
+    assert_eq!(b.state(closed), State::Closed);
+    check(&b, closed, "a close");
+    b.isolate(closed, &mut |_| {});
+    b.reset(closed + secs(1), &mut |_| {});
+    assert_eq!(b.state(closed + secs(1)), State::Closed);
+    check(&b, closed + secs(1), "a reset");
+}
+
+#[test]
+fn every_kind_of_event_carries_the_breakers_name() {
+    use std::collections::BTreeSet;
+    use stormguard_core::{
+        Backoff, Budget, BudgetSettings, Call, CallSettings, Jitter, Parts, Step,
+    };
+    // The budget has a name of its own: a refusal or hedge is still told under the breaker's.
+    let mut p = Parts {
+        breaker: Breaker::new(ramped()),
+        budget: Budget::new(BudgetSettings::defaults("client-wide")),
+    };
+    let settings = CallSettings::builder()
+        .hedging(true)
+        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
+        .build()
+        .unwrap();
+    let mut seen = BTreeSet::new();
+    let mut sink = |e: Event<'_>| {
+        assert_eq!(e.name(), &"search", "{e:?}");
+        seen.insert(e.kind());
+    };
+
+    // A learned baseline, so that a slow attempt can be hedged.
+    let mut now = Instant::from_secs(1);
+    for _ in 0..40 {
+        let permit = p.breaker.try_acquire_with(now, None, &mut sink).unwrap();
+        now += ms(10);
+        p.breaker
+            .on_outcome(now, permit, Outcome::Success, &mut sink);
+    }
+
+    // Hedged: the first attempt is still running at the learned p95.
+    let mut c = Call::begin(&settings, now);
+    let Step::Attempt(first) = c.poll(&mut p, now, &mut sink) else {
+        panic!("expected an attempt")
+    };
+    let at = now + c.hedge_delay(&p, now).unwrap();
+    let hedge = c.hedge(&mut p, at, &mut sink).unwrap();
+    c.complete(&mut p, hedge, at + ms(10), Outcome::Success, &mut sink);
+    c.complete(&mut p, first, at + ms(11), Outcome::Cancelled, &mut sink);
+    now = at + ms(11);
+
+    // Retry: the first attempt fails, the second succeeds.
+    let mut c = Call::begin(&settings, now);
+    loop {
+        match c.poll(&mut p, now, &mut sink) {
+            Step::Attempt(permit) => {
+                let outcome = if c.attempts() == 1 {
+                    Outcome::Transient
+                } else {
+                    Outcome::Success
+                };
+                now += ms(10);
+                c.complete(&mut p, permit, now, outcome, &mut sink);
+            }
+            Step::Wait(d) => now += d,
+            Step::Done(f) => {
+                assert_eq!(f, stormguard_core::Finished::Succeeded);
+                break;
+            }
+            Step::Reject(r) => panic!("{r:?}"),
+        }
+    }
+
+    // State changes: closed to open.
+    for _ in 0..5 {
+        let permit = p.breaker.try_acquire_with(now, None, &mut sink).unwrap();
+        p.breaker
+            .on_outcome(now, permit, Outcome::Transient, &mut sink);
+    }
+    assert_eq!(p.breaker.state(now), State::Open);
+
+    // Rejected: a call while open.
+    let mut c = Call::begin(&settings, now);
+    let Step::Reject(r) = c.poll(&mut p, now, &mut sink) else {
+        panic!("expected a rejection")
+    };
+    assert_eq!(r.reason, RefusalReason::BreakerOpen);
+
+    // Probe started, and reclaimed once it outlives its attempt timeout.
+    let after = now + secs(15);
+    let lost = p
+        .breaker
+        .try_acquire_with(after, Some(secs(1)), &mut sink)
+        .unwrap();
+    drop(lost);
+    let probe = p
+        .breaker
+        .try_acquire_with(after + secs(1), Some(secs(1)), &mut sink)
+        .unwrap();
+    p.breaker
+        .on_outcome(after + secs(1) + ms(10), probe, Outcome::Success, &mut sink);
+
+    // Ramp step: the second probe success starts the ramp.
+    let t = after + secs(2);
+    let probe = p.breaker.try_acquire_with(t, None, &mut sink).unwrap();
+    p.breaker
+        .on_outcome(t + ms(10), probe, Outcome::Success, &mut sink);
+    assert_eq!(p.breaker.state(t + ms(10)), State::Recovering);
+
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        [
+            "hedged",
+            "probe_started",
+            "probes_reclaimed",
+            "ramp_step",
+            "rejected",
+            "retry",
+            "state_changed"
+        ]
+    );
+}
