@@ -1002,3 +1002,179 @@ fn the_measured_ceiling_never_cuts_a_fast_operation_below_10ms() {
     assert_eq!(call.attempt_deadline(), Some(now + ms(10)));
     call.complete(&mut p, permit, now + ms(1), Outcome::Success, &mut |_| {});
 }
+
+// ---------------------------------------------------------------------------------------------
+// Settings and the rejection's figures
+
+#[test]
+fn every_invalid_call_setting_is_a_typed_error() {
+    use stormguard_core::{Bound, Field, SettingsError};
+    let b = CallSettings::builder;
+    let one_ns = Bound::AtLeastDuration(Duration::from_nanos(1));
+    let cases = [
+        (b().max_attempts(0), Field::MaxAttempts, Bound::AtLeast(1)),
+        (b().deadline(Some(Duration::ZERO)), Field::Deadline, one_ns),
+        (
+            b().attempt_timeout(Some(Duration::ZERO)),
+            Field::AttemptTimeout,
+            one_ns,
+        ),
+        // The worker preset, derived from, is checked the same way.
+        (
+            CallSettings::worker().to_builder().max_attempts(0),
+            Field::MaxAttempts,
+            Bound::AtLeast(1),
+        ),
+    ];
+    for (builder, field, bound) in cases {
+        assert_eq!(builder.build(), Err(SettingsError { field, bound }));
+    }
+    assert_eq!(
+        b().max_attempts(0).build().unwrap_err().to_string(),
+        "`max_attempts` must be at least 1"
+    );
+    assert_eq!(
+        b().deadline(Some(Duration::ZERO))
+            .build()
+            .unwrap_err()
+            .to_string(),
+        "`deadline` must be at least 1ns"
+    );
+    // Each bound's edge is valid, and so is no deadline or attempt timeout at all.
+    let edge = b()
+        .max_attempts(1)
+        .deadline(Some(Duration::from_nanos(1)))
+        .attempt_timeout(Some(Duration::from_nanos(1)))
+        .build()
+        .unwrap();
+    assert_eq!(edge.max_attempts(), 1);
+    let unbounded = b().deadline(None).attempt_timeout(None).build().unwrap();
+    assert_eq!(
+        (unbounded.deadline(), unbounded.attempt_timeout()),
+        (None, None)
+    );
+}
+
+#[test]
+fn the_default_call_settings_match_the_design() {
+    let d = CallSettings::DEFAULT;
+    assert_eq!(d.max_attempts(), 3, "2 retries");
+    assert_eq!(d.deadline(), Some(secs(30)));
+    assert_eq!(d.attempt_timeout(), Some(secs(10)));
+    assert!(d.measured_ceiling());
+    assert!(!d.hedging());
+    let backoff = d.backoff();
+    assert_eq!(*backoff, Backoff::DEFAULT);
+    assert_eq!(backoff.base(), ms(100));
+    assert_eq!(backoff.throttled_base(), secs(1));
+    assert_eq!(backoff.factor(), stormguard_core::Multiple::whole(2));
+    assert_eq!(backoff.cap(), secs(30));
+    assert_eq!(backoff.jitter(), Jitter::Full);
+    assert_eq!(CallSettings::builder().build(), Ok(d));
+    assert_eq!(CallSettings::default(), d);
+    assert_eq!(GUARD_PAUSE, ms(100));
+}
+
+/// A breaker opened at 1 s for an unjittered 15 s break, behind nothing else.
+fn opened_at_one_second() -> Parts<Breaker, Unlimited> {
+    let mut b = Breaker::new(
+        BreakerSettings::builder("payments")
+            .jitter(false)
+            .build()
+            .unwrap(),
+    );
+    for _ in 0..5 {
+        let p = b.try_acquire(Instant::from_secs(1)).unwrap();
+        b.on_outcome(Instant::from_secs(1), p, Outcome::Transient, &mut |_| {});
+    }
+    Parts {
+        breaker: b,
+        budget: Unlimited,
+    }
+}
+
+/// The first poll of a call begun at `at` with `settings` and `deadline`: a rejection, and the
+/// `retry_after` its event announced.
+fn rejected(
+    p: &mut Parts<Breaker, Unlimited>,
+    settings: &CallSettings,
+    at: Instant,
+    deadline: Option<Instant>,
+) -> (Rejection, Option<Duration>) {
+    let mut call = Call::begin(settings, at);
+    if let Some(d) = deadline {
+        call = call.with_deadline(d);
+    }
+    let mut announced = None;
+    let Step::Reject(r) = call.poll(p, at, &mut |e| {
+        if let Event::Rejected { retry_after, .. } = e {
+            announced = Some(retry_after);
+        }
+    }) else {
+        panic!("expected a rejection")
+    };
+    (r, announced)
+}
+
+#[test]
+fn an_open_breakers_retry_after_is_the_remaining_break_less_the_pause_never_below_zero() {
+    let mut p = opened_at_one_second();
+    let no_deadline = CallSettings::builder().deadline(None).build().unwrap();
+
+    // 14 s of the break left, 40 ms of the deadline: a 40 ms pause, and the rest of the break
+    // counted from its end.
+    let t = Instant::from_secs(2);
+    let (r, announced) = rejected(&mut p, &CallSettings::DEFAULT, t, Some(t + ms(40)));
+    assert_eq!((r.reason, r.pause), (RefusalReason::BreakerOpen, ms(40)));
+    assert_eq!(r.retry_after, secs(14) - ms(40));
+    assert_eq!(announced, Some(r.retry_after));
+
+    // 30 ms of the break left, shorter than the full pause: the dependency may be asked again
+    // as soon as the refusal is reported.
+    let t = Instant::from_secs(16) - ms(30);
+    let (r, announced) = rejected(&mut p, &no_deadline, t, None);
+    assert_eq!((r.pause, r.retry_after), (GUARD_PAUSE, Duration::ZERO));
+    assert_eq!(announced, Some(Duration::ZERO));
+    // ... and shorter than a pause the deadline caps at 40 ms.
+    let (r, _) = rejected(&mut p, &CallSettings::DEFAULT, t, Some(t + ms(40)));
+    assert_eq!((r.pause, r.retry_after), (ms(40), Duration::ZERO));
+    // Exactly as long as the pause: zero too.
+    let t = Instant::from_secs(16) - GUARD_PAUSE;
+    let (r, _) = rejected(&mut p, &no_deadline, t, None);
+    assert_eq!((r.pause, r.retry_after), (GUARD_PAUSE, Duration::ZERO));
+}
+
+#[test]
+fn an_empty_budgets_retry_after_is_the_floors_accrual_time_less_the_pause() {
+    let settings = BudgetSettings::defaults("payments");
+    let mut p = Parts {
+        breaker: Unguarded(Name::new("payments")),
+        budget: Budget::new(settings),
+    };
+    let now = Instant::from_secs(1);
+    while p.budget.try_withdraw(now).is_ok() {}
+    assert_eq!(p.budget.available(now), 0);
+    // One token at the floor rate (3 per second), rounded up to the millisecond: 334 ms.
+    let floor_milli = u64::from(settings.floor_per_second_milli());
+    let accrual = ms(1_000_000_u64.div_ceil(floor_milli));
+    assert_eq!(accrual, ms(334));
+
+    let mut call = Call::begin(&no_jitter(), now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!("a first attempt needs no budget")
+    };
+    let mut announced = None;
+    call.complete(&mut p, permit, now, Outcome::Transient, &mut |e| {
+        if let Event::Rejected { retry_after, .. } = e {
+            announced = Some(retry_after);
+        }
+    });
+    let Step::Reject(r) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!("expected the budget's rejection")
+    };
+    assert_eq!(r.reason, RefusalReason::BudgetExhausted);
+    assert_eq!(r.pause, GUARD_PAUSE);
+    assert_eq!(r.retry_after, accrual - GUARD_PAUSE);
+    assert_eq!(r.retry_after, ms(234));
+    assert_eq!(announced, Some(r.retry_after));
+}
