@@ -320,22 +320,7 @@ fn retries_are_refused_while_the_breaker_is_open_with_the_last_error() {
 
 #[test]
 fn the_guarded_pause_is_100ms_capped_by_the_deadline() {
-    let open = || {
-        let mut b = Breaker::new(
-            BreakerSettings::builder("payments")
-                .jitter(false)
-                .build()
-                .unwrap(),
-        );
-        for _ in 0..5 {
-            let p = b.try_acquire(Instant::from_secs(1)).unwrap();
-            b.on_outcome(Instant::from_secs(1), p, Outcome::Transient, &mut |_| {});
-        }
-        Parts {
-            breaker: b,
-            budget: Unlimited,
-        }
-    };
+    let open = opened_at_one_second;
     let t = Instant::from_secs(2);
 
     // No deadline: the full 100 ms, and retry_after counts from its end.
