@@ -136,9 +136,11 @@ pub(crate) enum Kind {
 ///
 /// A permit is one word: the grant instant's low 54 bits of nanoseconds, the period and the kind.
 /// Latency is therefore measured modulo 2^54 ns, exact for any attempt shorter than 104 days.
-/// The period is kept modulo 256: a permit held while the breaker changes period exactly 256
-/// times (128 opens and closes, each open at least its break long) would decide again. An
-/// attempt timeout, or a drop guard, keeps any permit far shorter than that.
+/// The period is kept modulo 256. A new period starts at every open, the end of every break,
+/// every close, the start of a ramp, every reclaim of lost probes, and at `isolate` and `reset`;
+/// a permit held across exactly a multiple of 256 of them would decide again. A flapping breaker
+/// spends two of them per break, so at the defaults (breaks of at least 7.5 s) that takes over a
+/// quarter of an hour; an attempt timeout keeps a permit far shorter.
 #[must_use = "a permit must be handed back with on_outcome (or release)"]
 #[derive(Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

@@ -14,7 +14,7 @@
 //! rate = 25             # calls per second per client (open loop, Poisson)
 //! # arrivals = "bursty"  # or open loop in bursts: peak = 4 (x the mean), share = 0.1 (of
 //! #                      #   the time), burst = "1s" (mean length); the mean stays `rate`
-//! # arrivals = "polling" # or a loop that calls again as soon as a call returns
+//! # arrivals = "polling" # or a loop that calls again as soon as a call returns (no `rate`)
 //!
 //! [dependency]
 //! p50 = "20ms"
@@ -47,6 +47,10 @@ use stormguard_core::{
 
 use crate::model::{Dependency, Impairment};
 use crate::scenario::{Arrivals, Layer, Scenario, Strategy, DEPENDENCY};
+
+/// The most calls per second a client may make (in a burst too): far beyond any real client, and
+/// low enough that the simulator's nanosecond clock always moves between two arrivals.
+const MAX_RATE: f64 = 1e6;
 
 /// What is wrong with a scenario file, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -275,49 +279,56 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
         if !(rate > 0.0 && rate.is_finite()) {
             return Err(err("load.rate", format!("{rate} is not a positive rate")));
         }
+        if rate > MAX_RATE {
+            return Err(err(
+                "load.rate",
+                format!("{rate} is more than {MAX_RATE} calls per second per client"),
+            ));
+        }
         Ok(rate)
     };
     let kind = file.load.arrivals.as_deref().unwrap_or("poisson");
-    // A setting of another kind of arrivals is a mistake, not something to ignore.
-    let given = [
-        ("rate", file.load.rate.is_some(), kind != "polling"),
-        ("peak", file.load.peak.is_some(), kind == "bursty"),
-        ("share", file.load.share.is_some(), kind == "bursty"),
-        ("burst", file.load.burst.is_some(), kind == "bursty"),
-        ("think", file.load.think.is_some(), kind == "polling"),
-    ];
-    if let Some((field, ..)) = given.iter().find(|(_, set, taken)| *set && !taken) {
-        return Err(err(
-            format!("load.{field}"),
-            format!("{kind:?} arrivals do not take it"),
-        ));
-    }
     let arrivals = match kind {
         "poisson" => Arrivals::Poisson { rate: open_rate()? },
         "bursty" => {
             let rate = open_rate()?;
             let share = file.load.share.unwrap_or(0.1);
-            if !(share > 0.0 && share < 1.0) {
+            if !(0.001..=0.999).contains(&share) {
                 return Err(err(
                     "load.share",
-                    format!("{share} is not a share of the time strictly between 0 and 1"),
+                    format!("{share} is not a share of the time from 0.001 to 0.999"),
                 ));
             }
             let peak = file.load.peak.unwrap_or(4.0);
-            if !(peak > 1.0 && peak * share <= 1.0) {
+            if peak.is_nan() || peak <= 1.0 {
+                return Err(err(
+                    "load.peak",
+                    format!("{peak} is not above 1: a burst is busier than the mean"),
+                ));
+            }
+            if peak * share > 1.0 {
                 return Err(err(
                     "load.peak",
                     format!(
-                        "{peak} is not a peak above 1 and at most 1 / share ({}): bursts \
-                         would carry more than the mean rate",
+                        "{peak} is more than 1 / share ({}): the bursts alone would carry more \
+                         than the mean rate",
                         1.0 / share
+                    ),
+                ));
+            }
+            if rate * peak > MAX_RATE {
+                return Err(err(
+                    "load.peak",
+                    format!(
+                        "bursts of {} calls per second per client are more than {MAX_RATE}",
+                        rate * peak
                     ),
                 ));
             }
             let burst = opt_duration("load.burst", file.load.burst.as_ref())?
                 .unwrap_or(Duration::from_secs(1));
-            if burst.is_zero() {
-                return Err(err("load.burst", "must be above zero"));
+            if burst < Duration::from_millis(1) {
+                return Err(err("load.burst", "must be at least 1ms"));
             }
             Arrivals::Bursty {
                 rate,
@@ -338,6 +349,20 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
             ))
         }
     };
+    // A setting of another kind of arrivals is a mistake, not something to ignore.
+    let given = [
+        ("rate", file.load.rate.is_some(), kind != "polling"),
+        ("peak", file.load.peak.is_some(), kind == "bursty"),
+        ("share", file.load.share.is_some(), kind == "bursty"),
+        ("burst", file.load.burst.is_some(), kind == "bursty"),
+        ("think", file.load.think.is_some(), kind == "polling"),
+    ];
+    if let Some((field, ..)) = given.iter().find(|(_, set, taken)| *set && !taken) {
+        return Err(err(
+            format!("load.{field}"),
+            format!("{kind:?} arrivals do not take it"),
+        ));
+    }
     let d = &file.dependency;
     let p50 = parse_duration("dependency.p50", &d.p50)?;
     let p99 = parse_duration("dependency.p99", &d.p99)?;

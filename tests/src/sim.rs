@@ -360,8 +360,9 @@ impl Sim<'_> {
     /// Draws how long a bursty client's current phase lasts from `t`.
     fn next_phase(&mut self, c: u32, t: u64) {
         if let Arrivals::Bursty { share, burst, .. } = self.scenario.arrivals {
+            // A share near 0 or 1 makes a phase's mean huge (the cast saturates) or tiny (a phase
+            // lasts at least 1 ns): never a loop without progress.
             let burst_ns = burst.as_nanos() as f64;
-            let share = share.clamp(1e-6, 1.0 - 1e-6);
             let client = &mut self.clients[c as usize];
             let mean = if client.bursting {
                 burst_ns

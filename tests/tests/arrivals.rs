@@ -67,9 +67,11 @@ fn bursty_arrivals_keep_the_mean_rate_and_come_in_bursts() {
         peak(&bursts)
     );
     // The mean: the calm level, rate (1 - 0.1 x 4) / 0.9 = 2/3 of it, fills the rest of the
-    // time. Each client's burst share varies around 0.1 by about 0.0246 over 60 cycles of 20 s;
-    // over 20 clients, 0.0055, so the calls by 3.33 x 0.0055 = 1.8%: within 4 of those.
-    assert!((bursts.calls as f64 / expected - 1.0).abs() < 0.073);
+    // time. A cycle is a 1 s burst and 9 s of calm on average: 120 cycles per client, over
+    // which its burst share varies around 0.1 by about 0.0117 (both lengths exponential); over
+    // 20 clients, 0.0026. The calls move by (4 - 2/3) x 0.0026 = 0.87% per unit of that: within
+    // 4 of those, 3.5%.
+    assert!((bursts.calls as f64 / expected - 1.0).abs() < 0.035);
     // Poisson counts: dispersion 1, estimated from 1200 seconds (standard error 0.04).
     assert!((dp - 1.0).abs() < 0.2, "{dp}");
     // Bursts: each client's rate is 4 x 50 = 200 for 10% of the time and 33.3 otherwise, a

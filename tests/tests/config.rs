@@ -78,7 +78,7 @@ fn with(replace: &str, by: &str) -> String {
 
 #[test]
 fn a_bad_scenario_file_says_what_is_wrong_and_where() {
-    let cases: [(&str, &str, &str); 15] = [
+    let cases: [(&str, &str, &str); 19] = [
         (
             "p99 = \"200ms\"",
             "p99 = \"10ms\"",
@@ -127,12 +127,12 @@ fn a_bad_scenario_file_says_what_is_wrong_and_where() {
         (
             "rate = 20",
             "rate = 20\narrivals = \"bursty\"\npeak = 12",
-            "load.peak: 12 is not a peak above 1 and at most 1 / share (10)",
+            "load.peak: 12 is more than 1 / share (10)",
         ),
         (
             "rate = 20",
             "rate = 20\narrivals = \"bursty\"\nshare = 1",
-            "load.share: 1 is not a share of the time strictly between 0 and 1",
+            "load.share: 1 is not a share of the time from 0.001 to 0.999",
         ),
         (
             "rate = 20",
@@ -143,6 +143,26 @@ fn a_bad_scenario_file_says_what_is_wrong_and_where() {
             "rate = 20",
             "arrivals = \"polling\"\nrate = 20",
             "load.rate: \"polling\" arrivals do not take it",
+        ),
+        (
+            "rate = 20",
+            "rate = 20\narrivals = \"bursty\"\nburst = \"1ns\"",
+            "load.burst: must be at least 1ms",
+        ),
+        (
+            "rate = 20",
+            "rate = 20\narrivals = \"bursty\"\npeak = 1",
+            "load.peak: 1 is not above 1",
+        ),
+        (
+            "rate = 20",
+            "rate = 2000000",
+            "load.rate: 2000000 is more than 1000000 calls per second per client",
+        ),
+        (
+            "rate = 20",
+            "rate = 20\narrivals = \"flash-crowd\"\npeak = 3",
+            "load.arrivals: unknown arrivals \"flash-crowd\"",
         ),
         // 2^32 + 3: refused for its size, never read as 3.
         (
