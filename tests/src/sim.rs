@@ -304,7 +304,6 @@ impl Sim<'_> {
                 // phase's remaining length drawn afresh (the lengths are memoryless).
                 let client = &mut self.clients[c as usize];
                 client.bursting = open01(&mut client.arrivals) < share;
-                client.phase_until = 0;
                 self.next_phase(c, 0);
             }
             let first = match self.scenario.arrivals {

@@ -406,3 +406,17 @@ fn list_names_every_built_in_scenario_and_strategy() {
         Strategy::BUILTIN
     );
 }
+
+#[test]
+fn explain_describes_every_strategy_of_a_file_without_running_it() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/example.toml");
+    let text = stdout_of(&["--scenario", file, "--explain"]);
+    for strategy in ["retry-x3", "retry-x3+breaker+budget", "ours"] {
+        assert!(
+            text.lines().any(|l| l == format!("-- strategy {strategy}")),
+            "{strategy} missing:\n{text}"
+        );
+    }
+    // Explaining runs nothing: no result table.
+    assert!(!text.contains("availability"), "{text}");
+}

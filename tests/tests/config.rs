@@ -236,22 +236,3 @@ fn a_scenario_files_strategies_explain_themselves() {
         "{bare}"
     );
 }
-
-#[test]
-fn storm_explain_describes_every_strategy_of_a_file_without_running_it() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_storm"))
-        .args(["--scenario", "scenarios/example.toml", "--explain"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout).unwrap();
-    for strategy in ["retry-x3", "retry-x3+breaker+budget", "ours"] {
-        assert!(
-            text.lines().any(|l| l == format!("-- strategy {strategy}")),
-            "{strategy} missing:\n{text}"
-        );
-    }
-    // Explaining runs nothing: no result table.
-    assert!(!text.contains("availability"), "{text}");
-}
