@@ -392,16 +392,27 @@ pub(crate) struct Ramp {
     pub(crate) credit: u16,
     /// Fast admitted calls in a row since the last evidence step.
     pub(crate) streak: u16,
+    /// Counted outcomes of the calls the ramp admitted (halved with `failures` when full).
+    pub(crate) outcomes: u16,
+    /// Failures among them.
+    pub(crate) failures: u16,
 }
 
 impl Ramp {
     /// The ramp outside `Recovering`: never read for a decision.
-    pub(crate) const IDLE: Ramp = Ramp {
-        tag: 0,
-        cap: RAMP_ONE,
-        credit: 0,
-        streak: 0,
-    };
+    pub(crate) const IDLE: Ramp = Ramp::fresh(0);
+
+    /// A ramp just begun in period `epoch`: full evidence cap, no credit, nothing counted.
+    const fn fresh(epoch: u8) -> Ramp {
+        Ramp {
+            tag: epoch,
+            cap: RAMP_ONE,
+            credit: 0,
+            streak: 0,
+            outcomes: 0,
+            failures: 0,
+        }
+    }
 
     /// The ramp of period `epoch`, read from its stored word.
     pub(crate) const fn current(w: u64, epoch: u8) -> Ramp {
@@ -409,30 +420,59 @@ impl Ramp {
         if r.tag == epoch {
             r
         } else {
-            Ramp {
-                tag: epoch,
-                cap: RAMP_ONE,
-                credit: 0,
-                streak: 0,
-            }
+            Ramp::fresh(epoch)
         }
     }
 
+    /// The ramp word: 8 bits of tag, 10 of cap (at most 1000), 11 of credit (below 2000), 10 of
+    /// streak (at most [`MAX_COUNT`]), 14 of outcomes and 11 of failures.
     pub(crate) const fn pack(self) -> u64 {
         put(self.tag as u64, 0, 8)
-            | put(self.cap as u64, 8, 16)
-            | put(self.credit as u64, 24, 16)
-            | put(self.streak as u64, 40, 16)
+            | put(self.cap as u64, 8, 10)
+            | put(self.credit as u64, 18, 11)
+            | put(self.streak as u64, 29, 10)
+            | put(self.outcomes as u64, 39, 14)
+            | put(self.failures as u64, 53, 11)
     }
 
     pub(crate) const fn unpack(w: u64) -> Ramp {
+        // Each field was masked to its width, so the narrowing casts are exact.
         Ramp {
             tag: field(w, 0, 8) as u8,
-            cap: field(w, 8, 16) as u16,
-            credit: field(w, 24, 16) as u16,
-            streak: field(w, 40, 16) as u16,
+            cap: field(w, 8, 10) as u16,
+            credit: field(w, 18, 11) as u16,
+            streak: field(w, 29, 10) as u16,
+            outcomes: field(w, 39, 14) as u16,
+            failures: field(w, 53, 11) as u16,
         }
     }
+
+    /// Counts one admitted call's outcome. When either count is full both are halved, which
+    /// keeps their ratio: the ramp then weighs its recent calls more.
+    const fn tally(&mut self, failure: bool) {
+        if self.outcomes >= RAMP_MAX_OUTCOMES || self.failures >= RAMP_MAX_FAILURES {
+            self.outcomes /= 2;
+            self.failures /= 2;
+        }
+        self.outcomes = self.outcomes.saturating_add(1);
+        if failure {
+            self.failures = self.failures.saturating_add(1);
+        }
+    }
+}
+
+/// The most outcomes the ramp word counts (14 bits) before halving.
+const RAMP_MAX_OUTCOMES: u16 = (1 << 14) - 1;
+/// The most failures the ramp word counts (11 bits) before halving.
+const RAMP_MAX_FAILURES: u16 = (1 << 11) - 1;
+
+/// What one outcome of a call the ramp admitted tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RampSample {
+    /// A transient failure (a timeout included).
+    pub(crate) failure: bool,
+    /// Slow: at or above the slow-call threshold, or timed out.
+    pub(crate) slow: bool,
 }
 
 /// The phase's bits in the packed control word.
@@ -787,8 +827,9 @@ pub(crate) fn open_remaining(
 }
 
 /// What one outcome means for the control state. `slow` is the reading of the latency against
-/// the slow-call threshold; `readings` are the statistics after recording it. Returns
-/// `Some(slow)` when the outcome is evidence for the recovery ramp ([`ramp_evidence`]).
+/// the slow-call threshold; `readings` are the statistics after recording it. Returns the
+/// sample when the outcome is evidence for the recovery ramp ([`ramp_evidence`],
+/// [`ramp_failures_reopen`]).
 #[allow(clippy::too_many_arguments)] // one pure rule, spelled out: every input is needed
 pub(crate) fn complete<M: Measure>(
     c: &mut Control,
@@ -801,7 +842,7 @@ pub(crate) fn complete<M: Measure>(
     slow: bool,
     readings: Option<&Readings>,
     n: &mut Notes,
-) -> Option<bool> {
+) -> Option<RampSample> {
     if permit.kind() == Kind::Unguarded || permit.period() != c.epoch {
         // A permit from an earlier period decides nothing.
         return None;
@@ -812,7 +853,9 @@ pub(crate) fn complete<M: Measure>(
                 c.count = 0;
             } else if outcome.is_failure() {
                 c.count = c.count.saturating_add(1).min(MAX_COUNT);
-                if c.count >= s.consecutive_failures() {
+                if c.count >= s.consecutive_failures()
+                    && c.count >= consecutive_needed::<M>(s, readings, c.count)
+                {
                     open::<M>(c, r, s, seed, now, TripReason::ConsecutiveFailures, n);
                     return None;
                 }
@@ -847,29 +890,29 @@ pub(crate) fn complete<M: Measure>(
             }
             None
         }
-        (Phase::Recovering, Kind::Ramp) if M::KEEPS => {
-            if outcome.is_failure() {
-                // One real failure withdraws the ramp, with the grown break.
-                c.count = 1;
-                open::<M>(c, r, s, seed, now, TripReason::RampFailure, n);
-                None
-            } else if outcome.is_success() {
-                Some(slow)
-            } else {
-                None
-            }
-        }
+        // Whether a failure withdraws the ramp depends on the ramp's own counts, which live in
+        // the ramp word: judged by `ramp_failures_reopen` once the sample is counted there.
+        (Phase::Recovering, Kind::Ramp) if M::KEEPS && outcome.is_counted() => Some(RampSample {
+            failure: outcome.is_failure(),
+            slow,
+        }),
         _ => None,
     }
 }
 
 /// The ramp's evidence term: a slow admitted call halves the cap on the spot (never below 5%);
-/// `probe successes` fast ones in a row raise it by 5% (up to 1). Returns whether it moved.
-pub(crate) fn ramp_evidence(r: &mut Ramp, slow: bool, s: &BreakerSettings) -> bool {
-    if slow {
+/// `probe successes` fast successes in a row raise it by 5% (up to 1); a failure ends the
+/// streak. Every sample is counted for [`ramp_failures_reopen`]. Returns whether the cap moved.
+pub(crate) fn ramp_evidence(r: &mut Ramp, sample: RampSample, s: &BreakerSettings) -> bool {
+    r.tally(sample.failure);
+    if sample.slow {
         r.cap = (r.cap / 2).max(RAMP_INITIAL);
         r.streak = 0;
         return true;
+    }
+    if sample.failure {
+        r.streak = 0;
+        return false;
     }
     r.streak = r.streak.saturating_add(1).min(MAX_COUNT);
     if r.streak >= s.probe_successes() {
@@ -878,6 +921,45 @@ pub(crate) fn ramp_evidence(r: &mut Ramp, slow: bool, s: &BreakerSettings) -> bo
         return true;
     }
     false
+}
+
+/// The run of failures that trips the consecutive rule now: the configured count on a cold
+/// breaker, and once the normal failure rate is learned the run whose chance under it is
+/// within the noise bound (see [`stats::run_needed`]). The run being judged is left out of the
+/// learned rate.
+fn consecutive_needed<M: Measure>(
+    s: &BreakerSettings,
+    readings: Option<&Readings>,
+    run: u16,
+) -> u16 {
+    let learned = if M::KEEPS {
+        readings.and_then(|rd| stats::learned_failure_rate(rd, s, (u32::from(run), u32::from(run))))
+    } else {
+        None
+    };
+    stats::run_needed(s.consecutive_failures(), learned, s.noise_bound())
+}
+
+/// Whether the failures among the calls a ramp admitted withdraw it: on a cold breaker (no
+/// learned failure rate) one failure does; once the normal rate is learned, only failures beyond
+/// what it explains within the noise bound (see [`stats::beyond_noise`]). The ramp's own
+/// outcomes are left out of the learned rate.
+pub(crate) fn ramp_failures_reopen(
+    r: &Ramp,
+    s: &BreakerSettings,
+    readings: Option<&Readings>,
+) -> bool {
+    let leave_out = (u32::from(r.failures), u32::from(r.outcomes));
+    match readings.and_then(|rd| stats::learned_failure_rate(rd, s, leave_out)) {
+        None => r.failures > 0,
+        Some((f, c)) => stats::beyond_noise(
+            u32::from(r.outcomes),
+            u32::from(r.failures),
+            f,
+            c,
+            s.noise_bound(),
+        ),
+    }
 }
 
 /// Gives a probe slot back without an outcome (the caller's attempt was cancelled).
@@ -899,6 +981,11 @@ pub struct Snapshot {
     /// Transient failures in a row, with no success in between: counted while closed, held
     /// while open and half-open (a failed probe adds one), zero again after a success.
     pub consecutive_failures: u16,
+    /// The run of consecutive failures that trips the breaker now: the configured count on a
+    /// cold breaker; once the normal failure rate is learned, the run whose chance under it is
+    /// within the noise bound (never below the configured count). See
+    /// [`BreakerSettingsBuilder::noise_bound`](crate::BreakerSettingsBuilder::noise_bound).
+    pub consecutive_to_trip: u16,
     /// Probes in flight while half-open.
     pub probes_in_flight: u8,
     /// Consecutive opens without a close (the break's exponent).
@@ -1331,7 +1418,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 && self
                     .stats
                     .slow_threshold(now, s)
-                    .is_none_or(|t| latency <= t)
+                    .is_none_or(|t| latency < t)
             {
                 self.stats.record_fast_success(now, s, latency);
                 return;
@@ -1368,7 +1455,8 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         } else {
             None
         };
-        let slow = matches!(outcome, Outcome::TimedOut) || threshold.is_some_and(|t| latency > t);
+        // Slow at or above the threshold.
+        let slow = matches!(outcome, Outcome::TimedOut) || threshold.is_some_and(|t| latency >= t);
         let mut readings = None;
         if keeps {
             let closed = current && at_outcome.phase == Phase::Closed;
@@ -1386,7 +1474,13 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             self.stats.record(now, s, sample);
             // The ratios are judged when evidence against the dependency arrives: a failure or
             // a slow call (a fast success can only lower them).
-            if closed && (outcome.is_failure() || (slow && outcome.is_counted())) {
+            // A ramp's failure is judged against the learned failure rate too.
+            let ramp_failure = current
+                && at_outcome.phase == Phase::Recovering
+                && permit.kind() == Kind::Ramp
+                && outcome.is_failure();
+            if (closed && (outcome.is_failure() || (slow && outcome.is_counted()))) || ramp_failure
+            {
                 readings = Some(self.stats.readings(now, s));
             }
         }
@@ -1418,19 +1512,54 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 continue;
             }
             self.commit_mark(&c0, &c);
-            if let Some(slow) = evidence {
+            if let Some(sample) = evidence {
                 let (old, new) = self.ramp.update(|w| {
                     let mut r = Ramp::current(w, c.epoch);
-                    ramp_evidence(&mut r, slow, s);
+                    ramp_evidence(&mut r, sample, s);
                     r.pack()
                 });
-                n.ramp_step = Ramp::current(old, c.epoch).cap != Ramp::unpack(new).cap;
+                let counted = Ramp::unpack(new);
+                n.ramp_step = Ramp::current(old, c.epoch).cap != counted.cap;
+                if sample.failure && ramp_failures_reopen(&counted, s, readings.as_ref()) {
+                    self.withdraw_ramp(now, c.epoch, &mut n);
+                }
                 self.realise(now, &mut n);
             }
             break n;
         };
         self.clear_decided_window(now, &n);
         self.emit(&n, now, events);
+    }
+
+    /// Re-opens a ramp whose failures are beyond the dependency's noise, with the grown break,
+    /// if the breaker is still recovering in period `epoch` (another outcome may have settled
+    /// it meanwhile).
+    fn withdraw_ramp(&self, now: Instant, epoch: u8, n: &mut Notes) {
+        loop {
+            let (raw, c0, r) = self.load();
+            if c0.phase != Phase::Recovering || c0.epoch != epoch {
+                return;
+            }
+            let mut c = c0;
+            let mut step = Notes::default();
+            c.count = 1;
+            open::<M>(
+                &mut c,
+                &r,
+                self.s(),
+                self.seed,
+                now,
+                TripReason::RampFailure,
+                &mut step,
+            );
+            if self.control.cas(raw, c.pack()) {
+                self.commit_mark(&c0, &c);
+                for ch in step.changes.iter().flatten() {
+                    n.change(*ch);
+                }
+                return;
+            }
+        }
     }
 
     /// Applies the transitions time alone makes, until one sticks.
@@ -1578,11 +1707,16 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         Ok(p95)
     }
 
+    /// The learned median latency, once armed (20 successful samples): a median of fewer is
+    /// an anecdote, and the retry guard must not act on it.
     pub(crate) fn normal_latency(&self, now: Instant) -> Option<Duration> {
         if !M::KEEPS {
             return None;
         }
-        self.stats.latency(now, self.s()).0
+        match self.stats.latency(now, self.s()) {
+            (Some(median), samples) if samples >= TAIL_SAMPLES => Some(median),
+            _ => None,
+        }
     }
 
     pub(crate) fn normal_failure_rate(&self, now: Instant) -> Option<Ratio> {
@@ -1611,6 +1745,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             name: *s.name(),
             state,
             consecutive_failures: c.count,
+            consecutive_to_trip: consecutive_needed::<M>(s, Some(&readings), c.count),
             probes_in_flight: if state == State::HalfOpen {
                 c.probes
             } else {
@@ -1936,16 +2071,17 @@ mod tests {
             cap: 1000,
             credit: 1999,
             streak: 1000,
+            outcomes: RAMP_MAX_OUTCOMES,
+            failures: RAMP_MAX_FAILURES,
         };
         assert_eq!(Ramp::unpack(r.pack()), r);
+        assert_eq!(Ramp::current(r.pack(), 8), Ramp::fresh(8));
+        // A full count halves both before counting on, keeping their ratio.
+        let mut full = r;
+        full.tally(true);
         assert_eq!(
-            Ramp::current(r.pack(), 8),
-            Ramp {
-                tag: 8,
-                cap: 1000,
-                credit: 0,
-                streak: 0
-            }
+            (full.outcomes, full.failures),
+            (RAMP_MAX_OUTCOMES / 2 + 1, RAMP_MAX_FAILURES / 2 + 1)
         );
     }
 

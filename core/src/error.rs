@@ -121,6 +121,8 @@ pub enum Field {
     ProbeSuccesses,
     /// The recovery ramp's length as a share of the break just served.
     RecoveryFraction,
+    /// How unlikely failures must be under the learned normal rate before they trip.
+    NoiseBound,
     /// The recovery ramp's shortest length.
     RecoveryMin,
     /// The recovery ramp's longest length.
@@ -186,6 +188,7 @@ impl Field {
             Field::HalfOpenProbes => "half_open_probes",
             Field::ProbeSuccesses => "probe_successes",
             Field::RecoveryFraction => "recovery_fraction",
+            Field::NoiseBound => "noise_bound",
             Field::RecoveryMin => "recovery_min",
             Field::RecoveryMax => "recovery_max",
             Field::RetryFraction => "retry_fraction",

@@ -313,6 +313,11 @@ impl fmt::Display for Explain<'_> {
                     Some(r) => write!(f, ", normal failure rate {r}")?,
                     None => write!(f, ", no failure-rate baseline yet (cold)")?,
                 }
+                write!(
+                    f,
+                    ", trips after {} consecutive failures",
+                    s.consecutive_to_trip
+                )?;
                 if s.state == State::Open {
                     write!(f, ", half-open in {}", s.until_half_open)?;
                 }

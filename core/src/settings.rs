@@ -18,6 +18,13 @@ pub const MAX_COUNT: u16 = 1000;
 /// The most half-open probes that may be in flight at once (5 bits of the control word).
 pub const MAX_PROBES: u8 = 31;
 
+/// The default noise bound: a run of failures (or the failures of a recovery ramp) trips only
+/// once its chance under the learned normal failure rate is at most one in a hundred million.
+pub(crate) const DEFAULT_NOISE_BOUND: u64 = 100_000_000;
+
+/// The largest noise bound (one in 10^15): the trip arithmetic stays exact in 128 bits below it.
+pub(crate) const MAX_NOISE_BOUND: u64 = 1_000_000_000_000_000;
+
 /// See [`BreakerSettings::required_baseline`].
 const fn required_baseline(
     trip: Duration,
@@ -369,6 +376,7 @@ pub struct BreakerSettings {
     half_open_probes: u8,
     probe_successes: u16,
     recovery: Option<Recovery>,
+    noise_bound: u64,
 }
 
 /// Builds a [`BreakerSettings`]; every method is `const`, so a fully configured breaker can
@@ -393,6 +401,7 @@ pub struct BreakerSettingsBuilder {
     half_open_probes: u32,
     probe_successes: u32,
     recovery: Option<Recovery>,
+    noise_bound: u64,
 }
 
 impl BreakerSettings {
@@ -467,6 +476,7 @@ impl BreakerSettings {
         half_open_probes: 1,
         probe_successes: 2,
         recovery: None,
+        noise_bound: DEFAULT_NOISE_BOUND,
     };
 
     /// The breaker's name.
@@ -593,6 +603,14 @@ impl BreakerSettings {
         self.recovery
     }
 
+    /// The noise bound, as "one chance in this many": how unlikely a run of failures (or a
+    /// recovery ramp's failures) must be under the learned normal failure rate before it is
+    /// taken as evidence against the dependency. See [`BreakerSettingsBuilder::noise_bound`].
+    #[must_use]
+    pub const fn noise_bound(&self) -> u64 {
+        self.noise_bound
+    }
+
     /// `true` when any rule needs the trip window or baselines (so the breaker keeps them).
     #[must_use]
     pub const fn keeps_statistics(&self) -> bool {
@@ -664,6 +682,9 @@ impl BreakerSettingsBuilder {
             probe_successes: 2,
             half_open_probes: 1,
             recovery: None,
+            // One in 10^8 per outcome: at 1,000 calls a second, one false trip in about a day
+            // and a quarter from chance alone.
+            noise_bound: DEFAULT_NOISE_BOUND,
         }
     }
 
@@ -766,6 +787,21 @@ impl BreakerSettingsBuilder {
     /// served by a breaker that closed at once).
     pub const fn recovery(mut self, ramp: Option<Recovery>) -> Self {
         self.recovery = ramp;
+        self
+    }
+
+    /// How unlikely failures must be under the dependency's own noise before they count against
+    /// it, as one chance in `one_in` (default 10^8; 2..=10^15).
+    ///
+    /// A cold breaker trips after `consecutive_failures` in a row, as configured. Once it has
+    /// learned the dependency's normal failure rate `p` (100 outcomes), a run of `n` failures
+    /// trips only when `p^n` is at most `1 / one_in` (and `n` is at least the configured count):
+    /// at the default bound, a dependency normally failing 20% needs 12 in a row, 5% needs 7,
+    /// 1% needs the configured 5. The recovery ramp re-opens only when its admitted calls'
+    /// failures are that unlikely under `p`. A larger bound makes noise trips rarer and an
+    /// outage take a few calls longer to trip.
+    pub const fn noise_bound(mut self, one_in: u64) -> Self {
+        self.noise_bound = one_in;
         self
     }
 
@@ -894,6 +930,15 @@ impl BreakerSettingsBuilder {
                 return Err(e);
             }
         }
+        if self.noise_bound < 2 {
+            return Err(SettingsError::new(Field::NoiseBound, Bound::AtLeast(2)));
+        }
+        if self.noise_bound > MAX_NOISE_BOUND {
+            return Err(SettingsError::new(
+                Field::NoiseBound,
+                Bound::AtMost(MAX_NOISE_BOUND),
+            ));
+        }
         let mut settings = BreakerSettings {
             name: self.name,
             // Both checked against MAX_COUNT / MAX_PROBES above, so they fit.
@@ -921,6 +966,7 @@ impl BreakerSettingsBuilder {
             half_open_probes: self.half_open_probes as u8,
             probe_successes: self.probe_successes as u16,
             recovery: self.recovery,
+            noise_bound: self.noise_bound,
             keeps_statistics: false,
         };
         settings.keeps_statistics = settings.needs_statistics();

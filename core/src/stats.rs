@@ -4,7 +4,7 @@
 
 use crate::breaker::TripReason;
 use crate::packed::{const_unless_loom, field, put, word, words, Word};
-use crate::settings::{BreakerSettings, TRIP_BUCKETS};
+use crate::settings::{BreakerSettings, MAX_COUNT, TRIP_BUCKETS};
 use crate::time::{div_rem_u32, div_u64};
 use crate::{Duration, Instant};
 
@@ -828,7 +828,9 @@ pub(crate) fn near_trip(r: &Readings, s: &BreakerSettings) -> bool {
                 1000,
             )
             .map_or(0, |(q, _)| q);
-            let point = relative.max(u64::from(rule.floor().ppm()));
+            let point = relative
+                .min(u64::from(crate::ratio::PPM))
+                .max(u64::from(rule.floor().ppm()));
             if reached_half(point) {
                 return true;
             }
@@ -846,8 +848,9 @@ pub(crate) fn trip_reason(r: &Readings, s: &BreakerSettings) -> Option<TripReaso
     }
     let calls = u64::from(w.calls);
     let failures = u64::from(w.failures);
-    // The relative rule's trip point: max(floor, multiple x baseline), lowered by the absolute
-    // ceiling when one is set ("a measurement may tighten a constant, never loosen one").
+    // The relative rule's trip point: max(floor, min(multiple x baseline, 100%)), lowered by the
+    // absolute ceiling when one is set ("a measurement may tighten a constant, never loosen
+    // one"). Every comparison is inclusive: a window at the trip point trips.
     if let Some(ceiling) = s.failure_ratio() {
         if ceiling.reached_by(failures, calls) {
             return Some(TripReason::FailureRatio);
@@ -856,15 +859,16 @@ pub(crate) fn trip_reason(r: &Readings, s: &BreakerSettings) -> Option<TripReaso
     if let Some(rule) = s.failure_rate() {
         let armed = r.baseline_calls >= rule.arming_outcomes();
         if armed && w.failures >= rule.min_failures() && rule.floor().reached_by(failures, calls) {
-            // failures/calls > multiple * base_failures/base_calls, exactly:
-            // failures * base_calls * 1000 > multiple_milli * base_failures * calls
+            // failures/calls >= min(multiple * base_failures/base_calls, 1), exactly:
+            // failures * base_calls * 1000 >= min(multiple_milli * base_failures,
+            //                                      1000 * base_calls) * calls
             let lhs = u128::from(failures)
                 .saturating_mul(u128::from(r.baseline_calls))
                 .saturating_mul(1000);
-            let rhs = u128::from(rule.multiple().milli())
+            let point = u128::from(rule.multiple().milli())
                 .saturating_mul(u128::from(r.baseline_failures))
-                .saturating_mul(u128::from(calls));
-            if lhs > rhs {
+                .min(u128::from(r.baseline_calls).saturating_mul(1000));
+            if lhs >= point.saturating_mul(u128::from(calls)) {
                 return Some(TripReason::FailureRate);
             }
         }
@@ -875,6 +879,144 @@ pub(crate) fn trip_reason(r: &Readings, s: &BreakerSettings) -> Option<TripReaso
         return Some(TripReason::SlowCalls);
     }
     None
+}
+
+/// Outcomes the learned failure rate needs before the noise rules trust it, when the relative
+/// error-rate rule (whose arming count is used otherwise) is off.
+const FAILURE_RATE_ARMING: u32 = 100;
+
+/// The dependency's normal failure rate as the noise rules read it, `(failures, outcomes)`: every
+/// counted outcome the breaker still remembers (its trip window and its error baseline), less
+/// `leave_out` (the failures and outcomes being judged, so that the evidence does not vouch for
+/// itself). `None` until armed: fewer outcomes than the error-rate rule's arming count (100 by
+/// default) say nothing about what is normal.
+pub(crate) fn learned_failure_rate(
+    r: &Readings,
+    s: &BreakerSettings,
+    leave_out: (u32, u32),
+) -> Option<(u32, u32)> {
+    let (leave_failures, leave_calls) = leave_out;
+    let calls = r
+        .window
+        .calls
+        .saturating_add(r.baseline_calls)
+        .saturating_sub(leave_calls);
+    let failures = r
+        .window
+        .failures
+        .saturating_add(r.baseline_failures)
+        .saturating_sub(leave_failures)
+        .min(calls);
+    let arming = s
+        .failure_rate()
+        .map_or(FAILURE_RATE_ARMING, |rule| rule.arming_outcomes())
+        .max(1);
+    (calls >= arming).then_some((failures, calls))
+}
+
+/// Fixed-point scale of the noise arithmetic: 2^20, so a chance is resolved to one part in a
+/// million of the bound.
+const NOISE_SCALE_BITS: u32 = 20;
+
+/// The run of failures that trips the consecutive rule: the configured count on a cold breaker
+/// (`learned` is `None`); once the normal failure rate `p = f / c` is learned, the shortest run
+/// `n` with `p^n <= 1 / one_in`, never below the configured count and at most [`MAX_COUNT`].
+pub(crate) fn run_needed(configured: u16, learned: Option<(u32, u32)>, one_in: u64) -> u16 {
+    let Some((f, c)) = learned else {
+        return configured;
+    };
+    if f == 0 || c == 0 {
+        return configured;
+    }
+    if f >= c {
+        return MAX_COUNT;
+    }
+    // one_in * (f/c)^n <= 1, walked down in fixed point, rounding up so that a run is never
+    // judged rarer than it is. one_in <= 10^15 < 2^50, so acc < 2^70 and acc * f < 2^102.
+    let one: u128 = 1 << NOISE_SCALE_BITS;
+    let mut acc = u128::from(one_in) << NOISE_SCALE_BITS;
+    let mut n: u16 = 0;
+    while acc > one && n < MAX_COUNT {
+        acc = acc.saturating_mul(u128::from(f)).div_ceil(u128::from(c));
+        n = n.saturating_add(1);
+    }
+    n.max(configured)
+}
+
+/// Whether `k` failures among `n` outcomes are beyond what a normal failure rate of `f / c`
+/// explains: the chance of `k` or more under that rate (a binomial tail) is at most `1 / one_in`.
+/// With a normal rate of zero, one failure is beyond it; with `k` at or below the expected
+/// count, nothing is.
+///
+/// Integer arithmetic: the binomial terms are walked out from the most likely count, scaled so
+/// that it weighs 2^64, until they vanish (below 2^-64 of it) or run out; the tail and the total
+/// are compared as `tail * one_in <= total`.
+pub(crate) fn beyond_noise(n: u32, k: u32, f: u32, c: u32, one_in: u64) -> bool {
+    if k == 0 {
+        return false;
+    }
+    // More failures than outcomes cannot happen by chance; nor can any under a rate of zero.
+    if k > n || f == 0 || c == 0 {
+        return true;
+    }
+    if f >= c {
+        return false;
+    }
+    // Below 2^30 outcomes every product below stays within 128 bits (2^64 * 2^30 * 2^32).
+    let (mut n, mut k) = (n, k);
+    while n >= 1 << 30 {
+        (n, k) = (n / 2, k.div_ceil(2));
+    }
+    let (f, q) = (u128::from(f), u128::from(c.saturating_sub(f)));
+    let n128 = u128::from(n);
+    let mode = n128
+        .saturating_add(1)
+        .saturating_mul(f)
+        .checked_div(u128::from(c))
+        .unwrap_or(0)
+        .min(n128);
+    let mut total: u128 = 0;
+    let mut tail: u128 = 0;
+    // Terms at and above the mode: w(i+1) = w(i) * (n - i) * f / ((i + 1) * q).
+    let mut w: u128 = 1 << 64;
+    let mut i = mode;
+    loop {
+        total = total.saturating_add(w);
+        if i >= u128::from(k) {
+            tail = tail.saturating_add(w);
+        }
+        if i >= n128 {
+            break;
+        }
+        let den = i.saturating_add(1).saturating_mul(q);
+        w = w
+            .saturating_mul(n128.saturating_sub(i).saturating_mul(f))
+            .checked_div(den)
+            .unwrap_or(0);
+        if w == 0 {
+            break;
+        }
+        i = i.saturating_add(1);
+    }
+    // Terms below the mode: w(i-1) = w(i) * i * q / ((n - i + 1) * f).
+    let mut w: u128 = 1 << 64;
+    let mut i = mode;
+    while i > 0 {
+        let den = n128.saturating_sub(i).saturating_add(1).saturating_mul(f);
+        w = w
+            .saturating_mul(i.saturating_mul(q))
+            .checked_div(den)
+            .unwrap_or(0);
+        if w == 0 {
+            break;
+        }
+        i = i.saturating_sub(1);
+        total = total.saturating_add(w);
+        if i >= u128::from(k) {
+            tail = tail.saturating_add(w);
+        }
+    }
+    tail.saturating_mul(u128::from(one_in)) <= total
 }
 
 #[cfg(test)]
@@ -1134,6 +1276,75 @@ mod tests {
         assert_eq!(h.reading().1, 151, "halved, then one more");
         assert!(h.expired(Instant::from_secs(452), half));
         assert!(!h.expired(Instant::from_secs(450), half));
+    }
+
+    /// P(X >= k) for X ~ Binomial(n, p), summed in floating point from the pmf's recursion.
+    fn tail(n: u32, k: u32, p: f64) -> f64 {
+        let mut pmf = 1.0;
+        for _ in 0..n {
+            pmf *= 1.0 - p;
+        }
+        let mut sum = 0.0;
+        for i in 0..=n {
+            if i >= k {
+                sum += pmf;
+            }
+            pmf *= f64::from(n - i) / f64::from(i + 1) * p / (1.0 - p);
+        }
+        sum
+    }
+
+    #[test]
+    fn a_run_trips_once_its_chance_under_the_learned_rate_is_within_the_bound() {
+        let bound = 100_000_000;
+        assert_eq!(run_needed(5, None, bound), 5, "cold: the configured count");
+        assert_eq!(run_needed(5, Some((0, 100)), bound), 5);
+        assert_eq!(run_needed(5, Some((1, 5)), bound), 12);
+        assert_eq!(run_needed(5, Some((1, 20)), bound), 7);
+        assert_eq!(
+            run_needed(5, Some((1, 100)), bound),
+            5,
+            "0.01^4 = 1e-8 exactly"
+        );
+        assert_eq!(run_needed(3, Some((1, 100)), bound), 4);
+        assert_eq!(run_needed(5, Some((3, 10)), bound), 16);
+        assert_eq!(run_needed(5, Some((100, 100)), bound), MAX_COUNT);
+        assert_eq!(
+            run_needed(5, Some((999_999, 1_000_000)), 1 << 40),
+            MAX_COUNT
+        );
+    }
+
+    #[test]
+    fn beyond_noise_agrees_with_the_binomial_tail() {
+        let bound = 100_000_000u64;
+        let limit = 1.0 / bound as f64;
+        let mut checked = 0;
+        for (f, c) in [(1u32, 20u32), (1, 5), (3, 10), (1, 1000), (1, 2)] {
+            let p = f64::from(f) / f64::from(c);
+            for n in [1u32, 5, 20, 60, 200, 400] {
+                for k in 0..=n {
+                    let exact = tail(n, k, p);
+                    // Leave out the knife edge, where rounding may decide either way.
+                    if (exact / limit - 1.0).abs() < 1e-6 {
+                        continue;
+                    }
+                    assert_eq!(
+                        beyond_noise(n, k, f, c, bound),
+                        exact <= limit,
+                        "n {n}, k {k}, p {p}: tail {exact:e}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 3000);
+        // The ends: a rate of zero explains no failure, a rate of one every failure.
+        assert!(beyond_noise(50, 1, 0, 100, bound));
+        assert!(!beyond_noise(50, 50, 100, 100, bound));
+        assert!(!beyond_noise(50, 0, 1, 2, bound));
+        assert!(beyond_noise(u32::MAX, u32::MAX, 1, 2, bound));
+        assert!(!beyond_noise(u32::MAX, 0, 1, 2, bound));
     }
 }
 

@@ -89,7 +89,7 @@ policy `radio`
     a refusal is reported after a 100ms pause (less if the deadline is nearer)
     attempts are also cut at 3x the learned p95 once the breaker knows it
 - load: up to 1 retry per call: 2x the load on a dependency that is failing every call
-- measured now: breaker closed, normal latency 8.388ms, no failure-rate baseline yet (cold)
+- measured now: breaker closed, normal latency 8.388ms, no failure-rate baseline yet (cold), trips after 5 consecutive failures
 - missing:
     no retry budget: in an outage every call makes all its attempts, and a fleet multiplies its load
 ";

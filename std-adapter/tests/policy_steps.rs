@@ -809,7 +809,7 @@ policy `payments`
     attempts are also cut at 3x the learned p95 once the breaker knows it
 - load: up to 2 retries per call (3x) only while the retry budget lasts; it holds retries to 10% of a retry per success, at least 3 per second, up to 30 banked, so in an outage the sustained load is about 1x plus the floor
     budget spent now: 0% (30 retries available)
-- measured now: breaker closed, no latency baseline yet (cold), no failure-rate baseline yet (cold)
+- measured now: breaker closed, no latency baseline yet (cold), no failure-rate baseline yet (cold), trips after 5 consecutive failures
 - missing: nothing
 ";
     assert_eq!(policy.explain().to_string(), want);
@@ -867,7 +867,7 @@ policy `warm`
     attempts are also cut at 3x the learned p95 once the breaker knows it
 - load: up to 2 retries per call (3x) only while the retry budget lasts; it holds retries to 10% of a retry per success, at least 3 per second, up to 30 banked, so in an outage the sustained load is about 1x plus the floor
     budget spent now: 0% (30 retries available)
-- measured now: breaker closed, normal latency 20.971ms, no failure-rate baseline yet (cold)
+- measured now: breaker closed, normal latency 20.971ms, no failure-rate baseline yet (cold), trips after 5 consecutive failures
 - missing: nothing
 ";
     assert_eq!(warm.explain().to_string(), want);
@@ -895,7 +895,7 @@ policy `quotes`
     an attempt still running at the learned p95 gets a hedge beside it (at most 2 in flight, the first success wins, each hedge an attempt and a retry), never while the breaker is not closed or is near its trip point
 - load: up to 1 retry per call (2x) only while the retry budget lasts; it holds retries to 10% of a retry per success, at least 3 per second, up to 30 banked, so in an outage the sustained load is about 1x plus the floor
     budget spent now: 0% (30 retries available)
-- measured now: breaker closed, no latency baseline yet (cold), no failure-rate baseline yet (cold)
+- measured now: breaker closed, no latency baseline yet (cold), no failure-rate baseline yet (cold), trips after 5 consecutive failures
 - missing: nothing
 ";
     assert_eq!(policy.explain().to_string(), want);

@@ -288,12 +288,30 @@ pub fn default_suite() -> Result<Vec<Scenario>, SettingsError> {
     ])
 }
 
+/// The run of consecutive failures a default breaker needs once it has learned a normal failure
+/// rate `p`: the shortest run, at least the configured 5, whose chance `p^n` is at most the
+/// default noise bound of 1e-8.
+#[must_use]
+pub fn noise_run(p: f64) -> i32 {
+    if p <= 0.0 {
+        return 5;
+    }
+    if p >= 1.0 {
+        return i32::from(stormguard_core::MAX_COUNT);
+    }
+    let n = libm::ceil(libm::log(1e-8) / libm::log(p) - 1e-9);
+    (n as i32).max(5)
+}
+
 /// The expected number of trips by the consecutive-failure rule over `trials` outcomes counted
 /// while closed, failing independently with probability `p`, tripping at `k` in a row: runs of
 /// `k` are a renewal process (the count starts over at each trip and each close), whose mean
 /// gap is `(1 - p^k) / ((1 - p) p^k)` trials.
 #[must_use]
 pub fn expected_consecutive_trips(trials: u64, p: f64, k: i32) -> f64 {
+    if k <= 0 {
+        return trials as f64;
+    }
     let pk = libm::pow(p, f64::from(k));
     trials as f64 * (1.0 - p) * pk / (1.0 - pk)
 }
@@ -423,15 +441,17 @@ pub fn commentary(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
         name if name.starts_with("stationary-") => {
             for r in reports {
                 let p = scenario.dependency.failure_rate;
+                let run = noise_run(p);
                 out.push(format!(
-                    "{}: {} trips by the relative rules (failure rate {}, slow calls {}); {} by 5 consecutive failures, {:.1} expected from {} closed outcomes at p = {p}",
+                    "{}: {} trips by the relative rules (failure rate {}, slow calls {}); {} by consecutive failures (a run of {run} once p = {p} is learned: {:.4} expected from {} closed outcomes; 5 in a row would trip {:.1} times)",
                     r.strategy,
                     r.false_trips_failure_rate + r.false_trips_slow,
                     r.false_trips_failure_rate,
                     r.false_trips_slow,
                     r.false_trips_consecutive,
+                    expected_consecutive_trips(r.closed_outcomes, p, run),
+                    r.closed_outcomes,
                     expected_consecutive_trips(r.closed_outcomes, p, 5),
-                    r.closed_outcomes
                 ));
             }
         }

@@ -1,0 +1,455 @@
+//! The breaker's rules under noise, each driven by synthetic time: a breaker must not open on a
+//! dependency that is flaky but stable, and must still open on an outage within a few calls.
+//! What the documents fix is the cold behaviour; what a breaker has learned only makes it harder
+//! to fool.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic
+)]
+
+use stormguard_core::{
+    Bound, Breaker, BreakerSettings, Duration, Event, FailureRate, Field, Instant, JitterRng,
+    Outcome, Recovery, RefusalReason, SharedBreaker, SlowCalls, State, TripReason,
+};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Whether call `i` of a stream failing at exactly `per_mille / 1000` fails: spread evenly (the
+/// first of every thousand calls' share), so that no two failures are adjacent below 50% and
+/// the stream never trips a cold breaker.
+fn evenly(i: u64, per_mille: u64) -> bool {
+    (i * per_mille) % 1000 < per_mille
+}
+
+/// A breaker that has learned a normal failure rate of `per_mille / 1000` from `calls` calls at
+/// 10 a second, ending with a success. Returns the time after them.
+fn learned(b: &mut Breaker, per_mille: u64, calls: u64) -> Instant {
+    let mut t = Instant::from_secs(1);
+    for i in 0..calls {
+        let fail = evenly(i, per_mille) && i + 1 < calls;
+        let p = b
+            .try_acquire(t)
+            .expect("an evenly failing stream never trips");
+        let outcome = if fail {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        b.on_outcome(t + ms(10), p, outcome, &mut |_| {});
+        t += ms(100);
+    }
+    t
+}
+
+/// Feeds failures one at a time; returns how many it took to open the breaker, and why.
+fn failures_to_trip(b: &mut Breaker, mut t: Instant) -> (u32, Option<TripReason>) {
+    for n in 1..=2000 {
+        let p = b.try_acquire(t).unwrap();
+        let mut reason = None;
+        b.on_outcome(t + ms(10), p, Outcome::Transient, &mut |e| {
+            if let Event::StateChanged {
+                to: State::Open,
+                reason: r,
+                ..
+            } = e
+            {
+                reason = r;
+            }
+        });
+        if b.state(t + ms(10)) == State::Open {
+            return (n, reason);
+        }
+        t += ms(100);
+    }
+    (u32::MAX, None)
+}
+
+fn defaults() -> BreakerSettings {
+    BreakerSettings::builder("noisy")
+        .jitter(false)
+        .build()
+        .unwrap()
+}
+
+/// Only the consecutive rule trips (statistics kept for the learned rate): the other rules
+/// stay out of the way of what is measured.
+fn consecutive_only_with_statistics() -> BreakerSettings {
+    BreakerSettings::builder("noisy")
+        .jitter(false)
+        .failure_rate(Some(FailureRate::above(5).floor_ppm(1_000_000)))
+        .slow_calls(None)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_cold_breaker_trips_on_the_configured_run() {
+    let mut b = Breaker::new(defaults());
+    assert_eq!(b.snapshot(Instant::ZERO).consecutive_to_trip, 5);
+    assert_eq!(
+        failures_to_trip(&mut b, Instant::from_secs(1)),
+        (5, Some(TripReason::ConsecutiveFailures))
+    );
+}
+
+#[test]
+fn a_learned_failure_rate_lengthens_the_run_that_trips() {
+    // p^n <= 1e-8: at 20% a run of 12 (0.2^11 = 2e-8 is not enough), at 5% 7, at 1% the
+    // configured 5 (0.01^4 = 1e-8 already is).
+    for (per_mille, run) in [(200, 12), (100, 8), (50, 7), (10, 5), (0, 5)] {
+        let mut b = Breaker::new(consecutive_only_with_statistics());
+        let t = learned(&mut b, per_mille, 1000);
+        assert_eq!(
+            b.snapshot(t).consecutive_to_trip,
+            run,
+            "learned {per_mille} per mille"
+        );
+        assert_eq!(
+            failures_to_trip(&mut b, t),
+            (run.into(), Some(TripReason::ConsecutiveFailures)),
+            "learned {per_mille} per mille: an outage trips within the learned run"
+        );
+    }
+}
+
+#[test]
+fn the_learned_rate_is_used_only_once_armed() {
+    // 99 outcomes at 20% say nothing yet about what is normal: the cold count holds.
+    let mut b = Breaker::new(consecutive_only_with_statistics());
+    let t = learned(&mut b, 200, 99);
+    assert_eq!(b.snapshot(t).consecutive_to_trip, 5);
+    assert_eq!(b.snapshot(t).normal_failure_rate, None);
+    assert_eq!(failures_to_trip(&mut b, t).0, 5);
+}
+
+#[test]
+fn a_larger_noise_bound_asks_for_a_longer_run() {
+    let settings = BreakerSettings::builder("noisy")
+        .jitter(false)
+        .slow_calls(None)
+        .noise_bound(1_000_000_000_000)
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let t = learned(&mut b, 200, 1000);
+    // 0.2^17 = 1.3e-12 > 1e-12; 0.2^18 = 2.6e-13.
+    assert_eq!(b.snapshot(t).consecutive_to_trip, 18);
+}
+
+#[test]
+fn the_noise_bound_is_validated() {
+    for (one_in, bound) in [
+        (0, Bound::AtLeast(2)),
+        (1, Bound::AtLeast(2)),
+        (1_000_000_000_000_001, Bound::AtMost(1_000_000_000_000_000)),
+    ] {
+        let err = BreakerSettings::builder("x")
+            .noise_bound(one_in)
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            (err.field, err.bound),
+            (Field::NoiseBound, bound),
+            "{one_in}"
+        );
+    }
+    assert!(BreakerSettings::builder("x").noise_bound(2).build().is_ok());
+    assert_eq!(
+        BreakerSettings::defaults("x").noise_bound(),
+        100_000_000,
+        "1e-8 per outcome by default"
+    );
+}
+
+/// An hour at a stationary failure rate, Bernoulli outcomes from a seeded generator at 30 calls
+/// a second, after a warm-up at exactly that rate: counts the trips. The bound's rate is 1e-8
+/// per outcome, so over 108,000 outcomes a trip from chance alone is a one-in-a-thousand event;
+/// with these seeds none happens.
+fn trips_in_an_hour(per_mille: u64, seed: u64) -> usize {
+    let mut b = Breaker::new(defaults());
+    let mut t = learned(&mut b, per_mille, 200);
+    let mut rng = JitterRng::with_seed(seed);
+    let mut trips = 0;
+    for _ in 0..108_000 {
+        if let Ok(p) = b.try_acquire(t) {
+            let fail = rng.up_to(999) < per_mille;
+            let outcome = if fail {
+                Outcome::Transient
+            } else {
+                Outcome::Success
+            };
+            b.on_outcome(t + ms(20), p, outcome, &mut |e| {
+                if let Event::StateChanged {
+                    to: State::Open, ..
+                } = e
+                {
+                    trips += 1;
+                }
+            });
+        }
+        t += Duration::from_micros(33_333);
+    }
+    trips
+}
+
+#[test]
+fn a_stationary_failure_rate_up_to_30_percent_trips_nothing_in_an_hour() {
+    for per_mille in [0, 10, 50, 100, 150, 200, 250, 300] {
+        for seed in 1..=3 {
+            assert_eq!(
+                trips_in_an_hour(per_mille, seed),
+                0,
+                "{per_mille} per mille, seed {seed}"
+            );
+        }
+    }
+}
+
+#[test]
+fn without_the_learned_rate_the_same_hour_at_20_percent_would_trip_dozens_of_times() {
+    // The cold rule, five in a row, on the same stream: what the learned rate saves.
+    let mut b = Breaker::new(BreakerSettings::consecutive_only("cold", 5).unwrap());
+    let mut rng = JitterRng::with_seed(1);
+    let mut t = Instant::from_secs(1);
+    let mut trips = 0;
+    for _ in 0..108_000 {
+        if let Ok(p) = b.try_acquire(t) {
+            let outcome = if rng.up_to(999) < 200 {
+                Outcome::Transient
+            } else {
+                Outcome::Success
+            };
+            b.on_outcome(t + ms(20), p, outcome, &mut |e| {
+                if let Event::StateChanged {
+                    to: State::Open, ..
+                } = e
+                {
+                    trips += 1;
+                }
+            });
+        }
+        t += Duration::from_micros(33_333);
+    }
+    assert!(trips > 10, "{trips}");
+}
+
+/// Only the relative error-rate rule trips.
+fn relative_only() -> BreakerSettings {
+    BreakerSettings::builder("noisy")
+        .jitter(false)
+        .consecutive_failures(1000)
+        .slow_calls(None)
+        .build()
+        .unwrap()
+}
+
+/// Learns `per_mille` over five minutes at 10 calls a second, then lets the trip window empty.
+fn learned_then_quiet(b: &mut Breaker, per_mille: u64) -> Instant {
+    let t = learned(b, per_mille, 3000);
+    t + secs(31)
+}
+
+#[test]
+fn a_dependency_normally_failing_30_percent_trips_when_the_window_reaches_100_percent() {
+    // 5 x 30% is 150%: the trip point is capped at 100%, and a window at it trips.
+    let mut b = Breaker::new(relative_only());
+    let t = learned_then_quiet(&mut b, 300);
+    assert_eq!(
+        failures_to_trip(&mut b, t),
+        (20, Some(TripReason::FailureRate)),
+        "the 20th failure fills the minimum window"
+    );
+}
+
+#[test]
+fn a_window_exactly_at_the_relative_trip_point_trips() {
+    // Normal 10%, 5x: 50%. A window alternating success and failure is at 50% on every
+    // failure; the 20th call (the 10th failure) is the first with enough calls.
+    let mut b = Breaker::new(relative_only());
+    let mut t = learned_then_quiet(&mut b, 100);
+    for i in 0..20 {
+        let p = b.try_acquire(t).unwrap();
+        let outcome = if i % 2 == 1 {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        b.on_outcome(t + ms(10), p, outcome, &mut |_| {});
+        let open = b.state(t + ms(10)) == State::Open;
+        assert_eq!(open, i == 19, "call {i}");
+        t += ms(100);
+    }
+}
+
+#[test]
+fn a_call_at_the_slow_threshold_is_slow() {
+    let settings = BreakerSettings::builder("slow")
+        .jitter(false)
+        .failure_rate(None)
+        .slow_calls(None)
+        .slow_threshold(Some(ms(100)))
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let t = Instant::from_secs(1);
+    for (latency, slow) in [(ms(99), 0), (ms(100), 1), (ms(101), 2)] {
+        let p = b.try_acquire(t).unwrap();
+        b.on_outcome(t + latency, p, Outcome::Success, &mut |_| {});
+        assert_eq!(b.snapshot(t + latency).window_slow, slow, "{latency}");
+    }
+}
+
+#[test]
+fn the_learned_median_is_none_until_twenty_samples() {
+    let mut b = Breaker::new(defaults());
+    let mut t = Instant::from_secs(1);
+    for n in 1..=20 {
+        let p = b.try_acquire(t).unwrap();
+        b.on_outcome(t + ms(10), p, Outcome::Success, &mut |_| {});
+        t += ms(100);
+        let median = b.snapshot(t).normal_latency;
+        assert_eq!(median.is_some(), n >= 20, "{n} samples: {median:?}");
+    }
+}
+
+fn ramped() -> BreakerSettings {
+    BreakerSettings::builder("ramp")
+        .jitter(false)
+        .slow_calls(Some(SlowCalls::above(3)))
+        .recovery(Some(Recovery::over(1.0).clamped(secs(10), secs(10))))
+        .build()
+        .unwrap()
+}
+
+/// Learns `per_mille`, trips with an outage, and passes the two probes: the 10 s ramp starts.
+fn into_ramp(b: &mut Breaker, per_mille: u64) -> Instant {
+    let t = learned(b, per_mille, 3000);
+    let (n, _) = failures_to_trip(b, t);
+    let after = t + ms(100 * u64::from(n)) + secs(16);
+    for i in 0..2 {
+        let p = b.try_acquire(after + ms(20 * i)).unwrap();
+        b.on_outcome(after + ms(20 * i + 10), p, Outcome::Success, &mut |_| {});
+    }
+    let start = after + ms(50);
+    assert_eq!(b.state(start), State::Recovering);
+    start
+}
+
+/// Offers a call every 5 ms for the ramp's length; admitted calls fail as `fails` says (by
+/// admitted index). Returns the state at the end, the admitted count and the trip reasons.
+fn ride(
+    b: &mut Breaker,
+    start: Instant,
+    mut fails: impl FnMut(u64) -> bool,
+) -> (State, u64, Vec<TripReason>) {
+    let mut t = start;
+    let mut admitted = 0;
+    let mut trips = Vec::new();
+    while t < start + secs(11) && b.state(t) == State::Recovering {
+        match b.try_acquire(t) {
+            Ok(p) => {
+                let outcome = if fails(admitted) {
+                    Outcome::Transient
+                } else {
+                    Outcome::Success
+                };
+                admitted += 1;
+                b.on_outcome(t + ms(10), p, outcome, &mut |e| {
+                    if let Event::StateChanged {
+                        to: State::Open,
+                        reason: Some(r),
+                        ..
+                    } = e
+                    {
+                        trips.push(r);
+                    }
+                });
+            }
+            Err(r) => assert_eq!(r.reason, RefusalReason::RampShedding),
+        }
+        t += ms(5);
+    }
+    (b.state(t), admitted, trips)
+}
+
+#[test]
+fn the_ramp_rides_out_failures_the_learned_rate_explains() {
+    // Normal 5%: the ramp's admitted calls fail at 5% too (one in twenty), and it closes.
+    let mut b = Breaker::new(ramped());
+    let start = into_ramp(&mut b, 50);
+    let (state, admitted, trips) = ride(&mut b, start, |i| i % 20 == 7);
+    assert!(admitted > 100, "{admitted}");
+    assert_eq!((state, trips), (State::Closed, vec![]));
+}
+
+#[test]
+fn the_ramp_withdraws_on_failures_beyond_the_learned_rate() {
+    // Normal 5%; the ramp's calls fail at 50%. Eleven failures in the first 22 admitted calls
+    // have a chance of about 1e-9 under 5%: the ramp re-opens there, with the grown break.
+    let mut b = Breaker::new(ramped());
+    let start = into_ramp(&mut b, 50);
+    let (state, admitted, trips) = ride(&mut b, start, |i| i % 2 == 1);
+    assert_eq!(state, State::Open);
+    assert_eq!(trips, vec![TripReason::RampFailure]);
+    assert!((15..=30).contains(&admitted), "{admitted} admitted");
+}
+
+#[test]
+fn with_a_normal_failure_rate_of_zero_one_ramp_failure_reopens() {
+    let mut b = Breaker::new(ramped());
+    let start = into_ramp(&mut b, 0);
+    let (state, admitted, trips) = ride(&mut b, start, |i| i == 3);
+    assert_eq!((state, admitted), (State::Open, 4));
+    assert_eq!(trips, vec![TripReason::RampFailure]);
+}
+
+#[test]
+fn the_shared_breaker_judges_noise_exactly_as_the_single_threaded_one() {
+    // The same outcome sequence through both forms: the same decisions, call by call.
+    let settings = ramped();
+    let mut local = Breaker::new(settings).with_seed(5);
+    let shared = SharedBreaker::new(settings).with_seed(5);
+    let mut rng = JitterRng::with_seed(11);
+    let mut t = Instant::from_secs(1);
+    let mut opens = 0;
+    for i in 0..60_000u64 {
+        // 5% failures, an outage from call 20,000 to 20,050, 50% failures from 40,000 to 41,000.
+        let per_mille = match i {
+            20_000..20_050 => 1000,
+            40_000..41_000 => 500,
+            _ => 50,
+        };
+        let fail = rng.up_to(999) < per_mille;
+        let outcome = if fail {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        let a = local.try_acquire(t);
+        let b = shared.try_acquire(t, None, &mut |_| {});
+        assert_eq!(a.is_ok(), b.is_ok(), "call {i}");
+        if let (Ok(a), Ok(b)) = (a, b) {
+            local.on_outcome(t + ms(10), a, outcome, &mut |e| {
+                if let Event::StateChanged {
+                    to: State::Open, ..
+                } = e
+                {
+                    opens += 1;
+                }
+            });
+            shared.on_outcome(t + ms(10), b, outcome, &mut |_| {});
+        }
+        assert_eq!(local.state(t), shared.state(t), "call {i}");
+        t += ms(20);
+    }
+    assert!(opens >= 2, "the outage and the spike open it: {opens}");
+}
