@@ -1707,6 +1707,15 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         Ok(p95)
     }
 
+    /// The slow-call threshold in force (see [`Breaker::slow_threshold`]).
+    pub(crate) fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        let s = self.s();
+        if !(M::KEEPS && s.keeps_statistics()) {
+            return None;
+        }
+        self.stats.slow_threshold(now, s)
+    }
+
     /// The learned median latency, once armed (20 successful samples): a median of fewer is
     /// an anecdote, and the retry guard must not act on it.
     pub(crate) fn normal_latency(&self, now: Instant) -> Option<Duration> {
@@ -1832,6 +1841,9 @@ macro_rules! admission_via_core {
             fn attempt_ceiling(&self, now: $crate::Instant) -> Option<$crate::Duration> {
                 self.core.attempt_ceiling(now)
             }
+            fn slow_threshold(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+                self.core.slow_threshold(now)
+            }
             fn hedge_after(
                 &self,
                 now: $crate::Instant,
@@ -1948,6 +1960,15 @@ macro_rules! single_threaded_api {
         /// baseline, never near the trip point. A hedge is a retry: fund it from the budget.
         pub fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
             self.core.hedge_after(now)
+        }
+
+        /// The slow-call threshold in force: a call taking this long or longer is slow. The
+        /// lower of the absolute threshold and the multiple of the learned median (once armed);
+        /// `None` when neither applies. The call driver reads it to tell an attempt its own
+        /// deadline cut short (the caller's cancellation) from one that was already slow.
+        #[must_use]
+        pub fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+            self.core.slow_threshold(now)
         }
 
         /// The learned median latency of successful calls, once there is one: within 12.5%

@@ -95,6 +95,13 @@ pub trait Admission {
         let _ = now;
         None
     }
+    /// The slow-call threshold in force, if any: an attempt the call's own deadline cut short
+    /// before it ran this long is the caller's cancellation, not evidence against the
+    /// dependency.
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        let _ = now;
+        None
+    }
     /// When to launch a hedged second attempt after the first (the learned p95), or why not:
     /// never while half-open or recovering, without a baseline, or near the trip point.
     /// Without a breaker there is nothing learned to hedge against.
@@ -176,6 +183,9 @@ impl<A: Admission + ?Sized> Admission for &mut A {
     }
     fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         (**self).attempt_ceiling(now)
+    }
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        (**self).slow_threshold(now)
     }
     fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
         (**self).hedge_after(now)
@@ -868,8 +878,9 @@ impl Call {
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
-        parts.breaker.on_outcome(now, permit, outcome, events);
-        parts.budget.on_outcome(now, outcome);
+        let evidence = self.as_evidence(&parts.breaker, &permit, now, outcome);
+        parts.breaker.on_outcome(now, permit, evidence, events);
+        parts.budget.on_outcome(now, evidence);
         if self.phase != Phase::InFlight {
             return;
         }
@@ -931,6 +942,38 @@ impl Call {
             after: outcome,
         });
         self.phase = Phase::Waiting(now.saturating_add(delay));
+    }
+
+    /// What an attempt's outcome tells the breaker and budget. An attempt the call's own deadline
+    /// cut short (the caller's budget, perhaps set by a remote caller, ran out before the
+    /// attempt's own timeout would have) says nothing about the dependency unless it had
+    /// already run as long as a slow call: they hear it as the caller's cancellation. An
+    /// attempt cut by its attempt timeout or the measured ceiling stays a timeout.
+    fn as_evidence<A: Admission>(
+        &self,
+        breaker: &A,
+        permit: &Permit,
+        now: Instant,
+        outcome: Outcome,
+    ) -> Outcome {
+        let cut_by_deadline = outcome == Outcome::TimedOut
+            && self.deadline.is_some_and(|d| {
+                now >= d && {
+                    let ran = permit.latency(now);
+                    let started = now.saturating_sub(ran);
+                    // Its own timeout would have ended it by the deadline anyway.
+                    self.rules
+                        .attempt_timeout
+                        .is_none_or(|t| started.saturating_add(t) > d)
+                }
+            });
+        if !cut_by_deadline {
+            return outcome;
+        }
+        match breaker.slow_threshold(now) {
+            Some(slow) if permit.latency(now) >= slow => outcome,
+            _ => Outcome::Cancelled,
+        }
     }
 
     /// The caller gave up (during a wait or a rejection's pause): the call ends as cancelled. An

@@ -68,6 +68,10 @@ macro_rules! forward_breaker_readings {
             self.$($field)+.attempt_ceiling(now)
         }
 
+        fn slow_threshold(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+            self.$($field)+.slow_threshold(now)
+        }
+
         fn hedge_after(
             &self,
             now: $crate::Instant,

@@ -166,6 +166,12 @@ impl SharedBreaker {
         self.core.attempt_ceiling(now)
     }
 
+    /// The slow-call threshold in force (see [`Breaker::slow_threshold`](crate::Breaker::slow_threshold)).
+    #[must_use]
+    pub fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        self.core.slow_threshold(now)
+    }
+
     /// When to launch a hedged attempt, or why not now (see [`Breaker::hedge_after`](crate::Breaker::hedge_after)).
     pub fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
         self.core.hedge_after(now)

@@ -11,8 +11,9 @@
 )]
 
 use stormguard_core::{
-    Bound, Breaker, BreakerSettings, Duration, Event, FailureRate, Field, Instant, JitterRng,
-    Outcome, Recovery, RefusalReason, SharedBreaker, SlowCalls, State, TripReason,
+    Bound, Breaker, BreakerSettings, Call, CallSettings, Duration, Event, FailureRate, Field,
+    Instant, JitterRng, Outcome, Parts, Recovery, RefusalReason, SharedBreaker, SlowCalls, State,
+    Step, TripReason, Unlimited,
 };
 
 fn ms(n: u64) -> Duration {
@@ -452,4 +453,99 @@ fn the_shared_breaker_judges_noise_exactly_as_the_single_threaded_one() {
         t += ms(20);
     }
     assert!(opens >= 2, "the outage and the spike open it: {opens}");
+}
+
+/// Runs one call whose only attempt takes `latency` with the call's `deadline`; an attempt
+/// that outlives its attempt deadline is reported as timed out at that deadline, as an adapter
+/// does. Returns the time the call ended.
+fn call_with_deadline(
+    parts: &mut Parts<Breaker, Unlimited>,
+    settings: &CallSettings,
+    now: Instant,
+    deadline: Duration,
+    latency: Duration,
+) -> Instant {
+    let mut call = Call::begin(settings, now).with_deadline(now + deadline);
+    let mut t = now;
+    loop {
+        match call.poll(parts, t, &mut |_| {}) {
+            Step::Attempt(permit) => {
+                let cut = call.attempt_deadline();
+                let (end, outcome) = match cut {
+                    Some(cut) if cut < t + latency => (cut, Outcome::TimedOut),
+                    _ => (t + latency, Outcome::Success),
+                };
+                t = end;
+                call.complete(parts, permit, t, outcome, &mut |_| {});
+            }
+            Step::Wait(d) => t += d,
+            Step::Reject(r) => {
+                t += r.pause;
+            }
+            Step::Done(_) => return t,
+        }
+    }
+}
+
+fn one_attempt(timeout: Duration) -> CallSettings {
+    CallSettings::builder()
+        .max_attempts(1)
+        .attempt_timeout(Some(timeout))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_callers_short_deadline_cannot_open_the_breaker() {
+    // A healthy 20 ms dependency, and callers asking for answers within 5 ms: their attempts
+    // are cut by their own deadlines, which says nothing about the dependency.
+    let mut parts = Parts {
+        breaker: Breaker::new(defaults()),
+        budget: Unlimited,
+    };
+    let settings = one_attempt(secs(10));
+    let mut t = Instant::from_secs(1);
+    for _ in 0..30 {
+        t = call_with_deadline(&mut parts, &settings, t, secs(1), ms(20));
+    }
+    for _ in 0..50 {
+        t = call_with_deadline(&mut parts, &settings, t, ms(5), ms(20));
+    }
+    assert_eq!(parts.breaker.state(t), State::Closed);
+    assert_eq!(parts.breaker.snapshot(t).consecutive_failures, 0);
+    assert_eq!(parts.breaker.snapshot(t).window_failures, 0);
+}
+
+#[test]
+fn an_attempt_the_deadline_cut_after_it_was_already_slow_still_counts() {
+    // Learned median 20 ms, slow from 3x (at most 67.5 ms as the histogram reads it): an
+    // attempt still running at a 500 ms deadline was slow before the deadline cut it.
+    let mut parts = Parts {
+        breaker: Breaker::new(defaults()),
+        budget: Unlimited,
+    };
+    let settings = one_attempt(secs(10));
+    let mut t = Instant::from_secs(1);
+    for _ in 0..30 {
+        t = call_with_deadline(&mut parts, &settings, t, secs(1), ms(20));
+    }
+    for _ in 0..5 {
+        t = call_with_deadline(&mut parts, &settings, t, ms(500), secs(2));
+    }
+    assert_eq!(parts.breaker.state(t), State::Open);
+}
+
+#[test]
+fn an_attempt_cut_by_its_own_timeout_is_a_failure_whatever_the_deadline() {
+    // The attempt timeout (5 ms) cuts first, well inside the 1 s deadline: a timeout.
+    let mut parts = Parts {
+        breaker: Breaker::new(defaults()),
+        budget: Unlimited,
+    };
+    let settings = one_attempt(ms(5));
+    let mut t = Instant::from_secs(1);
+    for _ in 0..5 {
+        t = call_with_deadline(&mut parts, &settings, t, secs(1), ms(20));
+    }
+    assert_eq!(parts.breaker.state(t), State::Open);
 }

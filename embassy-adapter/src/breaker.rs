@@ -583,6 +583,10 @@ impl<M: RawMutex, B: CoreBreaker> Admission for BreakerRef<'_, M, B> {
         self.breaker.read(|b| b.attempt_ceiling(now)).flatten()
     }
 
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        self.breaker.read(|b| b.slow_threshold(now)).flatten()
+    }
+
     fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
         // Found borrowed (never, see `BUSY`): no hedge, which is always safe.
         self.breaker

@@ -218,6 +218,12 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> Admiss
             .flatten()
     }
 
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        self.keyed
+            .read(|k| k.get(&self.key).and_then(|b| b.slow_threshold(now)))
+            .flatten()
+    }
+
     fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
         self.keyed
             .read(|k| {

@@ -241,6 +241,13 @@ impl Admission for Admit<'_> {
         }
     }
     #[inline]
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        match self {
+            Admit::Breaker(b) => b.slow_threshold(now),
+            Admit::Unguarded(u) => u.slow_threshold(now),
+        }
+    }
+    #[inline]
     fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
         match self {
             Admit::Breaker(b) => b.hedge_after(now),
@@ -695,6 +702,10 @@ impl Admission for Front<'_> {
     #[inline]
     fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         each_front!(self, a => a.attempt_ceiling(now))
+    }
+    #[inline]
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        each_front!(self, a => a.slow_threshold(now))
     }
     #[inline]
     fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
