@@ -84,8 +84,6 @@ pub enum TripReason {
     SlowCalls,
     /// A half-open probe failed.
     ProbeFailed,
-    /// A half-open probe succeeded, but slowly, and no ramp is configured.
-    SlowProbe,
     /// A call admitted by the recovery ramp failed.
     RampFailure,
 }
@@ -100,7 +98,6 @@ impl TripReason {
             TripReason::FailureRatio => "failure_ratio",
             TripReason::SlowCalls => "slow_calls",
             TripReason::ProbeFailed => "probe_failed",
-            TripReason::SlowProbe => "slow_probe",
             TripReason::RampFailure => "ramp_failure",
         }
     }
@@ -873,14 +870,14 @@ pub(crate) fn complete<M: Measure>(
                 open::<M>(c, r, s, seed, now, TripReason::ProbeFailed, n);
             } else if outcome.is_success() {
                 c.count = 0;
-                if slow {
-                    // A slow probe is no recovery: with a ramp it starts the ramp (the trickle a
-                    // warming dependency needs); without one it re-opens.
-                    if recovery::<M>(s).is_some() {
-                        recovered::<M>(c, s, now, n);
-                    } else {
-                        open::<M>(c, r, s, seed, now, TripReason::SlowProbe, n);
-                    }
+                // One probe is one sample: it says the dependency answers, not that it is still
+                // unwell when it answers slowly (a fresh connection, a cold cache, against a
+                // microsecond-scale median). With a ramp, a slow probe starts it at once, and
+                // the ramp's evidence cap halves on every slow call it admits; without one, a
+                // slow probe counts as a success, and once closed the slow-call rule judges a
+                // window of calls.
+                if slow && recovery::<M>(s).is_some() {
+                    recovered::<M>(c, s, now, n);
                     return None;
                 }
                 c.successes = c.successes.saturating_add(1).min(MAX_COUNT);
@@ -1782,6 +1779,29 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
 /// A circuit breaker, single-threaded form (`&mut self`). Deterministic: the same settings,
 /// seed, instants and outcomes always give the same decisions. For one breaker shared by many
 /// threads, see [`SharedBreaker`](crate::SharedBreaker): the same rules over atomics.
+///
+/// # Rules under noise
+/// A breaker must not open on a dependency that is flaky but stable, and must still open on an
+/// outage within a few calls. A cold breaker follows the configured rules exactly; what it has
+/// learned only makes it harder to fool:
+/// - **Consecutive failures**: once 100 outcomes have taught the normal failure rate `p`, a run
+///   of `n` failures trips only when `p^n` is at most the
+///   [noise bound](crate::BreakerSettingsBuilder::noise_bound) (1e-8), and `n` is never below
+///   the configured count: 12 in a row at 20%, 7 at 5%, the configured 5 at 1% or less.
+///   [`Snapshot::consecutive_to_trip`] reads the run in force.
+/// - **Relative error rate**: the trip point is the multiple of the normal rate capped at 100%,
+///   never below the floor, and reached inclusively.
+/// - **Recovery ramp**: a failure among the calls the ramp admitted re-opens only when their
+///   failures are beyond what `p` explains at the same bound (with `p` unknown or zero, one
+///   failure does).
+/// - **Slow probes**: one probe is one sample. A probe that answers, however slowly, is a
+///   successful probe (with a ramp, a slow one starts it at once, and the ramp then halves its
+///   cap on every slow call); whether the dependency is still slow is the slow-call rule's to
+///   judge, over a window of calls, once closed. A microsecond-scale dependency whose probes pay
+///   for a fresh connection is not locked out; a brownout that outlasts the break trips the
+///   slow-call rule again after the window's minimum calls.
+/// - **Deadlines**: an attempt the call's own deadline cut short is the caller's cancellation
+///   unless it had already run as long as a slow call (see [`Call`](crate::Call)).
 ///
 /// ```
 /// use stormguard_core::{Breaker, BreakerSettings, Duration, Instant, Outcome, State};

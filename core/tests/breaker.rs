@@ -848,7 +848,7 @@ fn one_failure_during_the_ramp_reopens_with_the_grown_break() {
 }
 
 #[test]
-fn a_slow_probe_starts_the_ramp_or_without_one_reopens() {
+fn a_slow_probe_starts_the_ramp_or_without_one_counts_as_a_success() {
     let mut b = Breaker::new(ramped());
     let (t, _) = traffic(&mut b, Instant::from_secs(1), 10, 10, |_| {
         (ms(10), Outcome::Success)
@@ -869,7 +869,10 @@ fn a_slow_probe_starts_the_ramp_or_without_one_reopens() {
     trip(&mut b, t);
     let mut trips = Vec::new();
     call_seeing(&mut b, t + secs(15), ms(100), Outcome::Success, &mut trips).unwrap();
-    assert_eq!(trips, [TripReason::SlowProbe]);
+    assert_eq!(b.state(t + secs(15) + ms(100)), State::HalfOpen);
+    call_seeing(&mut b, t + secs(16), ms(100), Outcome::Success, &mut trips).unwrap();
+    assert_eq!(trips, []);
+    assert_eq!(b.state(t + secs(16) + ms(100)), State::Closed);
 }
 
 #[test]

@@ -549,3 +549,99 @@ fn an_attempt_cut_by_its_own_timeout_is_a_failure_whatever_the_deadline() {
     }
     assert_eq!(parts.breaker.state(t), State::Open);
 }
+
+#[test]
+fn a_microsecond_dependency_whose_probes_pay_for_a_fresh_connection_closes_after_one_break() {
+    // 200 calls at 20 us teach a 20 us median (slow from 3x: about 60 us); an outage trips the
+    // breaker; after the break every probe answers in 250 us, as a fresh connection does. One
+    // probe is one sample: the probes succeed, so the breaker closes after the first break
+    // (it used to read each slow probe as a failed recovery: 411 s of doubled breaks).
+    let mut b = Breaker::new(BreakerSettings::defaults("loopback"));
+    let mut t = Instant::from_secs(1);
+    for _ in 0..200 {
+        let p = b.try_acquire(t).unwrap();
+        b.on_outcome(
+            t + Duration::from_micros(20),
+            p,
+            Outcome::Success,
+            &mut |_| {},
+        );
+        t += ms(1);
+    }
+    let (_, reason) = failures_to_trip(&mut b, t);
+    assert_eq!(reason, Some(TripReason::ConsecutiveFailures));
+    let mut opens = 0;
+    let start = t;
+    while b.state(t) != State::Closed && t < start + secs(600) {
+        if let Ok(p) = b.try_acquire(t) {
+            b.on_outcome(
+                t + Duration::from_micros(250),
+                p,
+                Outcome::Success,
+                &mut |e| {
+                    if let Event::StateChanged {
+                        to: State::Open, ..
+                    } = e
+                    {
+                        opens += 1;
+                    }
+                },
+            );
+        }
+        t += ms(100);
+    }
+    assert_eq!(b.state(t), State::Closed);
+    assert_eq!(opens, 0, "no slow probe re-opened it");
+    assert!(t - start <= secs(16), "closed {} after the trip", t - start);
+    // Once closed, calls at the learned 20 us keep it closed.
+    for _ in 0..100 {
+        let p = b.try_acquire(t).unwrap();
+        b.on_outcome(
+            t + Duration::from_micros(20),
+            p,
+            Outcome::Success,
+            &mut |_| {},
+        );
+        t += ms(1);
+    }
+    assert_eq!(b.state(t), State::Closed);
+}
+
+#[test]
+fn a_dependency_still_slow_after_its_probes_trips_the_slow_call_rule_again() {
+    // The other side: a brownout (10x) that outlasts the break. The probes answer, slowly, and
+    // close the breaker; the slow-call rule then judges a window of calls and opens it again.
+    let settings = BreakerSettings::builder("brownout")
+        .jitter(false)
+        .trip_window(secs(5))
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let mut t = Instant::from_secs(1);
+    for _ in 0..600 {
+        let p = b.try_acquire(t).unwrap();
+        b.on_outcome(t + ms(20), p, Outcome::Success, &mut |_| {});
+        t += ms(100);
+    }
+    let mut reasons = Vec::new();
+    for _ in 0..3000 {
+        if let Ok(p) = b.try_acquire(t) {
+            b.on_outcome(t + ms(200), p, Outcome::Success, &mut |e| {
+                if let Event::StateChanged {
+                    to: State::Open,
+                    reason: Some(r),
+                    ..
+                } = e
+                {
+                    reasons.push(r);
+                }
+            });
+        }
+        t += ms(100);
+    }
+    assert!(reasons.len() >= 2, "{reasons:?}");
+    assert!(
+        reasons.iter().all(|r| *r == TripReason::SlowCalls),
+        "{reasons:?}"
+    );
+}

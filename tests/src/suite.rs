@@ -391,7 +391,7 @@ pub fn commentary(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
             out.push("differences: both dependencies fail nothing at base and have no capacity limit. Their example has no breaker (0 opens) but its Http preset cuts attempts at 3x the recent p95, which turns slow brownout attempts into timeouts. Our call driver takes that ceiling from a breaker's measurements, so no arm is exactly theirs: the as-configured arm (10 s attempt timeout, no breaker) times nothing out; the 306 ms arm is the nearest, a ceiling fixed at 3x the healthy p95 (theirs follows the p95 up as the brownout goes on); the breaker arm adds what their example leaves out.".to_string());
             if let Some(r) = reports.iter().find(|r| r.breaker_opens > 0) {
                 out.push(format!(
-                    "what the breaker arm shows: a quarter of the 8x-slow attempts outlast its measured ceiling (about 306 ms) and fail, so it trips {:.1} s into the brownout (opens by reason: {}); its probes are slow or time out while the brownout lasts, so it stays open: {} calls refused locally (availability {:.4}) and {:.3}x load at the dependency over the brownout",
+                    "what the breaker arm shows: a quarter of the 8x-slow attempts outlast its measured ceiling (about 306 ms) and fail, so it trips {:.1} s into the brownout (opens by reason: {}); while the brownout lasts its probes time out and re-open it, or answer slowly and close it until the slow-call rule trips it again: {} calls refused locally (availability {:.4}) and {:.3}x load at the dependency over the brownout",
                     r.time_to_trip_ms.unwrap_or(0.0) / 1000.0,
                     r.opens_by_reason
                         .iter()
