@@ -129,7 +129,7 @@ pub use event::Event;
 pub use explain::Explain;
 pub use keyed::{Keyed, KeyedRefusal, Member};
 pub use lean::LeanBreaker;
-pub use name::{Name, NameTooLong, NAME_CAPACITY};
+pub use name::{Name, NameError, NAME_CAPACITY};
 pub use outcome::Outcome;
 pub use ratelimit::{
     KeyedLimitError, KeyedLimiter, KeyedRateLimiter, KeyedWindowLimiter, Limit, LimitRule,

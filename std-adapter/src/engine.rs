@@ -149,7 +149,8 @@ impl<'a, T, E> Decision<'a, T, E> {
 }
 
 /// Why [`PolicyEngine::add`] refused a policy (the core's error; the growable engine is never
-/// full, so it is always [`AddPolicyError::DuplicateName`]), with the policy handed back.
+/// full, so it is [`AddPolicyError::DuplicateName`] or [`AddPolicyError::InvalidName`]), with
+/// the policy handed back.
 pub type AddError<C, T, E> = AddPolicyError<C, T, E, Predicate<C, E>>;
 
 /// Ordered, named policies over a context `C`, each giving a configuration `T`, as many as you
@@ -219,7 +220,8 @@ impl<C, T, E> PolicyEngine<C, T, E> {
     }
 
     /// Adds a policy after the ones already there: it is evaluated after them. Refused, with
-    /// the policy handed back, when one of the same name is there already.
+    /// the policy handed back, when its name is blank or holds a control character, or when one
+    /// of the same name is there already.
     ///
     /// ```
     /// use stormguard_std::PolicyEngine;
@@ -244,6 +246,9 @@ impl<C, T, E> PolicyEngine<C, T, E> {
 
     /// Adds a policy built beforehand; see [`PolicyEngine::add`].
     pub fn push(&mut self, policy: EnginePolicy<C, T, E>) -> Result<(), AddError<C, T, E>> {
+        if let Err(e) = policy.name().check() {
+            return Err(AddPolicyError::InvalidName(e, policy));
+        }
         if self.get(policy.name().as_str()).is_some() {
             return Err(AddPolicyError::DuplicateName(policy));
         }

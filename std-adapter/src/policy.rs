@@ -1191,6 +1191,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// assert_eq!(e.field, Field::MaxAttempts);
     /// ```
     pub fn build(self) -> Result<Policy<K, L>, SettingsError> {
+        self.name.check().map_err(SettingsError::name)?;
         let breaker = match self.breaker {
             Choice::Default => Some(Breaker::new(
                 BreakerSettings::builder_named(self.name).build()?,

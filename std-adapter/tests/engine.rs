@@ -292,3 +292,17 @@ fn an_engine_is_shared_across_threads() {
         assert!(got.iter().all(|g| *g == want));
     }
 }
+
+#[test]
+fn a_rule_with_a_blank_or_control_character_name_is_refused() {
+    let mut engine: PolicyEngine<(), u8, ()> = PolicyEngine::new();
+    for name in ["", "  ", "db\nup 1"] {
+        let e = engine.add(name, |_: &()| Ok(true), 7).unwrap_err();
+        assert!(
+            matches!(e, AddError::<(), u8, ()>::InvalidName(..)),
+            "{name:?}: {e}"
+        );
+        assert_eq!(*e.into_policy().config(), 7);
+    }
+    assert!(engine.is_empty());
+}
