@@ -20,7 +20,7 @@ use stormguard_core::{
 };
 
 use crate::classify::{Classify, EveryErrorTransient};
-use crate::clock::{default_clock, Clock, DefaultClock};
+use crate::clock::{default_clock, Clock, DefaultClock, SteadyClock};
 use crate::events::{self, Ended, Listener, NoListener};
 use crate::{entropy_seed, Breaker, Budget};
 
@@ -1214,7 +1214,7 @@ impl<K, L> PolicyBuilder<K, L> {
             bulkhead: self.bulkhead,
             settings: self.call.build()?,
             single: self.call.max_attempts(1).build()?,
-            clock: self.clock,
+            clock: SteadyClock::new(self.clock),
             listener: self.listener,
         })
     }
@@ -1261,7 +1261,7 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
     settings: CallSettings,
     /// The same settings with one attempt, for calls that cannot be repeated.
     single: CallSettings,
-    clock: K,
+    clock: SteadyClock<K>,
     listener: L,
 }
 
@@ -1332,10 +1332,12 @@ impl<K, L> Policy<K, L> {
         &self.settings
     }
 
-    /// The clock the policy reads.
+    /// The clock the policy reads. The policy reads it through a [`SteadyClock`], so a
+    /// reading that steps back never holds a call past its deadline or a breaker open past its
+    /// break; reading this clock directly gives its own readings.
     #[must_use]
     pub fn clock(&self) -> &K {
-        &self.clock
+        self.clock.inner()
     }
 
     /// The listener events go to.
@@ -2057,7 +2059,12 @@ mod run {
             C: Classify<T, E>,
             A: FromSteps<'p>,
         {
-            let start = start.unwrap_or_else(|| self.clock.now());
+            // A start read elsewhere (from the inner clock) never lies before a reading the
+            // policy already handed out.
+            let start = match start {
+                Some(at) => self.clock.at_least_latest(at),
+                None => self.clock.now(),
+            };
             let steps = self.steps();
             let mut report = Report::new(&self.listener, &self.name);
             let cancel = options.cancel;
