@@ -9,7 +9,8 @@
 use std::fmt;
 
 use stormguard_core::{
-    AddPolicyError, DecisionTrail, Name, Policy as Rule, PolicyEvaluation, PolicyMatch,
+    AddPolicyError, Bound, DecisionTrail, Field, Name, Policy as Rule, PolicyEvaluation,
+    PolicyMatch, SettingsError,
 };
 
 /// A predicate of the growable engine: any closure from the context to a match (`Ok(true)`),
@@ -211,12 +212,37 @@ impl<C, T, E> PolicyEngine<C, T, E> {
         }
     }
 
+    /// The most policies [`PolicyEngine::with_capacity`] makes room for up front: 2^16.
+    ///
+    /// Every decision evaluates the policies in order, so an engine of tens of thousands is
+    /// already slow to consult; room for more is a mistake (a size from the wrong field, say),
+    /// refused rather than a reservation that aborts the process. More policies may still be
+    /// added one by one.
+    pub const MAX_RESERVED: usize = 1 << 16;
+
     /// An engine with room for `n` policies before it reallocates.
-    #[must_use]
-    pub fn with_capacity(n: usize) -> Self {
-        PolicyEngine {
-            policies: Vec::with_capacity(n),
+    ///
+    /// # Errors
+    /// A [`SettingsError`] on [`Field::Capacity`] when `n` is above
+    /// [`MAX_RESERVED`](PolicyEngine::MAX_RESERVED).
+    ///
+    /// ```
+    /// use stormguard_core::{Bound, Field};
+    /// use stormguard_std::PolicyEngine;
+    /// let e = PolicyEngine::<(), u8, ()>::with_capacity(1 << 40).unwrap_err();
+    /// assert_eq!((e.field, e.bound), (Field::Capacity, Bound::AtMost(1 << 16)));
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub fn with_capacity(n: usize) -> Result<Self, SettingsError> {
+        if n > Self::MAX_RESERVED {
+            return Err(SettingsError {
+                field: Field::Capacity,
+                bound: Bound::AtMost(Self::MAX_RESERVED as u64),
+            });
         }
+        Ok(PolicyEngine {
+            policies: Vec::with_capacity(n),
+        })
     }
 
     /// Adds a policy after the ones already there: it is evaluated after them. Refused, with

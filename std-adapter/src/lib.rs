@@ -124,7 +124,7 @@ pub use engine::{AddError, Decision, EnginePolicy, PolicyEngine, Predicate, Trai
 pub use events::{Both, Ended, Listener, NoListener};
 pub use handles::{entropy_seed, Breaker, Budget};
 #[cfg(feature = "tokio")]
-pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError};
+pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError, MAX_KEYS};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use policy::{Bulkhead, CallOptions, Limiter, Policy, PolicyBuilder};
 pub use stormguard_core::CallError;

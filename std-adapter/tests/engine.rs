@@ -169,7 +169,7 @@ fn no_match_is_reported_with_the_full_trail() {
 fn the_engine_grows_past_any_fixed_size_with_exact_positions_and_a_complete_trail() {
     // Lighter under miri, which interprets every step; still past four 32-policy chunks.
     const N: usize = if cfg!(miri) { 130 } else { 1_000 };
-    let mut e: PolicyEngine<usize, usize, String> = PolicyEngine::with_capacity(4);
+    let mut e: PolicyEngine<usize, usize, String> = PolicyEngine::with_capacity(4).unwrap();
     for i in 0..N {
         // Every seventh predicate fails; policy i matches only the context i.
         let name = Name::try_from_str(&format!("p{i}")).unwrap();
