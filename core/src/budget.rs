@@ -129,13 +129,17 @@ impl BudgetSettings {
     }
 
     /// Every default, for a budget called `name`.
+    ///
+    /// For a name written in the code. This shortcut cannot fail, so a name that `build` refuses
+    /// (blank, or holding a control character) is replaced by `"unnamed"` here;
+    /// `builder(name).build()` reports it as an error instead.
     #[must_use]
     pub const fn defaults(name: &'static str) -> BudgetSettings {
         match BudgetSettings::builder(name).build() {
             Ok(s) => s,
-            // The defaults are valid (a test checks it); this arm is never taken.
+            // The defaults are valid (a test checks it): only a name `build` refuses gets here.
             Err(_) => BudgetSettings {
-                name: Name::new(name),
+                name: Name::new("unnamed"),
                 fraction: Ratio::from_ppm_const(100_000),
                 floor_milli: 3_000,
             },
@@ -255,6 +259,9 @@ impl BudgetSettingsBuilder {
 
     /// Checks every bound and returns the settings, or the first setting at fault.
     pub const fn build(self) -> Result<BudgetSettings, SettingsError> {
+        if let Err(e) = SettingsError::check_name(&self.name) {
+            return Err(e);
+        }
         if self.fraction_ppm < 0 {
             return Err(SettingsError::new(Field::RetryFraction, Bound::AtLeast(0)));
         }

@@ -145,6 +145,9 @@ impl BulkheadSettingsBuilder {
 
     /// Checks every bound and returns the settings, or the first setting at fault.
     pub const fn build(self) -> Result<BulkheadSettings, SettingsError> {
+        if let Err(e) = SettingsError::check_name(&self.settings.name) {
+            return Err(e);
+        }
         if self.settings.max_in_flight == 0 {
             return Err(SettingsError::new(Field::MaxInFlight, Bound::AtLeast(1)));
         }

@@ -869,7 +869,9 @@ impl Call {
     }
 
     /// Reports how the attempt behind `permit` ended, at `now`. The breaker and budget learn
-    /// from it; the call decides whether and when to retry.
+    /// from it; the call decides whether and when to retry. The outcome is taken as
+    /// [`Outcome::effective`] reads it: a throttled outcome that asks for no wait counts as a
+    /// transient failure.
     pub fn complete<A: Admission, F: Funding>(
         &mut self,
         parts: &mut Parts<A, F>,
@@ -878,6 +880,7 @@ impl Call {
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
+        let outcome = outcome.effective();
         let evidence = self.as_evidence(&parts.breaker, &permit, now, outcome);
         parts.breaker.on_outcome(now, permit, evidence, events);
         parts.budget.on_outcome(now, evidence);

@@ -7,7 +7,7 @@ use core::marker::PhantomData;
 
 use heapless::Vec;
 
-use crate::Name;
+use crate::{Name, NameError};
 
 /// The default predicate type: a function pointer from the context to a match, or an error.
 ///
@@ -440,13 +440,17 @@ pub enum AddPolicyError<C, T, E, P = PolicyPredicate<C, E>> {
     Full(Policy<C, T, E, P>),
     /// A policy of the same name is already there: names tell trail entries apart.
     DuplicateName(Policy<C, T, E, P>),
+    /// The name is blank or holds a control character (see [`Name::check`]).
+    InvalidName(NameError, Policy<C, T, E, P>),
 }
 
 impl<C, T, E, P> AddPolicyError<C, T, E, P> {
     /// The refused policy, handed back.
     pub fn into_policy(self) -> Policy<C, T, E, P> {
         match self {
-            AddPolicyError::Full(p) | AddPolicyError::DuplicateName(p) => p,
+            AddPolicyError::Full(p)
+            | AddPolicyError::DuplicateName(p)
+            | AddPolicyError::InvalidName(_, p) => p,
         }
     }
 
@@ -454,7 +458,9 @@ impl<C, T, E, P> AddPolicyError<C, T, E, P> {
     #[must_use]
     pub fn policy(&self) -> &Policy<C, T, E, P> {
         match self {
-            AddPolicyError::Full(p) | AddPolicyError::DuplicateName(p) => p,
+            AddPolicyError::Full(p)
+            | AddPolicyError::DuplicateName(p)
+            | AddPolicyError::InvalidName(_, p) => p,
         }
     }
 }
@@ -464,6 +470,9 @@ impl<C, T: fmt::Debug, E, P> fmt::Debug for AddPolicyError<C, T, E, P> {
         match self {
             AddPolicyError::Full(p) => f.debug_tuple("Full").field(p).finish(),
             AddPolicyError::DuplicateName(p) => f.debug_tuple("DuplicateName").field(p).finish(),
+            AddPolicyError::InvalidName(e, p) => {
+                f.debug_tuple("InvalidName").field(e).field(p).finish()
+            }
         }
     }
 }
@@ -477,6 +486,9 @@ impl<C, T, E, P> fmt::Display for AddPolicyError<C, T, E, P> {
             AddPolicyError::DuplicateName(p) => {
                 write!(f, "policy `{}` not added: the name is taken", p.name)
             }
+            AddPolicyError::InvalidName(e, p) => {
+                write!(f, "policy {:?} not added: {e}", p.name)
+            }
         }
     }
 }
@@ -489,6 +501,9 @@ impl<C, T, E, P> defmt::Format for AddPolicyError<C, T, E, P> {
         match self {
             AddPolicyError::Full(p) => defmt::write!(f, "Full({})", p.name),
             AddPolicyError::DuplicateName(p) => defmt::write!(f, "DuplicateName({})", p.name),
+            AddPolicyError::InvalidName(e, p) => {
+                defmt::write!(f, "InvalidName({}, {})", e, p.name)
+            }
         }
     }
 }
@@ -579,7 +594,8 @@ impl<C, T, E, const N: usize, P> PolicyEngine<C, T, E, N, P> {
     }
 
     /// Adds a policy after the ones already there: it is evaluated after them. Refused, with the
-    /// policy handed back, when the engine holds `N` policies already or one of the same name.
+    /// policy handed back, when its name is blank or holds a control character, or when the
+    /// engine holds `N` policies already or one of the same name.
     pub fn add(
         &mut self,
         name: impl Into<Name>,
@@ -591,6 +607,9 @@ impl<C, T, E, const N: usize, P> PolicyEngine<C, T, E, N, P> {
 
     /// Adds a policy built beforehand; see [`PolicyEngine::add`].
     pub fn push(&mut self, policy: Policy<C, T, E, P>) -> Result<(), AddPolicyError<C, T, E, P>> {
+        if let Err(e) = policy.name.check() {
+            return Err(AddPolicyError::InvalidName(e, policy));
+        }
         if self.get(policy.name.as_str()).is_some() {
             return Err(AddPolicyError::DuplicateName(policy));
         }

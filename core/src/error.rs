@@ -163,6 +163,10 @@ pub enum Field {
     Window,
     /// The window limiter's cooldown after the window fills.
     Cooldown,
+    /// The name (of a breaker, budget, policy, limiter, bulkhead or engine rule).
+    Name,
+    /// A fixed table's or registry's capacity (keys, rules, entries).
+    Capacity,
 }
 
 impl Field {
@@ -209,6 +213,8 @@ impl Field {
             Field::WindowEvents => "window_events",
             Field::Window => "window",
             Field::Cooldown => "cooldown",
+            Field::Name => "name",
+            Field::Capacity => "capacity",
         }
     }
 }
@@ -247,6 +253,10 @@ pub enum Bound {
     DivisibleBy(Field),
     /// Must be unset: a lean breaker keeps no statistics, so rules that need them cannot run.
     UnsetWithoutStatistics,
+    /// A name that is not empty and not whitespace only.
+    NotBlank,
+    /// A name without control characters (they break logs and metrics expositions).
+    NoControlCharacters,
 }
 
 impl fmt::Display for Bound {
@@ -265,6 +275,8 @@ impl fmt::Display for Bound {
             Bound::UnsetWithoutStatistics => {
                 f.write_str("unset for a breaker that keeps no statistics")
             }
+            Bound::NotBlank => f.write_str("not blank"),
+            Bound::NoControlCharacters => f.write_str("free of control characters"),
         }
     }
 }
@@ -291,6 +303,33 @@ pub struct SettingsError {
 impl SettingsError {
     pub(crate) const fn new(field: Field, bound: Bound) -> SettingsError {
         SettingsError { field, bound }
+    }
+
+    /// The error for a name that cannot be taken: [`Field::Name`] and the bound it broke.
+    ///
+    /// ```
+    /// use stormguard_core::{Bound, Field, Name, SettingsError};
+    /// let err = SettingsError::name(Name::new("").check().unwrap_err());
+    /// assert_eq!((err.field, err.bound), (Field::Name, Bound::NotBlank));
+    /// assert_eq!(err.to_string(), "`name` must be not blank");
+    /// ```
+    #[must_use]
+    pub const fn name(error: crate::NameError) -> SettingsError {
+        let bound = match error {
+            crate::NameError::TooLong => Bound::AtMost(crate::NAME_CAPACITY as u64),
+            crate::NameError::Blank => Bound::NotBlank,
+            crate::NameError::ControlCharacter => Bound::NoControlCharacters,
+        };
+        SettingsError::new(Field::Name, bound)
+    }
+
+    /// `Err` for a name that cannot be taken (see [`Name::check`](crate::Name::check)): what
+    /// every settings builder checks first.
+    pub(crate) const fn check_name(name: &crate::Name) -> Result<(), SettingsError> {
+        match name.check() {
+            Ok(()) => Ok(()),
+            Err(e) => Err(SettingsError::name(e)),
+        }
     }
 }
 

@@ -133,8 +133,8 @@ pub use event::Event;
 pub use explain::Explain;
 pub use keyed::{Keyed, KeyedRefusal, Member};
 pub use lean::LeanBreaker;
-pub use name::{Name, NameTooLong, NAME_CAPACITY};
-pub use outcome::Outcome;
+pub use name::{Name, NameError, NAME_CAPACITY};
+pub use outcome::{Outcome, MIN_THROTTLE_HINT};
 pub use ratelimit::{
     KeyedLimitError, KeyedLimiter, KeyedRateLimiter, KeyedWindowLimiter, Limit, LimitRule,
     LimiterHashState, LimiterHasher, RateLimitSettings, RateLimitSettingsBuilder, RateLimited,

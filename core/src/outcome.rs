@@ -12,6 +12,23 @@ use crate::Duration;
 /// | [`Throttled`](Outcome::Throttled) | no, and does not reset the count | yes, after its hint, charged to the budget | no |
 /// | [`Permanent`](Outcome::Permanent) | no, and does not reset the count | never | no |
 /// | [`Cancelled`](Outcome::Cancelled) | never | never | no |
+///
+/// A throttled outcome whose hint is shorter than [`MIN_THROTTLE_HINT`] (HTTP's
+/// `Retry-After: 0`, or a date already past) is a transient failure: a dependency that refuses
+/// while asking for no wait at all is not pacing its callers, it is down with a polite answer,
+/// and counted as throttled it would never trip the breaker (every call retried at once, only
+/// the retry budget bounding them). A real hint (`Retry-After: 30`) stays throttled and never
+/// trips it. The call driver applies this rule ([`Outcome::effective`]) to every outcome it is
+/// given, before the breaker, the budget and the backoff see it; a caller reporting to a breaker
+/// by hand passes `outcome.effective()`.
+///
+/// ```
+/// use stormguard_core::{Duration, Outcome};
+/// let zero = Outcome::Throttled { retry_after: Some(Duration::ZERO) };
+/// assert_eq!(zero.effective(), Outcome::Transient);
+/// let paced = Outcome::Throttled { retry_after: Some(Duration::from_secs(30)) };
+/// assert_eq!(paced.effective(), paced);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -36,7 +53,25 @@ pub enum Outcome {
     Cancelled,
 }
 
+/// The shortest throttle hint that reads as the dependency pacing its callers: 1 ms. A shorter
+/// one (in practice zero: `Retry-After: 0`, a past `Retry-After` date) asks for no wait at all,
+/// so the outcome is a transient failure (see [`Outcome`]).
+pub const MIN_THROTTLE_HINT: Duration = Duration::from_millis(1);
+
 impl Outcome {
+    /// The outcome the rules apply: [`Outcome::Transient`] for a throttled outcome whose hint is
+    /// shorter than [`MIN_THROTTLE_HINT`], the outcome itself otherwise. The call driver applies
+    /// it to every outcome before the breaker, budget and backoff see it.
+    #[must_use]
+    pub const fn effective(self) -> Outcome {
+        match self {
+            Outcome::Throttled {
+                retry_after: Some(hint),
+            } if hint.as_nanos() < MIN_THROTTLE_HINT.as_nanos() => Outcome::Transient,
+            other => other,
+        }
+    }
+
     /// `true` for [`Outcome::Success`] (a tag test, cheaper than `==`, which compares the
     /// payload of [`Outcome::Throttled`] too).
     #[must_use]

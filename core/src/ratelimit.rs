@@ -378,6 +378,9 @@ impl RateLimitSettingsBuilder {
 
     /// Checks every bound and returns the settings, or the first setting at fault.
     pub const fn build(self) -> Result<RateLimitSettings, SettingsError> {
+        if let Err(e) = SettingsError::check_name(&self.name) {
+            return Err(e);
+        }
         if self.cells == 0 {
             return Err(SettingsError::new(FIELD_CELLS, Bound::AtLeast(1)));
         }
@@ -682,6 +685,9 @@ impl WindowLimitSettingsBuilder {
 
     /// Checks every bound and returns the settings, or the first setting at fault.
     pub const fn build(self) -> Result<WindowLimitSettings, SettingsError> {
+        if let Err(e) = SettingsError::check_name(&self.settings.name) {
+            return Err(e);
+        }
         let s = self.settings;
         if s.events == 0 {
             return Err(SettingsError::new(FIELD_EVENTS, Bound::AtLeast(1)));

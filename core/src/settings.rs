@@ -417,11 +417,15 @@ impl BreakerSettings {
     }
 
     /// Every default, for a breaker called `name`.
+    ///
+    /// For a name written in the code. This shortcut cannot fail, so a name that `build` refuses
+    /// (blank, or holding a control character) is replaced by `"unnamed"` here;
+    /// `builder(name).build()` reports it as an error instead.
     #[must_use]
     pub const fn defaults(name: &'static str) -> BreakerSettings {
         match BreakerSettings::builder(name).build() {
             Ok(s) => s,
-            // The defaults are valid; this arm is never taken (a test checks it).
+            // The defaults are valid (a test checks it): only a name `build` refuses gets here.
             Err(_) => BreakerSettings::FALLBACK,
         }
     }
@@ -440,6 +444,10 @@ impl BreakerSettings {
 
     /// Document 004's escalating cooldown: 5 consecutive failures, a 3 s break doubling per
     /// consecutive open up to 300 s, no jitter, one probe that closes on success, no other rule.
+    ///
+    /// For a name written in the code. This shortcut cannot fail, so a name that `build` refuses
+    /// (blank, or holding a control character) is replaced by `"unnamed"` here;
+    /// `builder(name).build()` reports it as an error instead.
     #[must_use]
     pub const fn escalating_cooldown(name: &'static str) -> BreakerSettings {
         match BreakerSettings::builder(name)
@@ -456,7 +464,7 @@ impl BreakerSettings {
         }
     }
 
-    // Only ever returned from the `Err` arms above, which the defaults never reach.
+    // Only ever returned from the `Err` arms above, which only a name `build` refuses reaches.
     const FALLBACK: BreakerSettings = BreakerSettings {
         name: Name::new("unnamed"),
         consecutive_failures: 5,
@@ -807,6 +815,9 @@ impl BreakerSettingsBuilder {
 
     /// Checks every bound and returns the settings, or the first setting at fault.
     pub const fn build(self) -> Result<BreakerSettings, SettingsError> {
+        if let Err(e) = SettingsError::check_name(&self.name) {
+            return Err(e);
+        }
         let max_count = MAX_COUNT as u32;
         if self.consecutive_failures == 0 {
             return Err(SettingsError::new(

@@ -558,9 +558,15 @@ fuzz_target!(|input: Input| {
     match Name::try_from_str(&input.name) {
         Ok(n) => {
             assert!(input.name.len() <= stormguard_core::NAME_CAPACITY);
+            assert!(!input.name.trim().is_empty());
+            assert!(!input.name.chars().any(char::is_control));
             assert_eq!(n.as_str(), input.name);
         }
-        Err(_) => assert!(input.name.len() > stormguard_core::NAME_CAPACITY),
+        Err(stormguard_core::NameError::TooLong) => {
+            assert!(input.name.len() > stormguard_core::NAME_CAPACITY)
+        }
+        Err(stormguard_core::NameError::Blank) => assert!(input.name.trim().is_empty()),
+        Err(_) => assert!(input.name.chars().any(char::is_control)),
     }
 
     let breaker = breaker(&input.breaker);

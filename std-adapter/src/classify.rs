@@ -70,6 +70,12 @@ mod http_preset {
     /// other 4xx are permanent (the request is wrong; retrying cannot help); everything else
     /// succeeds. The default classifier of the tower layer.
     ///
+    /// A throttle that asks for no wait (`Retry-After: 0`, or a date already past) is
+    /// classified as throttled here, and the call driver then counts it as a transient failure
+    /// ([`Outcome::effective`](stormguard_core::Outcome::effective)): a dependency that keeps
+    /// answering `503, Retry-After: 0` is down, and trips the breaker like any other 5xx, while
+    /// `Retry-After: 30` is honoured and never trips it.
+    ///
     /// ```
     /// use http::{Response, StatusCode};
     /// use stormguard_core::{Duration, Outcome};

@@ -55,6 +55,104 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
     }
 }
 
+/// A clock whose readings never step back, whatever the clock it reads does: what a
+/// [`Policy`](crate::Policy) and the health [`Registry`](crate::Registry) read through.
+///
+/// The core reads a reading earlier than the last as "no time passed", but a call's deadline, an
+/// open breaker's end and a budget's refill are instants of one clock: a custom clock stepped
+/// back an hour would keep a 1 s deadline an hour away, and a breaker open for that hour plus
+/// its break. So a reading earlier than the latest one handed out is lifted to it, and the step
+/// is remembered as an offset: later readings count on from there, as if the step had not
+/// happened. (Lifting to the latest alone would stop the clock for as long as the step, an hour
+/// in which no deadline and no break ends.) A step forward is passed on as it comes.
+///
+/// Lock-free: one load and one `fetch_max` per reading, and one more reading of the inner clock
+/// when a reading comes out earlier than the latest (a step back, or a race with another
+/// thread, which the second reading tells apart). Clones share the latest reading and the
+/// offset, as clones of a policy share its breaker.
+///
+/// ```
+/// use stormguard_core::{Duration, Instant};
+/// use stormguard_std::{Clock, ManualClock, SteadyClock};
+///
+/// let raw = ManualClock::starting_at(Instant::from_secs(7_200));
+/// let clock = SteadyClock::new(raw.clone());
+/// assert_eq!(clock.now(), Instant::from_secs(7_200));
+/// raw.set(Instant::from_secs(3_600)); // stepped back an hour
+/// assert_eq!(clock.now(), Instant::from_secs(7_200));
+/// raw.advance(Duration::from_secs(15));
+/// assert_eq!(clock.now(), Instant::from_secs(7_215));
+/// ```
+#[derive(Clone, Debug)]
+pub struct SteadyClock<K> {
+    clock: K,
+    seen: Arc<Seen>,
+}
+
+/// What a [`SteadyClock`] and its clones remember, in nanoseconds: the latest reading handed
+/// out, and how far the inner clock has stepped back in all (added to its readings).
+#[derive(Debug, Default)]
+struct Seen {
+    latest: AtomicU64,
+    offset: AtomicU64,
+}
+
+impl<K> SteadyClock<K> {
+    /// Reads `clock`, never stepping back.
+    #[must_use]
+    pub fn new(clock: K) -> Self {
+        SteadyClock {
+            clock,
+            seen: Arc::default(),
+        }
+    }
+
+    /// The clock read underneath.
+    #[must_use]
+    pub const fn inner(&self) -> &K {
+        &self.clock
+    }
+
+    /// `at` (a reading of the inner clock taken elsewhere) lifted to the latest reading handed
+    /// out, if it is earlier.
+    #[must_use]
+    pub fn at_least_latest(&self, at: Instant) -> Instant {
+        at.max(Instant::from_nanos(
+            self.seen.latest.load(Ordering::Acquire),
+        ))
+    }
+}
+
+impl<K: Clock> Clock for SteadyClock<K> {
+    #[inline]
+    fn now(&self) -> Instant {
+        let seen = &*self.seen;
+        let mut again = false;
+        loop {
+            // The offset is loaded before the inner clock is read, so a reading never gets an
+            // offset made from a later reading than itself.
+            let offset = seen.offset.load(Ordering::Acquire);
+            let raw = self.clock.now().as_nanos();
+            let reading = raw.saturating_add(offset);
+            let latest = seen.latest.fetch_max(reading, Ordering::AcqRel);
+            if reading >= latest {
+                return Instant::from_nanos(reading);
+            }
+            if again {
+                // Read after `latest` was handed out and still earlier: the inner clock stepped
+                // back. Later readings count on from `latest`.
+                seen.offset
+                    .fetch_max(latest.saturating_sub(raw), Ordering::AcqRel);
+                return Instant::from_nanos(latest);
+            }
+            // Earlier than the latest: a step back, or another thread's later reading handed
+            // out between this one and its `fetch_max`. A reading taken now, after that one,
+            // is not earlier unless the clock stepped back.
+            again = true;
+        }
+    }
+}
+
 /// How far before its first reading the process-wide epoch lies (where the platform can
 /// represent it): a tokio runtime with paused time that was created before the first reading
 /// still reads at or after the epoch.
@@ -286,6 +384,48 @@ impl Clock for ManualClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_steady_clock_lifts_a_step_back_and_counts_on_from_the_latest_reading() {
+        let raw = ManualClock::starting_at(Instant::from_secs(10));
+        let steady = SteadyClock::new(raw.clone());
+        let clone = steady.clone();
+        assert_eq!(steady.now(), Instant::from_secs(10));
+        raw.set(Instant::from_secs(4));
+        assert_eq!(clone.now(), Instant::from_secs(10));
+        raw.advance(Duration::from_secs(1));
+        assert_eq!(steady.now(), Instant::from_secs(11));
+        assert_eq!(
+            steady.at_least_latest(Instant::from_secs(5)),
+            Instant::from_secs(11)
+        );
+        // A step forward is passed on.
+        raw.advance(Duration::from_secs(100));
+        assert_eq!(clone.now(), Instant::from_secs(111));
+    }
+
+    #[test]
+    fn a_steady_clock_over_a_monotonic_clock_never_gains_an_offset_from_racing_threads() {
+        let steady = SteadyClock::new(MonotonicClock::new());
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let steady = steady.clone();
+                std::thread::spawn(move || {
+                    let mut last = Instant::ZERO;
+                    for _ in 0..20_000 {
+                        let now = steady.now();
+                        assert!(now >= last);
+                        last = now;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        // Readings that lost a race to another thread's later one are told apart from a step.
+        assert_eq!(steady.seen.offset.load(Ordering::Acquire), 0);
+    }
 
     #[test]
     fn the_monotonic_clock_starts_near_zero_and_never_steps_back() {

@@ -9,7 +9,8 @@
 use std::fmt;
 
 use stormguard_core::{
-    AddPolicyError, DecisionTrail, Name, Policy as Rule, PolicyEvaluation, PolicyMatch,
+    AddPolicyError, Bound, DecisionTrail, Field, Name, Policy as Rule, PolicyEvaluation,
+    PolicyMatch, SettingsError,
 };
 
 /// A predicate of the growable engine: any closure from the context to a match (`Ok(true)`),
@@ -149,7 +150,8 @@ impl<'a, T, E> Decision<'a, T, E> {
 }
 
 /// Why [`PolicyEngine::add`] refused a policy (the core's error; the growable engine is never
-/// full, so it is always [`AddPolicyError::DuplicateName`]), with the policy handed back.
+/// full, so it is [`AddPolicyError::DuplicateName`] or [`AddPolicyError::InvalidName`]), with
+/// the policy handed back.
 pub type AddError<C, T, E> = AddPolicyError<C, T, E, Predicate<C, E>>;
 
 /// Ordered, named policies over a context `C`, each giving a configuration `T`, as many as you
@@ -210,16 +212,42 @@ impl<C, T, E> PolicyEngine<C, T, E> {
         }
     }
 
+    /// The most policies [`PolicyEngine::with_capacity`] makes room for up front: 2^16.
+    ///
+    /// Every decision evaluates the policies in order, so an engine of tens of thousands is
+    /// already slow to consult; room for more is a mistake (a size from the wrong field, say),
+    /// refused rather than a reservation that aborts the process. More policies may still be
+    /// added one by one.
+    pub const MAX_RESERVED: usize = 1 << 16;
+
     /// An engine with room for `n` policies before it reallocates.
-    #[must_use]
-    pub fn with_capacity(n: usize) -> Self {
-        PolicyEngine {
-            policies: Vec::with_capacity(n),
+    ///
+    /// # Errors
+    /// A [`SettingsError`] on [`Field::Capacity`] when `n` is above
+    /// [`MAX_RESERVED`](PolicyEngine::MAX_RESERVED).
+    ///
+    /// ```
+    /// use stormguard_core::{Bound, Field};
+    /// use stormguard_std::PolicyEngine;
+    /// let e = PolicyEngine::<(), u8, ()>::with_capacity(1 << 40).unwrap_err();
+    /// assert_eq!((e.field, e.bound), (Field::Capacity, Bound::AtMost(1 << 16)));
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub fn with_capacity(n: usize) -> Result<Self, SettingsError> {
+        if n > Self::MAX_RESERVED {
+            return Err(SettingsError {
+                field: Field::Capacity,
+                bound: Bound::AtMost(Self::MAX_RESERVED as u64),
+            });
         }
+        Ok(PolicyEngine {
+            policies: Vec::with_capacity(n),
+        })
     }
 
     /// Adds a policy after the ones already there: it is evaluated after them. Refused, with
-    /// the policy handed back, when one of the same name is there already.
+    /// the policy handed back, when its name is blank or holds a control character, or when one
+    /// of the same name is there already.
     ///
     /// ```
     /// use stormguard_std::PolicyEngine;
@@ -244,6 +272,9 @@ impl<C, T, E> PolicyEngine<C, T, E> {
 
     /// Adds a policy built beforehand; see [`PolicyEngine::add`].
     pub fn push(&mut self, policy: EnginePolicy<C, T, E>) -> Result<(), AddError<C, T, E>> {
+        if let Err(e) = policy.name().check() {
+            return Err(AddPolicyError::InvalidName(e, policy));
+        }
         if self.get(policy.name().as_str()).is_some() {
             return Err(AddPolicyError::DuplicateName(policy));
         }

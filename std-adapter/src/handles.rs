@@ -257,6 +257,9 @@ impl Budget {
     }
 
     /// The defaults (a tenth of a retry per success, a floor of 3 per second, 30 tokens).
+    /// A name that a settings builder refuses (blank, or holding a control character) is
+    /// replaced by `"unnamed"`, as in [`BudgetSettings::defaults`]; build the settings with
+    /// [`BudgetSettings::builder`] to have it reported.
     ///
     /// ```
     /// assert_eq!(stormguard_std::Budget::defaults("db").settings().capacity(), 30);

@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 
 use stormguard_core::{BudgetSnapshot, Instant, Snapshot, State};
 
-use crate::clock::{default_clock, Clock, DefaultClock};
+use crate::clock::{default_clock, Clock, DefaultClock, SteadyClock};
 use crate::{Breaker, Budget};
 
 /// How well a dependency (or the whole set) is doing, best first.
@@ -190,7 +190,8 @@ struct Entries {
 #[derive(Clone)]
 pub struct Registry<K = DefaultClock> {
     entries: Arc<RwLock<Entries>>,
-    clock: K,
+    /// Read never stepping back, as a policy reads its clock.
+    clock: SteadyClock<K>,
 }
 
 impl Registry {
@@ -219,7 +220,7 @@ impl<K: Clock> Registry<K> {
     pub fn with_clock(clock: K) -> Registry<K> {
         Registry {
             entries: Arc::new(RwLock::new(Entries::default())),
-            clock,
+            clock: SteadyClock::new(clock),
         }
     }
 

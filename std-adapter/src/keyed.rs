@@ -202,6 +202,15 @@ impl<E: fmt::Display> fmt::Display for KeyedError<E> {
 
 impl<E: fmt::Debug + fmt::Display + 'static> std::error::Error for KeyedError<E> {}
 
+/// The most keys a [`KeyedPolicy`] holds: 2^20, a little over a million.
+///
+/// Chosen so that the table a capacity asks for is always one a host can allocate: its slots
+/// (two per key, one pointer each) are allocated up front, 32 MiB at this bound on a 64-bit
+/// host, and each key in use holds a policy with its own breaker. A table for a breaker per
+/// host, service or tenant stays far below it; a larger number is a mistake, refused as
+/// [`KeyedSetupError::CapacityTooLarge`] rather than an allocation that aborts the process.
+pub const MAX_KEYS: usize = 1 << 20;
+
 /// Why [`KeyedPolicy::new`] refused a template.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -210,6 +219,11 @@ pub enum KeyedSetupError {
     NoBreaker,
     /// A table for no key at all.
     ZeroCapacity,
+    /// A table for more keys than [`MAX_KEYS`]: its slots are allocated up front.
+    CapacityTooLarge {
+        /// The largest capacity a table takes ([`MAX_KEYS`]).
+        max: usize,
+    },
     /// A key's policy could not be built from the template's settings.
     Settings(SettingsError),
 }
@@ -219,6 +233,9 @@ impl fmt::Display for KeyedSetupError {
         match self {
             KeyedSetupError::NoBreaker => f.write_str("a keyed policy's template needs a breaker"),
             KeyedSetupError::ZeroCapacity => f.write_str("a keyed policy needs room for a key"),
+            KeyedSetupError::CapacityTooLarge { max } => {
+                write!(f, "a keyed policy holds at most {max} keys")
+            }
             KeyedSetupError::Settings(e) => write!(f, "keyed policy not built: {e}"),
         }
     }
@@ -302,7 +319,7 @@ where
     C: Clock + Clone,
     L: Listener + Clone,
 {
-    /// A table for at most `capacity` keys, each with a policy copied from `template`: a new
+    /// A table for at most `capacity` keys (1 to [`MAX_KEYS`]), each with a policy copied from `template`: a new
     /// breaker with the template breaker's settings (and its own jitter seed), the template's
     /// budget, rate limiter and bulkhead (shared), retry settings, clock and listener. Every key's events carry the
     /// template's name.
@@ -315,6 +332,9 @@ where
     /// # Ok::<(), stormguard_core::SettingsError>(())
     /// ```
     pub fn new(template: Policy<C, L>, capacity: usize) -> Result<Self, KeyedSetupError> {
+        if capacity > MAX_KEYS {
+            return Err(KeyedSetupError::CapacityTooLarge { max: MAX_KEYS });
+        }
         let breaker_settings = *template
             .breaker()
             .ok_or(KeyedSetupError::NoBreaker)?

@@ -45,7 +45,8 @@
 //! - Clocks: [`Clock`], [`TokioClock`] (follows tokio's paused time; the default),
 //!   [`MonotonicClock`], [`QuantaClock`] and [`CoarseClock`] (feature `quanta`), [`ManualClock`]
 //!   for tests. The global clocks share one [`process_epoch`], so every breaker, budget and call
-//!   agrees on time.
+//!   agrees on time. A policy reads its clock through a [`SteadyClock`], so a custom clock that
+//!   steps back holds no call past its deadline and no breaker past its break.
 //! - Handles: [`Breaker`] and [`Budget`], cloneable `Send + Sync` `Arc`s around the core's
 //!   [`SharedBreaker`](stormguard_core::SharedBreaker) and
 //!   [`SharedBudget`](stormguard_core::SharedBudget): no `Mutex`, `RwLock` or spin lock on the
@@ -118,12 +119,12 @@ pub use cache::{CacheRule, SuccessCache, ZeroTtl};
 #[cfg(feature = "http")]
 pub use classify::{http_outcome, retry_after, Http};
 pub use classify::{Classify, EveryErrorTransient};
-pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock};
+pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock, SteadyClock};
 pub use engine::{AddError, Decision, EnginePolicy, PolicyEngine, Predicate, Trail};
 pub use events::{Both, Ended, Listener, NoListener};
 pub use handles::{entropy_seed, Breaker, Budget};
 #[cfg(feature = "tokio")]
-pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError};
+pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError, MAX_KEYS};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use policy::{Bulkhead, CallOptions, Limiter, Policy, PolicyBuilder};
 pub use stormguard_core::CallError;

@@ -233,14 +233,28 @@ impl Metrics {
                 }
                 let labels: Vec<String> = labels
                     .iter()
-                    .map(|(k, v)| {
-                        format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
-                    })
+                    .map(|(k, v)| format!("{k}=\"{}\"", escape_label_value(v)))
                     .collect();
                 let _ = writeln!(out, "{name}{{{}}} {value}", labels.join(","));
             });
         out
     }
+}
+
+/// A label value as the Prometheus text exposition requires it: backslash, double quote and
+/// line feed escaped (`\\`, `\"`, `\n`), so that no name, whatever it holds, can end a label or
+/// a line early and break the scrape.
+fn escape_label_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl Listener for Metrics {
@@ -413,6 +427,25 @@ fn as_f64(n: u64) -> f64 {
 mod tests {
     use super::*;
     use stormguard_core::Duration;
+
+    #[test]
+    fn a_label_value_with_a_newline_quote_or_backslash_cannot_break_the_exposition() {
+        let text = Metrics::new("db\"} 1\nstormguard_fake{x=\"\\").to_prometheus();
+        for line in text.lines() {
+            assert!(
+                line.starts_with("# TYPE stormguard_") || line.starts_with("stormguard_"),
+                "{line:?}"
+            );
+            assert!(!line.starts_with("stormguard_fake"), "{line:?}");
+        }
+        assert!(
+            text.contains(
+                r#"stormguard_attempts_total{breaker="db\"} 1\nstormguard_fake{x=\"\\"} 0"#
+            ),
+            "{text}"
+        );
+        assert_eq!(escape_label_value("a\\b\"c\nd"), r#"a\\b\"c\nd"#);
+    }
 
     #[test]
     fn events_and_reports_land_in_their_counters() {

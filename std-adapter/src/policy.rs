@@ -20,7 +20,7 @@ use stormguard_core::{
 };
 
 use crate::classify::{Classify, EveryErrorTransient};
-use crate::clock::{default_clock, Clock, DefaultClock};
+use crate::clock::{default_clock, Clock, DefaultClock, SteadyClock};
 use crate::events::{self, Ended, Listener, NoListener};
 use crate::{entropy_seed, Breaker, Budget};
 
@@ -1202,6 +1202,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// assert_eq!(e.field, Field::MaxAttempts);
     /// ```
     pub fn build(self) -> Result<Policy<K, L>, SettingsError> {
+        self.name.check().map_err(SettingsError::name)?;
         let breaker = match self.breaker {
             Choice::Default => Some(Breaker::new(
                 BreakerSettings::builder_named(self.name).build()?,
@@ -1224,7 +1225,7 @@ impl<K, L> PolicyBuilder<K, L> {
             bulkhead: self.bulkhead,
             settings: self.call.build()?,
             single: self.call.max_attempts(1).build()?,
-            clock: self.clock,
+            clock: SteadyClock::new(self.clock),
             listener: self.listener,
         })
     }
@@ -1271,7 +1272,7 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
     settings: CallSettings,
     /// The same settings with one attempt, for calls that cannot be repeated.
     single: CallSettings,
-    clock: K,
+    clock: SteadyClock<K>,
     listener: L,
 }
 
@@ -1342,10 +1343,12 @@ impl<K, L> Policy<K, L> {
         &self.settings
     }
 
-    /// The clock the policy reads.
+    /// The clock the policy reads. The policy reads it through a [`SteadyClock`], so a
+    /// reading that steps back never holds a call past its deadline or a breaker open past its
+    /// break; reading this clock directly gives its own readings.
     #[must_use]
     pub fn clock(&self) -> &K {
-        &self.clock
+        self.clock.inner()
     }
 
     /// The listener events go to.
@@ -2067,7 +2070,12 @@ mod run {
             C: Classify<T, E>,
             A: FromSteps<'p>,
         {
-            let start = start.unwrap_or_else(|| self.clock.now());
+            // A start read elsewhere (from the inner clock) never lies before a reading the
+            // policy already handed out.
+            let start = match start {
+                Some(at) => self.clock.at_least_latest(at),
+                None => self.clock.now(),
+            };
             let steps = self.steps();
             let mut report = Report::new(&self.listener, &self.name);
             let cancel = options.cancel;

@@ -31,7 +31,57 @@ use crate::Clock;
 #[derive(Clone, Debug)]
 pub struct QuantaClock {
     clock: quanta::Clock,
-    epoch: quanta::Instant,
+    anchor: Anchor<quanta::Instant>,
+}
+
+/// A reading of a counter that starts about at boot: a `quanta::Instant` (in tests, the time
+/// since boot itself).
+trait Reading: Copy {
+    /// Time from `earlier` to `self`, zero if `earlier` is later.
+    fn since(self, earlier: Self) -> std::time::Duration;
+}
+
+impl Reading for quanta::Instant {
+    #[inline]
+    fn since(self, earlier: Self) -> std::time::Duration {
+        self.saturating_duration_since(earlier)
+    }
+}
+
+/// Where a counter meets the core's time: a reading of the counter (`at`) and the core instant
+/// it stands for (`reads`); later readings count on from there.
+///
+/// The epoch itself is never a reading of the counter: the counter starts about at boot and the
+/// process epoch lies an hour before the first reading, which on a host up for less than an
+/// hour is before the counter's zero. Anchoring at a reading taken now works whatever the
+/// uptime.
+#[derive(Clone, Copy, Debug)]
+struct Anchor<R> {
+    at: R,
+    reads: Instant,
+}
+
+impl<R: Reading> Anchor<R> {
+    /// An anchor at reading `at`, taken `since_epoch` after the epoch of the core's time.
+    fn new(at: R, since_epoch: std::time::Duration) -> Anchor<R> {
+        Anchor {
+            at,
+            reads: crate::clock::instant_after(since_epoch),
+        }
+    }
+
+    /// `reading` (of the same counter, at or after the anchor) in the core's terms.
+    #[inline]
+    fn to_core(self, reading: R) -> Instant {
+        self.reads.saturating_add(reading.since(self.at).into())
+    }
+}
+
+/// An anchor on `clock` at [`process_epoch`](crate::process_epoch)'s time, as the other global
+/// clocks read it now.
+fn process_anchor(clock: &quanta::Clock) -> Anchor<quanta::Instant> {
+    let since = std::time::Instant::now().saturating_duration_since(crate::process_epoch());
+    Anchor::new(clock.now(), since)
 }
 
 impl QuantaClock {
@@ -39,27 +89,18 @@ impl QuantaClock {
     #[must_use]
     pub fn new() -> Self {
         let clock = quanta::Clock::new();
-        let epoch = clock.now();
-        QuantaClock { clock, epoch }
+        let anchor = Anchor::new(clock.now(), std::time::Duration::ZERO);
+        QuantaClock { clock, anchor }
     }
 
     /// A clock whose epoch is [`process_epoch`](crate::process_epoch), like the other global
-    /// clocks.
+    /// clocks, however long the host has been up.
     #[must_use]
     pub fn global() -> Self {
         let clock = quanta::Clock::new();
-        let epoch = process_epoch_on(&clock);
-        QuantaClock { clock, epoch }
+        let anchor = process_anchor(&clock);
+        QuantaClock { clock, anchor }
     }
-}
-
-/// [`process_epoch`](crate::process_epoch) as a reading of `clock`.
-fn process_epoch_on(clock: &quanta::Clock) -> quanta::Instant {
-    let since = std::time::Instant::now().saturating_duration_since(crate::process_epoch());
-    let now = clock.now();
-    // The TSC counts from boot or so: an hour before the epoch may not exist on it. Then the
-    // epoch is the reading itself and the clock runs behind the others by `since`.
-    now.checked_sub(since).unwrap_or(now)
 }
 
 impl Default for QuantaClock {
@@ -72,7 +113,7 @@ impl Default for QuantaClock {
 impl Clock for QuantaClock {
     #[inline]
     fn now(&self) -> Instant {
-        crate::clock::instant_after(self.clock.now().saturating_duration_since(self.epoch))
+        self.anchor.to_core(self.clock.now())
     }
 }
 
@@ -101,7 +142,7 @@ impl Clock for QuantaClock {
 /// ```
 #[derive(Clone, Debug)]
 pub struct CoarseClock {
-    epoch: quanta::Instant,
+    anchor: Anchor<quanta::Instant>,
     clock: quanta::Clock,
 }
 
@@ -129,15 +170,15 @@ impl CoarseClock {
             }
         }
         drop(upkeep);
-        let epoch = process_epoch_on(&clock);
-        Ok(CoarseClock { epoch, clock })
+        let anchor = process_anchor(&clock);
+        Ok(CoarseClock { anchor, clock })
     }
 }
 
 impl Clock for CoarseClock {
     #[inline]
     fn now(&self) -> Instant {
-        crate::clock::instant_after(self.clock.recent().saturating_duration_since(self.epoch))
+        self.anchor.to_core(self.clock.recent())
     }
 }
 
@@ -156,6 +197,30 @@ mod tests {
             last = now;
         }
         assert!(last < Instant::from_secs(60));
+    }
+
+    /// A counter reading as the time since boot.
+    #[derive(Clone, Copy, Debug)]
+    struct Uptime(std::time::Duration);
+
+    impl Reading for Uptime {
+        fn since(self, earlier: Self) -> std::time::Duration {
+            self.0.saturating_sub(earlier.0)
+        }
+    }
+
+    #[test]
+    fn a_global_counter_clock_reads_the_process_epochs_time_whatever_the_uptime() {
+        let secs = std::time::Duration::from_secs;
+        // The process epoch lies an hour before the anchor (as `process_epoch` places it).
+        for uptime in [secs(5), secs(2 * 3_600)] {
+            let anchor = Anchor::new(Uptime(uptime), secs(3_600));
+            assert_eq!(
+                anchor.to_core(Uptime(uptime + secs(1))),
+                Instant::from_secs(3_601),
+                "at an uptime of {uptime:?}"
+            );
+        }
     }
 
     #[test]

@@ -169,7 +169,7 @@ fn no_match_is_reported_with_the_full_trail() {
 fn the_engine_grows_past_any_fixed_size_with_exact_positions_and_a_complete_trail() {
     // Lighter under miri, which interprets every step; still past four 32-policy chunks.
     const N: usize = if cfg!(miri) { 130 } else { 1_000 };
-    let mut e: PolicyEngine<usize, usize, String> = PolicyEngine::with_capacity(4);
+    let mut e: PolicyEngine<usize, usize, String> = PolicyEngine::with_capacity(4).unwrap();
     for i in 0..N {
         // Every seventh predicate fails; policy i matches only the context i.
         let name = Name::try_from_str(&format!("p{i}")).unwrap();
@@ -291,4 +291,18 @@ fn an_engine_is_shared_across_threads() {
         let want = if t % 2 == 0 { "bulk" } else { "main" };
         assert!(got.iter().all(|g| *g == want));
     }
+}
+
+#[test]
+fn a_rule_with_a_blank_or_control_character_name_is_refused() {
+    let mut engine: PolicyEngine<(), u8, ()> = PolicyEngine::new();
+    for name in ["", "  ", "db\nup 1"] {
+        let e = engine.add(name, |_: &()| Ok(true), 7).unwrap_err();
+        assert!(
+            matches!(e, AddError::<(), u8, ()>::InvalidName(..)),
+            "{name:?}: {e}"
+        );
+        assert_eq!(*e.into_policy().config(), 7);
+    }
+    assert!(engine.is_empty());
 }

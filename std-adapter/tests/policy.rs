@@ -679,3 +679,26 @@ async fn calls_that_begin_at_the_same_instant_draw_different_jitter() {
         drawn.len()
     );
 }
+
+#[test]
+fn a_policy_breaker_or_budget_with_a_blank_or_control_character_name_is_refused() {
+    use stormguard_core::{Bound, Field, SettingsError};
+    for (name, bound) in [
+        ("", Bound::NotBlank),
+        (" ", Bound::NotBlank),
+        ("db\"}\n", Bound::NoControlCharacters),
+    ] {
+        let want = SettingsError {
+            field: Field::Name,
+            bound,
+        };
+        assert_eq!(Policy::builder(name).build().err(), Some(want));
+        // Refused by the policy itself, even with a breaker and budget of good names.
+        let given = Policy::builder(name)
+            .breaker(Breaker::of(3, "db").unwrap())
+            .budget(Budget::defaults("db"))
+            .build();
+        assert_eq!(given.err(), Some(want));
+        assert_eq!(Breaker::of(3, name).err(), Some(want));
+    }
+}
