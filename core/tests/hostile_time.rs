@@ -533,13 +533,19 @@ fn a_clock_stepping_back_during_a_wait_never_moves_the_wait_past_the_deadline() 
 
 #[test]
 fn zero_durations_are_neither_waits_nor_errors() {
-    // A dependency that says "retry after zero": the retry runs at once, with no zero wait.
+    // A dependency that says "retry after zero" is failing in disguise (see
+    // `Outcome::effective`): the retry backs off on the transient curve, never in a zero-wait
+    // loop, and the wait is a real one.
     let mut parts = Parts {
         breaker: Breaker::new(BreakerSettings::defaults("hostile")),
         budget: Budget::new(BudgetSettings::defaults("hostile")),
     };
     let t = Instant::from_secs(10_000);
-    let mut call = Call::begin(&CallSettings::DEFAULT, t);
+    let settings = CallSettings::builder()
+        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
+        .build()
+        .unwrap();
+    let mut call = Call::begin(&settings, t);
     let Step::Attempt(p) = call.poll(&mut parts, t, &mut |_| {}) else {
         panic!("the first attempt always runs");
     };
@@ -547,8 +553,9 @@ fn zero_durations_are_neither_waits_nor_errors() {
         retry_after: Some(Duration::ZERO),
     };
     call.complete(&mut parts, p, t, zero, &mut |_| {});
+    assert_eq!(call.poll(&mut parts, t, &mut |_| {}), Step::Wait(ms(100)));
     assert!(matches!(
-        call.poll(&mut parts, t, &mut |_| {}),
+        call.poll(&mut parts, t + ms(100), &mut |_| {}),
         Step::Attempt(_)
     ));
     // A zero attempt timeout handed to the breaker: the probe's slot is reclaimable at once,

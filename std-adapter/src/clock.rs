@@ -68,7 +68,7 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 ///
 /// Lock-free: one load and one `fetch_max` per reading, and one more reading of the inner clock
 /// when a reading comes out earlier than the latest (a step back, or a race with another
-/// thread, which the second reading tells apart). Clones share the latest reading and the
+/// thread, which the second reading tells apart; a gap under 10 ms is only ever lifted). Clones share the latest reading and the
 /// offset, as clones of a policy share its breaker.
 ///
 /// ```
@@ -140,9 +140,15 @@ impl<K: Clock> Clock for SteadyClock<K> {
             }
             if again {
                 // Read after `latest` was handed out and still earlier: the inner clock stepped
-                // back. Later readings count on from `latest`.
-                seen.offset
-                    .fetch_max(latest.saturating_sub(raw), Ordering::AcqRel);
+                // back, or this thread lost a second race (it was preempted between reading and
+                // publishing). A gap shorter than `STEP_TOLERANCE` is only lifted, so a race
+                // never moves the clock on; a longer one is a step, and later readings count on
+                // from `latest`.
+                let gap = latest.saturating_sub(reading);
+                if gap >= STEP_TOLERANCE.as_nanos() {
+                    seen.offset
+                        .fetch_max(latest.saturating_sub(raw), Ordering::AcqRel);
+                }
                 return Instant::from_nanos(latest);
             }
             // Earlier than the latest: a step back, or another thread's later reading handed
@@ -152,6 +158,11 @@ impl<K: Clock> Clock for SteadyClock<K> {
         }
     }
 }
+
+/// The shortest step back a [`SteadyClock`] counts on from: a shorter gap (a thread preempted
+/// between reading the clock and publishing the reading, while others read on) is lifted to the
+/// latest reading, which stops the clock for at most this long.
+const STEP_TOLERANCE: Duration = Duration::from_millis(10);
 
 /// How far before its first reading the process-wide epoch lies (where the platform can
 /// represent it): a tokio runtime with paused time that was created before the first reading
@@ -402,6 +413,21 @@ mod tests {
         // A step forward is passed on.
         raw.advance(Duration::from_secs(100));
         assert_eq!(clone.now(), Instant::from_secs(111));
+    }
+
+    #[test]
+    fn a_step_back_shorter_than_the_tolerance_is_only_lifted() {
+        let raw = ManualClock::starting_at(Instant::from_secs(10));
+        let steady = SteadyClock::new(raw.clone());
+        assert_eq!(steady.now(), Instant::from_secs(10));
+        raw.set(Instant::from_secs(10) - Duration::from_millis(5));
+        assert_eq!(steady.now(), Instant::from_secs(10));
+        // No offset was taken: the clock resumes once the inner one passes the latest reading.
+        raw.set(Instant::from_secs(10) + Duration::from_millis(1));
+        assert_eq!(
+            steady.now(),
+            Instant::from_secs(10) + Duration::from_millis(1)
+        );
     }
 
     #[test]
