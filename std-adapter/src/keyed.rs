@@ -100,6 +100,9 @@ impl Member for KeyBreaker {
     fn idle_after(&self) -> Duration {
         self.0.settings().trip_window()
     }
+    fn longest_break(&self) -> Duration {
+        self.0.settings().max_break()
+    }
     fn reseed(&mut self, _seed: u64) {}
     fn snapshot_at(&self, now: Instant) -> Snapshot {
         self.0.snapshot_at(now)
