@@ -2,11 +2,37 @@
 //! fixed capacity shared by every thread, with idle keys evicted to make room.
 //!
 //! The rules are the core's ([`Member::is_idle`], [`Member::to_evict`], DESIGN.md "Keyed
-//! scope"): a key is idle when its breaker is closed, no call of it is in flight, and it has
-//! been quiet for a trip window; an open (half-open, recovering, isolated) breaker is never
-//! evicted; a new key in a full table evicts the least recently used idle key, and when none is
-//! idle it is refused ([`KeyedError::Full`]) rather than evicting a key in use. This module
-//! only keeps the table concurrently.
+//! scope"): a key is idle when no call of it is in flight and it has been quiet long enough: a
+//! trip window if its breaker is closed, [`STALE_BREAKS`](stormguard_core::STALE_BREAKS) (4)
+//! times the breaker's longest break if it is open, half-open or recovering (so an open breaker
+//! still asked for is never evicted, and keys nobody asks for do not hold the table for good);
+//! an isolated breaker only leaves by [`KeyedPolicy::remove`]. A new key in a full table evicts
+//! the least recently used idle key, and when none is idle it is refused ([`KeyedError::Full`])
+//! rather than evicting a key in use. This module only keeps the table concurrently.
+//!
+//! # A key space chosen by remote input
+//! When the key comes from outside (a `Host` header, a client's address, a tenant id in a
+//! request), bound the key space before it reaches the table. A peer that sends many keys
+//! fills the table, and every key it keeps calling (a healthy key called at least once a trip
+//! window) is in use: no new key gets in while it keeps calling, and only keys it stops calling
+//! become idle. Either keep an allow-list of the keys the service talks to, or map every key
+//! not on it to one shared key (one breaker for "everything else"):
+//!
+//! ```
+//! # use stormguard_std::{KeyedPolicy, Policy};
+//! const UPSTREAMS: [&str; 3] = ["api.example", "auth.example", "cdn.example"];
+//! /// The table's key for a request's host: a known upstream, or "other".
+//! fn upstream(host: &str) -> &'static str {
+//!     UPSTREAMS.into_iter().find(|u| *u == host).unwrap_or("other")
+//! }
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let hosts = KeyedPolicy::new(Policy::builder("upstreams").build()?, UPSTREAMS.len() + 1)?;
+//! assert_eq!(upstream("evil-1.example"), upstream("evil-2.example"));
+//! # let _: &KeyedPolicy<&str> = &hosts;
+//! # Ok(()) }
+//! ```
+//!
+//! With the capacity covering every key the table can be asked for, it is never full.
 //!
 //! # Why this table
 //! The call path of a key already in the table takes no lock: the table is a fixed array of
@@ -247,9 +273,11 @@ struct Table<K, C, L> {
 /// rate limiter and bulkhead (if it has them), retry settings, clock and listener. At most `capacity` keys; a new key in a full table
 /// takes the place of the least recently used idle key, and is refused with
 /// [`KeyedError::Full`] when none is idle. The rule is the core's ([`Member::is_idle`],
-/// [`Member::to_evict`]): idle means closed, no call in flight (waits between its attempts
-/// included) and quiet for the breaker's trip window; an open, half-open, recovering or
-/// isolated breaker is never evicted.
+/// [`Member::to_evict`]): idle means no call in flight (waits between its attempts included)
+/// and quiet for the breaker's trip window if it is closed, for four of its longest breaks if
+/// it is open, half-open or recovering; an open breaker still asked for is never evicted, an
+/// isolated one only by [`KeyedPolicy::remove`]. Bound a key space chosen by remote input (see
+/// the [module docs](self)).
 ///
 /// A cloneable `Send + Sync` handle: clones share the table. A call for a key already in the
 /// table takes no lock: the table is a fixed array of `arc_swap` slots probed from the key's
@@ -443,6 +471,24 @@ where
     /// [`KeyedPolicy::evict_idle`] at `now` (a reading of the template's clock).
     pub fn evict_idle_at(&self, now: Instant) -> usize {
         self.table.slots.evict_idle_at(now)
+    }
+
+    /// Removes `key` from the table whatever its breaker's state (an isolated one included);
+    /// `true` when the table held it. A call of the key in flight ends on the removed key's
+    /// policy; the next call of the key starts with a new breaker.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let hosts = stormguard_std::KeyedPolicy::new(stormguard_std::Policy::builder("hosts").build()?, 8)?;
+    /// hosts.call(&"a", |_| async { Ok::<_, std::io::Error>(()) }).await?;
+    /// hosts.breaker(&"a").unwrap().isolate();
+    /// assert!(hosts.remove(&"a"));
+    /// assert!(!hosts.contains_key(&"a"));
+    /// # Ok(()) }
+    /// ```
+    pub fn remove(&self, key: &K) -> bool {
+        self.table.slots.remove(self.hash(key), |e| e.key == *key)
     }
 
     /// `true` when `key` is in the table.

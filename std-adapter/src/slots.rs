@@ -92,6 +92,12 @@ impl<V> Entry<V> {
                 .is_ok()
     }
 
+    /// Marks the key evicted whatever its use (a removal): a call in flight finishes on it, a
+    /// call that starts now looks the key up again.
+    fn mark_removed(&self) {
+        self.word.fetch_or(EVICTED, Ordering::AcqRel);
+    }
+
     /// Whether the key has been evicted (the model's check that no call runs on such a key).
     #[cfg(all(test, loom))]
     pub(crate) fn is_evicted(&self) -> bool {
@@ -327,6 +333,26 @@ impl<V: Occupant> Slots<V> {
                 hole = j;
             }
         }
+    }
+
+    /// Removes the key with `hash` that `is` recognises, whatever its use; `true` when the
+    /// table held it.
+    pub(crate) fn remove(&self, hash: u64, is: impl Fn(&V) -> bool) -> bool {
+        let _writer = self.lock();
+        let n = self.slots.len();
+        let mut i = home(hash, n);
+        for _ in 0..n {
+            let Some(entry) = self.slots.get(i).and_then(ArcCell::load_full) else {
+                return false;
+            };
+            if entry.hash == hash && is(&entry.value) {
+                entry.mark_removed();
+                self.remove_at(i);
+                return true;
+            }
+            i = next_slot(i, n);
+        }
+        false
     }
 
     /// Evicts every idle key at `now`; returns how many.

@@ -53,6 +53,11 @@ async fn fail(h: &Hosts, key: u32) -> Result<u32, KeyedError<&'static str>> {
     h.call(&key, |_| async { Err("reset") }).await
 }
 
+/// Whether the table refused the key (full, no key idle).
+fn is_full<T>(r: &Result<T, KeyedError<&'static str>>) -> bool {
+    matches!(r, Err(KeyedError::Full))
+}
+
 fn keys(h: &Hosts) -> Vec<u32> {
     let mut k = h.keys();
     k.sort_unstable();
@@ -182,7 +187,7 @@ async fn the_least_recently_used_idle_key_makes_room() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_open_or_isolated_breaker_is_never_evicted() {
+async fn an_open_breaker_still_asked_for_or_an_isolated_one_is_never_evicted() {
     let clock = ManualClock::new();
     let h = hosts(&clock, 3);
     fail(&h, 1).await.unwrap_err();
@@ -190,8 +195,11 @@ async fn an_open_or_isolated_breaker_is_never_evicted() {
     ok(&h, 2).await.unwrap();
     ok(&h, 3).await.unwrap();
     h.breaker(&3).unwrap().isolate(); // key 3: isolated by an operator
-    clock.advance(secs(3600));
-    // Key 1 has waited out its break: half-open, still not closed, so not idle either.
+                                      // Key 1's dependency stays down and its callers keep asking, once a minute, for an hour.
+    for _ in 0..60 {
+        clock.advance(secs(60));
+        fail(&h, 1).await.unwrap_err();
+    }
     assert_ne!(h.breaker(&1).unwrap().state_at(clock.now()), State::Closed);
     ok(&h, 4).await.unwrap();
     assert_eq!(
@@ -199,16 +207,54 @@ async fn an_open_or_isolated_breaker_is_never_evicted() {
         [1, 3, 4],
         "only the closed, quiet key 2 made room"
     );
-    assert_eq!(ok(&h, 5).await, Err(KeyedError::Full));
+    assert!(is_full(&ok(&h, 5).await));
+    // Nobody asks for key 1 for an hour: stale, it goes with the quiet key 4.
     clock.advance(secs(3600));
-    assert_eq!(h.evict_idle_at(clock.now()), 1);
-    assert_eq!(keys(&h), [1, 3]);
+    assert_eq!(h.evict_idle_at(clock.now()), 2);
+    assert_eq!(keys(&h), [3]);
     assert_eq!(h.evict_idle_at(clock.now()), 0);
     // Closed again, and quiet for a trip window, a key may go.
     h.breaker(&3).unwrap().reset();
     clock.advance(secs(30));
     assert_eq!(h.evict_idle_at(clock.now()), 1);
+    assert!(h.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_table_filled_with_failed_keys_lets_a_new_host_in_once_they_are_stale() {
+    // A peer fails twice on each of 64 keys and leaves: every breaker is open, then half-open.
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 64);
+    for key in 100..164 {
+        fail(&h, key).await.unwrap_err();
+        fail(&h, key).await.unwrap_err();
+    }
+    clock.advance(secs(60));
+    assert!(is_full(&ok(&h, 1).await));
+    assert_eq!(h.evict_idle(), 0);
+    // An hour later (four longest breaks are 8 minutes) the legitimate host gets in, and a
+    // sweep frees the rest.
+    clock.advance(secs(3600));
+    assert_eq!(ok(&h, 1).await, Ok(1));
+    assert_eq!(h.evict_idle(), 63);
     assert_eq!(keys(&h), [1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn removing_a_key_frees_its_place_whatever_its_state() {
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 1);
+    fail(&h, 1).await.unwrap_err();
+    fail(&h, 1).await.unwrap_err();
+    assert!(is_full(&ok(&h, 2).await));
+    assert!(h.remove(&1));
+    assert!(!h.remove(&1));
+    assert_eq!(ok(&h, 2).await, Ok(2));
+    h.breaker(&2).unwrap().isolate();
+    assert!(h.remove(&2));
+    // The key comes back with a new, closed breaker.
+    assert_eq!(ok(&h, 2).await, Ok(2));
+    assert_eq!(h.breaker(&2).unwrap().state(), State::Closed);
 }
 
 #[tokio::test(start_paused = true)]
