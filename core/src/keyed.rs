@@ -28,7 +28,9 @@ use core::fmt;
 use crate::breaker::{Permit, SettingsRef, Snapshot};
 use crate::call::Admission;
 use crate::event::Event;
-use crate::{Breaker, Duration, Instant, LeanBreaker, Outcome, RefusalReason, Refused, State};
+use crate::{
+    Breaker, Duration, Instant, LeanBreaker, Name, Outcome, RefusalReason, Refused, State,
+};
 
 /// How many of its longest breaks a key whose breaker is not closed must be quiet before it
 /// counts as idle (see the [module docs](self)): long enough that a breaker still consulted
@@ -185,6 +187,76 @@ impl Member for LeanBreaker {
     }
     fn snapshot_at(&self, now: Instant) -> Snapshot {
         self.snapshot(now)
+    }
+}
+
+/// A full table's answer to a new key, as the call driver sees it: an [`Admission`] that
+/// refuses every attempt with the table's refusal ([`Member::full_refusal`]), so that an
+/// adapter drives that refusal as it drives any other ([`Call::poll`](crate::Call::poll) gives
+/// [`Step::Reject`](crate::Step::Reject): the `Rejected` event with its pause, the pause capped
+/// by the call's deadline and ended by cancellation, the `retry_after`).
+///
+/// ```
+/// use stormguard_core::{Breaker, Call, CallSettings, FullTable, Instant, Parts, RefusalReason, Step, Unlimited};
+/// let full = FullTable::of(&Breaker::of(3, "hosts")?);
+/// let now = Instant::from_secs(1);
+/// let mut call = Call::begin(&CallSettings::DEFAULT, now);
+/// let mut parts = Parts { breaker: full, budget: Unlimited };
+/// let Step::Reject(rejection) = call.poll(&mut parts, now, &mut |_| {}) else { panic!() };
+/// assert_eq!(rejection.reason, RefusalReason::KeyedFull);
+/// assert_eq!(rejection.attempts, 0);
+/// # Ok::<(), stormguard_core::SettingsError>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct FullTable {
+    name: Name,
+    refused: Refused,
+}
+
+impl FullTable {
+    /// The refusal of a table whose breakers are copies of `template`, named after it.
+    #[must_use]
+    pub fn of<B: Member>(template: &B) -> FullTable {
+        FullTable {
+            name: *template.name(),
+            refused: template.full_refusal(),
+        }
+    }
+
+    /// The refusal every attempt gets.
+    #[must_use]
+    pub const fn refused(&self) -> Refused {
+        self.refused
+    }
+}
+
+impl Admission for FullTable {
+    fn name(&self) -> &Name {
+        &self.name
+    }
+    fn try_acquire(
+        &mut self,
+        _now: Instant,
+        _attempt_timeout: Option<Duration>,
+        _events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        Err(self.refused)
+    }
+    fn check(&self, _now: Instant) -> Result<(), Refused> {
+        Err(self.refused)
+    }
+    fn on_outcome(
+        &mut self,
+        _now: Instant,
+        _permit: Permit,
+        _outcome: Outcome,
+        _events: &mut dyn FnMut(Event<'_>),
+    ) {
+    }
+    fn release(&mut self, _permit: Permit) {}
+    fn normal_latency(&self, _now: Instant) -> Option<Duration> {
+        None
     }
 }
 

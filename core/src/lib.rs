@@ -127,7 +127,7 @@ pub use engine::{
 pub use error::{Bound, Field, RefusalReason, Refused, SettingsError};
 pub use event::Event;
 pub use explain::Explain;
-pub use keyed::{Keyed, KeyedRefusal, Member, STALE_BREAKS};
+pub use keyed::{FullTable, Keyed, KeyedRefusal, Member, STALE_BREAKS};
 pub use lean::LeanBreaker;
 pub use name::{Name, NameTooLong, NAME_CAPACITY};
 pub use outcome::Outcome;
