@@ -70,13 +70,15 @@ use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::Arc;
 
 use stormguard_core::{
-    guarded_pause, Admission, BreakerSettings, Duration, Event, Instant, KeyedRefusal, Member,
-    Outcome, Permit, Refused, SettingsError, SharedBreaker, Snapshot, State,
+    Admission, BreakerSettings, Duration, Event, FullTable, Instant, KeyedRefusal, Member, Outcome,
+    Parts, Permit, RefusalReason, Refused, Rejection, SettingsError, SharedBreaker, Snapshot,
+    State, Step,
 };
 
 use crate::classify::Classify;
 use crate::clock::{Clock, DefaultClock};
 use crate::events::{Listener, NoListener};
+use crate::policy::{Report, Slept};
 use crate::slots::{Entry, Occupant, Refusal, Slots};
 use crate::{Breaker, CallError, CallOptions, Policy};
 
@@ -167,11 +169,21 @@ impl<K, C, L> Occupant for Key<K, C, L> {
 ///     match e {
 ///         KeyedError::Call(CallError::Rejected { rejection, .. }) => format!("host refused: {rejection}"),
 ///         KeyedError::Call(other) => other.to_string(),
-///         KeyedError::Full => "too many hosts in use".into(),
+///         KeyedError::Full(rejection) => format!("too many hosts in use, {rejection}"),
 ///         _ => "something else".into(),
 ///     }
 /// }
-/// assert_eq!(describe(&KeyedError::Full), "too many hosts in use");
+/// # let rejection = stormguard_core::Rejection {
+/// #     reason: stormguard_core::RefusalReason::KeyedFull,
+/// #     retry_after: stormguard_core::Duration::from_secs(30),
+/// #     pause: stormguard_core::Duration::from_millis(100),
+/// #     last: None,
+/// #     attempts: 0,
+/// # };
+/// assert_eq!(
+///     describe(&KeyedError::Full(rejection)),
+///     "too many hosts in use, call rejected (keyed_full), retry after 30s"
+/// );
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -180,8 +192,13 @@ pub enum KeyedError<E> {
     /// [`CallError::Rejected`]).
     Call(CallError<E>),
     /// The key is new, the table is full and no key in it is idle: the key was not added
-    /// (the core's [`KeyedRefusal::Full`]). Reported after the guarded pause, like any refusal.
-    Full,
+    /// (the core's [`KeyedRefusal::Full`]). A guarded rejection like any other, driven by the
+    /// core's call driver: announced by the `Rejected` event, reported after the pause (capped
+    /// by the call's deadline, ended at once by cancellation, which then reports
+    /// [`CallError::Cancelled`]), with [`RefusalReason::KeyedFull`] and a `retry_after` of a
+    /// trip window from the refusal (the soonest a key quiet from now on becomes idle),
+    /// counted from the end of the pause.
+    Full(Rejection),
     /// The key's policy could not be built from the template. Does not happen with a template
     /// built by [`PolicyBuilder`](crate::PolicyBuilder): its settings were validated then.
     Settings(SettingsError),
@@ -200,16 +217,41 @@ impl<E> KeyedError<E> {
     /// The core's keyed refusal, when the table refused the key.
     ///
     /// ```
-    /// use stormguard_core::KeyedRefusal;
-    /// let e: stormguard_std::KeyedError<()> = stormguard_std::KeyedError::Full;
+    /// use stormguard_core::{Duration, KeyedRefusal, RefusalReason, Rejection};
+    /// let rejection = Rejection {
+    ///     reason: RefusalReason::KeyedFull,
+    ///     retry_after: Duration::from_secs(30),
+    ///     pause: Duration::from_millis(100),
+    ///     last: None,
+    ///     attempts: 0,
+    /// };
+    /// let e: stormguard_std::KeyedError<()> = stormguard_std::KeyedError::Full(rejection);
     /// assert_eq!(e.keyed_refusal(), Some(KeyedRefusal::Full));
+    /// assert_eq!(e.retry_after(), Some(Duration::from_secs(30)));
     /// ```
     #[must_use]
     pub fn keyed_refusal(&self) -> Option<KeyedRefusal> {
         match self {
-            KeyedError::Full => Some(KeyedRefusal::Full),
+            KeyedError::Full(_) => Some(KeyedRefusal::Full),
             _ => None,
         }
+    }
+
+    /// The rejection, when the table or the key's policy refused the call.
+    #[must_use]
+    pub fn rejection(&self) -> Option<&Rejection> {
+        match self {
+            KeyedError::Full(rejection) => Some(rejection),
+            KeyedError::Call(e) => e.rejection(),
+            KeyedError::Settings(_) => None,
+        }
+    }
+
+    /// When asking again may succeed, for a rejection (the table's or the key's), counted from
+    /// the moment the error was handed over (after the pause).
+    #[must_use]
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.rejection().map(|r| r.retry_after)
     }
 }
 
@@ -223,7 +265,12 @@ impl<E: fmt::Display> fmt::Display for KeyedError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KeyedError::Call(e) => fmt::Display::fmt(e, f),
-            KeyedError::Full => fmt::Display::fmt(&KeyedRefusal::Full, f),
+            KeyedError::Full(rejection) => write!(
+                f,
+                "{}, retry after {}",
+                KeyedRefusal::Full,
+                rejection.retry_after
+            ),
             KeyedError::Settings(e) => write!(f, "keyed policy not built: {e}"),
         }
     }
@@ -266,6 +313,8 @@ struct Table<K, C, L> {
     breaker_settings: BreakerSettings,
     hasher: RandomState,
     slots: Slots<Key<K, C, L>>,
+    /// What a new key's call meets when the table is full (the core's refusal).
+    full: FullTable,
 }
 
 /// A call policy per key, from one template: each key (a host, a service, a tenant) gets its
@@ -346,10 +395,9 @@ where
     /// # Ok::<(), stormguard_core::SettingsError>(())
     /// ```
     pub fn new(template: Policy<C, L>, capacity: usize) -> Result<Self, KeyedSetupError> {
-        let breaker_settings = *template
-            .breaker()
-            .ok_or(KeyedSetupError::NoBreaker)?
-            .settings();
+        let template_breaker = template.breaker().ok_or(KeyedSetupError::NoBreaker)?;
+        let breaker_settings = *template_breaker.settings();
+        let full = FullTable::of(&KeyBreaker(template_breaker.clone()));
         // Builds one key's policy now, so that a template that cannot be copied is refused
         // here rather than at a key's first call.
         let _ = policy_for(&template, Breaker::new(breaker_settings))?;
@@ -360,6 +408,7 @@ where
                 breaker_settings,
                 hasher: RandomState::new(),
                 slots,
+                full,
             }),
         })
     }
@@ -562,8 +611,9 @@ where
     /// Runs `op` under `key`'s policy, as [`Policy::call`] does: the key's breaker, the shared
     /// budget, the template's retries, deadline and attempt timeout. A new key is added first;
     /// when the table is full and no key is idle, the call is refused with
-    /// [`KeyedError::Full`] after the guarded pause (100 ms, or the deadline if nearer) without
-    /// running `op`. The key counts as in use until the call ends (also between its attempts),
+    /// [`KeyedError::Full`] without running `op`, through the core's call driver like any
+    /// refusal: the `Rejected` event, the guarded pause (100 ms, or the deadline if nearer),
+    /// counted by a [`Metrics`](crate::Metrics) listener. The key counts as in use until the call ends (also between its attempts),
     /// so it is never evicted under a call.
     ///
     /// ```
@@ -593,8 +643,9 @@ where
     }
 
     /// [`KeyedPolicy::call`] with per-call [`CallOptions`] (a classifier, a cancellation token,
-    /// a deadline), as [`Policy::call_with`]. (The pause before [`KeyedError::Full`] is ended by
-    /// dropping the call's future; it lasts at most 100 ms.)
+    /// a deadline), as [`Policy::call_with`]. The pause before [`KeyedError::Full`] is capped
+    /// by the call's deadline and ended at once by its cancellation token (the call then ends
+    /// [`CallError::Cancelled`]) or by dropping the call's future.
     pub async fn call_with<T, E, F, Fut, Cl>(
         &self,
         key: &K,
@@ -610,12 +661,7 @@ where
         let entry = match self.enter(key) {
             Ok(entry) => entry,
             Err(Refusal::Make(e)) => return Err(KeyedError::Settings(e)),
-            Err(Refusal::Full) => {
-                // A refusal is guarded like any other, so a polling loop cannot spin on it.
-                let pause = guarded_pause(self.table.template.settings().deadline());
-                tokio::time::sleep(pause.into()).await;
-                return Err(KeyedError::Full);
-            }
+            Err(Refusal::Full) => return self.refuse_full(&options).await,
         };
         let in_flight = InFlight {
             entry: &entry,
@@ -624,6 +670,52 @@ where
         let result = entry.value.policy.call_with(options, op).await;
         drop(in_flight);
         result.map_err(KeyedError::Call)
+    }
+}
+
+impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
+    /// A new key's call in a full table: the core's call driver over the table's refusal
+    /// ([`FullTable`]), so that it is guarded like any other refusal (the `Rejected` event and
+    /// the call's report to the listener, the pause capped by the call's deadline and ended by
+    /// its cancellation, the `retry_after`). No attempt can run: the driver's first step is the
+    /// refusal.
+    async fn refuse_full<T, E, Cl>(
+        &self,
+        options: &CallOptions<'_, Cl>,
+    ) -> Result<T, KeyedError<E>> {
+        let template = &self.table.template;
+        let now = template.clock().now();
+        let mut call = template.begin(options, now);
+        let mut parts = Parts {
+            breaker: self.table.full,
+            budget: template.funds(),
+        };
+        let report = Report::new(template.listener(), template.name());
+        let mut sink = |e: Event<'_>| template.emit(&e);
+        let result = loop {
+            match call.poll(&mut parts, now, &mut sink) {
+                Step::Reject(rejection) => {
+                    if options.serve_pause(rejection.pause).await == Slept::Cancelled {
+                        break Err(crate::CallError::Cancelled);
+                    }
+                }
+                Step::Done(finished) => break finished.into_result(None),
+                // Not given by a driver whose admission refuses every attempt.
+                Step::Attempt(permit) => {
+                    parts.breaker.release(permit);
+                    call.cancel();
+                }
+                Step::Wait(_) => call.cancel(),
+            }
+        };
+        match report.end(result) {
+            Err(CallError::Rejected { rejection, .. })
+                if rejection.reason == RefusalReason::KeyedFull =>
+            {
+                Err(KeyedError::Full(rejection))
+            }
+            other => other.map_err(KeyedError::Call),
+        }
     }
 }
 

@@ -12,16 +12,17 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use stormguard_core::{
-    BreakerSettings, BudgetSettings, Duration, KeyedRefusal, RefusalReason, State,
+    BreakerSettings, BudgetSettings, Duration, Event, KeyedRefusal, RefusalReason, State,
 };
 use stormguard_std::{
-    Breaker, Budget, CallError, Clock, KeyedError, KeyedPolicy, KeyedSetupError, ManualClock,
-    Policy,
+    Both, Breaker, Budget, CallError, CallOptions, Clock, KeyedError, KeyedPolicy, KeyedSetupError,
+    Listener, ManualClock, Metrics, Policy,
 };
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 type Hosts = KeyedPolicy<u32, ManualClock>;
 
@@ -55,7 +56,7 @@ async fn fail(h: &Hosts, key: u32) -> Result<u32, KeyedError<&'static str>> {
 
 /// Whether the table refused the key (full, no key idle).
 fn is_full<T>(r: &Result<T, KeyedError<&'static str>>) -> bool {
-    matches!(r, Err(KeyedError::Full))
+    matches!(r, Err(KeyedError::Full(_)))
 }
 
 fn keys(h: &Hosts) -> Vec<u32> {
@@ -152,7 +153,7 @@ async fn a_full_table_with_no_idle_key_refuses_the_new_key_after_the_guarded_pau
             async { Ok::<_, &str>(3) }
         })
         .await;
-    assert_eq!(r, Err(KeyedError::Full));
+    assert!(is_full(&r));
     assert_eq!(r.unwrap_err().keyed_refusal(), Some(KeyedRefusal::Full));
     assert_eq!(
         tokio::time::Instant::now() - start,
@@ -278,13 +279,13 @@ async fn a_key_with_a_call_in_flight_is_never_evicted() {
     tokio::task::yield_now().await;
     assert!(h.contains_key(&1));
     clock.advance(secs(3600));
-    assert_eq!(ok(&h, 2).await, Err(KeyedError::Full));
+    assert!(is_full(&ok(&h, 2).await));
     assert_eq!(h.evict_idle_at(clock.now()), 0);
     release.notify_one();
     assert_eq!(call.await.unwrap(), Ok(1));
     // The call's end is its last use: quiet for a trip window after it, the key may go.
     clock.advance(secs(29));
-    assert_eq!(ok(&h, 2).await, Err(KeyedError::Full));
+    assert!(is_full(&ok(&h, 2).await));
     clock.advance(secs(1));
     assert_eq!(ok(&h, 2).await, Ok(2));
     assert_eq!(keys(&h), [2]);
@@ -428,7 +429,7 @@ fn under_contention_eviction_never_takes_a_key_with_a_call_in_flight() {
                             .await;
                         match r {
                             Ok(()) => done.fetch_add(1, Ordering::Relaxed),
-                            Err(KeyedError::Full) => full.fetch_add(1, Ordering::Relaxed),
+                            Err(KeyedError::Full(_)) => full.fetch_add(1, Ordering::Relaxed),
                             Err(e) => panic!("{e}"),
                         };
                     }
@@ -475,4 +476,131 @@ async fn every_key_shares_the_templates_rate_limiter_and_bulkhead() {
         assert!(p.limiter().unwrap().same_as(&limiter));
         assert!(p.bulkhead().unwrap().same_as(&bulkhead));
     }
+}
+
+type Watched = KeyedPolicy<u32, ManualClock, Both<Metrics, Rejections>>;
+
+/// The rejections a listener saw, as (reason, pause).
+#[derive(Clone, Default)]
+struct Rejections(Arc<Mutex<Vec<(RefusalReason, Duration)>>>);
+
+impl Listener for Rejections {
+    fn on_event(&self, e: &Event<'_>) {
+        if let Event::Rejected { reason, delay, .. } = e {
+            self.0.lock().unwrap().push((*reason, *delay));
+        }
+    }
+}
+
+/// A full table of one key (open, so never idle), its events counted by `Metrics` and its
+/// rejections logged.
+fn full_watched_table(clock: &ManualClock) -> (Watched, Metrics, Rejections) {
+    let metrics = Metrics::new("hosts");
+    let log = Rejections::default();
+    let template = Policy::builder("hosts")
+        .breaker(Breaker::new(
+            BreakerSettings::consecutive_only("hosts", 2).unwrap(),
+        ))
+        .max_attempts(1)
+        .no_attempt_timeout()
+        .no_deadline()
+        .clock(clock.clone())
+        .listener(Both(metrics.clone(), log.clone()))
+        .build()
+        .unwrap();
+    let h = KeyedPolicy::new(template, 1).unwrap();
+    (h, metrics, log)
+}
+
+async fn open_key(h: &Watched, key: u32) {
+    for _ in 0..2 {
+        let r = h.call(&key, |_| async { Err::<u32, _>("reset") }).await;
+        assert_eq!(r, Err(KeyedError::Call(CallError::Failed("reset"))));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_tables_refusal_is_announced_counted_and_says_when_to_ask_again() {
+    let clock = ManualClock::new();
+    let (h, metrics, log) = full_watched_table(&clock);
+    open_key(&h, 1).await;
+    log.0.lock().unwrap().clear();
+    let start = tokio::time::Instant::now();
+    let r = h.call(&2, |_| async { Ok::<_, &str>(2) }).await;
+    assert_eq!(start.elapsed(), std::time::Duration::from_millis(100));
+    let Err(KeyedError::Full(rejection)) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(rejection.reason, RefusalReason::KeyedFull);
+    assert_eq!(rejection.pause, Duration::from_millis(100));
+    assert_eq!(rejection.attempts, 0);
+    // A trip window from the refusal, counted from the end of the pause.
+    assert_eq!(rejection.retry_after, secs(30) - Duration::from_millis(100));
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        [(RefusalReason::KeyedFull, Duration::from_millis(100))]
+    );
+    let counted = metrics.snapshot();
+    assert_eq!(counted.rejected_for("keyed_full"), 1);
+    assert_eq!(counted.calls_ended("rejected"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_tables_pause_is_capped_by_the_calls_deadline() {
+    let clock = ManualClock::new();
+    let (h, _, log) = full_watched_table(&clock);
+    open_key(&h, 1).await;
+    log.0.lock().unwrap().clear();
+    let start = tokio::time::Instant::now();
+    let options = CallOptions::new().within(std::time::Duration::from_millis(5));
+    let r = h
+        .call_with(&2, options, |_| async { Ok::<_, &str>(2) })
+        .await;
+    assert_eq!(start.elapsed(), std::time::Duration::from_millis(5));
+    assert_eq!(
+        r.unwrap_err().rejection().unwrap().pause,
+        Duration::from_millis(5)
+    );
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        [(RefusalReason::KeyedFull, Duration::from_millis(5))]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_call_to_a_full_table_ends_at_once() {
+    let clock = ManualClock::new();
+    let (h, metrics, _) = full_watched_table(&clock);
+    open_key(&h, 1).await;
+    // Already cancelled: no pause at all.
+    let cancelled = CancellationToken::new();
+    cancelled.cancel();
+    let start = tokio::time::Instant::now();
+    let r = h
+        .call_with(&2, CallOptions::new().cancel_on(&cancelled), |_| async {
+            Ok::<_, &str>(2)
+        })
+        .await;
+    assert_eq!(r, Err(KeyedError::Call(CallError::Cancelled)));
+    assert_eq!(start.elapsed(), std::time::Duration::ZERO);
+    // Cancelled 10 ms into the pause: it ends then.
+    let token = CancellationToken::new();
+    let call = {
+        let (h, token) = (h.clone(), token.clone());
+        tokio::spawn(async move {
+            let start = tokio::time::Instant::now();
+            let r = h
+                .call_with(&3, CallOptions::new().cancel_on(&token), |_| async {
+                    Ok::<_, &str>(3)
+                })
+                .await;
+            (r, start.elapsed())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    token.cancel();
+    let (r, took) = call.await.unwrap();
+    assert_eq!(r, Err(KeyedError::Call(CallError::Cancelled)));
+    assert_eq!(took, std::time::Duration::from_millis(10));
+    assert_eq!(metrics.snapshot().calls_ended("cancelled"), 2);
 }
