@@ -604,3 +604,38 @@ async fn a_cancelled_call_to_a_full_table_ends_at_once() {
     assert_eq!(took, std::time::Duration::from_millis(10));
     assert_eq!(metrics.snapshot().calls_ended("cancelled"), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn healthy_keys_refreshed_within_a_trip_window_keep_a_new_host_out_unless_keys_are_bounded() {
+    // A peer fills the table with 64 healthy keys and calls each every 29 s (the trip window is
+    // 30 s): every key is in use, none idle, so the rule refuses the new host rather than evict
+    // one of them. This is the design ("rather than evicting a key in use"): a healthy key
+    // called within its trip window cannot be told from a legitimate host's, and evicting such
+    // keys would let the peer evict the legitimate ones just as well.
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 64);
+    for _ in 0..20 {
+        for key in 100..164 {
+            assert_eq!(ok(&h, key).await, Ok(key));
+        }
+        assert!(is_full(&ok(&h, 1).await), "the new host is kept out");
+        clock.advance(secs(29));
+    }
+    // When the peer stops, its keys are idle a trip window later and the host gets in.
+    clock.advance(secs(1));
+    assert_eq!(ok(&h, 1).await, Ok(1));
+
+    // The mitigation: the key space is bounded before the table. Known hosts have their own
+    // key, every other host shares one, and the capacity covers them all: never full.
+    let clock = ManualClock::new();
+    let bounded = hosts(&clock, 3);
+    let key_for = |host: u32| if host < 2 { host } else { u32::MAX };
+    for _ in 0..20 {
+        for peer_key in 100..164 {
+            assert!(ok(&bounded, key_for(peer_key)).await.is_ok());
+        }
+        assert_eq!(ok(&bounded, key_for(1)).await, Ok(1));
+        clock.advance(secs(29));
+    }
+    assert_eq!(keys(&bounded), [1, u32::MAX]);
+}
