@@ -413,13 +413,16 @@ where
     /// # Ok::<(), stormguard_core::SettingsError>(())
     /// ```
     pub fn new(template: Policy<C, L>, capacity: usize) -> Result<Self, KeyedSetupError> {
-        let template_breaker = template.breaker().ok_or(KeyedSetupError::NoBreaker)?;
-        let breaker_settings = *template_breaker.settings();
-        let full = FullTable::of(&KeyBreaker(template_breaker.clone()));
+        let breaker_settings = *template
+            .breaker()
+            .ok_or(KeyedSetupError::NoBreaker)?
+            .settings();
         // Builds one key's policy now, so that a template that cannot be copied is refused
         // here rather than at a key's first call.
         let _ = policy_for(&template, Breaker::new(breaker_settings))?;
         let slots = Slots::new(capacity).ok_or(KeyedSetupError::ZeroCapacity)?;
+        // What a new key meets in a full table, named as every key's breaker is.
+        let full = FullTable::of(&KeyBreaker(Breaker::new(breaker_settings)));
         Ok(KeyedPolicy {
             table: Arc::new(Table {
                 template,
