@@ -1,17 +1,42 @@
 //! Keyed scope: one breaker per key (a host, a service, a peripheral address) in a table of
 //! fixed capacity, with idle keys evicted to make room.
 //!
-//! A key is idle when its breaker is closed, none of its permits is out, and it has been quiet
-//! for a trip window. An open (or half-open, recovering, isolated) breaker is never evicted: it
-//! remembers a dependency that is down. When the table is full and no key is idle, a new key is
-//! refused with a typed error rather than evicting a key in use.
+//! A key is idle when none of its permits is out and it has been quiet long enough:
+//! - a closed breaker, for a trip window;
+//! - an open, half-open or recovering breaker, for [`STALE_BREAKS`] times its longest break
+//!   (and never less than a trip window): while calls keep arriving, such a breaker remembers a
+//!   dependency that is down and is never evicted; once nobody has asked for the key for that
+//!   long, what it remembers is stale, and keeping it would let keys that are no longer used
+//!   (a peer that failed a few calls and left) fill the table for good;
+//! - an isolated breaker never: an operator isolated it, and only the operator's
+//!   [`Keyed::remove`] (or reset) frees it.
+//!
+//! When the table is full and no key is idle, a new key is refused with a typed error rather
+//! than evicting a key in use.
+//!
+//! # A key space chosen by remote input
+//! A table of fixed capacity holds at most that many keys in use. When the key comes from
+//! outside (a `Host` header, a peer's address), a peer can use many keys at once, and keys it
+//! keeps calling are in use: they keep legitimate new keys out for as long as it keeps
+//! calling (a healthy key called more often than once a trip window is never idle). Bound such
+//! a key space before it reaches the table: an allow-list of the keys the service talks to, or
+//! a key function that maps every unknown key to one shared key (one breaker for "everything
+//! else"), so that the table's capacity covers every key it can be asked for.
 
 use core::fmt;
 
 use crate::breaker::{Permit, SettingsRef, Snapshot};
 use crate::call::Admission;
 use crate::event::Event;
-use crate::{Breaker, Duration, Instant, LeanBreaker, Outcome, Refused, State};
+use crate::{
+    Breaker, Duration, Instant, LeanBreaker, Name, Outcome, RefusalReason, Refused, State,
+};
+
+/// How many of its longest breaks a key whose breaker is not closed must be quiet before it
+/// counts as idle (see the [module docs](self)): long enough that a breaker still consulted
+/// every break or so is never evicted, short enough that keys nobody asks for do not hold the
+/// table for good.
+pub const STALE_BREAKS: u64 = 4;
 
 /// A breaker a keyed table can hold: cloned from a template for each new key.
 pub trait Member: Admission + Clone {
@@ -19,31 +44,86 @@ pub trait Member: Admission + Clone {
     fn state_at(&self, now: Instant) -> State;
     /// How long the key must be quiet before it counts as idle (the trip window).
     fn idle_after(&self) -> Duration;
+    /// The longest break the breaker serves (its settings' maximum break).
+    fn longest_break(&self) -> Duration;
     /// Gives the copy for a key its own jitter seed.
     fn reseed(&mut self, seed: u64);
     /// A point-in-time view.
     fn snapshot_at(&self, now: Instant) -> Snapshot;
 
-    /// The keyed scope's idle rule: `true` when a key holding this breaker may be evicted at
-    /// `now`: its breaker is closed, none of its permits is out (`permits_out`), and it has been
-    /// quiet since `last_used` for [`idle_after`](Member::idle_after). An open, half-open,
-    /// recovering or isolated breaker is never idle. Every keyed table decides with this one
-    /// rule ([`Keyed`], and an adapter's concurrent table).
+    /// How long a key whose breaker is not closed must be quiet before it counts as idle:
+    /// [`STALE_BREAKS`] times the [longest break](Member::longest_break), and never less than
+    /// [`idle_after`](Member::idle_after).
+    fn stale_after(&self) -> Duration {
+        self.longest_break()
+            .saturating_mul(STALE_BREAKS)
+            .max(self.idle_after())
+    }
+
+    /// When a key holding this breaker, with `permits_out` permits out and last used at
+    /// `last_used`, becomes idle if no call starts or ends, its breaker's state read at `now`:
+    /// `last_used` plus [`idle_after`](Member::idle_after) for a closed breaker, plus
+    /// [`stale_after`](Member::stale_after) for an open, half-open or recovering one; `None`
+    /// while a permit is out, and for an isolated breaker. (The state may change with time
+    /// alone, a recovery ramp ending, so a table that remembers this instant looks again now
+    /// and then.)
     ///
     /// ```
-    /// use stormguard_core::{Breaker, Duration, Instant, Member};
+    /// use stormguard_core::{Breaker, Instant, Member};
     /// let b = Breaker::of(3, "hosts")?;
+    /// let used = Instant::from_secs(10);
+    /// assert_eq!(b.idle_from(0, used, used), Some(used + b.idle_after()));
+    /// assert_eq!(b.idle_from(1, used, used), None); // a permit is out
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    fn idle_from(&self, permits_out: u32, last_used: Instant, now: Instant) -> Option<Instant> {
+        if permits_out != 0 {
+            return None;
+        }
+        let quiet = match self.state_at(now) {
+            State::Closed => self.idle_after(),
+            State::Isolated => return None,
+            _ => self.stale_after(),
+        };
+        Some(last_used.saturating_add(quiet))
+    }
+
+    /// The keyed scope's idle rule: `true` when a key holding this breaker may be evicted at
+    /// `now`: none of its permits is out (`permits_out`) and it has been quiet since
+    /// `last_used` long enough, as [`idle_from`](Member::idle_from) says: a trip window for a
+    /// closed breaker, [`stale_after`](Member::stale_after) for an open, half-open or
+    /// recovering one (so a breaker still asked for is never evicted), never for an isolated
+    /// one. Every keyed table decides with this one rule ([`Keyed`], and an adapter's
+    /// concurrent table).
+    ///
+    /// ```
+    /// use stormguard_core::{Breaker, Duration, Instant, Member, Outcome};
+    /// let mut b = Breaker::of(1, "hosts")?;
     /// let used = Instant::from_secs(10);
     /// let window = b.idle_after();
     /// assert!(!b.is_idle(0, used, used + window - Duration::from_millis(1)));
     /// assert!(b.is_idle(0, used, used + window));
     /// assert!(!b.is_idle(1, used, used + window)); // a permit is out
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// // Open: still remembered a trip window later, stale after four longest breaks.
+    /// let p = b.try_acquire(used)?;
+    /// b.on_outcome(used, p, Outcome::Transient, &mut |_| {});
+    /// assert!(!b.is_idle(0, used, used + window));
+    /// assert!(b.is_idle(0, used, used + b.stale_after()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     fn is_idle(&self, permits_out: u32, last_used: Instant, now: Instant) -> bool {
-        permits_out == 0
-            && self.state_at(now) == State::Closed
-            && now.saturating_duration_since(last_used) >= self.idle_after()
+        self.idle_from(permits_out, last_used, now)
+            .is_some_and(|at| now >= at)
+    }
+
+    /// The refusal a full table gives a new key, for the call driver to guard like any other:
+    /// [`RefusalReason::KeyedFull`], to be asked again after a trip window (the soonest a key
+    /// that is quiet from now on becomes idle).
+    fn full_refusal(&self) -> Refused {
+        Refused {
+            reason: RefusalReason::KeyedFull,
+            retry_after: self.idle_after(),
+        }
     }
 
     /// The keyed scope's rule for a new key in a full table: of `keys` (each a position, its
@@ -81,6 +161,9 @@ impl<S: SettingsRef + Clone> Member for Breaker<S> {
     fn idle_after(&self) -> Duration {
         self.settings().trip_window()
     }
+    fn longest_break(&self) -> Duration {
+        self.settings().max_break()
+    }
     fn reseed(&mut self, seed: u64) {
         self.set_seed(seed);
     }
@@ -96,11 +179,84 @@ impl Member for LeanBreaker {
     fn idle_after(&self) -> Duration {
         self.settings().trip_window()
     }
+    fn longest_break(&self) -> Duration {
+        self.settings().max_break()
+    }
     fn reseed(&mut self, seed: u64) {
         self.set_seed(seed);
     }
     fn snapshot_at(&self, now: Instant) -> Snapshot {
         self.snapshot(now)
+    }
+}
+
+/// A full table's answer to a new key, as the call driver sees it: an [`Admission`] that
+/// refuses every attempt with the table's refusal ([`Member::full_refusal`]), so that an
+/// adapter drives that refusal as it drives any other ([`Call::poll`](crate::Call::poll) gives
+/// [`Step::Reject`](crate::Step::Reject): the `Rejected` event with its pause, the pause capped
+/// by the call's deadline and ended by cancellation, the `retry_after`).
+///
+/// ```
+/// use stormguard_core::{Breaker, Call, CallSettings, FullTable, Instant, Parts, RefusalReason, Step, Unlimited};
+/// let full = FullTable::of(&Breaker::of(3, "hosts")?);
+/// let now = Instant::from_secs(1);
+/// let mut call = Call::begin(&CallSettings::DEFAULT, now);
+/// let mut parts = Parts { breaker: full, budget: Unlimited };
+/// let Step::Reject(rejection) = call.poll(&mut parts, now, &mut |_| {}) else { panic!() };
+/// assert_eq!(rejection.reason, RefusalReason::KeyedFull);
+/// assert_eq!(rejection.attempts, 0);
+/// # Ok::<(), stormguard_core::SettingsError>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct FullTable {
+    name: Name,
+    refused: Refused,
+}
+
+impl FullTable {
+    /// The refusal of a table whose breakers are copies of `template`, named after it.
+    #[must_use]
+    pub fn of<B: Member>(template: &B) -> FullTable {
+        FullTable {
+            name: *template.name(),
+            refused: template.full_refusal(),
+        }
+    }
+
+    /// The refusal every attempt gets.
+    #[must_use]
+    pub const fn refused(&self) -> Refused {
+        self.refused
+    }
+}
+
+impl Admission for FullTable {
+    fn name(&self) -> &Name {
+        &self.name
+    }
+    fn try_acquire(
+        &mut self,
+        _now: Instant,
+        _attempt_timeout: Option<Duration>,
+        _events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        Err(self.refused)
+    }
+    fn check(&self, _now: Instant) -> Result<(), Refused> {
+        Err(self.refused)
+    }
+    fn on_outcome(
+        &mut self,
+        _now: Instant,
+        _permit: Permit,
+        _outcome: Outcome,
+        _events: &mut dyn FnMut(Event<'_>),
+    ) {
+    }
+    fn release(&mut self, _permit: Permit) {}
+    fn normal_latency(&self, _now: Instant) -> Option<Duration> {
+        None
     }
 }
 
@@ -191,6 +347,25 @@ impl<K: Eq + Clone, B: Member, const N: usize> Keyed<K, B, N> {
 
     fn idle(e: &Entry<K, B>, now: Instant) -> bool {
         e.breaker.is_idle(e.out, e.last_used, now)
+    }
+
+    /// Removes `key` whatever its breaker's state (an operator's way to free a key, an isolated
+    /// one included); returns its breaker, or `None` when the table does not hold the key. A
+    /// permit of the key still out is then reported to nothing.
+    ///
+    /// ```
+    /// use stormguard_core::{Breaker, Instant, Keyed};
+    /// let mut hosts: Keyed<&str, Breaker, 8> = Keyed::new(Breaker::of(3, "hosts")?);
+    /// let now = Instant::from_secs(1);
+    /// hosts.try_acquire("a.example", now, None, &mut |_| {}).unwrap();
+    /// assert!(hosts.remove(&"a.example").is_some());
+    /// assert!(hosts.get(&"a.example").is_none());
+    /// assert!(hosts.remove(&"a.example").is_none());
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub fn remove(&mut self, key: &K) -> Option<B> {
+        let i = self.entries.iter().position(|e| e.key == *key)?;
+        Some(self.entries.swap_remove(i).breaker)
     }
 
     /// Removes every idle key; returns how many.

@@ -131,7 +131,7 @@ pub use engine::{
 pub use error::{Bound, Field, RefusalReason, Refused, SettingsError};
 pub use event::Event;
 pub use explain::Explain;
-pub use keyed::{Keyed, KeyedRefusal, Member};
+pub use keyed::{FullTable, Keyed, KeyedRefusal, Member, STALE_BREAKS};
 pub use lean::LeanBreaker;
 pub use name::{Name, NameError, NAME_CAPACITY};
 pub use outcome::{Outcome, MIN_THROTTLE_HINT};

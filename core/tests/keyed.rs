@@ -8,7 +8,7 @@
 )]
 
 use stormguard_core::{
-    Breaker, BreakerSettings, Duration, Instant, Keyed, KeyedRefusal, LeanBreaker, Outcome,
+    Breaker, BreakerSettings, Duration, Instant, Keyed, KeyedRefusal, LeanBreaker, Member, Outcome,
     RefusalReason, State,
 };
 
@@ -119,4 +119,77 @@ fn lean_breakers_work_in_a_keyed_table() {
     }
     assert!(t.try_acquire(7, now, None, &mut |_| {}).is_err());
     assert!(t.try_acquire(8, now, None, &mut |_| {}).is_ok());
+}
+
+#[test]
+fn keys_that_failed_and_went_quiet_are_idle_after_four_longest_breaks() {
+    // A peer uses every key of the table, fails twice on each and leaves: every breaker is
+    // open (then half-open), and nobody asks for any of them again.
+    let mut t = table::<64>();
+    let t0 = Instant::from_secs(1);
+    for key in 0..64 {
+        trip(&mut t, key, t0);
+    }
+    let stale = t.get(&0).unwrap().stale_after();
+    assert_eq!(stale, secs(4 * 120)); // four of the default longest break (2 min)
+    assert_eq!(t.evict_idle(t0 + stale - secs(1)), 0, "not stale yet");
+    assert_eq!(
+        t.try_acquire(1000, t0 + stale - secs(1), None, &mut |_| {}),
+        Err(KeyedRefusal::Full)
+    );
+    // An hour later a legitimate new key gets in, and sweeping frees the rest.
+    let hour = t0 + secs(3600);
+    assert!(t.try_acquire(1000, hour, None, &mut |_| {}).is_ok());
+    assert_eq!(t.evict_idle(hour), 63);
+    assert_eq!(t.len(), 1);
+}
+
+#[test]
+fn an_open_breaker_still_asked_for_is_never_evicted() {
+    let mut t = table::<1>();
+    let t0 = Instant::from_secs(1);
+    trip(&mut t, 1, t0);
+    // The dependency stays down and its callers keep asking, once a minute, for a day: each
+    // ask is refused (or probes and fails), and the key is used each time.
+    for minute in 1..=24 * 60 {
+        let now = t0 + secs(60 * minute);
+        if let Ok(p) = t.try_acquire(1, now, None, &mut |_| {}) {
+            t.on_outcome(&1, now, p, Outcome::Transient, &mut |_| {});
+        }
+        assert_eq!(
+            t.try_acquire(2, now, None, &mut |_| {}),
+            Err(KeyedRefusal::Full)
+        );
+    }
+    assert_ne!(t.get(&1).unwrap().state(t0 + secs(86_400)), State::Closed);
+}
+
+#[test]
+fn an_isolated_breaker_is_never_idle_but_can_be_removed() {
+    let mut t = table::<1>();
+    let t0 = Instant::from_secs(1);
+    let p = t.try_acquire(1, t0, None, &mut |_| {}).unwrap();
+    t.on_outcome(&1, t0, p, Outcome::Success, &mut |_| {});
+    let mut isolated = t.remove(&1).unwrap();
+    isolated.isolate(t0, &mut |_| {});
+    let year = t0 + secs(365 * 86_400);
+    assert!(!isolated.is_idle(0, t0, year));
+    assert_eq!(isolated.idle_from(0, t0, year), None);
+    // Removing frees the place of any key, whatever its state.
+    trip(&mut t, 2, t0);
+    assert_eq!(
+        t.try_acquire(3, t0, None, &mut |_| {}),
+        Err(KeyedRefusal::Full)
+    );
+    assert_eq!(t.remove(&2).map(|b| b.state(t0)), Some(State::Open));
+    assert!(t.try_acquire(3, t0, None, &mut |_| {}).is_ok());
+    assert!(t.remove(&2).is_none());
+}
+
+#[test]
+fn a_full_table_refuses_as_keyed_full_to_be_asked_again_after_a_trip_window() {
+    let template = Breaker::new(BreakerSettings::defaults("peripherals"));
+    let refused = template.full_refusal();
+    assert_eq!(refused.reason, RefusalReason::KeyedFull);
+    assert_eq!(refused.retry_after, secs(30));
 }

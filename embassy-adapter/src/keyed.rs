@@ -2,12 +2,15 @@
 //! fixed-capacity [`Keyed`] table, shared behind an `embassy_sync` blocking raw mutex, and
 //! [`KeyedPolicy`]: `policy.call(key, |attempt| async { ... })`.
 //!
-//! The table's rules are the core's: a new key gets a copy of the template breaker (reseeded);
-//! when the table is full, the least recently used idle key (closed, no permit out, quiet for a
-//! trip window) is evicted; an open breaker is never evicted; when no key is idle, the new key
-//! is refused. That refusal reaches the caller as a guarded rejection with
-//! [`RefusalReason::KeyedFull`], its `retry_after` the trip window (the soonest a quiet key
-//! becomes idle).
+//! The table's rules are the core's ([`Member::is_idle`], [`Member::full_refusal`]): a new key
+//! gets a copy of the template breaker (reseeded); when the table is full, the least recently
+//! used idle key is evicted (no permit out, and quiet for a trip window if its breaker is
+//! closed, for [`STALE_BREAKS`](stormguard_core::STALE_BREAKS) longest breaks if it is open,
+//! half-open or recovering); an open breaker still asked for is never evicted, an isolated one
+//! only by [`KeyedBreaker::remove`]; when no key is idle, the new key is refused. That refusal
+//! reaches the caller as a guarded rejection with
+//! [`RefusalReason::KeyedFull`](stormguard_core::RefusalReason::KeyedFull), its
+//! `retry_after` the trip window (the soonest a quiet key becomes idle).
 
 use core::borrow::Borrow;
 use core::cell::RefCell;
@@ -19,7 +22,7 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 use stormguard_core::{
     Admission, CallSettings, Duration, Event, HedgeSuppressed, Instant, Keyed, KeyedRefusal,
-    Member, Name, Outcome, Permit, RefusalReason, Refused, Snapshot, State,
+    Member, Name, Outcome, Permit, Refused, Snapshot, State,
 };
 
 use crate::events::{self as event_log};
@@ -51,8 +54,8 @@ use crate::{Budget, CallError, CallOptions, Classify, CoreBreaker, EmbassyClock}
 pub struct KeyedBreaker<M: RawMutex, K, B: CoreBreaker, const N: usize> {
     inner: Mutex<M, RefCell<Keyed<K, B, N>>>,
     name: B::NameRef,
-    /// The template's trip window: how long a key must be quiet to be evicted.
-    idle: Duration,
+    /// The refusal a new key gets when the table is full (the core's, from the template).
+    full: Refused,
 }
 
 impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> KeyedBreaker<M, K, B, N> {
@@ -61,7 +64,7 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> KeyedB
     pub fn new(template: B) -> Self {
         KeyedBreaker {
             name: template.name_ref(),
-            idle: template.idle_after(),
+            full: template.full_refusal(),
             inner: Mutex::new(RefCell::new(Keyed::new(template))),
         }
     }
@@ -112,6 +115,12 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> KeyedB
     pub fn evict_idle(&self) -> usize {
         let now = EmbassyClock::new().now();
         self.with(|k| k.evict_idle(now)).unwrap_or(0)
+    }
+
+    /// Removes `key` now, whatever its breaker's state (an isolated one included); `true` when
+    /// the table held it. A call of the key in flight reports its outcome to nothing.
+    pub fn remove(&self, key: &K) -> bool {
+        self.with(|k| k.remove(key).is_some()).unwrap_or(false)
     }
 
     /// A handle implementing the core's [`Admission`] for `key`'s breaker (the key is added at
@@ -173,10 +182,7 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> Admiss
             Some(Ok(permit)) => Ok(permit),
             Some(Err(KeyedRefusal::Refused(refused))) => Err(refused),
             // The table is full and no key is idle (or, never, found borrowed).
-            Some(Err(_)) | None => Err(Refused {
-                reason: RefusalReason::KeyedFull,
-                retry_after: self.keyed.idle,
-            }),
+            Some(Err(_)) | None => Err(self.keyed.full),
         }
     }
 

@@ -685,6 +685,34 @@ fn a_full_table_refuses_a_new_key_guarded_then_evicts_an_idle_one_but_never_an_o
     assert_eq!(keyed.len(), 2);
 }
 
+#[test]
+#[serial(embassy_mock_driver)]
+fn keys_that_failed_and_went_quiet_make_room_later_and_any_key_can_be_removed() {
+    fresh();
+    let keyed: KeyedBreaker<NoopRawMutex, u8, LeanBreaker, 2> =
+        KeyedBreaker::new(LeanBreaker::new(&I2C).unwrap());
+    let policy = KeyedPolicy::new(&keyed, ONE_SHOT);
+    for key in [1, 2] {
+        for _ in 0..2 {
+            let _ = run_ms(policy.call(key, fails));
+        }
+    }
+    // Both open and nobody asks for them: an hour later they are stale, and a new key gets in.
+    advance(EDuration::from_secs(3600));
+    assert_ne!(keyed.state(&1), Some(State::Closed));
+    assert_eq!(run_ms(policy.call(3, answers)).0, Ok(215));
+    assert_eq!(keyed.evict_idle(), 1);
+    assert_eq!(keyed.len(), 1);
+    // Removing frees the place of a key whatever its state.
+    for _ in 0..2 {
+        let _ = run_ms(policy.call(3, fails));
+    }
+    assert_eq!(keyed.state(&3), Some(State::Open));
+    assert!(keyed.remove(&3));
+    assert!(!keyed.remove(&3));
+    assert_eq!(keyed.state(&3), None);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Subscription retry
 

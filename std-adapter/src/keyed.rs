@@ -2,11 +2,37 @@
 //! fixed capacity shared by every thread, with idle keys evicted to make room.
 //!
 //! The rules are the core's ([`Member::is_idle`], [`Member::to_evict`], DESIGN.md "Keyed
-//! scope"): a key is idle when its breaker is closed, no call of it is in flight, and it has
-//! been quiet for a trip window; an open (half-open, recovering, isolated) breaker is never
-//! evicted; a new key in a full table evicts the least recently used idle key, and when none is
-//! idle it is refused ([`KeyedError::Full`]) rather than evicting a key in use. This module
-//! only keeps the table concurrently.
+//! scope"): a key is idle when no call of it is in flight and it has been quiet long enough: a
+//! trip window if its breaker is closed, [`STALE_BREAKS`](stormguard_core::STALE_BREAKS) (4)
+//! times the breaker's longest break if it is open, half-open or recovering (so an open breaker
+//! still asked for is never evicted, and keys nobody asks for do not hold the table for good);
+//! an isolated breaker only leaves by [`KeyedPolicy::remove`]. A new key in a full table evicts
+//! the least recently used idle key, and when none is idle it is refused ([`KeyedError::Full`])
+//! rather than evicting a key in use. This module only keeps the table concurrently.
+//!
+//! # A key space chosen by remote input
+//! When the key comes from outside (a `Host` header, a client's address, a tenant id in a
+//! request), bound the key space before it reaches the table. A peer that sends many keys
+//! fills the table, and every key it keeps calling (a healthy key called at least once a trip
+//! window) is in use: no new key gets in while it keeps calling, and only keys it stops calling
+//! become idle. Either keep an allow-list of the keys the service talks to, or map every key
+//! not on it to one shared key (one breaker for "everything else"):
+//!
+//! ```
+//! # use stormguard_std::{KeyedPolicy, Policy};
+//! const UPSTREAMS: [&str; 3] = ["api.example", "auth.example", "cdn.example"];
+//! /// The table's key for a request's host: a known upstream, or "other".
+//! fn upstream(host: &str) -> &'static str {
+//!     UPSTREAMS.into_iter().find(|u| *u == host).unwrap_or("other")
+//! }
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let hosts = KeyedPolicy::new(Policy::builder("upstreams").build()?, UPSTREAMS.len() + 1)?;
+//! assert_eq!(upstream("evil-1.example"), upstream("evil-2.example"));
+//! # let _: &KeyedPolicy<&str> = &hosts;
+//! # Ok(()) }
+//! ```
+//!
+//! With the capacity covering every key the table can be asked for, it is never full.
 //!
 //! # Why this table
 //! The call path of a key already in the table takes no lock: the table is a fixed array of
@@ -23,7 +49,17 @@
 //! on "idle" atomically, which the use word does.
 //!
 //! The table has twice as many slots as keys it may hold (rounded up to a power of two), so
-//! probes stay short. A lookup that races a writer moving keys may miss its key; it then takes
+//! probes stay short.
+//!
+//! Making room reads every key (the least recently used idle one goes), under the writers'
+//! lock. A full table whose keys may not be evicted would pay that read on every new key it
+//! refuses (about 2 ms at 10,000 keys and 40 ms at 100,000, on a tokio worker, holding the
+//! lock), so it remembers until when no key can be: the soonest instant a key it read with no
+//! call in flight becomes idle, and at most a trip window ahead (no call can make a key idle
+//! sooner: its key needs a trip window of quiet after it ends). A new key refused before then
+//! costs one clock reading under the lock and no read of the table (`cargo run --release -p
+//! stormguard-std --example keyed_refusal` measures it). A change no call makes (a recovery
+//! ramp ending, an operator's reset) is seen at the latest a trip window later. A lookup that races a writer moving keys may miss its key; it then takes
 //! the writers' lock and looks again, so it never adds a key twice.
 //!
 //! # The use word
@@ -44,13 +80,15 @@ use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::Arc;
 
 use stormguard_core::{
-    guarded_pause, Admission, BreakerSettings, Duration, Event, Instant, KeyedRefusal, Member,
-    Outcome, Permit, Refused, SettingsError, SharedBreaker, Snapshot, State,
+    Admission, BreakerSettings, Duration, Event, FullTable, Instant, KeyedRefusal, Member, Outcome,
+    Parts, Permit, RefusalReason, Refused, Rejection, SettingsError, SharedBreaker, Snapshot,
+    State, Step,
 };
 
 use crate::classify::Classify;
 use crate::clock::{Clock, DefaultClock};
 use crate::events::{Listener, NoListener};
+use crate::policy::{Report, Slept};
 use crate::slots::{Entry, Occupant, Refusal, Slots};
 use crate::{Breaker, CallError, CallOptions, Policy};
 
@@ -100,6 +138,9 @@ impl Member for KeyBreaker {
     fn idle_after(&self) -> Duration {
         self.0.settings().trip_window()
     }
+    fn longest_break(&self) -> Duration {
+        self.0.settings().max_break()
+    }
     fn reseed(&mut self, _seed: u64) {}
     fn snapshot_at(&self, now: Instant) -> Snapshot {
         self.0.snapshot_at(now)
@@ -128,6 +169,14 @@ impl<K, C, L> Occupant for Key<K, C, L> {
             .map(|(i, &(key, out, last))| (i, &key.breaker, out, last));
         Member::to_evict(keys, now).ok()
     }
+
+    fn idle_from(&self, in_flight: u32, last_used: Instant, now: Instant) -> Option<Instant> {
+        self.breaker.idle_from(in_flight, last_used, now)
+    }
+
+    fn recheck_after(&self) -> Duration {
+        self.breaker.idle_after()
+    }
 }
 
 /// Why a keyed call did not return the operation's value.
@@ -138,11 +187,21 @@ impl<K, C, L> Occupant for Key<K, C, L> {
 ///     match e {
 ///         KeyedError::Call(CallError::Rejected { rejection, .. }) => format!("host refused: {rejection}"),
 ///         KeyedError::Call(other) => other.to_string(),
-///         KeyedError::Full => "too many hosts in use".into(),
+///         KeyedError::Full(rejection) => format!("too many hosts in use, {rejection}"),
 ///         _ => "something else".into(),
 ///     }
 /// }
-/// assert_eq!(describe(&KeyedError::Full), "too many hosts in use");
+/// # let rejection = stormguard_core::Rejection {
+/// #     reason: stormguard_core::RefusalReason::KeyedFull,
+/// #     retry_after: stormguard_core::Duration::from_secs(30),
+/// #     pause: stormguard_core::Duration::from_millis(100),
+/// #     last: None,
+/// #     attempts: 0,
+/// # };
+/// assert_eq!(
+///     describe(&KeyedError::Full(rejection)),
+///     "too many hosts in use, call rejected (keyed_full), retry after 30s"
+/// );
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -151,8 +210,13 @@ pub enum KeyedError<E> {
     /// [`CallError::Rejected`]).
     Call(CallError<E>),
     /// The key is new, the table is full and no key in it is idle: the key was not added
-    /// (the core's [`KeyedRefusal::Full`]). Reported after the guarded pause, like any refusal.
-    Full,
+    /// (the core's [`KeyedRefusal::Full`]). A guarded rejection like any other, driven by the
+    /// core's call driver: announced by the `Rejected` event, reported after the pause (capped
+    /// by the call's deadline, ended at once by cancellation, which then reports
+    /// [`CallError::Cancelled`]), with [`RefusalReason::KeyedFull`] and a `retry_after` of a
+    /// trip window from the refusal (the soonest a key quiet from now on becomes idle),
+    /// counted from the end of the pause.
+    Full(Rejection),
     /// The key's policy could not be built from the template. Does not happen with a template
     /// built by [`PolicyBuilder`](crate::PolicyBuilder): its settings were validated then.
     Settings(SettingsError),
@@ -171,16 +235,41 @@ impl<E> KeyedError<E> {
     /// The core's keyed refusal, when the table refused the key.
     ///
     /// ```
-    /// use stormguard_core::KeyedRefusal;
-    /// let e: stormguard_std::KeyedError<()> = stormguard_std::KeyedError::Full;
+    /// use stormguard_core::{Duration, KeyedRefusal, RefusalReason, Rejection};
+    /// let rejection = Rejection {
+    ///     reason: RefusalReason::KeyedFull,
+    ///     retry_after: Duration::from_secs(30),
+    ///     pause: Duration::from_millis(100),
+    ///     last: None,
+    ///     attempts: 0,
+    /// };
+    /// let e: stormguard_std::KeyedError<()> = stormguard_std::KeyedError::Full(rejection);
     /// assert_eq!(e.keyed_refusal(), Some(KeyedRefusal::Full));
+    /// assert_eq!(e.retry_after(), Some(Duration::from_secs(30)));
     /// ```
     #[must_use]
     pub fn keyed_refusal(&self) -> Option<KeyedRefusal> {
         match self {
-            KeyedError::Full => Some(KeyedRefusal::Full),
+            KeyedError::Full(_) => Some(KeyedRefusal::Full),
             _ => None,
         }
+    }
+
+    /// The rejection, when the table or the key's policy refused the call.
+    #[must_use]
+    pub fn rejection(&self) -> Option<&Rejection> {
+        match self {
+            KeyedError::Full(rejection) => Some(rejection),
+            KeyedError::Call(e) => e.rejection(),
+            KeyedError::Settings(_) => None,
+        }
+    }
+
+    /// When asking again may succeed, for a rejection (the table's or the key's), counted from
+    /// the moment the error was handed over (after the pause).
+    #[must_use]
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.rejection().map(|r| r.retry_after)
     }
 }
 
@@ -194,7 +283,12 @@ impl<E: fmt::Display> fmt::Display for KeyedError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KeyedError::Call(e) => fmt::Display::fmt(e, f),
-            KeyedError::Full => fmt::Display::fmt(&KeyedRefusal::Full, f),
+            KeyedError::Full(rejection) => write!(
+                f,
+                "{}, retry after {}",
+                KeyedRefusal::Full,
+                rejection.retry_after
+            ),
             KeyedError::Settings(e) => write!(f, "keyed policy not built: {e}"),
         }
     }
@@ -254,6 +348,8 @@ struct Table<K, C, L> {
     breaker_settings: BreakerSettings,
     hasher: RandomState,
     slots: Slots<Key<K, C, L>>,
+    /// What a new key's call meets when the table is full (the core's refusal).
+    full: FullTable,
 }
 
 /// A call policy per key, from one template: each key (a host, a service, a tenant) gets its
@@ -261,9 +357,11 @@ struct Table<K, C, L> {
 /// rate limiter and bulkhead (if it has them), retry settings, clock and listener. At most `capacity` keys; a new key in a full table
 /// takes the place of the least recently used idle key, and is refused with
 /// [`KeyedError::Full`] when none is idle. The rule is the core's ([`Member::is_idle`],
-/// [`Member::to_evict`]): idle means closed, no call in flight (waits between its attempts
-/// included) and quiet for the breaker's trip window; an open, half-open, recovering or
-/// isolated breaker is never evicted.
+/// [`Member::to_evict`]): idle means no call in flight (waits between its attempts included)
+/// and quiet for the breaker's trip window if it is closed, for four of its longest breaks if
+/// it is open, half-open or recovering; an open breaker still asked for is never evicted, an
+/// isolated one only by [`KeyedPolicy::remove`]. Bound a key space chosen by remote input (see
+/// the [module docs](self)).
 ///
 /// A cloneable `Send + Sync` handle: clones share the table. A call for a key already in the
 /// table takes no lock: the table is a fixed array of `arc_swap` slots probed from the key's
@@ -343,12 +441,15 @@ where
         // here rather than at a key's first call.
         let _ = policy_for(&template, Breaker::new(breaker_settings))?;
         let slots = Slots::new(capacity).ok_or(KeyedSetupError::ZeroCapacity)?;
+        // What a new key meets in a full table, named as every key's breaker is.
+        let full = FullTable::of(&KeyBreaker(Breaker::new(breaker_settings)));
         Ok(KeyedPolicy {
             table: Arc::new(Table {
                 template,
                 breaker_settings,
                 hasher: RandomState::new(),
                 slots,
+                full,
             }),
         })
     }
@@ -462,6 +563,24 @@ where
         self.table.slots.evict_idle_at(now)
     }
 
+    /// Removes `key` from the table whatever its breaker's state (an isolated one included);
+    /// `true` when the table held it. A call of the key in flight ends on the removed key's
+    /// policy; the next call of the key starts with a new breaker.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let hosts = stormguard_std::KeyedPolicy::new(stormguard_std::Policy::builder("hosts").build()?, 8)?;
+    /// hosts.call(&"a", |_| async { Ok::<_, std::io::Error>(()) }).await?;
+    /// hosts.breaker(&"a").unwrap().isolate();
+    /// assert!(hosts.remove(&"a"));
+    /// assert!(!hosts.contains_key(&"a"));
+    /// # Ok(()) }
+    /// ```
+    pub fn remove(&self, key: &K) -> bool {
+        self.table.slots.remove(self.hash(key), |e| e.key == *key)
+    }
+
     /// `true` when `key` is in the table.
     #[must_use]
     pub fn contains_key(&self, key: &K) -> bool {
@@ -533,8 +652,9 @@ where
     /// Runs `op` under `key`'s policy, as [`Policy::call`] does: the key's breaker, the shared
     /// budget, the template's retries, deadline and attempt timeout. A new key is added first;
     /// when the table is full and no key is idle, the call is refused with
-    /// [`KeyedError::Full`] after the guarded pause (100 ms, or the deadline if nearer) without
-    /// running `op`. The key counts as in use until the call ends (also between its attempts),
+    /// [`KeyedError::Full`] without running `op`, through the core's call driver like any
+    /// refusal: the `Rejected` event, the guarded pause (100 ms, or the deadline if nearer),
+    /// counted by a [`Metrics`](crate::Metrics) listener. The key counts as in use until the call ends (also between its attempts),
     /// so it is never evicted under a call.
     ///
     /// ```
@@ -564,8 +684,9 @@ where
     }
 
     /// [`KeyedPolicy::call`] with per-call [`CallOptions`] (a classifier, a cancellation token,
-    /// a deadline), as [`Policy::call_with`]. (The pause before [`KeyedError::Full`] is ended by
-    /// dropping the call's future; it lasts at most 100 ms.)
+    /// a deadline), as [`Policy::call_with`]. The pause before [`KeyedError::Full`] is capped
+    /// by the call's deadline and ended at once by its cancellation token (the call then ends
+    /// [`CallError::Cancelled`]) or by dropping the call's future.
     pub async fn call_with<T, E, F, Fut, Cl>(
         &self,
         key: &K,
@@ -581,12 +702,7 @@ where
         let entry = match self.enter(key) {
             Ok(entry) => entry,
             Err(Refusal::Make(e)) => return Err(KeyedError::Settings(e)),
-            Err(Refusal::Full) => {
-                // A refusal is guarded like any other, so a polling loop cannot spin on it.
-                let pause = guarded_pause(self.table.template.settings().deadline());
-                tokio::time::sleep(pause.into()).await;
-                return Err(KeyedError::Full);
-            }
+            Err(Refusal::Full) => return self.refuse_full(&options).await,
         };
         let in_flight = InFlight {
             entry: &entry,
@@ -595,6 +711,52 @@ where
         let result = entry.value.policy.call_with(options, op).await;
         drop(in_flight);
         result.map_err(KeyedError::Call)
+    }
+}
+
+impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
+    /// A new key's call in a full table: the core's call driver over the table's refusal
+    /// ([`FullTable`]), so that it is guarded like any other refusal (the `Rejected` event and
+    /// the call's report to the listener, the pause capped by the call's deadline and ended by
+    /// its cancellation, the `retry_after`). No attempt can run: the driver's first step is the
+    /// refusal.
+    async fn refuse_full<T, E, Cl>(
+        &self,
+        options: &CallOptions<'_, Cl>,
+    ) -> Result<T, KeyedError<E>> {
+        let template = &self.table.template;
+        let now = template.clock().now();
+        let mut call = template.begin(options, now);
+        let mut parts = Parts {
+            breaker: self.table.full,
+            budget: template.funds(),
+        };
+        let report = Report::new(template.listener(), template.name());
+        let mut sink = |e: Event<'_>| template.emit(&e);
+        let result = loop {
+            match call.poll(&mut parts, now, &mut sink) {
+                Step::Reject(rejection) => {
+                    if options.serve_pause(rejection.pause).await == Slept::Cancelled {
+                        break Err(crate::CallError::Cancelled);
+                    }
+                }
+                Step::Done(finished) => break finished.into_result(None),
+                // Not given by a driver whose admission refuses every attempt.
+                Step::Attempt(permit) => {
+                    parts.breaker.release(permit);
+                    call.cancel();
+                }
+                Step::Wait(_) => call.cancel(),
+            }
+        };
+        match report.end(result) {
+            Err(CallError::Rejected { rejection, .. })
+                if rejection.reason == RefusalReason::KeyedFull =>
+            {
+                Err(KeyedError::Full(rejection))
+            }
+            other => other.map_err(KeyedError::Call),
+        }
     }
 }
 

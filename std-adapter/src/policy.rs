@@ -1788,6 +1788,15 @@ mod run {
         }
     }
 
+    impl<C> CallOptions<'_, C> {
+        /// Serves a refusal's guarded pause for a call made with these options, ended at once
+        /// by their cancellation token: for a refusal the call loop does not reach (a full
+        /// keyed table's, driven by the keyed policy over the same core driver).
+        pub(crate) async fn serve_pause(&self, pause: Duration) -> Slept {
+            sleep(pause, self.cancel).await
+        }
+    }
+
     impl<K: Clock, L: Listener> Policy<K, L> {
         /// Runs `op` under the policy: `op(attempt)` (1 for the first attempt) makes one
         /// attempt; `Ok` is a success and every `Err` a transient failure (see

@@ -12,6 +12,14 @@
 //!   fails once the bit is set; eviction reads the word once, applies the idle rule to that
 //!   reading and sets the bit with a compare-and-swap from exactly that reading, so a call that
 //!   started in between (or started and ended: the count moved) makes the eviction fail.
+//! - A full table whose scan found no key to evict remembers until when none can be: the
+//!   soonest instant a key it read with no call in flight becomes idle, and at most the quiet
+//!   time every key needs after its last call (a trip window) ahead. A new key refused before
+//!   then costs no scan. No call can make a key idle sooner: a call that is in flight during
+//!   the scan, or starts after it, ends after it, and its key needs that quiet time from then
+//!   on, so the call path takes no part. A change no call makes (a recovery ramp ending, an
+//!   operator's reset) is seen at the latest a trip window later. A key leaving the table (an
+//!   eviction, a removal) forgets the instant.
 
 use std::sync::{Arc, PoisonError};
 
@@ -33,6 +41,15 @@ pub(crate) trait Occupant: Sized {
     /// Of `keys` (each with one reading of its use), the position of the key to evict to make
     /// room at `now`; `None` when none may be.
     fn to_evict(keys: &[(&Self, u32, Instant)], now: Instant) -> Option<usize>;
+
+    /// When a key whose use reads `in_flight` calls and `last_used` becomes idle if no call
+    /// starts or ends, its state read at `now`; `None` while it cannot (a call in flight).
+    fn idle_from(&self, in_flight: u32, last_used: Instant, now: Instant) -> Option<Instant>;
+
+    /// How far ahead a full table may remember that no key can be evicted: at most the quiet
+    /// time any key needs after its last call before it is idle (so no call that ends can make
+    /// a key idle sooner), and the longest a change no call makes may go unseen.
+    fn recheck_after(&self) -> stormguard_core::Duration;
 }
 
 /// One key in the table: its hash, what it holds, and its use.
@@ -92,6 +109,12 @@ impl<V> Entry<V> {
                 .is_ok()
     }
 
+    /// Marks the key evicted whatever its use (a removal): a call in flight finishes on it, a
+    /// call that starts now looks the key up again.
+    fn mark_removed(&self) {
+        self.word.fetch_or(EVICTED, Ordering::AcqRel);
+    }
+
     /// Whether the key has been evicted (the model's check that no call runs on such a key).
     #[cfg(all(test, loom))]
     pub(crate) fn is_evicted(&self) -> bool {
@@ -121,6 +144,10 @@ pub(crate) struct Slots<V> {
     len: AtomicUsize,
     /// Held by whoever adds or evicts keys; never on the call path of a key in the table.
     writer: Mutex<()>,
+    /// The table is full and no key can be evicted before this instant (nanoseconds of the
+    /// callers' clock); 0 when unknown. Read and written under the writers' lock (an atomic so
+    /// that the table stays `Sync` without a lock of its own). See the module docs.
+    full_until: AtomicU64,
 }
 
 /// The home slot of `hash` in a table of `n` (a power of two) slots.
@@ -157,6 +184,7 @@ impl<V> Slots<V> {
             capacity,
             len: AtomicUsize::new(0),
             writer: Mutex::new(()),
+            full_until: AtomicU64::new(0),
         })
     }
 
@@ -211,6 +239,11 @@ impl<V> Slots<V> {
 }
 
 impl<V: Occupant> Slots<V> {
+    /// Forgets that the table was full (a key left it). Holds the writers' lock.
+    fn forget_full(&self) {
+        self.full_until.store(0, Ordering::Release);
+    }
+
     /// The entry of the key with `hash` that `is` recognises, with a call counted in:
     /// lock-free, and without reading the clock, for a key in the table. A new key is added
     /// with what `make` gives it (evicting a key to make room if the table is full), its last
@@ -274,7 +307,14 @@ impl<V: Occupant> Slots<V> {
     }
 
     /// Evicts the key the rule picks; `Full` when none may be. Holds the writers' lock.
+    ///
+    /// A table that a scan found full of keys that may not be evicted refuses at once until
+    /// the soonest of them may be: a refusal does not scan the table again.
     fn make_room<R>(&self, now: Instant) -> Result<(), Refusal<R>> {
+        let until = self.full_until.load(Ordering::Acquire);
+        if until != 0 && now.as_nanos() < until {
+            return Err(Refusal::Full);
+        }
         let live: Vec<_> = self.live().collect();
         // Each failed mark means a key was used since it was read: it is no longer idle, so
         // this ends within one round per key.
@@ -285,18 +325,41 @@ impl<V: Occupant> Slots<V> {
                 .zip(&readings)
                 .map(|((_, e), &(_, out, last))| (&e.value, out, last))
                 .collect();
-            let victim = V::to_evict(&keys, now).ok_or(Refusal::Full)?;
+            let Some(victim) = V::to_evict(&keys, now) else {
+                self.remember_full(&keys, now);
+                return Err(Refusal::Full);
+            };
             let (Some((slot, entry)), Some(&(word, _, _))) =
                 (live.get(victim), readings.get(victim))
             else {
+                self.forget_full();
                 return Err(Refusal::Full);
             };
             if entry.mark_evicted(word) {
                 self.remove_at(*slot);
+                self.forget_full();
                 return Ok(());
             }
         }
+        self.forget_full();
         Err(Refusal::Full)
+    }
+
+    /// Remembers until when none of `keys` (none idle at `now`) can be evicted: the soonest
+    /// instant one of them with no call in flight becomes idle, at most
+    /// [`Occupant::recheck_after`] ahead. Holds the writers' lock.
+    fn remember_full(&self, keys: &[(&V, u32, Instant)], now: Instant) {
+        let recheck = keys
+            .first()
+            .map_or(stormguard_core::Duration::ZERO, |(v, _, _)| {
+                v.recheck_after()
+            });
+        let soonest = keys
+            .iter()
+            .filter_map(|&(v, out, last)| v.idle_from(out, last, now))
+            .fold(now.saturating_add(recheck), Instant::min);
+        self.full_until
+            .store(soonest.as_nanos().max(1), Ordering::Release);
     }
 
     /// Empties slot `hole` and shifts back the keys after it that may move closer to home, so
@@ -329,6 +392,27 @@ impl<V: Occupant> Slots<V> {
         }
     }
 
+    /// Removes the key with `hash` that `is` recognises, whatever its use; `true` when the
+    /// table held it.
+    pub(crate) fn remove(&self, hash: u64, is: impl Fn(&V) -> bool) -> bool {
+        let _writer = self.lock();
+        let n = self.slots.len();
+        let mut i = home(hash, n);
+        for _ in 0..n {
+            let Some(entry) = self.slots.get(i).and_then(ArcCell::load_full) else {
+                return false;
+            };
+            if entry.hash == hash && is(&entry.value) {
+                entry.mark_removed();
+                self.remove_at(i);
+                self.forget_full();
+                return true;
+            }
+            i = next_slot(i, n);
+        }
+        false
+    }
+
     /// Evicts every idle key at `now`; returns how many.
     pub(crate) fn evict_idle_at(&self, now: Instant) -> usize {
         let _writer = self.lock();
@@ -343,6 +427,7 @@ impl<V: Occupant> Slots<V> {
                 let (word, out, last) = entry.reading();
                 if entry.value.is_idle(out, last, now) && entry.mark_evicted(word) {
                     self.remove_at(i);
+                    self.forget_full();
                     evicted = evicted.saturating_add(1);
                 } else {
                     break;
@@ -355,3 +440,105 @@ impl<V: Occupant> Slots<V> {
 
 #[cfg(all(test, loom))]
 mod loom_model;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::arithmetic_side_effects)]
+
+    use std::cell::Cell;
+    use std::sync::Arc;
+
+    use stormguard_core::{Duration, Instant};
+
+    use super::{Entry, Occupant, Refusal, Slots};
+
+    thread_local! {
+        /// This test's scans of its table (calls of the eviction rule over every key).
+        static SCANS: Cell<usize> = const { Cell::new(0) };
+    }
+
+    fn scans() -> usize {
+        SCANS.with(Cell::get)
+    }
+
+    /// A stand-in key: idle once no call is in flight and it has been quiet for `quiet`.
+    struct Key {
+        id: u32,
+        quiet: Duration,
+    }
+
+    impl Occupant for Key {
+        fn is_idle(&self, in_flight: u32, last: Instant, now: Instant) -> bool {
+            self.idle_from(in_flight, last, now)
+                .is_some_and(|at| now >= at)
+        }
+        fn to_evict(keys: &[(&Self, u32, Instant)], now: Instant) -> Option<usize> {
+            SCANS.with(|n| n.set(n.get() + 1));
+            keys.iter()
+                .position(|&(key, out, last)| key.is_idle(out, last, now))
+        }
+        fn idle_from(&self, in_flight: u32, last: Instant, _: Instant) -> Option<Instant> {
+            (in_flight == 0).then(|| last.saturating_add(self.quiet))
+        }
+        fn recheck_after(&self) -> Duration {
+            self.quiet
+        }
+    }
+
+    fn enter(t: &Slots<Key>, id: u32, now: Instant) -> Result<Arc<Entry<Key>>, Refusal<()>> {
+        t.enter(
+            u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            |k| k.id == id,
+            || now,
+            || {
+                Ok(Key {
+                    id,
+                    quiet: Duration::from_secs(10),
+                })
+            },
+        )
+    }
+
+    #[test]
+    fn a_refused_new_key_does_not_scan_the_table_again_until_a_key_can_be_idle() {
+        let t0 = Instant::from_secs(1);
+        let t = Slots::new(4).unwrap();
+        let held: Vec<_> = (0..4).map(|id| enter(&t, id, t0).ok().unwrap()).collect();
+        let before = scans();
+        // Every key has a call in flight: a thousand new keys are refused, after one scan.
+        for id in 100..1100 {
+            assert!(matches!(enter(&t, id, t0), Err(Refusal::Full)));
+        }
+        assert_eq!(scans() - before, 1);
+        // Key 0's call ends: it becomes idle 10 s later, and is evicted then, not before.
+        held[0].exit(t0);
+        let idle = t0 + Duration::from_secs(10);
+        assert!(matches!(
+            enter(&t, 100, idle - Duration::from_millis(1)),
+            Err(Refusal::Full)
+        ));
+        assert_eq!(scans() - before, 1);
+        assert!(enter(&t, 100, idle).is_ok());
+        assert_eq!(scans() - before, 2);
+        assert!(t.get(0, |k| k.id == 0).is_none());
+    }
+
+    #[test]
+    fn a_full_table_looks_again_a_quiet_time_after_its_last_scan() {
+        let t0 = Instant::from_secs(1);
+        let t = Slots::new(1).unwrap();
+        let _held = enter(&t, 1, t0).ok().unwrap();
+        assert!(matches!(enter(&t, 2, t0), Err(Refusal::Full)));
+        let before = scans();
+        assert!(matches!(
+            enter(&t, 2, t0 + Duration::from_millis(9_999)),
+            Err(Refusal::Full)
+        ));
+        assert_eq!(scans(), before, "remembered");
+        assert!(matches!(
+            enter(&t, 2, t0 + Duration::from_secs(10)),
+            Err(Refusal::Full)
+        ));
+        assert_eq!(scans(), before + 1, "looked again");
+    }
+}

@@ -12,16 +12,17 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use stormguard_core::{
-    BreakerSettings, BudgetSettings, Duration, KeyedRefusal, RefusalReason, State,
+    BreakerSettings, BudgetSettings, Duration, Event, KeyedRefusal, RefusalReason, State,
 };
 use stormguard_std::{
-    Breaker, Budget, CallError, Clock, KeyedError, KeyedPolicy, KeyedSetupError, ManualClock,
-    Policy,
+    Both, Breaker, Budget, CallError, CallOptions, Clock, KeyedError, KeyedPolicy, KeyedSetupError,
+    Listener, ManualClock, Metrics, Policy,
 };
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 type Hosts = KeyedPolicy<u32, ManualClock>;
 
@@ -51,6 +52,11 @@ async fn ok(h: &Hosts, key: u32) -> Result<u32, KeyedError<&'static str>> {
 
 async fn fail(h: &Hosts, key: u32) -> Result<u32, KeyedError<&'static str>> {
     h.call(&key, |_| async { Err("reset") }).await
+}
+
+/// Whether the table refused the key (full, no key idle).
+fn is_full<T>(r: &Result<T, KeyedError<&'static str>>) -> bool {
+    matches!(r, Err(KeyedError::Full(_)))
 }
 
 fn keys(h: &Hosts) -> Vec<u32> {
@@ -147,7 +153,7 @@ async fn a_full_table_with_no_idle_key_refuses_the_new_key_after_the_guarded_pau
             async { Ok::<_, &str>(3) }
         })
         .await;
-    assert_eq!(r, Err(KeyedError::Full));
+    assert!(is_full(&r));
     assert_eq!(r.unwrap_err().keyed_refusal(), Some(KeyedRefusal::Full));
     assert_eq!(
         tokio::time::Instant::now() - start,
@@ -182,7 +188,7 @@ async fn the_least_recently_used_idle_key_makes_room() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_open_or_isolated_breaker_is_never_evicted() {
+async fn an_open_breaker_still_asked_for_or_an_isolated_one_is_never_evicted() {
     let clock = ManualClock::new();
     let h = hosts(&clock, 3);
     fail(&h, 1).await.unwrap_err();
@@ -190,8 +196,11 @@ async fn an_open_or_isolated_breaker_is_never_evicted() {
     ok(&h, 2).await.unwrap();
     ok(&h, 3).await.unwrap();
     h.breaker(&3).unwrap().isolate(); // key 3: isolated by an operator
-    clock.advance(secs(3600));
-    // Key 1 has waited out its break: half-open, still not closed, so not idle either.
+                                      // Key 1's dependency stays down and its callers keep asking, once a minute, for an hour.
+    for _ in 0..60 {
+        clock.advance(secs(60));
+        fail(&h, 1).await.unwrap_err();
+    }
     assert_ne!(h.breaker(&1).unwrap().state_at(clock.now()), State::Closed);
     ok(&h, 4).await.unwrap();
     assert_eq!(
@@ -199,16 +208,54 @@ async fn an_open_or_isolated_breaker_is_never_evicted() {
         [1, 3, 4],
         "only the closed, quiet key 2 made room"
     );
-    assert_eq!(ok(&h, 5).await, Err(KeyedError::Full));
+    assert!(is_full(&ok(&h, 5).await));
+    // Nobody asks for key 1 for an hour: stale, it goes with the quiet key 4.
     clock.advance(secs(3600));
-    assert_eq!(h.evict_idle_at(clock.now()), 1);
-    assert_eq!(keys(&h), [1, 3]);
+    assert_eq!(h.evict_idle_at(clock.now()), 2);
+    assert_eq!(keys(&h), [3]);
     assert_eq!(h.evict_idle_at(clock.now()), 0);
     // Closed again, and quiet for a trip window, a key may go.
     h.breaker(&3).unwrap().reset();
     clock.advance(secs(30));
     assert_eq!(h.evict_idle_at(clock.now()), 1);
+    assert!(h.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_table_filled_with_failed_keys_lets_a_new_host_in_once_they_are_stale() {
+    // A peer fails twice on each of 64 keys and leaves: every breaker is open, then half-open.
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 64);
+    for key in 100..164 {
+        fail(&h, key).await.unwrap_err();
+        fail(&h, key).await.unwrap_err();
+    }
+    clock.advance(secs(60));
+    assert!(is_full(&ok(&h, 1).await));
+    assert_eq!(h.evict_idle(), 0);
+    // An hour later (four longest breaks are 8 minutes) the legitimate host gets in, and a
+    // sweep frees the rest.
+    clock.advance(secs(3600));
+    assert_eq!(ok(&h, 1).await, Ok(1));
+    assert_eq!(h.evict_idle(), 63);
     assert_eq!(keys(&h), [1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn removing_a_key_frees_its_place_whatever_its_state() {
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 1);
+    fail(&h, 1).await.unwrap_err();
+    fail(&h, 1).await.unwrap_err();
+    assert!(is_full(&ok(&h, 2).await));
+    assert!(h.remove(&1));
+    assert!(!h.remove(&1));
+    assert_eq!(ok(&h, 2).await, Ok(2));
+    h.breaker(&2).unwrap().isolate();
+    assert!(h.remove(&2));
+    // The key comes back with a new, closed breaker.
+    assert_eq!(ok(&h, 2).await, Ok(2));
+    assert_eq!(h.breaker(&2).unwrap().state(), State::Closed);
 }
 
 #[tokio::test(start_paused = true)]
@@ -232,13 +279,13 @@ async fn a_key_with_a_call_in_flight_is_never_evicted() {
     tokio::task::yield_now().await;
     assert!(h.contains_key(&1));
     clock.advance(secs(3600));
-    assert_eq!(ok(&h, 2).await, Err(KeyedError::Full));
+    assert!(is_full(&ok(&h, 2).await));
     assert_eq!(h.evict_idle_at(clock.now()), 0);
     release.notify_one();
     assert_eq!(call.await.unwrap(), Ok(1));
     // The call's end is its last use: quiet for a trip window after it, the key may go.
     clock.advance(secs(29));
-    assert_eq!(ok(&h, 2).await, Err(KeyedError::Full));
+    assert!(is_full(&ok(&h, 2).await));
     clock.advance(secs(1));
     assert_eq!(ok(&h, 2).await, Ok(2));
     assert_eq!(keys(&h), [2]);
@@ -382,7 +429,7 @@ fn under_contention_eviction_never_takes_a_key_with_a_call_in_flight() {
                             .await;
                         match r {
                             Ok(()) => done.fetch_add(1, Ordering::Relaxed),
-                            Err(KeyedError::Full) => full.fetch_add(1, Ordering::Relaxed),
+                            Err(KeyedError::Full(_)) => full.fetch_add(1, Ordering::Relaxed),
                             Err(e) => panic!("{e}"),
                         };
                     }
@@ -429,4 +476,166 @@ async fn every_key_shares_the_templates_rate_limiter_and_bulkhead() {
         assert!(p.limiter().unwrap().same_as(&limiter));
         assert!(p.bulkhead().unwrap().same_as(&bulkhead));
     }
+}
+
+type Watched = KeyedPolicy<u32, ManualClock, Both<Metrics, Rejections>>;
+
+/// The rejections a listener saw, as (reason, pause).
+#[derive(Clone, Default)]
+struct Rejections(Arc<Mutex<Vec<(RefusalReason, Duration)>>>);
+
+impl Listener for Rejections {
+    fn on_event(&self, e: &Event<'_>) {
+        if let Event::Rejected { reason, delay, .. } = e {
+            self.0.lock().unwrap().push((*reason, *delay));
+        }
+    }
+}
+
+/// A full table of one key (open, so never idle), its events counted by `Metrics` and its
+/// rejections logged.
+fn full_watched_table(clock: &ManualClock) -> (Watched, Metrics, Rejections) {
+    let metrics = Metrics::new("hosts");
+    let log = Rejections::default();
+    let template = Policy::builder("hosts")
+        .breaker(Breaker::new(
+            BreakerSettings::consecutive_only("hosts", 2).unwrap(),
+        ))
+        .max_attempts(1)
+        .no_attempt_timeout()
+        .no_deadline()
+        .clock(clock.clone())
+        .listener(Both(metrics.clone(), log.clone()))
+        .build()
+        .unwrap();
+    let h = KeyedPolicy::new(template, 1).unwrap();
+    (h, metrics, log)
+}
+
+async fn open_key(h: &Watched, key: u32) {
+    for _ in 0..2 {
+        let r = h.call(&key, |_| async { Err::<u32, _>("reset") }).await;
+        assert_eq!(r, Err(KeyedError::Call(CallError::Failed("reset"))));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_tables_refusal_is_announced_counted_and_says_when_to_ask_again() {
+    let clock = ManualClock::new();
+    let (h, metrics, log) = full_watched_table(&clock);
+    open_key(&h, 1).await;
+    log.0.lock().unwrap().clear();
+    let start = tokio::time::Instant::now();
+    let r = h.call(&2, |_| async { Ok::<_, &str>(2) }).await;
+    assert_eq!(start.elapsed(), std::time::Duration::from_millis(100));
+    let Err(KeyedError::Full(rejection)) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(rejection.reason, RefusalReason::KeyedFull);
+    assert_eq!(rejection.pause, Duration::from_millis(100));
+    assert_eq!(rejection.attempts, 0);
+    // A trip window from the refusal, counted from the end of the pause.
+    assert_eq!(rejection.retry_after, secs(30) - Duration::from_millis(100));
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        [(RefusalReason::KeyedFull, Duration::from_millis(100))]
+    );
+    let counted = metrics.snapshot();
+    assert_eq!(counted.rejected_for("keyed_full"), 1);
+    assert_eq!(counted.calls_ended("rejected"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_tables_pause_is_capped_by_the_calls_deadline() {
+    let clock = ManualClock::new();
+    let (h, _, log) = full_watched_table(&clock);
+    open_key(&h, 1).await;
+    log.0.lock().unwrap().clear();
+    let start = tokio::time::Instant::now();
+    let options = CallOptions::new().within(std::time::Duration::from_millis(5));
+    let r = h
+        .call_with(&2, options, |_| async { Ok::<_, &str>(2) })
+        .await;
+    assert_eq!(start.elapsed(), std::time::Duration::from_millis(5));
+    assert_eq!(
+        r.unwrap_err().rejection().unwrap().pause,
+        Duration::from_millis(5)
+    );
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        [(RefusalReason::KeyedFull, Duration::from_millis(5))]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_call_to_a_full_table_ends_at_once() {
+    let clock = ManualClock::new();
+    let (h, metrics, _) = full_watched_table(&clock);
+    open_key(&h, 1).await;
+    // Already cancelled: no pause at all.
+    let cancelled = CancellationToken::new();
+    cancelled.cancel();
+    let start = tokio::time::Instant::now();
+    let r = h
+        .call_with(&2, CallOptions::new().cancel_on(&cancelled), |_| async {
+            Ok::<_, &str>(2)
+        })
+        .await;
+    assert_eq!(r, Err(KeyedError::Call(CallError::Cancelled)));
+    assert_eq!(start.elapsed(), std::time::Duration::ZERO);
+    // Cancelled 10 ms into the pause: it ends then.
+    let token = CancellationToken::new();
+    let call = {
+        let (h, token) = (h.clone(), token.clone());
+        tokio::spawn(async move {
+            let start = tokio::time::Instant::now();
+            let r = h
+                .call_with(&3, CallOptions::new().cancel_on(&token), |_| async {
+                    Ok::<_, &str>(3)
+                })
+                .await;
+            (r, start.elapsed())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    token.cancel();
+    let (r, took) = call.await.unwrap();
+    assert_eq!(r, Err(KeyedError::Call(CallError::Cancelled)));
+    assert_eq!(took, std::time::Duration::from_millis(10));
+    assert_eq!(metrics.snapshot().calls_ended("cancelled"), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn healthy_keys_refreshed_within_a_trip_window_keep_a_new_host_out_unless_keys_are_bounded() {
+    // A peer fills the table with 64 healthy keys and calls each every 29 s (the trip window is
+    // 30 s): every key is in use, none idle, so the rule refuses the new host rather than evict
+    // one of them. This is the design ("rather than evicting a key in use"): a healthy key
+    // called within its trip window cannot be told from a legitimate host's, and evicting such
+    // keys would let the peer evict the legitimate ones just as well.
+    let clock = ManualClock::new();
+    let h = hosts(&clock, 64);
+    for _ in 0..20 {
+        for key in 100..164 {
+            assert_eq!(ok(&h, key).await, Ok(key));
+        }
+        assert!(is_full(&ok(&h, 1).await), "the new host is kept out");
+        clock.advance(secs(29));
+    }
+    // When the peer stops, its keys are idle a trip window later and the host gets in.
+    clock.advance(secs(1));
+    assert_eq!(ok(&h, 1).await, Ok(1));
+
+    // The mitigation: the key space is bounded before the table. Known hosts have their own
+    // key, every other host shares one, and the capacity covers them all: never full.
+    let clock = ManualClock::new();
+    let bounded = hosts(&clock, 3);
+    let key_for = |host: u32| if host < 2 { host } else { u32::MAX };
+    for _ in 0..20 {
+        for peer_key in 100..164 {
+            assert!(ok(&bounded, key_for(peer_key)).await.is_ok());
+        }
+        assert_eq!(ok(&bounded, key_for(1)).await, Ok(1));
+        clock.advance(secs(29));
+    }
+    assert_eq!(keys(&bounded), [1, u32::MAX]);
 }

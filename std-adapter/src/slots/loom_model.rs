@@ -10,26 +10,39 @@
 use std::sync::Arc;
 
 use loom::thread;
-use stormguard_core::Instant;
+use stormguard_core::{Duration, Instant};
 
 use super::{Entry, Occupant, Refusal, Slots};
 
 const T0: Instant = Instant::from_secs(1);
 const T1: Instant = Instant::from_secs(2);
+/// A quiet time for the stand-ins that need one.
+const QUIET: Duration = Duration::from_secs(1);
 
 struct Key {
     id: u32,
     evictable: bool,
+    /// How long it must be quiet to be idle (zero: at once).
+    quiet: Duration,
 }
 
 impl Occupant for Key {
-    fn is_idle(&self, in_flight: u32, _: Instant, _: Instant) -> bool {
-        self.evictable && in_flight == 0
+    fn is_idle(&self, in_flight: u32, last: Instant, now: Instant) -> bool {
+        self.idle_from(in_flight, last, now)
+            .is_some_and(|at| now >= at)
     }
 
     fn to_evict(keys: &[(&Self, u32, Instant)], now: Instant) -> Option<usize> {
         keys.iter()
             .position(|&(key, out, last)| key.is_idle(out, last, now))
+    }
+
+    fn idle_from(&self, in_flight: u32, last: Instant, _: Instant) -> Option<Instant> {
+        (self.evictable && in_flight == 0).then(|| last.saturating_add(self.quiet))
+    }
+
+    fn recheck_after(&self) -> Duration {
+        self.quiet
     }
 }
 
@@ -41,14 +54,26 @@ fn hash(id: u32, home: u64) -> u64 {
 type Table = Slots<Key>;
 
 fn enter(t: &Table, id: u32, home: u64) -> Result<Arc<Entry<Key>>, Refusal<()>> {
+    enter_at(t, id, home, T0, Duration::ZERO)
+}
+
+/// [`enter`] at `now`, a new key needing `quiet` to be idle.
+fn enter_at(
+    t: &Table,
+    id: u32,
+    home: u64,
+    now: Instant,
+    quiet: Duration,
+) -> Result<Arc<Entry<Key>>, Refusal<()>> {
     t.enter(
         hash(id, home),
         |k| k.id == id,
-        || T0,
+        || now,
         || {
             Ok(Key {
                 id,
                 evictable: true,
+                quiet,
             })
         },
     )
@@ -166,6 +191,7 @@ fn a_lookup_racing_the_removal_that_shifts_its_key_finds_the_key() {
                     Ok::<_, ()>(Key {
                         id: 2,
                         evictable: false,
+                        quiet: Duration::ZERO,
                     })
                 },
             )
@@ -180,5 +206,26 @@ fn a_lookup_racing_the_removal_that_shifts_its_key_finds_the_key() {
         let used = caller.join().unwrap();
         assert!(Arc::ptr_eq(&used, &two), "key 2 was added again");
         assert_eq!(settled(&t), [2]);
+    });
+}
+
+#[test]
+fn a_call_ending_while_a_full_table_refuses_a_new_key_lets_the_next_one_in() {
+    loom::model(|| {
+        let t = Arc::new(Slots::new(1).unwrap());
+        // A call in flight on the only key, which is idle a quiet time after its last call.
+        let one = enter_at(&t, 1, 0, T0, QUIET).ok().unwrap();
+        let ender = thread::spawn(move || one.exit(T0));
+        // Refused while key 1's call is in flight (the refusal remembered), or let in.
+        let first = enter_at(&t, 2, 1, T0, QUIET);
+        ender.join().unwrap();
+        if let Err(Refusal::Full) = first {
+            // Key 1 is idle a quiet time after its call ended: the remembered refusal must not
+            // keep the next new key out then.
+            assert!(
+                enter_at(&t, 2, 1, T0 + QUIET, QUIET).is_ok(),
+                "a call that ended was missed by the remembered refusal"
+            );
+        }
     });
 }
