@@ -105,6 +105,36 @@ fn parts() -> Parts<Breaker, Budget> {
 }
 
 #[test]
+fn a_zero_backoff_retries_at_once_with_no_wait_step() {
+    let zero = Backoff::builder().base(Duration::ZERO).build().unwrap();
+    for backoff in [Backoff::none(), zero] {
+        let settings = CallSettings::builder().backoff(backoff).build().unwrap();
+        let mut p = parts();
+        let mut now = Instant::from_secs(1);
+        let mut call = Call::begin(&settings, now);
+        let mut ev = Vec::new();
+        let (r, did) = drive(&mut call, &mut p, &mut now, &mut ev, |n| {
+            (
+                ms(10),
+                if n < 3 {
+                    Outcome::Transient
+                } else {
+                    Outcome::Success
+                },
+            )
+        });
+        assert_eq!(r, Ok(Finished::Succeeded));
+        assert_eq!(did, [Did::Attempt, Did::Attempt, Did::Attempt]);
+        assert_eq!(ev, ["retry #2 after 0s", "retry #3 after 0s"]);
+        assert_eq!(
+            now,
+            Instant::from_secs(1) + ms(30),
+            "no time but the attempts'"
+        );
+    }
+}
+
+#[test]
 fn a_transient_failure_is_retried_after_the_base_and_then_doubled() {
     let mut p = parts();
     let mut now = Instant::from_secs(1);

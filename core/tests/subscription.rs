@@ -288,3 +288,19 @@ fn stable_after_zero_is_whizbangs_rule_any_connection_starts_over() {
     assert_eq!(retry.on_disconnected(now), now);
     assert_eq!(retry.on_failure(now), now + secs(1));
 }
+
+#[test]
+fn a_zero_first_delay_retries_at_once() {
+    let zero = Backoff::subscription()
+        .to_builder()
+        .base(Duration::ZERO)
+        .build()
+        .unwrap();
+    let mut retry = SubscriptionRetry::with_backoff(zero);
+    let (waits, now) = fail(&mut retry, T0, 3);
+    assert_eq!(waits, [Duration::ZERO; 3].to_vec());
+    assert_eq!(now, T0);
+    assert_eq!(retry.poll_wait(now), Some(Duration::ZERO));
+    let mut none = SubscriptionRetry::with_backoff(Backoff::none());
+    assert_eq!(none.on_failure(T0), T0);
+}

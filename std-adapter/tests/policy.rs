@@ -85,6 +85,29 @@ async fn fails(_: u32) -> Result<u32, &'static str> {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_zero_backoff_retries_without_waiting() {
+    let zero = Backoff::builder().base(Duration::ZERO).build().unwrap();
+    for backoff in [Backoff::none(), zero] {
+        let policy = Policy::builder("eager")
+            .backoff(backoff)
+            .max_attempts(4)
+            .build()
+            .unwrap();
+        let attempts = AtomicU32::new(0);
+        let start = TokioInstant::now();
+        let r = policy
+            .call(|_| {
+                attempts.fetch_add(1, Ordering::Relaxed);
+                fails(0)
+            })
+            .await;
+        assert_eq!(r, Err(CallError::Failed("boom")));
+        assert_eq!(attempts.load(Ordering::Relaxed), 4);
+        assert_eq!(start.elapsed(), ms(0));
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_rejection_pause_is_exactly_100_ms() {
     let policy = Policy::builder("pause").build().unwrap();
     policy.isolate();

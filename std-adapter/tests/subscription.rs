@@ -384,3 +384,25 @@ async fn a_subscription_dropped_as_soon_as_it_connects_is_retried_on_the_schedul
     // Stopping on purpose is no failure.
     assert_eq!(sub.retry().failures(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_first_delay_reconnects_at_once_and_lets_other_tasks_run() {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let zero = Backoff::subscription()
+        .to_builder()
+        .base(stormguard_core::Duration::ZERO)
+        .build()
+        .unwrap();
+    let mut feed = Subscription::new("zero").backoff(zero);
+    // A task beside the subscription: it runs even though every attempt fails at once.
+    let beside = tokio::spawn(async { 42 });
+    let start = Instant::now();
+    let r = feed
+        .run(flaky(50, &calls), |n| async move { ControlFlow::Break(n) })
+        .await;
+    assert_eq!(r, Ok(51));
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(calls.lock().unwrap().len(), 51);
+    assert!(beside.is_finished());
+    assert_eq!(beside.await.unwrap(), 42);
+}
