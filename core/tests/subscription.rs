@@ -106,7 +106,10 @@ fn losing_an_established_subscription_retries_at_once_then_from_the_first_delay(
     retry.on_connected(now);
     let lost = now + secs(3600);
     assert_eq!(retry.on_disconnected(lost), lost);
-    assert_eq!(retry.status(), SubscriptionStatus::Pending);
+    assert_eq!(
+        retry.status(),
+        SubscriptionStatus::Recovering { retry_at: lost }
+    );
     assert_eq!(retry.poll_wait(lost), Some(Duration::ZERO));
     let (waits, _) = fail(&mut retry, lost, 8);
     assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 120].map(secs).to_vec());

@@ -406,3 +406,46 @@ async fn a_zero_first_delay_reconnects_at_once_and_lets_other_tasks_run() {
     assert!(beside.is_finished());
     assert_eq!(beside.await.unwrap(), 42);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_subscription_reads_recovering_while_it_reconnects() {
+    let token = CancellationToken::new();
+    let mut feed = Subscription::new("feed").cancel_on(token.clone());
+    let connects = Arc::new(Mutex::new(0u32));
+    let c = Arc::clone(&connects);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        token.cancel();
+    });
+    let r: Result<(), _> = feed
+        .run(
+            move |_| {
+                let c = Arc::clone(&c);
+                async move {
+                    let n = {
+                        let mut n = c.lock().unwrap();
+                        *n += 1;
+                        *n
+                    };
+                    if n > 1 {
+                        // The reconnection hangs until the helper is stopped.
+                        pending::<()>().await;
+                    }
+                    Ok::<_, &str>(())
+                }
+            },
+            // Established for 5 s, then dropped.
+            |()| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                ControlFlow::Continue(())
+            },
+        )
+        .await;
+    assert_eq!(r, Err(SubscriptionCancelled));
+    assert_eq!(*connects.lock().unwrap(), 2);
+    assert!(
+        matches!(feed.status(), SubscriptionStatus::Recovering { .. }),
+        "{:?}",
+        feed.status()
+    );
+}
