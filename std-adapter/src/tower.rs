@@ -5,7 +5,8 @@
 //! asked before every attempt, the budget before every retry, each attempt races its attempt
 //! deadline, refusals come back after the guarded pause as [`CallError::Rejected`]. The
 //! default classifier is [`Http`] (5xx and connection errors transient, 429 and 503 with
-//! `Retry-After` throttled, other 4xx permanent).
+//! `Retry-After` throttled, 408 transient, other 4xx answers: returned, never retried, and
+//! counted as healthy).
 //!
 //! Retries need the request again. [`Requests`] says which requests can be replayed and how:
 //! the default, [`HttpRequests`], replays only idempotent requests (`GET`, `HEAD`, `OPTIONS`,
