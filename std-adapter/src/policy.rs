@@ -119,9 +119,10 @@ impl<'a, C> CallOptions<'a, C> {
 
     /// Cancels the call when `token` is cancelled: an attempt in flight is dropped and reported
     /// as [`Outcome::Cancelled`] (never counted against the dependency, never retried), and a
-    /// backoff wait or the rejection pause ends at once. The call returns
-    /// [`CallError::Cancelled`]. (The token's own API takes its internal mutex; a call without
-    /// a token takes no lock.)
+    /// backoff wait or the rejection pause ends at once. The token is checked before every
+    /// attempt, so a call whose token is already cancelled runs nothing (no attempt, nothing
+    /// told to the breaker). The call returns [`CallError::Cancelled`]. (The token's own API
+    /// takes its internal mutex; a call without a token takes no lock.)
     ///
     /// ```
     /// let token = tokio_util::sync::CancellationToken::new();
@@ -2094,6 +2095,14 @@ mod run {
                 match call.poll(&mut parts, now, &mut sink) {
                     Step::Attempt(permit) => {
                         let guard = PermitGuard::new(steps, permit);
+                        if cancel.is_some_and(CancellationToken::is_cancelled) {
+                            // Cancelled already (before the call, or during an attempt whose
+                            // result won the race): nothing more runs. The guard gives the
+                            // permit back.
+                            drop(guard);
+                            call.cancel();
+                            break Err(CallError::Cancelled);
+                        }
                         let number = call.attempts();
                         report.attempt(number);
                         let attempt = Attempt {

@@ -236,6 +236,32 @@ async fn a_cancelled_token_ends_the_pause_at_once_with_a_cancellation() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_call_whose_token_is_already_cancelled_runs_nothing() {
+    let metrics = Metrics::new("cancelled-before");
+    let breaker = touchy("cancelled-before");
+    let policy = Policy::builder("cancelled-before")
+        .breaker(breaker.clone())
+        .listener(metrics.clone())
+        .build()
+        .unwrap();
+    let token = CancellationToken::new();
+    token.cancel();
+    let runs = AtomicU32::new(0);
+    let r = policy
+        .call_with(CallOptions::new().cancel_on(&token), |_| {
+            runs.fetch_add(1, Ordering::Relaxed);
+            // A failure that would open this breaker if it were ever counted.
+            std::future::ready(Err::<u32, _>("boom"))
+        })
+        .await;
+    assert_eq!(r, Err(CallError::Cancelled));
+    assert_eq!(runs.load(Ordering::Relaxed), 0, "the operation never ran");
+    let s = metrics.snapshot();
+    assert_eq!((s.attempts, s.calls_ended("cancelled")), (0, 1));
+    assert_eq!(breaker.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_cancelled_token_ends_a_backoff_wait_at_once() {
     let policy = Policy::builder("wait")
         .no_breaker()
