@@ -1581,9 +1581,12 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     if late && outcome != Outcome::Success {
                         outcome = Outcome::TimedOut;
                     }
+                    let answered = result.is_ok() && outcome != Outcome::TimedOut;
                     last = Some(result);
                     if let Some(permit) = guard.disarm() {
-                        call.complete(&mut parts, permit, now, outcome, &mut sink);
+                        call.complete_attempt(
+                            &mut parts, permit, now, outcome, answered, &mut sink,
+                        );
                     }
                 }
                 Step::Wait(wait) => {
@@ -2114,7 +2117,7 @@ mod run {
                         } else {
                             None
                         };
-                        let outcome = match (op(attempt), hedge) {
+                        let (outcome, answered) = match (op(attempt), hedge) {
                             (Some(fut), Some(after)) => {
                                 let pair = Pair {
                                     call: &mut call,
@@ -2148,11 +2151,13 @@ mod run {
                             }
                             // The operation cannot be attempted again (a request that cannot
                             // be replayed): a permanent outcome, so the call ends here.
-                            (None, _) => Outcome::Permanent,
+                            (None, _) => (Outcome::Permanent, false),
                         };
                         succeeded_at = (outcome == Outcome::Success).then_some(now);
                         if let Some(permit) = guard.disarm() {
-                            call.complete(&mut parts, permit, now, outcome, &mut sink);
+                            call.complete_attempt(
+                                &mut parts, permit, now, outcome, answered, &mut sink,
+                            );
                         }
                     }
                     Step::Wait(wait) => {
@@ -2299,12 +2304,12 @@ mod run {
                     }
                 };
                 mine.set(None);
-                let outcome = classify(ran, &options.classify, last);
+                let (outcome, answered) = classify(ran, &options.classify, last);
                 if outcome == Outcome::Success {
                     succeeded_at = Some(now);
                 }
                 if let Some(permit) = mine_guard.take().and_then(PermitGuard::disarm) {
-                    call.complete(parts, permit, now, outcome, &mut sink);
+                    call.complete_attempt(parts, permit, now, outcome, answered, &mut sink);
                 }
                 if other.is_none() {
                     return (now, succeeded_at);
@@ -2357,21 +2362,23 @@ mod run {
         Cancelled,
     }
 
-    /// The outcome of an attempt's race; a returned result becomes the call's last result.
+    /// The outcome of an attempt's race, and whether the dependency answered (the operation
+    /// returned `Ok`); a returned result becomes the call's last result.
     #[inline]
     fn classify<T, E, C: Classify<T, E>>(
         ran: Ran<Result<T, E>>,
         classifier: &C,
         last: &mut Option<Result<T, E>>,
-    ) -> Outcome {
+    ) -> (Outcome, bool) {
         match ran {
             Ran::Returned(result) => {
                 let outcome = classifier.classify(&result);
+                let answered = result.is_ok();
                 *last = Some(result);
-                outcome
+                (outcome, answered)
             }
-            Ran::Cancelled => Outcome::Cancelled,
-            Ran::TimedOut => Outcome::TimedOut,
+            Ran::Cancelled => (Outcome::Cancelled, false),
+            Ran::TimedOut => (Outcome::TimedOut, false),
         }
     }
 
