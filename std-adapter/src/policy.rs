@@ -13,10 +13,10 @@ use std::sync::Arc;
 use stormguard_core::{
     Admission, Backoff, BreakerSettings, BudgetSettings, BulkheadPermit, BulkheadSettings,
     BulkheadSlots, BulkheadSnapshot, Bulkheaded, Call, CallError, CallSettings,
-    CallSettingsBuilder, Duration, Event, Explain, Funding, HedgeSuppressed, Instant, Limit, Name,
-    Outcome, Parts, Permit, RateLimitSettings, RateLimited, Refused, SettingsError, SharedBreaker,
-    SharedBudget, SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, Step, Unguarded,
-    Unlimited, WindowLimitSettings,
+    CallSettingsBuilder, Duration, Event, Explain, Finished, Funding, HedgeSuppressed, Instant,
+    Limit, Name, Outcome, Parts, Permit, RateLimitSettings, RateLimited, Refused, SettingsError,
+    SharedBreaker, SharedBudget, SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, Step,
+    Unguarded, Unlimited, WindowLimitSettings,
 };
 
 use crate::classify::{Classify, EveryErrorTransient};
@@ -807,12 +807,15 @@ impl<'a, L: Listener> Report<'a, L> {
         self.listener.on_attempt(self.name, attempt);
     }
 
+    /// Records how the call `finished` (the core's word: a 500 handed back as the response
+    /// is a failed call, whatever the caller's `Result` holds) and hands `result` on.
     #[inline]
-    pub(crate) fn end<T, E>(mut self, result: Result<T, CallError<E>>) -> Result<T, CallError<E>> {
-        self.ended = match &result {
-            Ok(_) => Ended::Succeeded,
-            Err(e) => Ended::from(e),
-        };
+    pub(crate) fn end<T, E>(
+        mut self,
+        finished: Finished,
+        result: Result<T, CallError<E>>,
+    ) -> Result<T, CallError<E>> {
+        self.ended = Ended::from(finished);
         result
     }
 }
@@ -1564,14 +1567,14 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let mut now = self.clock.now();
         let mut call = self.begin(&options, now);
         let mut last: Option<Result<T, E>> = None;
-        let result = loop {
+        let finished = loop {
             match call.poll(&mut parts, now, &mut sink) {
                 Step::Attempt(permit) => {
                     let guard = PermitGuard::new(steps, permit);
                     if blocking::is_cancelled(&options) {
                         drop(guard);
                         call.cancel();
-                        break Err(CallError::Cancelled);
+                        break Finished::Cancelled;
                     }
                     report.attempt(call.attempts());
                     let result = op(call.attempts());
@@ -1592,7 +1595,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 Step::Wait(wait) => {
                     if blocking::sleep(wait, &options) == Slept::Cancelled {
                         call.cancel();
-                        break Err(CallError::Cancelled);
+                        break Finished::Cancelled;
                     }
                     now = self.clock.now();
                 }
@@ -1600,13 +1603,13 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     // Announced (the core emitted `Rejected` with this pause), then served; the
                     // next poll hands the rejection out as `Finished::Rejected`.
                     if blocking::sleep(rejection.pause, &options) == Slept::Cancelled {
-                        break Err(CallError::Cancelled);
+                        break Finished::Cancelled;
                     }
                 }
-                Step::Done(finished) => break finished.into_result(last),
+                Step::Done(finished) => break finished,
             }
         };
-        report.end(result)
+        report.end(finished, finished.into_result(last))
     }
 }
 
@@ -1692,8 +1695,8 @@ mod run {
     use std::task::{Context, Poll};
 
     use stormguard_core::{
-        Admission, BulkheadEntry, BulkheadPermit, BulkheadTicket, Call, Duration, Event, Instant,
-        Outcome, Parts, Rejection, Step,
+        Admission, BulkheadEntry, BulkheadPermit, BulkheadTicket, Call, Duration, Event, Finished,
+        Instant, Outcome, Parts, Rejection, Step,
     };
     use tokio_util::either::Either;
     use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
@@ -2084,7 +2087,9 @@ mod run {
                     // The driver decides: a slot freed since is taken, else the guarded
                     // rejection (with no pause if the wait used up the deadline).
                     Waited::Refused(at) => now = at,
-                    Waited::Cancelled => return report.end(Err(CallError::Cancelled)),
+                    Waited::Cancelled => {
+                        return report.end(Finished::Cancelled, Err(CallError::Cancelled))
+                    }
                 }
             }
             let mut parts = Parts {
@@ -2094,7 +2099,7 @@ mod run {
             let mut sink = |e: Event<'_>| self.emit(&e);
             let mut last: Option<Result<T, E>> = None;
             let mut succeeded_at = None;
-            let result = loop {
+            let finished = loop {
                 match call.poll(&mut parts, now, &mut sink) {
                     Step::Attempt(permit) => {
                         let guard = PermitGuard::new(steps, permit);
@@ -2104,7 +2109,7 @@ mod run {
                             // permit back.
                             drop(guard);
                             call.cancel();
-                            break Err(CallError::Cancelled);
+                            break Finished::Cancelled;
                         }
                         let number = call.attempts();
                         report.attempt(number);
@@ -2163,7 +2168,7 @@ mod run {
                     Step::Wait(wait) => {
                         if sleep(wait, cancel).await == Slept::Cancelled {
                             call.cancel();
-                            break Err(CallError::Cancelled);
+                            break Finished::Cancelled;
                         }
                         now = self.clock.now();
                     }
@@ -2171,16 +2176,17 @@ mod run {
                         // Announced (the core emitted `Rejected` with this pause), then served;
                         // the next poll hands the rejection out as `Finished::Rejected`.
                         if sleep(rejection.pause, cancel).await == Slept::Cancelled {
-                            break Err(CallError::Cancelled);
+                            break Finished::Cancelled;
                         }
                     }
-                    Step::Done(finished) => break finished.into_result(last),
+                    Step::Done(finished) => break finished,
                 }
             };
+            let result = finished.into_result(last);
             if let (Some(stored), true) = (stored, result.is_ok()) {
                 *stored = succeeded_at;
             }
-            report.end(result)
+            report.end(finished, result)
         }
 
         /// Runs the attempt just started (`first`, its permit in `guard`) and, if it is still

@@ -272,3 +272,38 @@ async fn a_refused_retry_after_no_answer_is_still_a_guarded_rejection() {
     );
     assert_eq!(start.elapsed(), StdDuration::from_millis(100));
 }
+
+#[tokio::test(start_paused = true)]
+async fn metrics_count_a_call_whose_last_answer_was_a_500_as_failed() {
+    use stormguard_std::Metrics;
+    let hits = Arc::new(AtomicU32::new(0));
+    let p = policy();
+    let metrics = Metrics::for_policy(&p);
+    let p = p.with_listener(metrics.clone());
+    let svc = PolicyLayer::new(p).layer(answering(500, hits.clone()));
+    // Every attempt answered 500: the response comes back, and the call failed.
+    let r = svc.clone().oneshot(request(Method::GET)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(hits.load(Ordering::Relaxed), 3);
+    let s = metrics.snapshot();
+    assert_eq!(s.calls_ended("failed"), 1);
+    assert_eq!(s.calls_ended("succeeded"), 0);
+    // A 200 is still a success.
+    let ok = PolicyLayer::new(policy().with_listener(metrics.clone()))
+        .layer(answering(200, hits.clone()));
+    ok.oneshot(request(Method::GET)).await.unwrap();
+    assert_eq!(metrics.snapshot().calls_ended("succeeded"), 1);
+
+    // A 500 whose retry the budget refused: handed back, and failed too.
+    let p = spent_budget();
+    let metrics = Metrics::for_policy(&p);
+    let svc = PolicyLayer::new(p.with_listener(metrics.clone())).layer(answering(500, hits));
+    let r = svc.oneshot(request(Method::GET)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let s = metrics.snapshot();
+    assert_eq!(
+        (s.calls_ended("failed"), s.calls_ended("succeeded")),
+        (1, 0)
+    );
+    assert_eq!(s.rejected_for("budget_exhausted"), 1);
+}
