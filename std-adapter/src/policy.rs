@@ -827,6 +827,15 @@ impl<L: Listener> Drop for Report<'_, L> {
     }
 }
 
+/// How a call ended, for the success cache: how the core finished it, and, when its value
+/// came back from a successful attempt, the instant that attempt ended.
+#[cfg(feature = "tokio")]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CallEnd {
+    pub(crate) finished: Option<Finished>,
+    pub(crate) succeeded_at: Option<Instant>,
+}
+
 /// What an attempt knows when it starts.
 #[cfg(feature = "tokio")]
 #[derive(Clone, Copy, Debug)]
@@ -1696,13 +1705,13 @@ mod run {
 
     use stormguard_core::{
         Admission, BulkheadEntry, BulkheadPermit, BulkheadTicket, Call, Duration, Event, Finished,
-        Instant, Outcome, Parts, Rejection, Step,
+        Instant, Outcome, Parts, Rejection, State, Step,
     };
     use tokio_util::either::Either;
     use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
     use super::{
-        Admit, Attempt, BulkheadShared, CallError, CallOptions, FromSteps, Front, Funds,
+        Admit, Attempt, BulkheadShared, CallEnd, CallError, CallOptions, FromSteps, Front, Funds,
         PermitGuard, Policy, Report, Slept, Steps,
     };
     use crate::cache::SuccessCache;
@@ -1926,10 +1935,13 @@ mod run {
         }
 
         /// [`Policy::call`] behind a success cache (opt-in, DESIGN.md "Decisions"): while
-        /// `cache` holds a fresh success, it is returned without calling (no attempt, no
-        /// breaker, no budget); otherwise the call runs, and a value the classifier called a
-        /// success is stored at the instant the call ended. Errors, rejections and fallback
-        /// values are never cached. The rule is [`CacheRule`](crate::CacheRule).
+        /// `cache` holds a fresh success and the breaker is closed, it is returned without
+        /// calling (no attempt, no budget); otherwise the call runs, and a value the classifier
+        /// called a success is stored at the instant the call ended. A failure of the
+        /// dependency clears the cache. Errors, rejections and fallback values are never cached.
+        /// Concurrent callers of an empty entry share one call: one runs the operation, the
+        /// others wait and are served its value (if it failed, the next waiter calls). The rule
+        /// is [`CacheRule`](crate::CacheRule).
         ///
         /// ```
         /// use std::sync::atomic::{AtomicU32, Ordering};
@@ -1990,36 +2002,54 @@ mod run {
             Fut: Future<Output = Result<T, E>>,
             C: Classify<T, E>,
         {
-            let now = self.clock.now();
-            if let Some(value) = cache.get(now) {
+            let state = |now| self.breaker().map_or(State::Closed, |b| b.state_at(now));
+            let mut now = self.clock.now();
+            if let Some(value) = cache.serve(now, state(now)) {
                 self.listener.on_call(&self.name, 0, Ended::Cached);
                 return Ok(value);
             }
-            let mut stored = None;
+            // An empty (or expired) entry while the breaker is closed: one caller calls, the
+            // others wait for its result. Not while the breaker is not closed: nothing would
+            // be served then anyway, and a refusal's pause must not be served in turn.
+            let _flight = if cache.rule().serves_in(state(now)) {
+                let flight = cache.flight().await;
+                now = self.clock.now();
+                let s = state(now);
+                if let Some(value) = cache.serve(now, s) {
+                    self.listener.on_call(&self.name, 0, Ended::Cached);
+                    return Ok(value);
+                }
+                cache.rule().serves_in(s).then_some(flight)
+            } else {
+                None
+            };
+            let mut end = CallEnd::default();
             let result = self
                 .run(
                     Some(now),
                     &options,
                     |a: Attempt| Some(op(a.number)),
-                    Some(&mut stored),
+                    Some(&mut end),
                 )
                 .await;
-            if let (Ok(value), Some(at)) = (&result, stored) {
-                cache.store(at, value.clone());
+            match (&result, end.succeeded_at) {
+                (Ok(value), Some(at)) => cache.store(at, value.clone()),
+                _ if end.finished.is_some_and(|f| cache.rule().clears(f)) => cache.clear(),
+                _ => {}
             }
+            // The waiters go on (`_flight` is released) once the value is stored.
             result
         }
 
         /// The call loop: poll the core, do what it says. The call starts at `start`, or at
         /// the first poll when that is `None`. `op` returns `None` when it cannot make the
-        /// attempt (a permanent outcome). When the call succeeds, the instant its last attempt
-        /// ended goes to `succeeded_at` (for the cache).
+        /// attempt (a permanent outcome). How the call ended goes to `end` (for the cache).
         pub(crate) fn run<'s, 'o, T, E, F, Fut, C>(
             &'s self,
             start: Option<Instant>,
             options: &'o CallOptions<'o, C>,
             op: F,
-            succeeded_at: Option<&'o mut Option<Instant>>,
+            end: Option<&'o mut CallEnd>,
         ) -> impl Future<Output = Result<T, CallError<E>>> + use<'s, 'o, T, E, F, Fut, C, K, L>
         where
             F: FnMut(Attempt) -> Option<Fut>,
@@ -2029,19 +2059,9 @@ mod run {
             if self.limiter.is_none() && self.bulkhead.is_none() {
                 // No optional step: the loop over the breaker alone, so a policy without the
                 // steps pays no dispatch for them.
-                Either::Left(self.drive::<_, _, _, _, _, Admit<'s>>(
-                    start,
-                    options,
-                    op,
-                    succeeded_at,
-                ))
+                Either::Left(self.drive::<_, _, _, _, _, Admit<'s>>(start, options, op, end))
             } else {
-                Either::Right(self.drive::<_, _, _, _, _, Front<'s>>(
-                    start,
-                    options,
-                    op,
-                    succeeded_at,
-                ))
+                Either::Right(self.drive::<_, _, _, _, _, Front<'s>>(start, options, op, end))
             }
         }
 
@@ -2055,7 +2075,7 @@ mod run {
             start: Option<Instant>,
             options: &'o CallOptions<'o, C>,
             mut op: F,
-            stored: Option<&'o mut Option<Instant>>,
+            end: Option<&'o mut CallEnd>,
         ) -> Result<T, CallError<E>>
         where
             F: FnMut(Attempt) -> Option<Fut>,
@@ -2183,8 +2203,11 @@ mod run {
                 }
             };
             let result = finished.into_result(last);
-            if let (Some(stored), true) = (stored, result.is_ok()) {
-                *stored = succeeded_at;
+            if let Some(end) = end {
+                end.finished = Some(finished);
+                if result.is_ok() {
+                    end.succeeded_at = succeeded_at;
+                }
             }
             report.end(finished, result)
         }

@@ -487,10 +487,70 @@ async fn a_success_is_served_from_the_cache_until_it_expires() {
         Ok(1),
         "expired at exactly the ttl: called again"
     );
-    // Even an open breaker does not stop a fresh cached value.
-    policy.isolate();
-    assert_eq!(fetch().await, Ok(1));
     assert_eq!(calls.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cached_success_is_served_only_while_the_breaker_is_closed() {
+    let policy = Policy::builder("cached-closed").build().unwrap();
+    let cache = SuccessCache::new(Duration::from_secs(60)).unwrap();
+    let calls = AtomicU32::new(0);
+    let fetch = || {
+        policy.call_cached(&cache, |_| async {
+            Ok::<_, ()>(calls.fetch_add(1, Ordering::Relaxed))
+        })
+    };
+    assert_eq!(fetch().await, Ok(0));
+    assert_eq!(fetch().await, Ok(0));
+    // Not closed: the fresh value is not served; the call goes to the breaker, which refuses.
+    policy.isolate();
+    let start = TokioInstant::now();
+    assert!(matches!(fetch().await, Err(CallError::Rejected { .. })));
+    assert_eq!(start.elapsed(), GUARD_PAUSE.into());
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+    // A refusal is no failure: once closed again, the value is served.
+    policy.reset();
+    assert_eq!(fetch().await, Ok(0));
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_clears_the_cached_success() {
+    let policy = Policy::builder("cached-cleared")
+        .breaker(touchy("cached-cleared"))
+        .max_attempts(1)
+        .build()
+        .unwrap();
+    let cache = SuccessCache::new(Duration::from_secs(60)).unwrap();
+    assert_eq!(policy.call_cached(&cache, ok).await, Ok(7));
+    // A failure elsewhere opens the breaker; after its break, the cached call is the probe.
+    assert_eq!(policy.call(fails).await, Err(CallError::Failed("boom")));
+    tokio::time::advance(ms(10_000)).await;
+    assert_eq!(policy.breaker().unwrap().state(), State::HalfOpen);
+    assert_eq!(
+        policy.call_cached(&cache, fails).await,
+        Err(CallError::Failed("boom"))
+    );
+    assert_eq!(cache.get(TokioClock::global().now()), None, "cleared");
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_callers_of_an_empty_entry_share_one_call() {
+    let policy = Policy::builder("cached-shared").build().unwrap();
+    let cache = SuccessCache::new(Duration::from_secs(60)).unwrap();
+    let calls = AtomicU32::new(0);
+    let fetch = || {
+        policy.call_cached(&cache, |_| async {
+            let n = calls.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(ms(100)).await;
+            Ok::<_, ()>(n)
+        })
+    };
+    let start = TokioInstant::now();
+    let all = tokio::join!(fetch(), fetch(), fetch(), fetch(), fetch());
+    assert_eq!(all, (Ok(0), Ok(0), Ok(0), Ok(0), Ok(0)));
+    assert_eq!(calls.load(Ordering::Relaxed), 1, "one operation run");
+    assert_eq!(start.elapsed(), ms(100), "the others waited for its result");
 }
 
 #[tokio::test(start_paused = true)]
