@@ -311,6 +311,37 @@ async fn retries_stop_at_the_deadline() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_budgets_retry_after_is_exact_on_a_clock_started_mid_millisecond() {
+    for into_ms in [0, 1, 250_000, 999_999] {
+        let start = stormguard_core::Instant::from_nanos(7_000_000_000 + into_ms);
+        let clock = stormguard_std::ManualClock::starting_at(start);
+        let budget = Budget::new(BudgetSettings::defaults("exact"));
+        while budget.shared().try_withdraw(clock.now()).is_ok() {}
+        let policy = Policy::builder("exact")
+            .no_breaker()
+            .budget(budget.clone())
+            .backoff(no_jitter())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let r = policy.call(fails).await;
+        let Err(CallError::Rejected { rejection, .. }) = r else {
+            panic!("{r:?}")
+        };
+        // One token at 3 per second, rounded up to the millisecond (334 ms), less the pause:
+        // the same wherever in its millisecond the clock started.
+        assert_eq!(rejection.pause, GUARD_PAUSE, "{into_ms} ns in");
+        assert_eq!(
+            rejection.retry_after,
+            Duration::from_millis(234),
+            "{into_ms} ns in"
+        );
+        let asked_again = start + rejection.pause + rejection.retry_after;
+        assert_eq!(budget.shared().try_withdraw(asked_again), Ok(()));
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn retries_stop_at_an_empty_budget() {
     let budget = Budget::new(
         BudgetSettings::builder("one-retry")
