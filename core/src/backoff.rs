@@ -14,9 +14,6 @@ use crate::ratio::Multiple;
 use crate::rng::JitterRng;
 use crate::{Duration, Outcome};
 
-/// The shortest base (and throttled base) a backoff may have: less is not a backoff.
-const MIN_BASE: Duration = Duration::from_millis(1);
-
 /// How the nominal wait is randomized, so that clients that failed together do not retry
 /// together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -74,8 +71,8 @@ impl fmt::Display for Jitter {
 ///
 /// | setting | default | meaning |
 /// |---|---|---|
-/// | base | 100 ms | the first retry's nominal wait |
-/// | throttled base | 1 s | the same after a [`Throttled`](Outcome::Throttled) outcome without a hint |
+/// | base | 100 ms | the first retry's nominal wait; zero is valid (no wait) |
+/// | throttled base | 1 s | the same after a [`Throttled`](Outcome::Throttled) outcome without a hint; zero is valid |
 /// | factor | 2x | each further retry's wait, times this; at least 1 (1 is a constant wait) |
 /// | cap | 30 s | no nominal wait (nor a dependency's hint) is longer |
 /// | jitter | [`Jitter::Full`] | uniform in `[0, nominal]` |
@@ -123,6 +120,31 @@ impl Backoff {
         cap: Duration::from_secs(30),
         jitter: Jitter::Full,
     };
+
+    /// No wait between attempts: every retry starts at once, throttled or not (zero base and
+    /// throttled base, no jitter). A `retry_after` the dependency supplies is still honoured,
+    /// capped at 30 s as in [`Backoff::DEFAULT`]: a dependency that says when to come back is
+    /// not called again before then.
+    ///
+    /// ```
+    /// use stormguard_core::{Backoff, Duration, JitterRng, Outcome};
+    /// let none = Backoff::none();
+    /// let mut rng = JitterRng::with_seed(1);
+    /// assert_eq!(none.delay(1, Outcome::Transient, &mut rng), Duration::ZERO);
+    /// assert_eq!(none.delay(9, Outcome::Throttled { retry_after: None }, &mut rng), Duration::ZERO);
+    /// let hinted = Outcome::Throttled { retry_after: Some(Duration::from_secs(2)) };
+    /// assert_eq!(none.delay(1, hinted, &mut rng), Duration::from_secs(2));
+    /// ```
+    #[must_use]
+    pub const fn none() -> Backoff {
+        Backoff {
+            base: Duration::ZERO,
+            throttled_base: Duration::ZERO,
+            factor: Multiple::whole(1),
+            cap: Backoff::DEFAULT.cap,
+            jitter: Jitter::None,
+        }
+    }
 
     /// A builder holding [`Backoff::DEFAULT`].
     pub const fn builder() -> BackoffBuilder {
@@ -243,20 +265,9 @@ impl Backoff {
         }
     }
 
-    /// Checks every bound: the first setting at fault, if any.
+    /// Checks every bound: the first setting at fault, if any. A zero base (or throttled base)
+    /// is valid: no wait between attempts.
     const fn validate(&self) -> Result<(), SettingsError> {
-        if self.base.as_nanos() < MIN_BASE.as_nanos() {
-            return Err(SettingsError::new(
-                Field::BackoffBase,
-                Bound::AtLeastDuration(MIN_BASE),
-            ));
-        }
-        if self.throttled_base.as_nanos() < MIN_BASE.as_nanos() {
-            return Err(SettingsError::new(
-                Field::ThrottledBase,
-                Bound::AtLeastDuration(MIN_BASE),
-            ));
-        }
         if self.factor.milli() < 1000 {
             return Err(SettingsError::new(Field::BackoffFactor, Bound::AtLeastOne));
         }
@@ -284,14 +295,15 @@ impl Default for Backoff {
 }
 
 impl BackoffBuilder {
-    /// The first retry's nominal wait (default 100 ms; at least 1 ms).
+    /// The first retry's nominal wait (default 100 ms; zero is no wait between attempts, whatever
+    /// the factor).
     pub const fn base(mut self, base: Duration) -> Self {
         self.backoff.base = base;
         self
     }
 
     /// The first retry's nominal wait after a throttled outcome that gave no hint (default 1 s;
-    /// at least 1 ms).
+    /// zero is no wait).
     pub const fn throttled_base(mut self, base: Duration) -> Self {
         self.backoff.throttled_base = base;
         self
@@ -329,6 +341,9 @@ impl fmt::Display for Backoff {
     /// E.g. `exponential from 100ms (1s after throttling), x2, capped at 30s, full jitter`, or
     /// `constant 500ms, no jitter`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.base.is_zero() && self.throttled_base.is_zero() {
+            return write!(f, "no wait, a retry-after hint capped at {}", self.cap);
+        }
         let constant = self.factor.milli() == 1000;
         if constant {
             write!(f, "constant {}", self.base.min(self.cap))?;
@@ -629,16 +644,6 @@ mod tests {
         let b = Backoff::builder;
         let cases = [
             (
-                b().base(Duration::ZERO),
-                Field::BackoffBase,
-                Bound::AtLeastDuration(ms(1)),
-            ),
-            (
-                b().throttled_base(Duration::from_micros(999)),
-                Field::ThrottledBase,
-                Bound::AtLeastDuration(ms(1)),
-            ),
-            (
                 b().factor(Multiple::from_milli(999)),
                 Field::BackoffFactor,
                 Bound::AtLeastOne,
@@ -662,6 +667,62 @@ mod tests {
                 .build()
                 .map_err(|e| e.to_string()),
             Err("`backoff_factor` must be at least 1".into())
+        );
+    }
+
+    #[test]
+    fn a_zero_base_is_valid_and_waits_nothing() {
+        let mut rng = JitterRng::with_seed(19);
+        let zero = built(Backoff::builder().base(Duration::ZERO));
+        assert_eq!(zero.base(), Duration::ZERO);
+        for retry in [1, 2, 10, u32::MAX] {
+            assert_eq!(zero.nominal(retry, false), Duration::ZERO);
+            assert_eq!(
+                zero.delay(retry, Outcome::Transient, &mut rng),
+                Duration::ZERO
+            );
+        }
+        // The throttled curve keeps its own base.
+        assert_eq!(zero.nominal(1, true), secs(1));
+        let both = built(
+            Backoff::builder()
+                .base(Duration::ZERO)
+                .throttled_base(Duration::ZERO)
+                .cap(Duration::ZERO),
+        );
+        let throttled = Outcome::Throttled { retry_after: None };
+        assert_eq!(both.delay(3, throttled, &mut rng), Duration::ZERO);
+        // A sub-millisecond base is a wait like any other.
+        let short = built(Backoff::builder().base(Duration::from_micros(250)));
+        assert_eq!(short.nominal(3, false), Duration::from_micros(1000));
+    }
+
+    #[test]
+    fn backoff_none_waits_nothing_between_attempts_but_honours_a_hint() {
+        let none = Backoff::none();
+        assert_eq!(none.to_builder().build(), Ok(none));
+        let mut rng = JitterRng::with_seed(23);
+        let before = rng.clone();
+        for retry in [1, 2, 50] {
+            assert_eq!(
+                none.delay(retry, Outcome::Transient, &mut rng),
+                Duration::ZERO
+            );
+            assert_eq!(
+                none.delay(retry, Outcome::TimedOut, &mut rng),
+                Duration::ZERO
+            );
+            let throttled = Outcome::Throttled { retry_after: None };
+            assert_eq!(none.delay(retry, throttled, &mut rng), Duration::ZERO);
+        }
+        assert_eq!(rng, before, "nothing to jitter, nothing drawn");
+        let hinted = Outcome::Throttled {
+            retry_after: Some(secs(4)),
+        };
+        assert_eq!(none.delay(1, hinted, &mut rng), secs(4));
+        assert_eq!(
+            none.to_string(),
+            "no wait, a retry-after hint capped at 30s"
         );
     }
 

@@ -32,7 +32,7 @@ use core::fmt;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::packed::{const_unless_loom, word, Word};
 use crate::ratio::{Ratio, PPM};
-use crate::time::{div_rem_u32, Tick};
+use crate::time::Tick;
 use crate::{Duration, Instant, Name, Outcome};
 
 /// One whole retry, in millionths of a retry (the budget's token unit).
@@ -450,8 +450,11 @@ impl BudgetState {
         }
     }
 
-    /// How long from `now` until this (settled) state holds a whole retry. The floor accrues at
-    /// whole milliseconds, so this ends on one: the first instant asking again succeeds.
+    /// How long from `now` until this (settled) state surely holds a whole retry: the floor's
+    /// time for the missing part in whole milliseconds (rounded up), counted from `now`, so it
+    /// reads the same wherever in a millisecond `now` falls (three per second from empty: 334
+    /// ms). The floor accrues at the clock's whole milliseconds, so asking again a fraction of
+    /// a millisecond sooner may succeed too; asking at `now + retry_after` always does.
     fn time_to_token(self, settings: &BudgetSettings, now: Instant) -> Duration {
         let Some(missing) = TOKEN.checked_sub(self.tokens) else {
             return Duration::ZERO;
@@ -472,10 +475,9 @@ impl BudgetState {
         let now_ms = Tick::of(now).0;
         let lead = self.stamp.wrapping_sub(now_ms);
         let lead = if lead <= LATE_READING_MS { lead } else { 0 };
-        let into_ms = Duration::from_nanos(
-            div_rem_u32(now.as_nanos(), 1_000_000).map_or(0, |(_, r)| u64::from(r)),
-        );
-        Duration::from_millis(u64::from(ms).saturating_add(u64::from(lead))).saturating_sub(into_ms)
+        // Whole milliseconds from `now` itself: the part of the current millisecond already
+        // gone is not taken off, or the answer would depend on where in it the clock stands.
+        Duration::from_millis(u64::from(ms).saturating_add(u64::from(lead)))
     }
 }
 
@@ -900,13 +902,15 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_counts_from_now_within_a_millisecond() {
-        let mut b = budget();
-        let now = T0 + Duration::from_micros(250);
-        drain(&mut b, now);
-        let r = refusal(&mut b, now);
-        assert_eq!(r.retry_after, ms(334) - Duration::from_micros(250));
-        assert_eq!(b.try_withdraw(now + r.retry_after), Ok(()));
+    fn a_floor_refusal_reads_the_same_wherever_in_a_millisecond_the_clock_stands() {
+        for into in [0, 1, 250_000, 500_000, 999_999] {
+            let mut b = budget();
+            let now = T0 + Duration::from_nanos(into);
+            drain(&mut b, now);
+            let r = refusal(&mut b, now);
+            assert_eq!(r.retry_after, ms(334), "{into} ns into the millisecond");
+            assert_eq!(b.try_withdraw(now + r.retry_after), Ok(()));
+        }
     }
 
     #[test]

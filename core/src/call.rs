@@ -458,7 +458,8 @@ impl core::error::Error for Rejection {}
 pub enum Finished {
     /// The last attempt succeeded.
     Succeeded,
-    /// The dependency's failure stands: attempts ran out, or the outcome is not retryable.
+    /// The dependency's failure stands: attempts ran out, the outcome is not retryable, or a
+    /// retry was refused after the dependency answered ([`Call::complete_attempt`]).
     Failed(Outcome),
     /// The deadline passed, or a retry could not finish before it.
     DeadlineExceeded {
@@ -527,7 +528,8 @@ struct Rules {
 /// One call in progress: plain data, holding no borrow between steps, reading no clock.
 ///
 /// Call order: [`Call::begin`], then [`Call::poll`] until it returns [`Step::Done`] or
-/// [`Step::Reject`]; after every [`Step::Attempt`], [`Call::complete`] with its permit.
+/// [`Step::Reject`]; after every [`Step::Attempt`], [`Call::complete`] with its permit (or
+/// [`Call::complete_attempt`] when the dependency answered the attempt).
 #[derive(Clone, Debug)]
 pub struct Call {
     /// The settings a call reads after it began (not the deadline nor the seed, used up by
@@ -547,6 +549,8 @@ pub struct Call {
     /// and keeps the smaller code.
     #[cfg(target_pointer_width = "64")]
     rng_mixed: bool,
+    /// Whether the dependency answered the attempt completed last ([`Call::complete_attempt`]).
+    answered: bool,
 }
 
 impl Call {
@@ -604,6 +608,7 @@ impl Call {
             rng_mixed: false,
             #[cfg(not(target_pointer_width = "64"))]
             rng: JitterRng::with_seed(seed),
+            answered: false,
         }
     }
 
@@ -673,7 +678,14 @@ impl Call {
         self.deadline.map(|d| d.saturating_duration_since(now))
     }
 
-    /// Turns a refusal into the caller's rejection and announces it.
+    /// The failure the dependency answered with on the attempt completed last, if it did: a
+    /// refused retry then hands that answer back instead of a rejection.
+    fn answered_failure(&self) -> Option<Outcome> {
+        self.last.filter(|o| self.answered && !o.is_success())
+    }
+
+    /// Turns a refusal into the caller's rejection and announces it. After an answered
+    /// failure nothing is paused: the answer goes back at once.
     fn rejection<A: Admission, F: Funding>(
         &self,
         parts: &Parts<A, F>,
@@ -681,7 +693,11 @@ impl Call {
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Rejection {
-        let pause = guarded_pause(self.remaining(now));
+        let pause = if self.answered_failure().is_some() {
+            Duration::ZERO
+        } else {
+            guarded_pause(self.remaining(now))
+        };
         let retry_after = if refused.retry_after == Duration::MAX {
             Duration::MAX
         } else {
@@ -713,6 +729,12 @@ impl Call {
         events: &mut dyn FnMut(Event<'_>),
     ) -> Step {
         let r = self.rejection(parts, refused, now, events);
+        if let Some(answer) = self.answered_failure() {
+            // The dependency's answer stands: the caller reads it, not a bare rejection.
+            let f = Finished::Failed(answer);
+            self.phase = Phase::Over(f);
+            return Step::Done(f);
+        }
         self.phase = Phase::Pausing(r);
         Step::Reject(r)
     }
@@ -871,13 +893,56 @@ impl Call {
     /// Reports how the attempt behind `permit` ended, at `now`. The breaker and budget learn
     /// from it; the call decides whether and when to retry. The outcome is taken as
     /// [`Outcome::effective`] reads it: a throttled outcome that asks for no wait counts as a
-    /// transient failure.
+    /// transient failure. For an attempt the dependency answered, [`Call::complete_attempt`]
+    /// says so.
     pub fn complete<A: Admission, F: Funding>(
         &mut self,
         parts: &mut Parts<A, F>,
         permit: Permit,
         now: Instant,
         outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        self.complete_attempt(parts, permit, now, outcome, false, events);
+    }
+
+    /// [`Call::complete`], saying whether the dependency `answered` the attempt: the operation
+    /// returned its result (an HTTP response, whatever its status), as opposed to a connection
+    /// error, a timeout or a cancellation. When `outcome` is a failure the dependency answered
+    /// with (a 500, a 429) and the retry after it is refused (budget empty, breaker open), the
+    /// call finishes at once as [`Finished::Failed`] with that outcome: the caller gets the
+    /// answer back (status, body and headers are the caller's to read), not a bare rejection,
+    /// and no pause is served. The refusal is still announced (the `Rejected` event, with a zero
+    /// `delay`). A call that got no answer ends as the guarded rejection.
+    ///
+    /// ```
+    /// use stormguard_core::{
+    ///     Budget, BudgetSettings, Call, CallSettings, Finished, Instant, Outcome, Parts, Step,
+    ///     Unguarded,
+    /// };
+    ///
+    /// // A budget of one retry, already spent.
+    /// let settings = BudgetSettings::builder("api").floor_per_second(0.1).build()?;
+    /// let mut parts = Parts { breaker: Unguarded("api".into()), budget: Budget::new(settings) };
+    /// let now = Instant::from_secs(1);
+    /// parts.budget.try_withdraw(now)?;
+    /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
+    /// let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// // An HTTP 500: a transient failure, answered.
+    /// call.complete_attempt(&mut parts, permit, now, Outcome::Transient, true, &mut |_| {});
+    /// assert_eq!(
+    ///     call.poll(&mut parts, now, &mut |_| {}),
+    ///     Step::Done(Finished::Failed(Outcome::Transient))
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn complete_attempt<A: Admission, F: Funding>(
+        &mut self,
+        parts: &mut Parts<A, F>,
+        permit: Permit,
+        now: Instant,
+        outcome: Outcome,
+        answered: bool,
         events: &mut dyn FnMut(Event<'_>),
     ) {
         let outcome = outcome.effective();
@@ -889,6 +954,7 @@ impl Call {
         }
         self.running = self.running.saturating_sub(1);
         self.last = Some(outcome);
+        self.answered = answered;
         if self.running > 0 {
             // The other attempt of a hedged pair runs on: a success or a cancellation ends the
             // call, and so does a permanent failure (the request itself is refused); any other
@@ -934,8 +1000,13 @@ impl Call {
             }
         }
         if let Err(refused) = parts.budget.try_fund_retry(now) {
-            // Reported at the next poll, as a rejection carrying the last outcome.
-            self.phase = Phase::Pending(self.rejection(parts, refused, now, events));
+            let rejection = self.rejection(parts, refused, now, events);
+            self.phase = match self.answered_failure() {
+                // The dependency's answer stands, handed back at once.
+                Some(answer) => Phase::Over(Finished::Failed(answer)),
+                // Reported at the next poll, as a rejection carrying the last outcome.
+                None => Phase::Pending(rejection),
+            };
             return;
         }
         events(Event::Retry {

@@ -22,10 +22,12 @@ use crate::{Duration, Instant, Outcome};
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum SubscriptionStatus {
-    /// Not established, and an attempt is due now: nothing has been tried yet, or an established
-    /// subscription was just lost.
+    /// Nothing has been tried yet (or the helper was [reset](SubscriptionRetry::reset)): the
+    /// first attempt is due at once.
     Pending,
-    /// The last attempt failed; the next is due at `retry_at`.
+    /// Not established: the last attempt failed, or an established subscription was lost (its
+    /// reconnection is then due at once, `retry_at` being the instant it was lost). The next
+    /// attempt is due at `retry_at`.
     Recovering {
         /// When to try again.
         retry_at: Instant,
@@ -75,7 +77,7 @@ impl fmt::Display for SubscriptionStatus {
 /// [`next_attempt_at`](SubscriptionRetry::next_attempt_at) says, and reports what happened.
 ///
 /// ```
-/// use stormguard_core::{Duration, Instant, SubscriptionRetry};
+/// use stormguard_core::{Duration, Instant, SubscriptionRetry, SubscriptionStatus};
 ///
 /// let mut retry = SubscriptionRetry::new();
 /// let mut now = Instant::from_secs(100);
@@ -95,6 +97,7 @@ impl fmt::Display for SubscriptionStatus {
 /// assert_eq!(retry.next_attempt_at(), None);
 /// let lost = now + Duration::from_secs(3600);
 /// assert_eq!(retry.on_disconnected(lost), lost);                     // reconnect at once,
+/// assert_eq!(retry.status(), SubscriptionStatus::Recovering { retry_at: lost });
 /// assert_eq!(retry.on_failure(lost), lost + Duration::from_secs(1)); // then from the start
 /// ```
 ///
@@ -211,7 +214,8 @@ impl SubscriptionRetry {
     }
 
     /// When to try next: `None` while established; [`Instant::ZERO`] (at once, whatever the
-    /// clock) before the first attempt; the instant an attempt is due otherwise.
+    /// clock) before the first attempt; the instant an attempt is due otherwise (the instant
+    /// it was lost, for a subscription lost after it was established).
     #[must_use]
     pub const fn next_attempt_at(&self) -> Option<Instant> {
         match self.status {
@@ -282,7 +286,9 @@ impl SubscriptionRetry {
     }
 
     /// The established subscription was lost at `now`: returns when to try again, which is at
-    /// once (`now`); a failure of that attempt then waits the schedule's first delay. Lost
+    /// once (`now`), and the status reads [`Recovering`](SubscriptionStatus::Recovering) (not
+    /// pending: it is not established, and something was tried); a failure of that attempt
+    /// then waits the schedule's first delay. Lost
     /// within [`stable_after`](SubscriptionRetry::stable_after) of being established, it counts
     /// as a failure after the ones before the connection, and waits that failure's delay.
     /// Reported while not established, it changes nothing and returns the attempt already due.
@@ -297,8 +303,9 @@ impl SubscriptionRetry {
                 self.on_failure(now)
             }
             SubscriptionStatus::Healthy { .. } => {
+                // Lost: recovering, with the reconnection due at once.
                 self.before_connected = 0;
-                self.status = SubscriptionStatus::Pending;
+                self.status = SubscriptionStatus::Recovering { retry_at: now };
                 now
             }
             SubscriptionStatus::Pending => now,
@@ -337,6 +344,24 @@ impl defmt::Format for SubscriptionRetry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_subscription_reads_recovering_not_pending() {
+        let mut r = SubscriptionRetry::new();
+        let t = Instant::from_secs(5);
+        r.on_connected(t);
+        let lost = t + Duration::from_secs(60);
+        assert_eq!(r.on_disconnected(lost), lost);
+        assert_eq!(
+            r.status(),
+            SubscriptionStatus::Recovering { retry_at: lost }
+        );
+        assert_eq!(r.status().as_str(), "recovering");
+        assert_eq!(r.next_attempt_at(), Some(lost));
+        assert_eq!(r.poll_wait(lost), Some(Duration::ZERO));
+        // Reported again while recovering: nothing changes.
+        assert_eq!(r.on_disconnected(lost + Duration::from_secs(1)), lost);
+    }
 
     #[test]
     fn a_failure_while_established_starts_a_new_schedule() {

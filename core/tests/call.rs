@@ -105,6 +105,36 @@ fn parts() -> Parts<Breaker, Budget> {
 }
 
 #[test]
+fn a_zero_backoff_retries_at_once_with_no_wait_step() {
+    let zero = Backoff::builder().base(Duration::ZERO).build().unwrap();
+    for backoff in [Backoff::none(), zero] {
+        let settings = CallSettings::builder().backoff(backoff).build().unwrap();
+        let mut p = parts();
+        let mut now = Instant::from_secs(1);
+        let mut call = Call::begin(&settings, now);
+        let mut ev = Vec::new();
+        let (r, did) = drive(&mut call, &mut p, &mut now, &mut ev, |n| {
+            (
+                ms(10),
+                if n < 3 {
+                    Outcome::Transient
+                } else {
+                    Outcome::Success
+                },
+            )
+        });
+        assert_eq!(r, Ok(Finished::Succeeded));
+        assert_eq!(did, [Did::Attempt, Did::Attempt, Did::Attempt]);
+        assert_eq!(ev, ["retry #2 after 0s", "retry #3 after 0s"]);
+        assert_eq!(
+            now,
+            Instant::from_secs(1) + ms(30),
+            "no time but the attempts'"
+        );
+    }
+}
+
+#[test]
 fn a_transient_failure_is_retried_after_the_base_and_then_doubled() {
     let mut p = parts();
     let mut now = Instant::from_secs(1);
@@ -248,6 +278,103 @@ fn an_empty_budget_stops_retries_with_a_rejection_carrying_the_last_error() {
     // The floor (3 per second) accrues one token within a third of a second, counted from
     // the end of the pause.
     assert!(r.retry_after <= ms(334) - GUARD_PAUSE, "{}", r.retry_after);
+}
+
+/// Runs a call whose attempts the dependency answers, each with `outcome`, until it ends.
+fn drive_answered<A, F>(
+    call: &mut Call,
+    parts: &mut Parts<A, F>,
+    now: &mut Instant,
+    outcome: Outcome,
+) -> (Step, Vec<String>)
+where
+    A: stormguard_core::Admission,
+    F: stormguard_core::Funding,
+{
+    let mut events = Vec::new();
+    let mut sink = |e: Event<'_>| {
+        events.push(match e {
+            Event::Rejected { reason, delay, .. } => format!("rejected {reason} delay={delay}"),
+            other => other.kind().to_string(),
+        })
+    };
+    let step = loop {
+        match call.poll(parts, *now, &mut sink) {
+            Step::Attempt(permit) => {
+                *now += ms(10);
+                call.complete_attempt(parts, permit, *now, outcome, true, &mut sink);
+            }
+            Step::Wait(d) => *now += d,
+            other => break other,
+        }
+    };
+    (step, events)
+}
+
+#[test]
+fn a_retry_refused_after_an_answered_failure_hands_the_answer_back_at_once() {
+    // The budget refuses the retry: a budget of one retry, already spent.
+    let thin = BudgetSettings::builder("payments")
+        .floor_per_second(0.1)
+        .build()
+        .unwrap();
+    for answer in [Outcome::Transient, Outcome::Throttled { retry_after: None }] {
+        let mut p = Parts {
+            breaker: Unguarded(Name::new("payments")),
+            budget: Budget::new(thin),
+        };
+        let mut now = Instant::from_secs(1);
+        p.budget.try_withdraw(now).unwrap();
+        let mut call = Call::begin(&no_jitter(), now);
+        let (step, events) = drive_answered(&mut call, &mut p, &mut now, answer);
+        assert_eq!(step, Step::Done(Finished::Failed(answer)), "{answer:?}");
+        assert_eq!(call.attempts(), 1);
+        assert_eq!(now, Instant::from_secs(1) + ms(10), "no pause served");
+        assert_eq!(events, ["rejected budget_exhausted delay=0s"]);
+    }
+    // The breaker refuses it: the answered failure opened it.
+    let mut p = Parts {
+        breaker: Breaker::new(
+            BreakerSettings::builder("payments")
+                .consecutive_failures(1)
+                .jitter(false)
+                .build()
+                .unwrap(),
+        ),
+        budget: Budget::new(BudgetSettings::defaults("payments")),
+    };
+    let mut now = Instant::from_secs(1);
+    let mut call = Call::begin(&no_jitter(), now);
+    let (step, events) = drive_answered(&mut call, &mut p, &mut now, Outcome::Transient);
+    assert_eq!(step, Step::Done(Finished::Failed(Outcome::Transient)));
+    assert_eq!(call.attempts(), 1);
+    assert!(
+        events.contains(&"rejected breaker_open delay=0s".to_string()),
+        "{events:?}"
+    );
+    // The backoff wait was served; no pause after it.
+    assert_eq!(now, Instant::from_secs(1) + ms(110));
+}
+
+#[test]
+fn a_retry_refused_after_an_unanswered_failure_is_still_a_guarded_rejection() {
+    let thin = BudgetSettings::builder("payments")
+        .floor_per_second(0.1)
+        .build()
+        .unwrap();
+    let mut p = Parts {
+        breaker: Unguarded(Name::new("payments")),
+        budget: Budget::new(thin),
+    };
+    let mut now = Instant::from_secs(1);
+    p.budget.try_withdraw(now).unwrap();
+    let mut call = Call::begin(&no_jitter(), now);
+    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+        (ms(10), Outcome::Transient)
+    });
+    let r = r.unwrap_err();
+    assert_eq!(r.pause, GUARD_PAUSE);
+    assert_eq!(did, [Did::Attempt, Did::Reject(r)]);
 }
 
 #[test]

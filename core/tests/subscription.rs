@@ -106,7 +106,10 @@ fn losing_an_established_subscription_retries_at_once_then_from_the_first_delay(
     retry.on_connected(now);
     let lost = now + secs(3600);
     assert_eq!(retry.on_disconnected(lost), lost);
-    assert_eq!(retry.status(), SubscriptionStatus::Pending);
+    assert_eq!(
+        retry.status(),
+        SubscriptionStatus::Recovering { retry_at: lost }
+    );
     assert_eq!(retry.poll_wait(lost), Some(Duration::ZERO));
     let (waits, _) = fail(&mut retry, lost, 8);
     assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 120].map(secs).to_vec());
@@ -287,4 +290,20 @@ fn stable_after_zero_is_whizbangs_rule_any_connection_starts_over() {
     retry.on_connected(now);
     assert_eq!(retry.on_disconnected(now), now);
     assert_eq!(retry.on_failure(now), now + secs(1));
+}
+
+#[test]
+fn a_zero_first_delay_retries_at_once() {
+    let zero = Backoff::subscription()
+        .to_builder()
+        .base(Duration::ZERO)
+        .build()
+        .unwrap();
+    let mut retry = SubscriptionRetry::with_backoff(zero);
+    let (waits, now) = fail(&mut retry, T0, 3);
+    assert_eq!(waits, [Duration::ZERO; 3].to_vec());
+    assert_eq!(now, T0);
+    assert_eq!(retry.poll_wait(now), Some(Duration::ZERO));
+    let mut none = SubscriptionRetry::with_backoff(Backoff::none());
+    assert_eq!(none.on_failure(T0), T0);
 }

@@ -909,17 +909,18 @@ where
                 let attempt = op(call.attempts());
                 let ran = select3(cancel.as_mut(), attempt, until(call.attempt_deadline())).await;
                 now = clock.now();
-                let outcome = match ran {
-                    Either3::First(_) => Outcome::Cancelled,
+                let (outcome, answered) = match ran {
+                    Either3::First(_) => (Outcome::Cancelled, false),
                     Either3::Second(result) => {
                         let outcome = classify.classify(&result);
+                        let answered = result.is_ok();
                         last = Some(result);
-                        outcome
+                        (outcome, answered)
                     }
-                    Either3::Third(()) => Outcome::TimedOut,
+                    Either3::Third(()) => (Outcome::TimedOut, false),
                 };
                 if let Some(permit) = guard.disarm() {
-                    call.complete(&mut parts, permit, now, outcome, &mut sink);
+                    call.complete_attempt(&mut parts, permit, now, outcome, answered, &mut sink);
                 }
             }
             Step::Done(finished) => return finished.into_result(last),
@@ -998,7 +999,7 @@ where
                     })
                     .await;
                     now = clock.now();
-                    let (i, outcome) = match ran {
+                    let (i, (outcome, answered)) = match ran {
                         Ran::Cancelled => {
                             first.set(None);
                             second.set(None);
@@ -1030,10 +1031,11 @@ where
                             let outcome = match ran {
                                 Either::First(result) => {
                                     let outcome = classify.classify(&result);
+                                    let answered = result.is_ok();
                                     last = Some(result);
-                                    outcome
+                                    (outcome, answered)
                                 }
-                                Either::Second(()) => Outcome::TimedOut,
+                                Either::Second(()) => (Outcome::TimedOut, false),
                             };
                             (i, outcome)
                         }
@@ -1049,7 +1051,9 @@ where
                         (b, a, first.as_mut())
                     };
                     if let Some(permit) = done.take().and_then(PermitGuard::disarm) {
-                        call.complete(&mut parts, permit, now, outcome, &mut sink);
+                        call.complete_attempt(
+                            &mut parts, permit, now, outcome, answered, &mut sink,
+                        );
                     }
                     if other.is_none() {
                         break;

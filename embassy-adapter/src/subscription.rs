@@ -77,7 +77,12 @@ pub async fn keep_subscribed<S, E, C, V, X>(
                 yield_now().await;
             }
             Either::Second(Err(_)) => {
-                let _ = retry.on_failure(clock.now());
+                let now = clock.now();
+                if retry.on_failure(now) <= now {
+                    // A zero delay (a valid schedule): the next attempt is due at once, and the
+                    // executor's other tasks must still get to run.
+                    yield_now().await;
+                }
                 #[cfg(feature = "defmt")]
                 defmt::debug!(
                     "stormguard: subscription attempt {=u32} failed, next in {}",

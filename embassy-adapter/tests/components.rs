@@ -937,3 +937,40 @@ fn a_subscription_that_drops_at_once_waits_the_schedule_between_reconnections() 
     stop.signal(());
     assert_eq!(poll(task.as_mut()), Poll::Ready(()));
 }
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_lost_subscription_reads_recovering_while_it_reconnects() {
+    fresh();
+    let mut retry = SubscriptionRetry::new();
+    let connects = Cell::new(0);
+    let stop: Signal<NoopRawMutex, ()> = Signal::new();
+    {
+        let mut task = pin!(keep_subscribed(
+            &mut retry,
+            async |_| {
+                connects.set(connects.get() + 1);
+                if connects.get() > 1 {
+                    // The reconnection hangs: the subscription is lost and not back yet.
+                    pending::<()>().await;
+                }
+                Ok::<(), ()>(())
+            },
+            // Established for 5 s (long past the 1 s it takes to count as established).
+            async |()| Timer::after(EDuration::from_secs(5)).await,
+            stop.wait(),
+        ));
+        assert!(poll(task.as_mut()).is_pending());
+        advance(EDuration::from_secs(5));
+        assert!(poll(task.as_mut()).is_pending());
+        assert!(poll(task.as_mut()).is_pending());
+        assert_eq!(connects.get(), 2, "reconnecting at once");
+        stop.signal(());
+        assert_eq!(poll(task.as_mut()), Poll::Ready(()));
+    }
+    assert!(
+        matches!(retry.status(), SubscriptionStatus::Recovering { .. }),
+        "{:?}",
+        retry.status()
+    );
+}

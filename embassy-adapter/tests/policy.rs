@@ -1009,3 +1009,22 @@ fn calls_begun_on_the_same_tick_draw_different_jitter() {
     assert_eq!(run_ms(call_a).0, Ok(1));
     assert_eq!(run_ms(call_b).0, Ok(2));
 }
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_call_whose_cancellation_already_happened_runs_nothing() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(SENSOR);
+    let policy = Policy::new(&breaker, ONE_SHOT);
+    let runs = Cell::new(0);
+    let stop: Signal<NoopRawMutex, ()> = Signal::new();
+    stop.signal(());
+    let options = CallOptions::new().cancel_on(stop.wait());
+    let mut call = pin!(policy.call_with(options, async |_| {
+        runs.set(runs.get() + 1);
+        Err::<u32, _>("boom")
+    }));
+    assert_eq!(poll(call.as_mut()), Poll::Ready(Err(CallError::Cancelled)));
+    assert_eq!(runs.get(), 0, "the operation never ran");
+    assert_eq!(breaker.state(), State::Closed);
+}

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 pub use stormguard_core::{CacheRule, ZeroTtl};
-use stormguard_core::{Duration, Instant};
+use stormguard_core::{Duration, Instant, State};
 
 struct Entry<T> {
     stored: Instant,
@@ -34,6 +34,9 @@ struct Entry<T> {
 pub struct SuccessCache<T> {
     rule: CacheRule,
     slot: ArcSwapOption<Entry<T>>,
+    /// Held by the caller filling an empty entry; the others wait for it. Only a miss takes it.
+    #[cfg(feature = "tokio")]
+    flight: tokio::sync::Mutex<()>,
 }
 
 impl<T> SuccessCache<T> {
@@ -47,6 +50,8 @@ impl<T> SuccessCache<T> {
         Ok(SuccessCache {
             rule: CacheRule::new(ttl)?,
             slot: ArcSwapOption::empty(),
+            #[cfg(feature = "tokio")]
+            flight: tokio::sync::Mutex::const_new(()),
         })
     }
 
@@ -88,10 +93,18 @@ impl<T> SuccessCache<T> {
     pub fn clear(&self) {
         self.slot.store(None);
     }
+
+    /// Waits for the turn to fill the entry: the callers that found it empty queue here, in
+    /// order, and each looks again once it has the turn (the one before may have filled it).
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn flight(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.flight.lock().await
+    }
 }
 
 impl<T: Clone> SuccessCache<T> {
-    /// The cached value, if it is fresh at `now`.
+    /// The cached value, if it is fresh at `now` (whatever a breaker says: see
+    /// [`SuccessCache::serve`]).
     ///
     /// ```
     /// use stormguard_core::{Duration, Instant};
@@ -100,10 +113,25 @@ impl<T: Clone> SuccessCache<T> {
     /// ```
     #[must_use]
     pub fn get(&self, now: Instant) -> Option<T> {
+        self.serve(now, State::Closed)
+    }
+
+    /// The cached value, if it may be served at `now` with the breaker in `state`: it is fresh
+    /// and the breaker is closed ([`CacheRule::may_serve`]).
+    ///
+    /// ```
+    /// use stormguard_core::{Duration, Instant, State};
+    /// let cache = stormguard_std::SuccessCache::new(Duration::from_secs(2)).unwrap();
+    /// cache.store(Instant::ZERO, 7);
+    /// assert_eq!(cache.serve(Instant::ZERO, State::Closed), Some(7));
+    /// assert_eq!(cache.serve(Instant::ZERO, State::HalfOpen), None);
+    /// ```
+    #[must_use]
+    pub fn serve(&self, now: Instant, state: State) -> Option<T> {
         let guard = self.slot.load();
         let entry = guard.as_ref()?;
         self.rule
-            .is_fresh(entry.stored, now)
+            .may_serve(entry.stored, now, state)
             .then(|| entry.value.clone())
     }
 }

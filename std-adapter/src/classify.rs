@@ -65,10 +65,12 @@ mod http_preset {
 
     use super::Classify;
 
-    /// The HTTP preset: connection errors (`Err`) and 5xx are transient; 429, and 503 with a
-    /// readable `Retry-After` header, are throttled with the header honoured as `retry_after`;
-    /// other 4xx are permanent (the request is wrong; retrying cannot help); everything else
-    /// succeeds. The default classifier of the tower layer.
+    /// The HTTP preset: connection errors (`Err`), 408 and 5xx are transient; 429, and 503
+    /// with a readable `Retry-After` header, are throttled with the header honoured as
+    /// `retry_after`; other 4xx are answers (the dependency is healthy and said no to this
+    /// request): they are returned to the caller, never retried, and count as successes for the
+    /// dependency's health; everything else succeeds. The default classifier of the tower
+    /// layer.
     ///
     /// A throttle that asks for no wait (`Retry-After: 0`, or a date already past) is
     /// classified as throttled here, and the call driver then counts it as a transient failure
@@ -85,7 +87,8 @@ mod http_preset {
     /// let c = |r: Result<Response<()>, ()>| Http.classify(&r);
     /// assert_eq!(c(Ok(status(200))), Outcome::Success);
     /// assert_eq!(c(Ok(status(502))), Outcome::Transient);
-    /// assert_eq!(c(Ok(status(404))), Outcome::Permanent);
+    /// assert_eq!(c(Ok(status(408))), Outcome::Transient);
+    /// assert_eq!(c(Ok(status(404))), Outcome::Success); // an answer: the dependency is fine
     /// assert_eq!(c(Err(())), Outcome::Transient);
     /// let throttled = Response::builder().status(429).header("retry-after", "3").body(()).unwrap();
     /// assert_eq!(
@@ -152,8 +155,12 @@ mod http_preset {
                 },
                 None => Outcome::Transient,
             },
+            // The request timed out at the server: nothing was wrong with it, try again.
+            StatusCode::REQUEST_TIMEOUT => Outcome::Transient,
             s if s.is_server_error() => Outcome::Transient,
-            s if s.is_client_error() => Outcome::Permanent,
+            // Any other 4xx is the dependency answering (the request is wrong, not the
+            // dependency): it goes back to the caller as it is and counts for the dependency's
+            // health as the success it is.
             _ => Outcome::Success,
         }
     }
@@ -215,8 +222,15 @@ mod http_preset {
                 c(response(429, None)),
                 Outcome::Throttled { retry_after: None }
             );
-            assert_eq!(c(response(400, None)), Outcome::Permanent);
-            assert_eq!(c(response(409, None)), Outcome::Permanent);
+        }
+
+        #[test]
+        fn a_408_is_transient_and_other_4xx_are_answers_counted_as_healthy() {
+            let c = |r: Response<()>| Http.classify(&Ok::<_, ()>(r));
+            assert_eq!(c(response(408, None)), Outcome::Transient);
+            for status in [400, 401, 403, 404, 409, 410, 422, 451, 499] {
+                assert_eq!(c(response(status, None)), Outcome::Success, "{status}");
+            }
         }
 
         #[test]

@@ -12,15 +12,17 @@
 //!
 //! The success path emits no event, so tracing costs nothing there.
 
-use stormguard_core::{CallError, Event, Name, RefusalReason, State};
+use stormguard_core::{CallError, Event, Finished, Name, Outcome, RefusalReason, State};
 
 /// How one call ended, as reported to [`Listener::on_call`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Ended {
-    /// The operation's value came back (or a cached one, see [`Ended::Cached`]).
+    /// The last attempt succeeded, as the classifier judged it (a cached value is
+    /// [`Ended::Cached`]).
     Succeeded,
-    /// The operation's own error stands.
+    /// The dependency's failure stands, as the classifier judged it: the operation's error, or a
+    /// response it called a failure (an HTTP 500 handed back as the response it is).
     Failed,
     /// The last attempt hit its attempt timeout.
     TimedOut,
@@ -51,6 +53,30 @@ impl<E> From<&CallError<E>> for Ended {
             // `CallError` is non-exhaustive: an ending added later reads as a failure until it
             // has a name here.
             _ => Ended::Failed,
+        }
+    }
+}
+
+impl From<Finished> for Ended {
+    /// How a call that the core says `finished` so ended. The classifier decides, not the
+    /// `Result` the caller receives: a response it called a failure (an HTTP 500 handed back
+    /// after the last attempt, or after a refused retry) is a failed call, and an `Err` it
+    /// called a success a succeeded one.
+    ///
+    /// ```
+    /// use stormguard_core::{Finished, Outcome};
+    /// use stormguard_std::Ended;
+    /// assert_eq!(Ended::from(Finished::Failed(Outcome::Transient)), Ended::Failed);
+    /// assert_eq!(Ended::from(Finished::Failed(Outcome::TimedOut)), Ended::TimedOut);
+    /// ```
+    fn from(finished: Finished) -> Ended {
+        match finished {
+            Finished::Succeeded => Ended::Succeeded,
+            Finished::Failed(Outcome::TimedOut) => Ended::TimedOut,
+            Finished::Failed(_) => Ended::Failed,
+            Finished::DeadlineExceeded { .. } => Ended::DeadlineExceeded,
+            Finished::Rejected(rejection) => Ended::Rejected(rejection.reason),
+            Finished::Cancelled => Ended::Cancelled,
         }
     }
 }

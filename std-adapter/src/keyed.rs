@@ -80,9 +80,9 @@ use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::Arc;
 
 use stormguard_core::{
-    Admission, BreakerSettings, Duration, Event, FullTable, Instant, KeyedRefusal, Member, Outcome,
-    Parts, Permit, RefusalReason, Refused, Rejection, SettingsError, SharedBreaker, Snapshot,
-    State, Step,
+    Admission, BreakerSettings, Duration, Event, Finished, FullTable, Instant, KeyedRefusal,
+    Member, Outcome, Parts, Permit, RefusalReason, Refused, Rejection, SettingsError,
+    SharedBreaker, Snapshot, State, Step,
 };
 
 use crate::classify::Classify;
@@ -733,14 +733,14 @@ impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
         };
         let report = Report::new(template.listener(), template.name());
         let mut sink = |e: Event<'_>| template.emit(&e);
-        let result = loop {
+        let (finished, result) = loop {
             match call.poll(&mut parts, now, &mut sink) {
                 Step::Reject(rejection) => {
                     if options.serve_pause(rejection.pause).await == Slept::Cancelled {
-                        break Err(crate::CallError::Cancelled);
+                        break (Finished::Cancelled, Err(crate::CallError::Cancelled));
                     }
                 }
-                Step::Done(finished) => break finished.into_result(None),
+                Step::Done(finished) => break (finished, finished.into_result(None)),
                 // Not given by a driver whose admission refuses every attempt.
                 Step::Attempt(permit) => {
                     parts.breaker.release(permit);
@@ -749,7 +749,7 @@ impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
                 Step::Wait(_) => call.cancel(),
             }
         };
-        match report.end(result) {
+        match report.end(finished, result) {
             Err(CallError::Rejected { rejection, .. })
                 if rejection.reason == RefusalReason::KeyedFull =>
             {

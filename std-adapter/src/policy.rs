@@ -13,10 +13,10 @@ use std::sync::Arc;
 use stormguard_core::{
     Admission, Backoff, BreakerSettings, BudgetSettings, BulkheadPermit, BulkheadSettings,
     BulkheadSlots, BulkheadSnapshot, Bulkheaded, Call, CallError, CallSettings,
-    CallSettingsBuilder, Duration, Event, Explain, Funding, HedgeSuppressed, Instant, Limit, Name,
-    Outcome, Parts, Permit, RateLimitSettings, RateLimited, Refused, SettingsError, SharedBreaker,
-    SharedBudget, SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, Step, Unguarded,
-    Unlimited, WindowLimitSettings,
+    CallSettingsBuilder, Duration, Event, Explain, Finished, Funding, HedgeSuppressed, Instant,
+    Limit, Name, Outcome, Parts, Permit, RateLimitSettings, RateLimited, Refused, SettingsError,
+    SharedBreaker, SharedBudget, SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, Step,
+    Unguarded, Unlimited, WindowLimitSettings,
 };
 
 use crate::classify::{Classify, EveryErrorTransient};
@@ -119,9 +119,10 @@ impl<'a, C> CallOptions<'a, C> {
 
     /// Cancels the call when `token` is cancelled: an attempt in flight is dropped and reported
     /// as [`Outcome::Cancelled`] (never counted against the dependency, never retried), and a
-    /// backoff wait or the rejection pause ends at once. The call returns
-    /// [`CallError::Cancelled`]. (The token's own API takes its internal mutex; a call without
-    /// a token takes no lock.)
+    /// backoff wait or the rejection pause ends at once. The token is checked before every
+    /// attempt, so a call whose token is already cancelled runs nothing (no attempt, nothing
+    /// told to the breaker). The call returns [`CallError::Cancelled`]. (The token's own API
+    /// takes its internal mutex; a call without a token takes no lock.)
     ///
     /// ```
     /// let token = tokio_util::sync::CancellationToken::new();
@@ -817,12 +818,15 @@ impl<'a, L: Listener> Report<'a, L> {
         self.listener.on_attempt(self.name, attempt);
     }
 
+    /// Records how the call `finished` (the core's word: a 500 handed back as the response
+    /// is a failed call, whatever the caller's `Result` holds) and hands `result` on.
     #[inline]
-    pub(crate) fn end<T, E>(mut self, result: Result<T, CallError<E>>) -> Result<T, CallError<E>> {
-        self.ended = match &result {
-            Ok(_) => Ended::Succeeded,
-            Err(e) => Ended::from(e),
-        };
+    pub(crate) fn end<T, E>(
+        mut self,
+        finished: Finished,
+        result: Result<T, CallError<E>>,
+    ) -> Result<T, CallError<E>> {
+        self.ended = Ended::from(finished);
         result
     }
 }
@@ -832,6 +836,15 @@ impl<L: Listener> Drop for Report<'_, L> {
     fn drop(&mut self) {
         self.listener.on_call(self.name, self.attempts, self.ended);
     }
+}
+
+/// How a call ended, for the success cache: how the core finished it, and, when its value
+/// came back from a successful attempt, the instant that attempt ended.
+#[cfg(feature = "tokio")]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CallEnd {
+    pub(crate) finished: Option<Finished>,
+    pub(crate) succeeded_at: Option<Instant>,
 }
 
 /// What an attempt knows when it starts.
@@ -1577,14 +1590,14 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let mut now = self.clock.now();
         let mut call = self.begin(&options, now);
         let mut last: Option<Result<T, E>> = None;
-        let result = loop {
+        let finished = loop {
             match call.poll(&mut parts, now, &mut sink) {
                 Step::Attempt(permit) => {
                     let guard = PermitGuard::new(steps, permit);
                     if blocking::is_cancelled(&options) {
                         drop(guard);
                         call.cancel();
-                        break Err(CallError::Cancelled);
+                        break Finished::Cancelled;
                     }
                     report.attempt(call.attempts());
                     let result = op(call.attempts());
@@ -1594,15 +1607,18 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     if late && outcome != Outcome::Success {
                         outcome = Outcome::TimedOut;
                     }
+                    let answered = result.is_ok() && outcome != Outcome::TimedOut;
                     last = Some(result);
                     if let Some(permit) = guard.disarm() {
-                        call.complete(&mut parts, permit, now, outcome, &mut sink);
+                        call.complete_attempt(
+                            &mut parts, permit, now, outcome, answered, &mut sink,
+                        );
                     }
                 }
                 Step::Wait(wait) => {
                     if blocking::sleep(wait, &options) == Slept::Cancelled {
                         call.cancel();
-                        break Err(CallError::Cancelled);
+                        break Finished::Cancelled;
                     }
                     now = self.clock.now();
                 }
@@ -1610,13 +1626,13 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     // Announced (the core emitted `Rejected` with this pause), then served; the
                     // next poll hands the rejection out as `Finished::Rejected`.
                     if blocking::sleep(rejection.pause, &options) == Slept::Cancelled {
-                        break Err(CallError::Cancelled);
+                        break Finished::Cancelled;
                     }
                 }
-                Step::Done(finished) => break finished.into_result(last),
+                Step::Done(finished) => break finished,
             }
         };
-        report.end(result)
+        report.end(finished, finished.into_result(last))
     }
 }
 
@@ -1702,14 +1718,14 @@ mod run {
     use std::task::{Context, Poll};
 
     use stormguard_core::{
-        Admission, BulkheadEntry, BulkheadPermit, BulkheadTicket, Call, Duration, Event, Instant,
-        Outcome, Parts, Rejection, Step,
+        Admission, BulkheadEntry, BulkheadPermit, BulkheadTicket, Call, Duration, Event, Finished,
+        Instant, Outcome, Parts, Rejection, State, Step,
     };
     use tokio_util::either::Either;
     use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
     use super::{
-        Admit, Attempt, BulkheadShared, CallError, CallOptions, FromSteps, Front, Funds,
+        Admit, Attempt, BulkheadShared, CallEnd, CallError, CallOptions, FromSteps, Front, Funds,
         PermitGuard, Policy, Report, Slept, Steps,
     };
     use crate::cache::SuccessCache;
@@ -1942,10 +1958,13 @@ mod run {
         }
 
         /// [`Policy::call`] behind a success cache (opt-in, DESIGN.md "Decisions"): while
-        /// `cache` holds a fresh success, it is returned without calling (no attempt, no
-        /// breaker, no budget); otherwise the call runs, and a value the classifier called a
-        /// success is stored at the instant the call ended. Errors, rejections and fallback
-        /// values are never cached. The rule is [`CacheRule`](crate::CacheRule).
+        /// `cache` holds a fresh success and the breaker is closed, it is returned without
+        /// calling (no attempt, no budget); otherwise the call runs, and a value the classifier
+        /// called a success is stored at the instant the call ended. A failure of the
+        /// dependency clears the cache. Errors, rejections and fallback values are never cached.
+        /// Concurrent callers of an empty entry share one call: one runs the operation, the
+        /// others wait and are served its value (if it failed, the next waiter calls). The rule
+        /// is [`CacheRule`](crate::CacheRule).
         ///
         /// ```
         /// use std::sync::atomic::{AtomicU32, Ordering};
@@ -2006,36 +2025,54 @@ mod run {
             Fut: Future<Output = Result<T, E>>,
             C: Classify<T, E>,
         {
-            let now = self.clock.now();
-            if let Some(value) = cache.get(now) {
+            let state = |now| self.breaker().map_or(State::Closed, |b| b.state_at(now));
+            let mut now = self.clock.now();
+            if let Some(value) = cache.serve(now, state(now)) {
                 self.listener.on_call(&self.name, 0, Ended::Cached);
                 return Ok(value);
             }
-            let mut stored = None;
+            // An empty (or expired) entry while the breaker is closed: one caller calls, the
+            // others wait for its result. Not while the breaker is not closed: nothing would
+            // be served then anyway, and a refusal's pause must not be served in turn.
+            let _flight = if cache.rule().serves_in(state(now)) {
+                let flight = cache.flight().await;
+                now = self.clock.now();
+                let s = state(now);
+                if let Some(value) = cache.serve(now, s) {
+                    self.listener.on_call(&self.name, 0, Ended::Cached);
+                    return Ok(value);
+                }
+                cache.rule().serves_in(s).then_some(flight)
+            } else {
+                None
+            };
+            let mut end = CallEnd::default();
             let result = self
                 .run(
                     Some(now),
                     &options,
                     |a: Attempt| Some(op(a.number)),
-                    Some(&mut stored),
+                    Some(&mut end),
                 )
                 .await;
-            if let (Ok(value), Some(at)) = (&result, stored) {
-                cache.store(at, value.clone());
+            match (&result, end.succeeded_at) {
+                (Ok(value), Some(at)) => cache.store(at, value.clone()),
+                _ if end.finished.is_some_and(|f| cache.rule().clears(f)) => cache.clear(),
+                _ => {}
             }
+            // The waiters go on (`_flight` is released) once the value is stored.
             result
         }
 
         /// The call loop: poll the core, do what it says. The call starts at `start`, or at
         /// the first poll when that is `None`. `op` returns `None` when it cannot make the
-        /// attempt (a permanent outcome). When the call succeeds, the instant its last attempt
-        /// ended goes to `succeeded_at` (for the cache).
+        /// attempt (a permanent outcome). How the call ended goes to `end` (for the cache).
         pub(crate) fn run<'s, 'o, T, E, F, Fut, C>(
             &'s self,
             start: Option<Instant>,
             options: &'o CallOptions<'o, C>,
             op: F,
-            succeeded_at: Option<&'o mut Option<Instant>>,
+            end: Option<&'o mut CallEnd>,
         ) -> impl Future<Output = Result<T, CallError<E>>> + use<'s, 'o, T, E, F, Fut, C, K, L>
         where
             F: FnMut(Attempt) -> Option<Fut>,
@@ -2045,19 +2082,9 @@ mod run {
             if self.limiter.is_none() && self.bulkhead.is_none() {
                 // No optional step: the loop over the breaker alone, so a policy without the
                 // steps pays no dispatch for them.
-                Either::Left(self.drive::<_, _, _, _, _, Admit<'s>>(
-                    start,
-                    options,
-                    op,
-                    succeeded_at,
-                ))
+                Either::Left(self.drive::<_, _, _, _, _, Admit<'s>>(start, options, op, end))
             } else {
-                Either::Right(self.drive::<_, _, _, _, _, Front<'s>>(
-                    start,
-                    options,
-                    op,
-                    succeeded_at,
-                ))
+                Either::Right(self.drive::<_, _, _, _, _, Front<'s>>(start, options, op, end))
             }
         }
 
@@ -2071,7 +2098,7 @@ mod run {
             start: Option<Instant>,
             options: &'o CallOptions<'o, C>,
             mut op: F,
-            stored: Option<&'o mut Option<Instant>>,
+            end: Option<&'o mut CallEnd>,
         ) -> Result<T, CallError<E>>
         where
             F: FnMut(Attempt) -> Option<Fut>,
@@ -2108,7 +2135,9 @@ mod run {
                     // The driver decides: a slot freed since is taken, else the guarded
                     // rejection (with no pause if the wait used up the deadline).
                     Waited::Refused(at) => now = at,
-                    Waited::Cancelled => return report.end(Err(CallError::Cancelled)),
+                    Waited::Cancelled => {
+                        return report.end(Finished::Cancelled, Err(CallError::Cancelled))
+                    }
                 }
             }
             let mut parts = Parts {
@@ -2118,10 +2147,18 @@ mod run {
             let mut sink = |e: Event<'_>| self.emit(&e);
             let mut last: Option<Result<T, E>> = None;
             let mut succeeded_at = None;
-            let result = loop {
+            let finished = loop {
                 match call.poll(&mut parts, now, &mut sink) {
                     Step::Attempt(permit) => {
                         let guard = PermitGuard::new(steps, permit);
+                        if cancel.is_some_and(CancellationToken::is_cancelled) {
+                            // Cancelled already (before the call, or during an attempt whose
+                            // result won the race): nothing more runs. The guard gives the
+                            // permit back.
+                            drop(guard);
+                            call.cancel();
+                            break Finished::Cancelled;
+                        }
                         let number = call.attempts();
                         report.attempt(number);
                         let attempt = Attempt {
@@ -2133,7 +2170,7 @@ mod run {
                         } else {
                             None
                         };
-                        let outcome = match (op(attempt), hedge) {
+                        let (outcome, answered) = match (op(attempt), hedge) {
                             (Some(fut), Some(after)) => {
                                 let pair = Pair {
                                     call: &mut call,
@@ -2167,17 +2204,19 @@ mod run {
                             }
                             // The operation cannot be attempted again (a request that cannot
                             // be replayed): a permanent outcome, so the call ends here.
-                            (None, _) => Outcome::Permanent,
+                            (None, _) => (Outcome::Permanent, false),
                         };
                         succeeded_at = (outcome == Outcome::Success).then_some(now);
                         if let Some(permit) = guard.disarm() {
-                            call.complete(&mut parts, permit, now, outcome, &mut sink);
+                            call.complete_attempt(
+                                &mut parts, permit, now, outcome, answered, &mut sink,
+                            );
                         }
                     }
                     Step::Wait(wait) => {
                         if sleep(wait, cancel).await == Slept::Cancelled {
                             call.cancel();
-                            break Err(CallError::Cancelled);
+                            break Finished::Cancelled;
                         }
                         now = self.clock.now();
                     }
@@ -2185,16 +2224,20 @@ mod run {
                         // Announced (the core emitted `Rejected` with this pause), then served;
                         // the next poll hands the rejection out as `Finished::Rejected`.
                         if sleep(rejection.pause, cancel).await == Slept::Cancelled {
-                            break Err(CallError::Cancelled);
+                            break Finished::Cancelled;
                         }
                     }
-                    Step::Done(finished) => break finished.into_result(last),
+                    Step::Done(finished) => break finished,
                 }
             };
-            if let (Some(stored), true) = (stored, result.is_ok()) {
-                *stored = succeeded_at;
+            let result = finished.into_result(last);
+            if let Some(end) = end {
+                end.finished = Some(finished);
+                if result.is_ok() {
+                    end.succeeded_at = succeeded_at;
+                }
             }
-            report.end(result)
+            report.end(finished, result)
         }
 
         /// Runs the attempt just started (`first`, its permit in `guard`) and, if it is still
@@ -2318,12 +2361,12 @@ mod run {
                     }
                 };
                 mine.set(None);
-                let outcome = classify(ran, &options.classify, last);
+                let (outcome, answered) = classify(ran, &options.classify, last);
                 if outcome == Outcome::Success {
                     succeeded_at = Some(now);
                 }
                 if let Some(permit) = mine_guard.take().and_then(PermitGuard::disarm) {
-                    call.complete(parts, permit, now, outcome, &mut sink);
+                    call.complete_attempt(parts, permit, now, outcome, answered, &mut sink);
                 }
                 if other.is_none() {
                     return (now, succeeded_at);
@@ -2376,21 +2419,23 @@ mod run {
         Cancelled,
     }
 
-    /// The outcome of an attempt's race; a returned result becomes the call's last result.
+    /// The outcome of an attempt's race, and whether the dependency answered (the operation
+    /// returned `Ok`); a returned result becomes the call's last result.
     #[inline]
     fn classify<T, E, C: Classify<T, E>>(
         ran: Ran<Result<T, E>>,
         classifier: &C,
         last: &mut Option<Result<T, E>>,
-    ) -> Outcome {
+    ) -> (Outcome, bool) {
         match ran {
             Ran::Returned(result) => {
                 let outcome = classifier.classify(&result);
+                let answered = result.is_ok();
                 *last = Some(result);
-                outcome
+                (outcome, answered)
             }
-            Ran::Cancelled => Outcome::Cancelled,
-            Ran::TimedOut => Outcome::TimedOut,
+            Ran::Cancelled => (Outcome::Cancelled, false),
+            Ran::TimedOut => (Outcome::TimedOut, false),
         }
     }
 

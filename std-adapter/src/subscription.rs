@@ -350,7 +350,11 @@ impl<K: Clock> Subscription<K> {
                 .retry
                 .poll_wait(self.clock.now())
                 .unwrap_or(Duration::ZERO);
-            if !wait.is_zero() {
+            if wait.is_zero() {
+                // Due at once (a zero first delay, or a reconnect): still let the runtime's
+                // other tasks run, so a broker refusing at once cannot pin this thread.
+                tokio::task::yield_now().await;
+            } else {
                 until_cancelled(tokio::time::sleep(wait.into()), cancel).await?;
             }
             if cancel.is_some_and(CancellationToken::is_cancelled) {

@@ -3,9 +3,12 @@
 //!
 //! [`PolicyLayer`] wraps a service; every request becomes one guarded call: the breaker is
 //! asked before every attempt, the budget before every retry, each attempt races its attempt
-//! deadline, refusals come back after the guarded pause as [`CallError::Rejected`]. The
+//! deadline, refusals come back after the guarded pause as [`CallError::Rejected`] (unless the
+//! service had answered: a retry refused after a 500 or a 429 hands that response back at
+//! once, status, body and headers). The
 //! default classifier is [`Http`] (5xx and connection errors transient, 429 and 503 with
-//! `Retry-After` throttled, other 4xx permanent).
+//! `Retry-After` throttled, 408 transient, other 4xx answers: returned, never retried, and
+//! counted as healthy).
 //!
 //! Retries need the request again. [`Requests`] says which requests can be replayed and how:
 //! the default, [`HttpRequests`], replays only idempotent requests (`GET`, `HEAD`, `OPTIONS`,
@@ -480,7 +483,8 @@ impl<S, K, L, C: Clone, R: Clone> Layer<S> for PolicyLayer<K, L, C, R> {
 
 /// A service under a [`Policy`]: each request is one guarded call. Its error is
 /// [`CallError`] around the inner service's error; a response the classifier calls a failure
-/// (a 503 after the last retry) comes back as the response it is.
+/// (a 503 after the last retry, or a 500 or 429 whose retry the budget or the breaker refused)
+/// comes back as the response it is, without the guarded pause.
 pub struct PolicyService<S, K = DefaultClock, L = NoListener, C = Http, R = HttpRequests> {
     inner: S,
     policy: Arc<Policy<K, L>>,

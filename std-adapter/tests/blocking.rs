@@ -109,3 +109,19 @@ fn a_late_failure_counts_as_timed_out() {
     );
     assert_eq!(r, Err(CallError::TimedOut { last: Some("slow") }));
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_blocking_call_whose_token_is_already_cancelled_runs_nothing() {
+    let policy = Policy::builder("blocking-cancelled").build().unwrap();
+    let token = tokio_util::sync::CancellationToken::new();
+    token.cancel();
+    let mut runs = 0;
+    let r = policy.call_blocking_with(CallOptions::new().cancel_on(&token), |_| {
+        runs += 1;
+        Err::<u32, _>("boom")
+    });
+    assert_eq!(r, Err(CallError::Cancelled));
+    assert_eq!(runs, 0);
+    assert_eq!(policy.breaker().unwrap().state(), State::Closed);
+}

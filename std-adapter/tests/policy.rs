@@ -85,6 +85,29 @@ async fn fails(_: u32) -> Result<u32, &'static str> {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_zero_backoff_retries_without_waiting() {
+    let zero = Backoff::builder().base(Duration::ZERO).build().unwrap();
+    for backoff in [Backoff::none(), zero] {
+        let policy = Policy::builder("eager")
+            .backoff(backoff)
+            .max_attempts(4)
+            .build()
+            .unwrap();
+        let attempts = AtomicU32::new(0);
+        let start = TokioInstant::now();
+        let r = policy
+            .call(|_| {
+                attempts.fetch_add(1, Ordering::Relaxed);
+                fails(0)
+            })
+            .await;
+        assert_eq!(r, Err(CallError::Failed("boom")));
+        assert_eq!(attempts.load(Ordering::Relaxed), 4);
+        assert_eq!(start.elapsed(), ms(0));
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_rejection_pause_is_exactly_100_ms() {
     let policy = Policy::builder("pause").build().unwrap();
     policy.isolate();
@@ -213,6 +236,32 @@ async fn a_cancelled_token_ends_the_pause_at_once_with_a_cancellation() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_call_whose_token_is_already_cancelled_runs_nothing() {
+    let metrics = Metrics::new("cancelled-before");
+    let breaker = touchy("cancelled-before");
+    let policy = Policy::builder("cancelled-before")
+        .breaker(breaker.clone())
+        .listener(metrics.clone())
+        .build()
+        .unwrap();
+    let token = CancellationToken::new();
+    token.cancel();
+    let runs = AtomicU32::new(0);
+    let r = policy
+        .call_with(CallOptions::new().cancel_on(&token), |_| {
+            runs.fetch_add(1, Ordering::Relaxed);
+            // A failure that would open this breaker if it were ever counted.
+            std::future::ready(Err::<u32, _>("boom"))
+        })
+        .await;
+    assert_eq!(r, Err(CallError::Cancelled));
+    assert_eq!(runs.load(Ordering::Relaxed), 0, "the operation never ran");
+    let s = metrics.snapshot();
+    assert_eq!((s.attempts, s.calls_ended("cancelled")), (0, 1));
+    assert_eq!(breaker.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_cancelled_token_ends_a_backoff_wait_at_once() {
     let policy = Policy::builder("wait")
         .no_breaker()
@@ -259,6 +308,37 @@ async fn retries_stop_at_the_deadline() {
     assert_eq!(r, Err(CallError::DeadlineExceeded { last: Some("boom") }));
     assert_eq!(attempts.load(Ordering::Relaxed), 2);
     assert_eq!(start.elapsed(), ms(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_budgets_retry_after_is_exact_on_a_clock_started_mid_millisecond() {
+    for into_ms in [0, 1, 250_000, 999_999] {
+        let start = stormguard_core::Instant::from_nanos(7_000_000_000 + into_ms);
+        let clock = stormguard_std::ManualClock::starting_at(start);
+        let budget = Budget::new(BudgetSettings::defaults("exact"));
+        while budget.shared().try_withdraw(clock.now()).is_ok() {}
+        let policy = Policy::builder("exact")
+            .no_breaker()
+            .budget(budget.clone())
+            .backoff(no_jitter())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let r = policy.call(fails).await;
+        let Err(CallError::Rejected { rejection, .. }) = r else {
+            panic!("{r:?}")
+        };
+        // One token at 3 per second, rounded up to the millisecond (334 ms), less the pause:
+        // the same wherever in its millisecond the clock started.
+        assert_eq!(rejection.pause, GUARD_PAUSE, "{into_ms} ns in");
+        assert_eq!(
+            rejection.retry_after,
+            Duration::from_millis(234),
+            "{into_ms} ns in"
+        );
+        let asked_again = start + rejection.pause + rejection.retry_after;
+        assert_eq!(budget.shared().try_withdraw(asked_again), Ok(()));
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -438,10 +518,70 @@ async fn a_success_is_served_from_the_cache_until_it_expires() {
         Ok(1),
         "expired at exactly the ttl: called again"
     );
-    // Even an open breaker does not stop a fresh cached value.
-    policy.isolate();
-    assert_eq!(fetch().await, Ok(1));
     assert_eq!(calls.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cached_success_is_served_only_while_the_breaker_is_closed() {
+    let policy = Policy::builder("cached-closed").build().unwrap();
+    let cache = SuccessCache::new(Duration::from_secs(60)).unwrap();
+    let calls = AtomicU32::new(0);
+    let fetch = || {
+        policy.call_cached(&cache, |_| async {
+            Ok::<_, ()>(calls.fetch_add(1, Ordering::Relaxed))
+        })
+    };
+    assert_eq!(fetch().await, Ok(0));
+    assert_eq!(fetch().await, Ok(0));
+    // Not closed: the fresh value is not served; the call goes to the breaker, which refuses.
+    policy.isolate();
+    let start = TokioInstant::now();
+    assert!(matches!(fetch().await, Err(CallError::Rejected { .. })));
+    assert_eq!(start.elapsed(), GUARD_PAUSE.into());
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+    // A refusal is no failure: once closed again, the value is served.
+    policy.reset();
+    assert_eq!(fetch().await, Ok(0));
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_clears_the_cached_success() {
+    let policy = Policy::builder("cached-cleared")
+        .breaker(touchy("cached-cleared"))
+        .max_attempts(1)
+        .build()
+        .unwrap();
+    let cache = SuccessCache::new(Duration::from_secs(60)).unwrap();
+    assert_eq!(policy.call_cached(&cache, ok).await, Ok(7));
+    // A failure elsewhere opens the breaker; after its break, the cached call is the probe.
+    assert_eq!(policy.call(fails).await, Err(CallError::Failed("boom")));
+    tokio::time::advance(ms(10_000)).await;
+    assert_eq!(policy.breaker().unwrap().state(), State::HalfOpen);
+    assert_eq!(
+        policy.call_cached(&cache, fails).await,
+        Err(CallError::Failed("boom"))
+    );
+    assert_eq!(cache.get(TokioClock::global().now()), None, "cleared");
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_callers_of_an_empty_entry_share_one_call() {
+    let policy = Policy::builder("cached-shared").build().unwrap();
+    let cache = SuccessCache::new(Duration::from_secs(60)).unwrap();
+    let calls = AtomicU32::new(0);
+    let fetch = || {
+        policy.call_cached(&cache, |_| async {
+            let n = calls.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(ms(100)).await;
+            Ok::<_, ()>(n)
+        })
+    };
+    let start = TokioInstant::now();
+    let all = tokio::join!(fetch(), fetch(), fetch(), fetch(), fetch());
+    assert_eq!(all, (Ok(0), Ok(0), Ok(0), Ok(0), Ok(0)));
+    assert_eq!(calls.load(Ordering::Relaxed), 1, "one operation run");
+    assert_eq!(start.elapsed(), ms(100), "the others waited for its result");
 }
 
 #[tokio::test(start_paused = true)]

@@ -384,3 +384,68 @@ async fn a_subscription_dropped_as_soon_as_it_connects_is_retried_on_the_schedul
     // Stopping on purpose is no failure.
     assert_eq!(sub.retry().failures(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_first_delay_reconnects_at_once_and_lets_other_tasks_run() {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let zero = Backoff::subscription()
+        .to_builder()
+        .base(stormguard_core::Duration::ZERO)
+        .build()
+        .unwrap();
+    let mut feed = Subscription::new("zero").backoff(zero);
+    // A task beside the subscription: it runs even though every attempt fails at once.
+    let beside = tokio::spawn(async { 42 });
+    let start = Instant::now();
+    let r = feed
+        .run(flaky(50, &calls), |n| async move { ControlFlow::Break(n) })
+        .await;
+    assert_eq!(r, Ok(51));
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(calls.lock().unwrap().len(), 51);
+    assert!(beside.is_finished());
+    assert_eq!(beside.await.unwrap(), 42);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_subscription_reads_recovering_while_it_reconnects() {
+    let token = CancellationToken::new();
+    let mut feed = Subscription::new("feed").cancel_on(token.clone());
+    let connects = Arc::new(Mutex::new(0u32));
+    let c = Arc::clone(&connects);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        token.cancel();
+    });
+    let r: Result<(), _> = feed
+        .run(
+            move |_| {
+                let c = Arc::clone(&c);
+                async move {
+                    let n = {
+                        let mut n = c.lock().unwrap();
+                        *n += 1;
+                        *n
+                    };
+                    if n > 1 {
+                        // The reconnection hangs until the helper is stopped.
+                        pending::<()>().await;
+                    }
+                    Ok::<_, &str>(())
+                }
+            },
+            // Established for 5 s, then dropped.
+            |()| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                ControlFlow::Continue(())
+            },
+        )
+        .await;
+    assert_eq!(r, Err(SubscriptionCancelled));
+    assert_eq!(*connects.lock().unwrap(), 2);
+    assert!(
+        matches!(feed.status(), SubscriptionStatus::Recovering { .. }),
+        "{:?}",
+        feed.status()
+    );
+}

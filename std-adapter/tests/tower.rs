@@ -18,7 +18,7 @@ use std::time::Duration as StdDuration;
 use http::{Method, Request, Response, StatusCode};
 use stormguard_core::{Backoff, Jitter, State};
 use stormguard_std::tower::{Idempotent, PolicyLayer, DEADLINE_HEADER, IDEMPOTENCY_KEY};
-use stormguard_std::{CallError, Policy};
+use stormguard_std::{CallError, Clock, Policy};
 use tokio::time::Instant as TokioInstant;
 use tower::{service_fn, Layer, ServiceExt};
 
@@ -166,4 +166,144 @@ async fn the_deadline_travels_to_the_next_hop_and_is_adopted() {
     assert_eq!(e, CallError::DeadlineExceeded { last: None });
     assert_eq!(start.elapsed(), StdDuration::from_millis(250));
     assert_eq!(*seen.lock().unwrap(), [Some("250".to_owned())]);
+}
+
+/// A policy whose budget holds one retry, already spent: every retry is refused.
+fn spent_budget() -> Policy {
+    let budget = stormguard_std::Budget::new(
+        stormguard_core::BudgetSettings::builder("api")
+            .floor_per_second(0.1)
+            .build()
+            .unwrap(),
+    );
+    budget
+        .shared()
+        .try_withdraw(stormguard_std::TokioClock::global().now())
+        .unwrap();
+    Policy::builder("api")
+        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
+        .budget(budget)
+        .build()
+        .unwrap()
+}
+
+/// A service answering `status` with a body and a header of its own, counting requests.
+fn answering(
+    status: u16,
+    hits: Arc<AtomicU32>,
+) -> impl tower::Service<
+    Request<String>,
+    Response = Response<String>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<String>, Infallible>> + Send,
+> + Clone
+       + Send
+       + 'static {
+    service_fn(move |_req: Request<String>| {
+        hits.fetch_add(1, Ordering::Relaxed);
+        async move {
+            let mut r = Response::new(format!("status {status}"));
+            *r.status_mut() = StatusCode::from_u16(status).unwrap();
+            r.headers_mut().insert("x-trace", "t-1".parse().unwrap());
+            if status == 429 {
+                r.headers_mut().insert("retry-after", "2".parse().unwrap());
+            }
+            Ok(r)
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_refused_after_a_500_or_429_hands_the_answer_back_at_once() {
+    for status in [500, 429] {
+        let hits = Arc::new(AtomicU32::new(0));
+        let svc = PolicyLayer::new(spent_budget()).layer(answering(status, hits.clone()));
+        let start = TokioInstant::now();
+        let r = svc.oneshot(request(Method::GET)).await;
+        let r = r.unwrap_or_else(|e| panic!("{status}: {e:?}"));
+        assert_eq!(r.status().as_u16(), status);
+        assert_eq!(r.headers()["x-trace"], "t-1");
+        assert_eq!(r.body(), &format!("status {status}"));
+        assert_eq!(hits.load(Ordering::Relaxed), 1);
+        assert_eq!(start.elapsed(), StdDuration::ZERO, "{status}: no pause");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_refused_by_the_breaker_after_a_500_hands_the_answer_back() {
+    let breaker = stormguard_std::Breaker::new(
+        stormguard_core::BreakerSettings::builder("api")
+            .consecutive_failures(1)
+            .jitter(false)
+            .build()
+            .unwrap(),
+    );
+    let policy = Policy::builder("api")
+        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
+        .breaker(breaker)
+        .build()
+        .unwrap();
+    let hits = Arc::new(AtomicU32::new(0));
+    let svc = PolicyLayer::new(policy).layer(answering(500, hits.clone()));
+    let start = TokioInstant::now();
+    let r = svc.oneshot(request(Method::GET)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(hits.load(Ordering::Relaxed), 1);
+    // The backoff before the refused retry, and no pause after it.
+    assert_eq!(start.elapsed(), StdDuration::from_millis(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_retry_after_no_answer_is_still_a_guarded_rejection() {
+    let svc = PolicyLayer::new(spent_budget()).layer(service_fn(|_req: Request<String>| async {
+        Err::<Response<String>, _>("connection reset")
+    }));
+    let start = TokioInstant::now();
+    let e = svc.oneshot(request(Method::GET)).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CallError::Rejected {
+                last: Some("connection reset"),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(start.elapsed(), StdDuration::from_millis(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn metrics_count_a_call_whose_last_answer_was_a_500_as_failed() {
+    use stormguard_std::Metrics;
+    let hits = Arc::new(AtomicU32::new(0));
+    let p = policy();
+    let metrics = Metrics::for_policy(&p);
+    let p = p.with_listener(metrics.clone());
+    let svc = PolicyLayer::new(p).layer(answering(500, hits.clone()));
+    // Every attempt answered 500: the response comes back, and the call failed.
+    let r = svc.clone().oneshot(request(Method::GET)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(hits.load(Ordering::Relaxed), 3);
+    let s = metrics.snapshot();
+    assert_eq!(s.calls_ended("failed"), 1);
+    assert_eq!(s.calls_ended("succeeded"), 0);
+    // A 200 is still a success.
+    let ok = PolicyLayer::new(policy().with_listener(metrics.clone()))
+        .layer(answering(200, hits.clone()));
+    ok.oneshot(request(Method::GET)).await.unwrap();
+    assert_eq!(metrics.snapshot().calls_ended("succeeded"), 1);
+
+    // A 500 whose retry the budget refused: handed back, and failed too.
+    let p = spent_budget();
+    let metrics = Metrics::for_policy(&p);
+    let svc = PolicyLayer::new(p.with_listener(metrics.clone())).layer(answering(500, hits));
+    let r = svc.oneshot(request(Method::GET)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let s = metrics.snapshot();
+    assert_eq!(
+        (s.calls_ended("failed"), s.calls_ended("succeeded")),
+        (1, 0)
+    );
+    assert_eq!(s.rejected_for("budget_exhausted"), 1);
 }
