@@ -177,7 +177,13 @@ fn the_noise_bound_is_validated() {
 /// with these seeds none happens.
 fn trips_in_an_hour(per_mille: u64, seed: u64) -> usize {
     let mut b = Breaker::new(defaults());
-    let mut t = learned(&mut b, per_mille, 200);
+    let t = learned(&mut b, per_mille, 200);
+    trips_over_an_hour(&mut b, t, per_mille, seed)
+}
+
+/// Feeds `b` an hour of Bernoulli outcomes failing at `per_mille / 1000`, 30 calls a second
+/// from `t`, drawn from a generator seeded with `seed`; counts the opens.
+fn trips_over_an_hour(b: &mut Breaker, mut t: Instant, per_mille: u64, seed: u64) -> usize {
     let mut rng = JitterRng::with_seed(seed);
     let mut trips = 0;
     for _ in 0..108_000 {
@@ -219,27 +225,7 @@ fn a_stationary_failure_rate_up_to_30_percent_trips_nothing_in_an_hour() {
 fn without_the_learned_rate_the_same_hour_at_20_percent_would_trip_dozens_of_times() {
     // The cold rule, five in a row, on the same stream: what the learned rate saves.
     let mut b = Breaker::new(BreakerSettings::consecutive_only("cold", 5).unwrap());
-    let mut rng = JitterRng::with_seed(1);
-    let mut t = Instant::from_secs(1);
-    let mut trips = 0;
-    for _ in 0..108_000 {
-        if let Ok(p) = b.try_acquire(t) {
-            let outcome = if rng.up_to(999) < 200 {
-                Outcome::Transient
-            } else {
-                Outcome::Success
-            };
-            b.on_outcome(t + ms(20), p, outcome, &mut |e| {
-                if let Event::StateChanged {
-                    to: State::Open, ..
-                } = e
-                {
-                    trips += 1;
-                }
-            });
-        }
-        t += Duration::from_micros(33_333);
-    }
+    let trips = trips_over_an_hour(&mut b, Instant::from_secs(1), 200, 1);
     assert!(trips > 10, "{trips}");
 }
 
@@ -495,10 +481,9 @@ fn one_attempt(timeout: Duration) -> CallSettings {
         .unwrap()
 }
 
-#[test]
-fn a_callers_short_deadline_cannot_open_the_breaker() {
-    // A healthy 20 ms dependency, and callers asking for answers within 5 ms: their attempts
-    // are cut by their own deadlines, which says nothing about the dependency.
+/// A default breaker that has seen 30 calls answered in 20 ms, and calls of one attempt with a
+/// 10 s attempt timeout: the deadline, not the attempt timeout, is what can cut them.
+fn warm_at_20ms() -> (Parts<Breaker, Unlimited>, CallSettings, Instant) {
     let mut parts = Parts {
         breaker: Breaker::new(defaults()),
         budget: Unlimited,
@@ -508,6 +493,14 @@ fn a_callers_short_deadline_cannot_open_the_breaker() {
     for _ in 0..30 {
         t = call_with_deadline(&mut parts, &settings, t, secs(1), ms(20));
     }
+    (parts, settings, t)
+}
+
+#[test]
+fn a_callers_short_deadline_cannot_open_the_breaker() {
+    // A healthy 20 ms dependency, and callers asking for answers within 5 ms: their attempts
+    // are cut by their own deadlines, which says nothing about the dependency.
+    let (mut parts, settings, mut t) = warm_at_20ms();
     for _ in 0..50 {
         t = call_with_deadline(&mut parts, &settings, t, ms(5), ms(20));
     }
@@ -520,15 +513,7 @@ fn a_callers_short_deadline_cannot_open_the_breaker() {
 fn an_attempt_the_deadline_cut_after_it_was_already_slow_still_counts() {
     // Learned median 20 ms, slow from 3x (at most 67.5 ms as the histogram reads it): an
     // attempt still running at a 500 ms deadline was slow before the deadline cut it.
-    let mut parts = Parts {
-        breaker: Breaker::new(defaults()),
-        budget: Unlimited,
-    };
-    let settings = one_attempt(secs(10));
-    let mut t = Instant::from_secs(1);
-    for _ in 0..30 {
-        t = call_with_deadline(&mut parts, &settings, t, secs(1), ms(20));
-    }
+    let (mut parts, settings, mut t) = warm_at_20ms();
     for _ in 0..5 {
         t = call_with_deadline(&mut parts, &settings, t, ms(500), secs(2));
     }
