@@ -929,11 +929,12 @@ fn consecutive_needed<M: Measure>(
     readings: Option<&Readings>,
     run: u16,
 ) -> u16 {
-    let learned = if M::KEEPS {
-        readings.and_then(|rd| stats::learned_failure_rate(rd, s, (u32::from(run), u32::from(run))))
-    } else {
-        None
-    };
+    if !M::KEEPS {
+        // Nothing learned: the configured count, and no noise arithmetic linked.
+        return s.consecutive_failures();
+    }
+    let learned = readings
+        .and_then(|rd| stats::learned_failure_rate(rd, s, (u32::from(run), u32::from(run))));
     stats::run_needed(s.consecutive_failures(), learned, s.noise_bound())
 }
 

@@ -914,9 +914,61 @@ pub(crate) fn learned_failure_rate(
     (calls >= arming).then_some((failures, calls))
 }
 
-/// Fixed-point scale of the noise arithmetic: 2^20, so a chance is resolved to one part in a
-/// million of the bound.
-const NOISE_SCALE_BITS: u32 = 20;
+/// `log2(x)` in fixed point with 16 fractional bits (0 for `x` of 0 or 1), in integer
+/// arithmetic: the whole part from the leading zeros, the fraction by squaring the mantissa
+/// once a bit. Accurate to within 2^-15; no division, so it costs a few dozen instructions on a
+/// microcontroller.
+fn log2_q16(x: u64) -> u64 {
+    let Some(whole) = 63u32.checked_sub(x.leading_zeros()) else {
+        return 0;
+    };
+    // The mantissa in [2^31, 2^32): x scaled to 32 significant bits.
+    let mut m = match whole.checked_sub(31) {
+        Some(over) => x >> over,
+        None => x << 31u32.saturating_sub(whole),
+    };
+    let mut fraction = 0u64;
+    for bit in (0..16u32).rev() {
+        // m < 2^32, so m * m < 2^64.
+        m = m.saturating_mul(m) >> 31;
+        if m >= 1 << 32 {
+            m >>= 1;
+            fraction |= 1 << bit;
+        }
+    }
+    (u64::from(whole) << 16) | fraction
+}
+
+/// The evidence, in bits (fixed point, 16 fractional bits), that `k` failures among `n`
+/// outcomes are more than a normal failure rate of `f / c` explains: `n` times the relative
+/// entropy of the observed rate `k / n` against `f / c`, when the observed rate is the higher
+/// (zero otherwise). The chance of `k` or more failures under `f / c` is at most 2 to the minus
+/// this many (the Chernoff bound), so evidence of `log2(one_in)` bits or more puts the failures
+/// beyond the noise bound. `n`, `k` below 2^16 and `c` below 2^32 keep every product in 64
+/// bits.
+fn evidence_bits(n: u64, k: u64, f: u64, c: u64) -> u64 {
+    let (Some(misses), Some(g)) = (n.checked_sub(k), c.checked_sub(f)) else {
+        return 0;
+    };
+    // The observed rate at or below the normal one is no evidence: k * c <= n * f.
+    if k.saturating_mul(c) <= n.saturating_mul(f) {
+        return 0;
+    }
+    // Logs of 64-bit values are below 2^22 in this fixed point, so with counts below 2^16 each
+    // term is below 2^38.
+    let log = |x: u64| i64::try_from(log2_q16(x)).unwrap_or(i64::MAX);
+    let count = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+    // k log2((k/n) / p) + (n - k) log2(((n-k)/n) / (1 - p)), with p = f / c.
+    let hits =
+        count(k).saturating_mul(log(k.saturating_mul(c)).saturating_sub(log(n.saturating_mul(f))));
+    let rest = if misses == 0 {
+        0
+    } else {
+        count(misses)
+            .saturating_mul(log(misses.saturating_mul(c)).saturating_sub(log(n.saturating_mul(g))))
+    };
+    u64::try_from(hits.saturating_add(rest)).unwrap_or(0)
+}
 
 /// The run of failures that trips the consecutive rule: the configured count on a cold breaker
 /// (`learned` is `None`); once the normal failure rate `p = f / c` is learned, the shortest run
@@ -931,26 +983,19 @@ pub(crate) fn run_needed(configured: u16, learned: Option<(u32, u32)>, one_in: u
     if f >= c {
         return MAX_COUNT;
     }
-    // one_in * (f/c)^n <= 1, walked down in fixed point, rounding up so that a run is never
-    // judged rarer than it is. one_in <= 10^15 < 2^50, so acc < 2^70 and acc * f < 2^102.
-    let one: u128 = 1 << NOISE_SCALE_BITS;
-    let mut acc = u128::from(one_in) << NOISE_SCALE_BITS;
-    let mut n: u16 = 0;
-    while acc > one && n < MAX_COUNT {
-        acc = acc.saturating_mul(u128::from(f)).div_ceil(u128::from(c));
-        n = n.saturating_add(1);
-    }
-    n.max(configured)
+    // A run of n failures is n log2(1/p) bits of evidence: n >= log2(one_in) / log2(1/p).
+    let per_failure = log2_q16(u64::from(c)).saturating_sub(log2_q16(u64::from(f)));
+    let needed = log2_q16(one_in)
+        .div_ceil(per_failure.max(1))
+        .min(u64::from(MAX_COUNT));
+    u16::try_from(needed).unwrap_or(MAX_COUNT).max(configured)
 }
 
 /// Whether `k` failures among `n` outcomes are beyond what a normal failure rate of `f / c`
-/// explains: the chance of `k` or more under that rate (a binomial tail) is at most `1 / one_in`.
-/// With a normal rate of zero, one failure is beyond it; with `k` at or below the expected
-/// count, nothing is.
-///
-/// Integer arithmetic: the binomial terms are walked out from the most likely count, scaled so
-/// that it weighs 2^64, until they vanish (below 2^-64 of it) or run out; the tail and the total
-/// are compared as `tail * one_in <= total`.
+/// explains within the noise bound: the chance of that many or more under it is at most
+/// `1 / one_in` by the Chernoff bound (see [`evidence_bits`]), which asks for slightly more
+/// failures than the exact binomial tail and never fewer. With a normal rate of zero, one
+/// failure is beyond it; with `k` at or below the expected count, nothing is.
 pub(crate) fn beyond_noise(n: u32, k: u32, f: u32, c: u32, one_in: u64) -> bool {
     if k == 0 {
         return false;
@@ -962,61 +1007,12 @@ pub(crate) fn beyond_noise(n: u32, k: u32, f: u32, c: u32, one_in: u64) -> bool 
     if f >= c {
         return false;
     }
-    // Below 2^30 outcomes every product below stays within 128 bits (2^64 * 2^30 * 2^32).
-    let (mut n, mut k) = (n, k);
-    while n >= 1 << 30 {
-        (n, k) = (n / 2, k.div_ceil(2));
+    // Below 2^16 outcomes every product stays within 64 bits; the ramp counts fewer.
+    let (mut n, mut k) = (u64::from(n), u64::from(k));
+    while n >= 1 << 16 {
+        (n, k) = (n / 2, k / 2);
     }
-    let (f, q) = (u128::from(f), u128::from(c.saturating_sub(f)));
-    let n128 = u128::from(n);
-    let mode = n128
-        .saturating_add(1)
-        .saturating_mul(f)
-        .checked_div(u128::from(c))
-        .unwrap_or(0)
-        .min(n128);
-    let mut total: u128 = 0;
-    let mut tail: u128 = 0;
-    // Terms at and above the mode: w(i+1) = w(i) * (n - i) * f / ((i + 1) * q).
-    let mut w: u128 = 1 << 64;
-    let mut i = mode;
-    loop {
-        total = total.saturating_add(w);
-        if i >= u128::from(k) {
-            tail = tail.saturating_add(w);
-        }
-        if i >= n128 {
-            break;
-        }
-        let den = i.saturating_add(1).saturating_mul(q);
-        w = w
-            .saturating_mul(n128.saturating_sub(i).saturating_mul(f))
-            .checked_div(den)
-            .unwrap_or(0);
-        if w == 0 {
-            break;
-        }
-        i = i.saturating_add(1);
-    }
-    // Terms below the mode: w(i-1) = w(i) * i * q / ((n - i + 1) * f).
-    let mut w: u128 = 1 << 64;
-    let mut i = mode;
-    while i > 0 {
-        let den = n128.saturating_sub(i).saturating_add(1).saturating_mul(f);
-        w = w
-            .saturating_mul(i.saturating_mul(q))
-            .checked_div(den)
-            .unwrap_or(0);
-        if w == 0 {
-            break;
-        }
-        i = i.saturating_sub(1);
-        total = total.saturating_add(w);
-        if i >= u128::from(k) {
-            tail = tail.saturating_add(w);
-        }
-    }
-    tail.saturating_mul(u128::from(one_in)) <= total
+    evidence_bits(n, k, u64::from(f), u64::from(c)) >= log2_q16(one_in)
 }
 
 #[cfg(test)]
@@ -1301,12 +1297,9 @@ mod tests {
         assert_eq!(run_needed(5, Some((0, 100)), bound), 5);
         assert_eq!(run_needed(5, Some((1, 5)), bound), 12);
         assert_eq!(run_needed(5, Some((1, 20)), bound), 7);
-        assert_eq!(
-            run_needed(5, Some((1, 100)), bound),
-            5,
-            "0.01^4 = 1e-8 exactly"
-        );
-        assert_eq!(run_needed(3, Some((1, 100)), bound), 4);
+        assert_eq!(run_needed(5, Some((1, 100)), bound), 5, "0.01^4 = 1e-8");
+        assert_eq!(run_needed(2, Some((1, 1000)), bound), 3, "0.001^3 = 1e-9");
+        assert_eq!(run_needed(3, Some((1, 50)), bound), 5, "0.02^5 = 3.2e-9");
         assert_eq!(run_needed(5, Some((3, 10)), bound), 16);
         assert_eq!(run_needed(5, Some((100, 100)), bound), MAX_COUNT);
         assert_eq!(
@@ -1316,25 +1309,35 @@ mod tests {
     }
 
     #[test]
-    fn beyond_noise_agrees_with_the_binomial_tail() {
+    fn beyond_noise_never_calls_noise_beyond_and_asks_for_little_more_than_the_exact_tail() {
         let bound = 100_000_000u64;
         let limit = 1.0 / bound as f64;
         let mut checked = 0;
         for (f, c) in [(1u32, 20u32), (1, 5), (3, 10), (1, 1000), (1, 2)] {
             let p = f64::from(f) / f64::from(c);
             for n in [1u32, 5, 20, 60, 200, 400] {
+                // The exact threshold: the fewest failures whose tail is within the bound.
+                let exact = (0..=n).find(|&k| tail(n, k, p) <= limit);
+                let ours = (0..=n).find(|&k| beyond_noise(n, k, f, c, bound));
                 for k in 0..=n {
-                    let exact = tail(n, k, p);
-                    // Leave out the knife edge, where rounding may decide either way.
-                    if (exact / limit - 1.0).abs() < 1e-6 {
-                        continue;
+                    if beyond_noise(n, k, f, c, bound) {
+                        // Sound: what it calls beyond, the exact tail does too (with a hair of
+                        // room for the fixed point's rounding).
+                        assert!(tail(n, k, p) <= limit * 1.001, "n {n}, k {k}, p {p}");
                     }
-                    assert_eq!(
-                        beyond_noise(n, k, f, c, bound),
-                        exact <= limit,
-                        "n {n}, k {k}, p {p}: tail {exact:e}"
-                    );
                     checked += 1;
+                }
+                match (exact, ours) {
+                    (Some(e), Some(o)) => assert!(
+                        o >= e && o <= e + 2 + e / 4,
+                        "n {n}, p {p}: {o} failures against the exact {e}"
+                    ),
+                    (None, None) => {}
+                    (Some(e), None) => assert!(
+                        e + 2 + e / 4 > n,
+                        "n {n}, p {p}: the exact tail is beyond at {e}, this never"
+                    ),
+                    (None, Some(o)) => panic!("n {n}, p {p}: beyond at {o}, the exact never"),
                 }
             }
         }
@@ -1345,6 +1348,21 @@ mod tests {
         assert!(!beyond_noise(50, 0, 1, 2, bound));
         assert!(beyond_noise(u32::MAX, u32::MAX, 1, 2, bound));
         assert!(!beyond_noise(u32::MAX, 0, 1, 2, bound));
+    }
+
+    #[test]
+    fn the_fixed_point_log_is_within_its_resolution() {
+        assert_eq!(log2_q16(0), 0);
+        assert_eq!(log2_q16(1), 0);
+        assert_eq!(log2_q16(2), 1 << 16);
+        assert_eq!(log2_q16(1 << 40), 40 << 16);
+        let mut x = 3u64;
+        while x < u64::MAX / 3 {
+            let want = (x as f64).log2() * 65536.0;
+            let got = log2_q16(x) as f64;
+            assert!((got - want).abs() <= 2.0, "{x}: {got} against {want}");
+            x = x * 3 + 1;
+        }
     }
 }
 

@@ -157,6 +157,7 @@ fn a_ramp_recovers_from_an_error_spike_over_a_5_percent_baseline() {
     // seeds. Before the ramp judged its failures against the learned 5%, one failure re-opened
     // it: availability 0.17 against 0.78, and 23 trips after the spike.
     let mut ratios = Vec::new();
+    let mut recovered = 0;
     for seed in 1..=6 {
         let s = suite::error_spike().unwrap();
         let arm = |name: &str| {
@@ -180,11 +181,15 @@ fn a_ramp_recovers_from_an_error_spike_over_a_5_percent_baseline() {
         );
         // The ramp's price is its shedding while it climbs, and the longer breaks of a breaker
         // that re-opened during the spike instead of closing: a few percent, not a collapse.
-        assert!(ratio >= 0.85, "seed {seed}: {ratio:.3}");
+        assert!(ratio >= 0.9, "seed {seed}: {ratio:.3}");
         ratios.push(ratio);
+        recovered += usize::from(ramp.time_to_recover_ms.is_some());
     }
     ratios.sort_by(f64::total_cmp);
     let median = (ratios[2] + ratios[3]) / 2.0;
-    println!("median ratio over six seeds: {median:.3}");
-    assert!(median >= 0.9, "{median:.3}");
+    println!("median ratio over six seeds: {median:.3}; recovered within the run: {recovered} of 6");
+    // Recovered: a whole second in which every call succeeded, before the run ends. On seed 1
+    // a client re-opened by a probe that failed at the normal 5% is still serving a doubled
+    // break when the run ends.
+    assert!(recovered >= 5, "{recovered}");
 }
