@@ -187,7 +187,9 @@ fn a_ramp_recovers_from_an_error_spike_over_a_5_percent_baseline() {
     }
     ratios.sort_by(f64::total_cmp);
     let median = (ratios[2] + ratios[3]) / 2.0;
-    println!("median ratio over six seeds: {median:.3}; recovered within the run: {recovered} of 6");
+    println!(
+        "median ratio over six seeds: {median:.3}; recovered within the run: {recovered} of 6"
+    );
     // Recovered: a whole second in which every call succeeded, before the run ends. On seed 1
     // a client re-opened by a probe that failed at the normal 5% is still serving a doubled
     // break when the run ends.
