@@ -1,0 +1,306 @@
+//! Property tests of every parser of network input in the std adapter: the `Retry-After`
+//! header (`retry_after`, read by the HTTP classifier) and the incoming deadline header
+//! (`HttpRequests::adopt_from`, read by the tower layer). Each is fed seeded random bytes and
+//! strings: it never panics, what it yields is bounded, and well-formed input reads back as the
+//! value written.
+#![cfg(feature = "tower")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic,
+    clippy::cast_possible_truncation,
+    missing_docs
+)]
+
+use std::time::{Duration as StdDuration, SystemTime};
+
+use http::header::RETRY_AFTER;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use stormguard_core::{Backoff, Duration, JitterRng, Outcome};
+use stormguard_std::tower::{HttpRequests, PolicyLayer, Requests, DEADLINE_HEADER};
+use stormguard_std::{http_outcome, retry_after, CallError, Policy};
+use tower::{Layer, ServiceExt};
+
+/// Cases per property.
+const CASES: u32 = 20_000;
+
+/// A small seeded generator (xorshift64*): a failure names its case and can be replayed.
+struct Gen(u64);
+
+impl Gen {
+    fn new(seed: u64) -> Gen {
+        Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// Bytes a header value may hold, biased towards the ones parsers trip on: digits, signs,
+    /// dots, spaces and tabs, letters of dates, and now and then any byte at all.
+    fn value(&mut self) -> Vec<u8> {
+        const PIECES: &[&[u8]] = &[
+            b"0",
+            b"1",
+            b"9",
+            b"-",
+            b"+",
+            b".",
+            b" ",
+            b"\t",
+            b",",
+            b":",
+            b"GMT",
+            b"Wed",
+            b"Oct",
+            b"21",
+            b"2015",
+            b"07",
+            b"99999999999999999999",
+            b"18446744073709551615",
+            b"e",
+        ];
+        let len = self.below(12);
+        let mut v = Vec::new();
+        for _ in 0..len {
+            if self.below(4) == 0 {
+                v.push(self.next() as u8);
+            } else {
+                v.extend_from_slice(PIECES[self.below(PIECES.len() as u64) as usize]);
+            }
+        }
+        v
+    }
+
+    /// A number of any size, most of them small.
+    fn number(&mut self) -> u64 {
+        match self.below(4) {
+            0 => self.below(100),
+            1 => self.below(100_000),
+            2 => self.next() >> self.below(64),
+            _ => u64::MAX - self.below(3),
+        }
+    }
+
+    /// Optional whitespace around a value.
+    fn pad(&mut self) -> &'static str {
+        ["", " ", "\t", "  ", " \t"][self.below(5) as usize]
+    }
+}
+
+fn with(name: http::HeaderName, value: HeaderValue) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(name, value);
+    h
+}
+
+#[test]
+fn retry_after_never_panics_and_a_throttled_wait_stays_under_the_backoff_cap() {
+    let mut g = Gen::new(1);
+    let cap = Backoff::DEFAULT.cap();
+    let mut rng = JitterRng::with_seed(7);
+    for case in 0..CASES {
+        let bytes = g.value();
+        let Ok(value) = HeaderValue::from_bytes(&bytes) else {
+            continue;
+        };
+        let headers = with(RETRY_AFTER, value);
+        let parsed = retry_after(&headers);
+        if let Some(d) = parsed {
+            // Delay-seconds or a date: either way a whole number of seconds at most the
+            // saturated `u64::MAX` seconds, or a date's distance from now.
+            assert!(d <= Duration::MAX, "case {case}: {bytes:?}");
+        }
+        for status in [
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::SERVICE_UNAVAILABLE,
+        ] {
+            let outcome = http_outcome(status, &headers);
+            for retry in 1..4 {
+                let wait = Backoff::DEFAULT.delay(retry, outcome, &mut rng);
+                assert!(
+                    wait <= cap,
+                    "case {case}: {bytes:?} waits {wait} (cap {cap})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn retry_after_reads_delay_seconds_back_saturating() {
+    let mut g = Gen::new(2);
+    for case in 0..CASES {
+        let secs = g.number();
+        let text = format!("{}{secs}{}", g.pad(), g.pad());
+        let headers = with(RETRY_AFTER, HeaderValue::from_str(&text).unwrap());
+        assert_eq!(
+            retry_after(&headers),
+            Some(Duration::from_secs(secs)),
+            "case {case}: {text:?}"
+        );
+    }
+    // Too large for a `u64`: not a number of seconds, and not a date either.
+    let headers = with(
+        RETRY_AFTER,
+        HeaderValue::from_static("18446744073709551616"),
+    );
+    assert_eq!(retry_after(&headers), None);
+}
+
+#[test]
+fn retry_after_reads_an_http_date_back_as_the_time_left() {
+    let mut g = Gen::new(3);
+    for case in 0..2_000 {
+        let ahead = g.below(100_000);
+        let at = SystemTime::now() + StdDuration::from_secs(ahead);
+        let text = format!("{}{}{}", g.pad(), httpdate::fmt_http_date(at), g.pad());
+        let headers = with(RETRY_AFTER, HeaderValue::from_str(&text).unwrap());
+        let d = retry_after(&headers).unwrap_or_else(|| panic!("case {case}: {text:?}"));
+        // The date has whole seconds and the clock moves on while the test runs.
+        assert!(d <= Duration::from_secs(ahead), "case {case}: {text:?} {d}");
+        assert!(
+            d + Duration::from_secs(2) >= Duration::from_secs(ahead),
+            "case {case}: {text:?} {d}"
+        );
+        // A date in the past asks for no wait.
+        let past = SystemTime::now() - StdDuration::from_secs(ahead + 1);
+        let headers = with(
+            RETRY_AFTER,
+            HeaderValue::from_str(&httpdate::fmt_http_date(past)).unwrap(),
+        );
+        assert_eq!(retry_after(&headers), Some(Duration::ZERO), "case {case}");
+    }
+}
+
+#[test]
+fn retry_after_refuses_what_is_neither_seconds_nor_a_date() {
+    for text in [
+        "",
+        " ",
+        "-1",
+        "1.5",
+        "1e3",
+        "soon",
+        "0x10",
+        "1 2",
+        "Wed, 32 Oct 2015 07:28:00 GMT",
+    ] {
+        let headers = with(RETRY_AFTER, HeaderValue::from_str(text).unwrap());
+        assert_eq!(retry_after(&headers), None, "{text:?}");
+        assert_eq!(
+            http_outcome(StatusCode::SERVICE_UNAVAILABLE, &headers),
+            Outcome::Transient,
+            "{text:?}"
+        );
+    }
+    // Bytes that are not visible ASCII cannot be read as text at all.
+    let headers = with(RETRY_AFTER, HeaderValue::from_bytes(b"\xff5").unwrap());
+    assert_eq!(retry_after(&headers), None);
+}
+
+fn adopted(value: HeaderValue) -> Option<Duration> {
+    let rules = HttpRequests::default().adopt_from(DEADLINE_HEADER);
+    let mut req = Request::get("/").body(()).unwrap();
+    req.headers_mut().insert(DEADLINE_HEADER, value);
+    rules.incoming_deadline(&req)
+}
+
+#[test]
+fn the_deadline_header_never_panics_and_reads_only_whole_milliseconds() {
+    let mut g = Gen::new(4);
+    for case in 0..CASES {
+        let bytes = g.value();
+        let Ok(value) = HeaderValue::from_bytes(&bytes) else {
+            continue;
+        };
+        let Some(d) = adopted(value) else {
+            continue;
+        };
+        // Whatever was read is a whole number of milliseconds written in digits.
+        let text = std::str::from_utf8(&bytes).unwrap().trim();
+        let digits = text.trim_start_matches('+');
+        assert!(
+            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()),
+            "case {case}: {bytes:?} read as {d}"
+        );
+        assert_eq!(
+            Duration::from_millis(digits.parse().unwrap()),
+            d,
+            "case {case}"
+        );
+    }
+}
+
+#[test]
+fn the_deadline_header_reads_milliseconds_back_saturating() {
+    let mut g = Gen::new(5);
+    for case in 0..CASES {
+        let ms = g.number();
+        let text = format!("{}{ms}{}", g.pad(), g.pad());
+        assert_eq!(
+            adopted(HeaderValue::from_str(&text).unwrap()),
+            Some(Duration::from_millis(ms)),
+            "case {case}: {text:?}"
+        );
+    }
+    for text in ["", "-5", "1.5", "soon", "18446744073709551616"] {
+        assert_eq!(
+            adopted(HeaderValue::from_str(text).unwrap()),
+            None,
+            "{text:?}"
+        );
+    }
+    // Without `adopt_from`, the header is not read at all.
+    let mut req = Request::get("/").body(()).unwrap();
+    req.headers_mut()
+        .insert(DEADLINE_HEADER, HeaderValue::from_static("5"));
+    assert_eq!(HttpRequests::default().incoming_deadline(&req), None);
+}
+
+/// The layer adopting whatever deadline arrives: a huge one is held to the policy's own (the
+/// attempt is cut off there), zero ends the call at once rather than stalling it, and none of
+/// them panics.
+#[tokio::test(start_paused = true)]
+async fn an_adopted_deadline_is_held_to_the_policys_and_zero_ends_the_call_at_once() {
+    let policy = Policy::builder("adopt")
+        .no_breaker()
+        .max_attempts(1)
+        .no_attempt_timeout()
+        .deadline(StdDuration::from_secs(2))
+        .build()
+        .unwrap();
+    let slow = tower::service_fn(|_req: Request<()>| async {
+        tokio::time::sleep(StdDuration::from_secs(60)).await;
+        Ok::<_, std::convert::Infallible>(Response::new(()))
+    });
+    let client = PolicyLayer::new(policy).adopt_deadline().layer(slow);
+    for (text, ends_after) in [
+        ("18446744073709551615", StdDuration::from_secs(2)),
+        ("99999999", StdDuration::from_secs(2)),
+        ("250", StdDuration::from_millis(250)),
+        ("0", StdDuration::ZERO),
+    ] {
+        let req = Request::get("/")
+            .header(DEADLINE_HEADER, text)
+            .body(())
+            .unwrap();
+        let start = tokio::time::Instant::now();
+        let r = client.clone().oneshot(req).await;
+        assert!(
+            matches!(
+                r,
+                Err(CallError::DeadlineExceeded { .. } | CallError::TimedOut { .. })
+            ),
+            "{text}: {r:?}"
+        );
+        assert_eq!(start.elapsed(), ends_after, "{text}");
+    }
+}
