@@ -984,10 +984,13 @@ pub(crate) fn run_needed(configured: u16, learned: Option<(u32, u32)>, one_in: u
         return MAX_COUNT;
     }
     // A run of n failures is n log2(1/p) bits of evidence: n >= log2(one_in) / log2(1/p).
-    let per_failure = log2_q16(u64::from(c)).saturating_sub(log2_q16(u64::from(f)));
-    let needed = log2_q16(one_in)
+    // Both logs are below 2^22, so the division is a 32-bit one (a 64-bit division is a library
+    // routine on a microcontroller).
+    let bits = |x: u64| u32::try_from(log2_q16(x)).unwrap_or(u32::MAX);
+    let per_failure = bits(u64::from(c)).saturating_sub(bits(u64::from(f)));
+    let needed = bits(one_in)
         .div_ceil(per_failure.max(1))
-        .min(u64::from(MAX_COUNT));
+        .min(u32::from(MAX_COUNT));
     u16::try_from(needed).unwrap_or(MAX_COUNT).max(configured)
 }
 

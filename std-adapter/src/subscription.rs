@@ -13,7 +13,7 @@ use std::task::Poll;
 use stormguard_core::{Backoff, Duration, Name, SubscriptionRetry, SubscriptionStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{default_clock, Clock, DefaultClock};
+use crate::clock::{default_clock, Clock, DefaultClock, SteadyClock};
 use crate::entropy_seed;
 
 /// What happened to a subscription, as [`Subscription::on_event`] hears it (and `tracing`,
@@ -147,7 +147,8 @@ pub struct Subscription<K = DefaultClock> {
     name: Name,
     seed: u64,
     retry: SubscriptionRetry,
-    clock: K,
+    /// Read through a [`SteadyClock`]: a clock that steps back never stretches a wait.
+    clock: SteadyClock<K>,
     cancel: Option<CancellationToken>,
     observer: Option<Observer>,
 }
@@ -206,7 +207,7 @@ impl Subscription {
             name,
             seed,
             retry: SubscriptionRetry::new().with_seed(seed),
-            clock: default_clock(),
+            clock: SteadyClock::new(default_clock()),
             cancel: None,
             observer: None,
         }
@@ -238,14 +239,15 @@ impl<K> Subscription<K> {
         self
     }
 
-    /// Reads `clock` instead of the [`DefaultClock`] (waits are still tokio sleeps).
+    /// Reads `clock` instead of the [`DefaultClock`] (waits are still tokio sleeps), through a
+    /// [`SteadyClock`], so a reading that steps back counts as no time passed.
     #[must_use]
     pub fn clock<K2>(self, clock: K2) -> Subscription<K2> {
         Subscription {
             name: self.name,
             seed: self.seed,
             retry: self.retry,
-            clock,
+            clock: SteadyClock::new(clock),
             cancel: self.cancel,
             observer: self.observer,
         }

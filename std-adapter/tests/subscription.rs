@@ -449,3 +449,61 @@ async fn a_lost_subscription_reads_recovering_while_it_reconnects() {
         feed.status()
     );
 }
+
+/// A clock that reads tokio's (paused) time two hours on, until `stepped` is set: then an hour
+/// less, as a wall clock corrected by an hour would.
+#[derive(Clone, Debug)]
+struct SteppedBack {
+    start: Instant,
+    stepped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl stormguard_std::Clock for SteppedBack {
+    fn now(&self) -> stormguard_core::Instant {
+        let mut at = self.start.elapsed() + Duration::from_secs(7_200);
+        if self.stepped.load(std::sync::atomic::Ordering::Acquire) {
+            at -= Duration::from_secs(3_600);
+        }
+        stormguard_core::Instant::from_nanos(u64::try_from(at.as_nanos()).unwrap())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clock_that_steps_back_during_a_wait_does_not_stretch_it() {
+    // The first connection fails and the clock steps back an hour during the 1 s wait: the
+    // retry comes 1 s later, not an hour and a second.
+    let stepped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clock = SteppedBack {
+        start: Instant::now(),
+        stepped: Arc::clone(&stepped),
+    };
+    let calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = Arc::clone(&calls);
+    let start = Instant::now();
+    // Half way through the wait after the first failure, the clock steps back.
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stepped.store(true, std::sync::atomic::Ordering::Release);
+    });
+    let result = Subscription::new("stepped")
+        .backoff(Backoff::worker())
+        .clock(clock)
+        .run(
+            move |_| {
+                let mut c = seen.lock().unwrap();
+                c.push(Instant::now());
+                let first = c.len() == 1;
+                std::future::ready(if first { Err("refused") } else { Ok(()) })
+            },
+            |()| async { ControlFlow::Break(()) },
+        )
+        .await;
+    assert_eq!(result, Ok(()));
+    let calls = calls.lock().unwrap();
+    assert_eq!(calls.len(), 2);
+    assert!(
+        calls[1] - start <= Duration::from_secs(2),
+        "retried {:?} after the start",
+        calls[1] - start
+    );
+}
