@@ -485,6 +485,9 @@ const CEILING_MULTIPLE: u64 = 3;
 /// microsecond is a few microseconds, which one preemption of the calling thread (or one
 /// interrupt on a microcontroller) would exceed, timing out healthy attempts.
 const CEILING_FLOOR: Duration = Duration::from_millis(10);
+/// A hedge never starts sooner than this after the attempt it doubles: the p95 of an operation
+/// that takes microseconds would otherwise double nearly every call on a scheduling hiccup.
+const HEDGE_FLOOR: Duration = Duration::from_millis(10);
 
 /// Why a hedged attempt is not to be launched now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1682,7 +1685,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     }
 
     /// When a hedged second attempt should start after the first (the learned p95 of normal
-    /// latency, never a fixed delay), or why hedging is suppressed now.
+    /// latency, never a fixed delay, and never under 10 ms), or why hedging is suppressed now.
     pub(crate) fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
         if !M::KEEPS {
             return Err(HedgeSuppressed::NoBaseline);
@@ -1701,7 +1704,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         if consecutive_near || stats::near_trip(&self.stats.readings(now, s), s) {
             return Err(HedgeSuppressed::NearTrip);
         }
-        Ok(p95)
+        Ok(p95.max(HEDGE_FLOOR))
     }
 
     /// The slow-call threshold in force (see [`Breaker::slow_threshold`]).
@@ -1976,8 +1979,9 @@ macro_rules! single_threaded_api {
         }
 
         /// When to launch a hedged second attempt after the first (the learned p95 of normal
-        /// latency), or why not now: never while half-open or recovering, never without a
-        /// baseline, never near the trip point. A hedge is a retry: fund it from the budget.
+        /// latency, never under 10 ms), or why not now: never while half-open or recovering,
+        /// never without a baseline, never near the trip point (once the trip window holds its
+        /// minimum calls). A hedge is a retry: fund it from the budget.
         pub fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
             self.core.hedge_after(now)
         }

@@ -374,8 +374,10 @@ impl CallSettingsBuilder {
     /// healthy calls, a second attempt is launched beside it, and whichever succeeds first wins
     /// (the adapter cancels the other). At most 2 attempts are in flight; a hedge is an attempt
     /// (it counts toward the maximum) and a retry (the budget funds it); never while the breaker
-    /// is half-open or recovering, without a learned baseline, or near the trip point. Only for
-    /// operations that are safe to run twice.
+    /// is half-open or recovering, without a learned baseline, or near the trip point; never
+    /// sooner than 10 ms after the first attempt. Only for operations that are safe to run
+    /// twice. Hedging needs at least 2 attempts: with `max_attempts(1)`, [`build`](Self::build)
+    /// refuses it (field `max_attempts`, at least 2).
     pub const fn hedging(mut self, on: bool) -> Self {
         self.inner.hedging = on;
         self
@@ -397,6 +399,10 @@ impl CallSettingsBuilder {
     pub const fn build(self) -> Result<CallSettings, SettingsError> {
         if self.inner.max_attempts == 0 {
             return Err(SettingsError::new(Field::MaxAttempts, Bound::AtLeast(1)));
+        }
+        // A hedge is an attempt: with one attempt in all, hedging could never launch one.
+        if self.inner.hedging && self.inner.max_attempts < 2 {
+            return Err(SettingsError::new(Field::MaxAttempts, Bound::AtLeast(2)));
         }
         if let Some(d) = self.inner.deadline {
             if d.is_zero() {
