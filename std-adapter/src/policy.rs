@@ -1237,7 +1237,8 @@ impl<K, L> PolicyBuilder<K, L> {
             limiter: self.limiter,
             bulkhead: self.bulkhead,
             settings: self.call.build()?,
-            single: self.call.max_attempts(1).build()?,
+            // One attempt cannot hedge: the single-attempt form runs without it.
+            single: self.call.max_attempts(1).hedging(false).build()?,
             clock: SteadyClock::new(self.clock),
             listener: self.listener,
         })
