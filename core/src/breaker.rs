@@ -481,10 +481,6 @@ const QUIET_MASK: u64 = (1 << 21) - 1;
 const TAIL_SAMPLES: u32 = 20;
 /// The measured attempt ceiling, in multiples of the recent p95.
 const CEILING_MULTIPLE: u64 = 3;
-/// The measured attempt ceiling is never below this: 3x the p95 of an operation that takes a
-/// microsecond is a few microseconds, which one preemption of the calling thread (or one
-/// interrupt on a microcontroller) would exceed, timing out healthy attempts.
-const CEILING_FLOOR: Duration = Duration::from_millis(10);
 /// A hedge never starts sooner than this after the attempt it doubles: the p95 of an operation
 /// that takes microseconds would otherwise double nearly every call on a scheduling hiccup.
 const HEDGE_FLOOR: Duration = Duration::from_millis(10);
@@ -1672,7 +1668,8 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     }
 
     /// The measured attempt ceiling: 3x the recent p95 of successful calls, once 20 of them
-    /// are in the baseline. It may only tighten a configured attempt timeout.
+    /// are in the baseline. The call driver puts its floor under it, and lets it only tighten
+    /// a configured attempt timeout.
     pub(crate) fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         if !M::KEEPS {
             return None;
@@ -1681,7 +1678,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         if samples < TAIL_SAMPLES {
             return None;
         }
-        p95.map(|p| p.saturating_mul(CEILING_MULTIPLE).max(CEILING_FLOOR))
+        p95.map(|p| p.saturating_mul(CEILING_MULTIPLE))
     }
 
     /// When a hedged second attempt should start after the first (the learned p95 of normal
@@ -1970,9 +1967,9 @@ macro_rules! single_threaded_api {
             self.core.handle_timeout(now, events);
         }
 
-        /// The measured attempt ceiling (3x the recent p95 of successful calls, once there are 20,
-        /// and never under 10 ms), which the call driver uses to tighten the configured attempt
-        /// timeout.
+        /// The measured attempt ceiling (3x the recent p95 of successful calls, once there are 20),
+        /// which the call driver raises to its floor ([`CallSettings::ceiling_floor`](crate::CallSettings::ceiling_floor), 50 ms by
+        /// default) and uses to tighten the configured attempt timeout.
         #[must_use]
         pub fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
             self.core.attempt_ceiling(now)

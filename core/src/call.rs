@@ -89,8 +89,8 @@ pub trait Admission {
     fn release(&mut self, permit: Permit);
     /// How long a healthy call takes (the learned median), if known.
     fn normal_latency(&self, now: Instant) -> Option<Duration>;
-    /// The measured attempt ceiling (3x the recent p95, never under 10 ms), if known: it may
-    /// only tighten the configured attempt timeout.
+    /// The measured attempt ceiling (3x the recent p95), if known: the call driver raises it to
+    /// its settings' floor and lets it only tighten the configured attempt timeout.
     fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         let _ = now;
         None
@@ -238,10 +238,19 @@ pub struct CallSettings {
     deadline: Option<Duration>,
     attempt_timeout: Option<Duration>,
     measured_ceiling: bool,
+    ceiling_floor: Duration,
     hedging: bool,
     backoff: Backoff,
     seed: u64,
 }
+
+/// The default floor under the measured attempt ceiling: 3x the p95 of an operation that takes a
+/// microsecond is a few microseconds, which one preemption of the calling thread (or one
+/// interrupt on a microcontroller) would exceed, timing out healthy attempts.
+pub const CEILING_FLOOR: Duration = Duration::from_millis(50);
+
+/// The least floor [`CallSettingsBuilder::ceiling_floor`] takes.
+const MIN_CEILING_FLOOR: Duration = Duration::from_millis(1);
 
 impl CallSettings {
     /// 3 attempts (2 retries), a 30 s deadline per call, a 10 s timeout per attempt, exponential
@@ -251,6 +260,7 @@ impl CallSettings {
         deadline: Some(Duration::from_secs(30)),
         attempt_timeout: Some(Duration::from_secs(10)),
         measured_ceiling: true,
+        ceiling_floor: CEILING_FLOOR,
         hedging: false,
         backoff: Backoff::DEFAULT,
         seed: 0,
@@ -266,6 +276,7 @@ impl CallSettings {
             deadline: None,
             attempt_timeout: Some(Duration::from_secs(10)),
             measured_ceiling: true,
+            ceiling_floor: CEILING_FLOOR,
             hedging: false,
             backoff: Backoff::worker(),
             seed: 0,
@@ -316,6 +327,12 @@ impl CallSettings {
         self.measured_ceiling
     }
 
+    /// The floor under the measured attempt ceiling (default [`CEILING_FLOOR`], 50 ms).
+    #[must_use]
+    pub const fn ceiling_floor(&self) -> Duration {
+        self.ceiling_floor
+    }
+
     /// Whether a slow attempt is hedged (see [`CallSettingsBuilder::hedging`]).
     #[must_use]
     pub const fn hedging(&self) -> bool {
@@ -363,10 +380,20 @@ impl CallSettingsBuilder {
     }
 
     /// Whether the breaker's measured attempt ceiling, 3x the recent p95 of successful calls
-    /// (once 20 are known, and never under 10 ms), tightens the attempt timeout (default on).
-    /// It can only tighten: a configured timeout shorter than the ceiling stands.
+    /// (once 20 are known, and never under [`ceiling_floor`](Self::ceiling_floor)), tightens
+    /// the attempt timeout (default on). It can only tighten: a configured timeout shorter than
+    /// the ceiling stands, and with no attempt timeout, or one below the floor, there is no
+    /// ceiling at all.
     pub const fn measured_ceiling(mut self, on: bool) -> Self {
         self.inner.measured_ceiling = on;
+        self
+    }
+
+    /// The floor under the measured attempt ceiling (default [`CEILING_FLOOR`], 50 ms; at
+    /// least 1 ms): the ceiling is never shorter, and an attempt timeout below it gets no
+    /// ceiling.
+    pub const fn ceiling_floor(mut self, floor: Duration) -> Self {
+        self.inner.ceiling_floor = floor;
         self
     }
 
@@ -419,6 +446,12 @@ impl CallSettingsBuilder {
                     Bound::AtLeastDuration(Duration::from_nanos(1)),
                 ));
             }
+        }
+        if self.inner.ceiling_floor.as_nanos() < MIN_CEILING_FLOOR.as_nanos() {
+            return Err(SettingsError::new(
+                Field::CeilingFloor,
+                Bound::AtLeastDuration(MIN_CEILING_FLOOR),
+            ));
         }
         Ok(self.inner)
     }
@@ -526,7 +559,9 @@ enum Phase {
 struct Rules {
     max_attempts: u32,
     attempt_timeout: Option<Duration>,
-    measured_ceiling: bool,
+    /// The floor under the measured ceiling, or zero when the call has no ceiling (turned off,
+    /// no attempt timeout, or one below the floor): a valid floor is never zero.
+    ceiling_floor: Duration,
     hedging: bool,
     backoff: Backoff,
 }
@@ -598,7 +633,12 @@ impl Call {
             rules: Rules {
                 max_attempts: settings.max_attempts,
                 attempt_timeout: settings.attempt_timeout,
-                measured_ceiling: settings.measured_ceiling,
+                ceiling_floor: match settings.attempt_timeout {
+                    Some(t) if settings.measured_ceiling && t >= settings.ceiling_floor => {
+                        settings.ceiling_floor
+                    }
+                    _ => Duration::ZERO,
+                },
                 hedging: settings.hedging,
                 backoff: settings.backoff,
             },
@@ -798,10 +838,12 @@ impl Call {
     /// The timeout of an attempt started at `now`: the tightest of the configured timeout, the
     /// measured ceiling and the time left.
     fn attempt_timeout<A: Admission>(&self, breaker: &A, now: Instant) -> Option<Duration> {
-        let ceiling = if self.rules.measured_ceiling {
-            breaker.attempt_ceiling(now)
-        } else {
+        let ceiling = if self.rules.ceiling_floor.is_zero() {
             None
+        } else {
+            breaker
+                .attempt_ceiling(now)
+                .map(|c| c.max(self.rules.ceiling_floor))
         };
         let tighter = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -1074,6 +1074,7 @@ impl<K, L> PolicyBuilder<K, L> {
             .deadline(settings.deadline())
             .attempt_timeout(settings.attempt_timeout())
             .measured_ceiling(settings.measured_ceiling())
+            .ceiling_floor(settings.ceiling_floor())
             .hedging(settings.hedging())
             .backoff(*settings.backoff());
         self
