@@ -63,6 +63,15 @@ pub const fn guarded_pause(left: Option<Duration>) -> Duration {
     }
 }
 
+/// Whether a refusal is the caller's own limit (a local rate limiter or bulkhead) rather than
+/// the breaker's or the budget's judgement: the call retries it as a self-imposed throttle.
+const fn is_self_imposed(reason: RefusalReason) -> bool {
+    matches!(
+        reason,
+        RefusalReason::RateLimited | RefusalReason::BulkheadFull
+    )
+}
+
 /// The breaker side of a call: implemented by [`Breaker`](crate::Breaker) (`&mut`), by the shared breaker, and
 /// by [`Unguarded`] (no breaker).
 pub trait Admission {
@@ -708,7 +717,8 @@ impl Call {
         self.attempt_deadline
     }
 
-    /// Attempts started so far.
+    /// Attempts started so far, counting those a local rate limiter or bulkhead refused (each
+    /// takes one of the call's attempts, see [`Call::poll`]).
     #[must_use]
     pub const fn attempts(&self) -> u32 {
         self.attempts
@@ -786,6 +796,15 @@ impl Call {
     }
 
     /// What to do next at `now`.
+    ///
+    /// A refusal by a local rate limiter or bulkhead ([`RefusalReason::RateLimited`],
+    /// [`RefusalReason::BulkheadFull`]) is a self-imposed throttle first: the refused attempt
+    /// takes one of the call's attempts and the call waits ([`Step::Wait`], announced by a
+    /// `Retry` event) on the throttled curve, or the refusal's own `retry_after` when it has
+    /// one (capped by the backoff's maximum), charging nothing to the retry budget and telling
+    /// the breaker nothing. Only when no retry fits (the attempts are spent, or the wait would
+    /// not end before the deadline) does the call end as the guarded rejection with that
+    /// reason. Any other refusal (breaker, budget) is the guarded rejection at once.
     pub fn poll<A: Admission, F: Funding>(
         &mut self,
         parts: &mut Parts<A, F>,
@@ -831,8 +850,53 @@ impl Call {
                 self.phase = Phase::InFlight;
                 Step::Attempt(permit)
             }
+            Err(refused) if is_self_imposed(refused.reason) => {
+                match self.throttle_self(parts, refused, now, events) {
+                    Some(wait) => Step::Wait(wait),
+                    None => self.reject(parts, refused, now, events),
+                }
+            }
             Err(refused) => self.reject(parts, refused, now, events),
         }
+    }
+
+    /// A local limiter or bulkhead refused the attempt about to start: a self-imposed throttle.
+    /// The refused attempt takes one of the call's attempts and is retried on the throttled
+    /// curve, after the refusal's own hint when it has one (capped by the backoff's maximum),
+    /// with nothing charged to the budget and nothing told to the breaker (it granted no
+    /// permit). `None` when no retry fits: the attempts are spent, or the wait (and a healthy
+    /// call after it) would not end before the deadline.
+    fn throttle_self<A: Admission, F: Funding>(
+        &mut self,
+        parts: &Parts<A, F>,
+        refused: Refused,
+        now: Instant,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Option<Duration> {
+        let slot = self.attempts.saturating_add(1);
+        if slot >= self.rules.max_attempts {
+            return None;
+        }
+        let hint = (!refused.retry_after.is_zero()).then_some(refused.retry_after);
+        let after = Outcome::Throttled { retry_after: hint };
+        self.mix_rng();
+        let delay = self.rules.backoff.delay(slot, after, &mut self.rng);
+        if let Some(left) = self.remaining(now) {
+            let after_wait = left.checked_sub(delay).filter(|l| !l.is_zero());
+            let healthy = parts.breaker.normal_latency(now).unwrap_or(Duration::ZERO);
+            if after_wait.is_none_or(|l| l < healthy) {
+                return None;
+            }
+        }
+        self.attempts = slot;
+        events(Event::Retry {
+            name: parts.breaker.name(),
+            attempt: slot.saturating_add(1),
+            delay,
+            after,
+        });
+        self.phase = Phase::Waiting(now.saturating_add(delay));
+        Some(delay)
     }
 
     /// The timeout of an attempt started at `now`: the tightest of the configured timeout, the
