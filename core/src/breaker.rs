@@ -481,10 +481,9 @@ const QUIET_MASK: u64 = (1 << 21) - 1;
 const TAIL_SAMPLES: u32 = 20;
 /// The measured attempt ceiling, in multiples of the recent p95.
 const CEILING_MULTIPLE: u64 = 3;
-/// The measured attempt ceiling is never below this: 3x the p95 of an operation that takes a
-/// microsecond is a few microseconds, which one preemption of the calling thread (or one
-/// interrupt on a microcontroller) would exceed, timing out healthy attempts.
-const CEILING_FLOOR: Duration = Duration::from_millis(10);
+/// A hedge never starts sooner than this after the attempt it doubles: the p95 of an operation
+/// that takes microseconds would otherwise double nearly every call on a scheduling hiccup.
+const HEDGE_FLOOR: Duration = Duration::from_millis(10);
 
 /// Why a hedged attempt is not to be launched now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1670,7 +1669,8 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     }
 
     /// The measured attempt ceiling: 3x the recent p95 of successful calls, once 20 of them
-    /// are in the baseline. It may only tighten a configured attempt timeout.
+    /// are in the baseline. The call driver puts its floor under it, and lets it only tighten
+    /// a configured attempt timeout.
     pub(crate) fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         if !M::KEEPS {
             return None;
@@ -1679,11 +1679,11 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         if samples < TAIL_SAMPLES {
             return None;
         }
-        p95.map(|p| p.saturating_mul(CEILING_MULTIPLE).max(CEILING_FLOOR))
+        p95.map(|p| p.saturating_mul(CEILING_MULTIPLE))
     }
 
     /// When a hedged second attempt should start after the first (the learned p95 of normal
-    /// latency, never a fixed delay), or why hedging is suppressed now.
+    /// latency, never a fixed delay, and never under 10 ms), or why hedging is suppressed now.
     pub(crate) fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
         if !M::KEEPS {
             return Err(HedgeSuppressed::NoBaseline);
@@ -1702,7 +1702,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         if consecutive_near || stats::near_trip(&self.stats.readings(now, s), s) {
             return Err(HedgeSuppressed::NearTrip);
         }
-        Ok(p95)
+        Ok(p95.max(HEDGE_FLOOR))
     }
 
     /// The slow-call threshold in force (see [`Breaker::slow_threshold`]).
@@ -1968,17 +1968,18 @@ macro_rules! single_threaded_api {
             self.core.handle_timeout(now, events);
         }
 
-        /// The measured attempt ceiling (3x the recent p95 of successful calls, once there are 20,
-        /// and never under 10 ms), which the call driver uses to tighten the configured attempt
-        /// timeout.
+        /// The measured attempt ceiling (3x the recent p95 of successful calls, once there are 20),
+        /// which the call driver raises to its floor ([`CallSettings::ceiling_floor`](crate::CallSettings::ceiling_floor), 50 ms by
+        /// default) and uses to tighten the configured attempt timeout.
         #[must_use]
         pub fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
             self.core.attempt_ceiling(now)
         }
 
         /// When to launch a hedged second attempt after the first (the learned p95 of normal
-        /// latency), or why not now: never while half-open or recovering, never without a
-        /// baseline, never near the trip point. A hedge is a retry: fund it from the budget.
+        /// latency, never under 10 ms), or why not now: never while half-open or recovering,
+        /// never without a baseline, never near the trip point (once the trip window holds its
+        /// minimum calls). A hedge is a retry: fund it from the budget.
         pub fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
             self.core.hedge_after(now)
         }

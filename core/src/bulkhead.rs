@@ -877,7 +877,9 @@ impl<B: BulkheadSlots + ?Sized> BulkheadSlots for &mut B {
 /// [`Admission`] for the call driver: every attempt takes a slot before it asks the breaker,
 /// and gives it back with its outcome (or its release). A full bulkhead refuses the attempt at
 /// once with [`RefusalReason::BulkheadFull`], which the driver turns into a guarded rejection
-/// like any other; it never queues (a bounded wait is the adapter's, around the whole call).
+/// like any other once no retry fits; it never queues (a bounded wait is the adapter's, around
+/// the whole call). A call with attempts left retries the refusal on the throttled curve (see
+/// [`Call::poll`](crate::Call::poll)).
 ///
 /// The bulkhead is asked first, so a full bulkhead costs the breaker nothing (no probe slot
 /// taken and given back). Events carry the breaker's name. The adapter must report every
@@ -898,9 +900,15 @@ impl<B: BulkheadSlots + ?Sized> BulkheadSlots for &mut B {
 /// let mut first = Call::begin(&CallSettings::DEFAULT, now);
 /// let Step::Attempt(permit) = first.poll(&mut parts, now, &mut |_| {}) else { panic!() };
 ///
-/// // While the first call is in flight, a second is refused, guarded.
+/// // While the first call is in flight, a second is refused: a self-imposed throttle, which a
+/// // call with attempts left waits out on the throttled curve (uncharged, unseen by the
+/// // breaker)...
 /// let mut second = Call::begin(&CallSettings::DEFAULT, now);
-/// let Step::Reject(r) = second.poll(&mut parts, now, &mut |_| {}) else { panic!() };
+/// let Step::Wait(_) = second.poll(&mut parts, now, &mut |_| {}) else { panic!() };
+/// // ...and a call with no retry left ends as the guarded rejection.
+/// let once = CallSettings::builder().max_attempts(1).build()?;
+/// let mut third = Call::begin(&once, now);
+/// let Step::Reject(r) = third.poll(&mut parts, now, &mut |_| {}) else { panic!() };
 /// assert_eq!(r.reason, RefusalReason::BulkheadFull);
 /// assert_eq!(r.pause, stormguard_core::GUARD_PAUSE);
 ///

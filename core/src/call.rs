@@ -63,6 +63,15 @@ pub const fn guarded_pause(left: Option<Duration>) -> Duration {
     }
 }
 
+/// Whether a refusal is the caller's own limit (a local rate limiter or bulkhead) rather than
+/// the breaker's or the budget's judgement: the call retries it as a self-imposed throttle.
+const fn is_self_imposed(reason: RefusalReason) -> bool {
+    matches!(
+        reason,
+        RefusalReason::RateLimited | RefusalReason::BulkheadFull
+    )
+}
+
 /// The breaker side of a call: implemented by [`Breaker`](crate::Breaker) (`&mut`), by the shared breaker, and
 /// by [`Unguarded`] (no breaker).
 pub trait Admission {
@@ -89,8 +98,8 @@ pub trait Admission {
     fn release(&mut self, permit: Permit);
     /// How long a healthy call takes (the learned median), if known.
     fn normal_latency(&self, now: Instant) -> Option<Duration>;
-    /// The measured attempt ceiling (3x the recent p95, never under 10 ms), if known: it may
-    /// only tighten the configured attempt timeout.
+    /// The measured attempt ceiling (3x the recent p95), if known: the call driver raises it to
+    /// its settings' floor and lets it only tighten the configured attempt timeout.
     fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         let _ = now;
         None
@@ -238,10 +247,19 @@ pub struct CallSettings {
     deadline: Option<Duration>,
     attempt_timeout: Option<Duration>,
     measured_ceiling: bool,
+    ceiling_floor: Duration,
     hedging: bool,
     backoff: Backoff,
     seed: u64,
 }
+
+/// The default floor under the measured attempt ceiling: 3x the p95 of an operation that takes a
+/// microsecond is a few microseconds, which one preemption of the calling thread (or one
+/// interrupt on a microcontroller) would exceed, timing out healthy attempts.
+pub const CEILING_FLOOR: Duration = Duration::from_millis(50);
+
+/// The least floor [`CallSettingsBuilder::ceiling_floor`] takes.
+const MIN_CEILING_FLOOR: Duration = Duration::from_millis(1);
 
 impl CallSettings {
     /// 3 attempts (2 retries), a 30 s deadline per call, a 10 s timeout per attempt, exponential
@@ -251,6 +269,7 @@ impl CallSettings {
         deadline: Some(Duration::from_secs(30)),
         attempt_timeout: Some(Duration::from_secs(10)),
         measured_ceiling: true,
+        ceiling_floor: CEILING_FLOOR,
         hedging: false,
         backoff: Backoff::DEFAULT,
         seed: 0,
@@ -266,6 +285,7 @@ impl CallSettings {
             deadline: None,
             attempt_timeout: Some(Duration::from_secs(10)),
             measured_ceiling: true,
+            ceiling_floor: CEILING_FLOOR,
             hedging: false,
             backoff: Backoff::worker(),
             seed: 0,
@@ -316,6 +336,12 @@ impl CallSettings {
         self.measured_ceiling
     }
 
+    /// The floor under the measured attempt ceiling (default [`CEILING_FLOOR`], 50 ms).
+    #[must_use]
+    pub const fn ceiling_floor(&self) -> Duration {
+        self.ceiling_floor
+    }
+
     /// Whether a slow attempt is hedged (see [`CallSettingsBuilder::hedging`]).
     #[must_use]
     pub const fn hedging(&self) -> bool {
@@ -363,10 +389,20 @@ impl CallSettingsBuilder {
     }
 
     /// Whether the breaker's measured attempt ceiling, 3x the recent p95 of successful calls
-    /// (once 20 are known, and never under 10 ms), tightens the attempt timeout (default on).
-    /// It can only tighten: a configured timeout shorter than the ceiling stands.
+    /// (once 20 are known, and never under [`ceiling_floor`](Self::ceiling_floor)), tightens
+    /// the attempt timeout (default on). It can only tighten: a configured timeout shorter than
+    /// the ceiling stands, and with no attempt timeout, or one below the floor, there is no
+    /// ceiling at all.
     pub const fn measured_ceiling(mut self, on: bool) -> Self {
         self.inner.measured_ceiling = on;
+        self
+    }
+
+    /// The floor under the measured attempt ceiling (default [`CEILING_FLOOR`], 50 ms; at
+    /// least 1 ms): the ceiling is never shorter, and an attempt timeout below it gets no
+    /// ceiling.
+    pub const fn ceiling_floor(mut self, floor: Duration) -> Self {
+        self.inner.ceiling_floor = floor;
         self
     }
 
@@ -374,8 +410,10 @@ impl CallSettingsBuilder {
     /// healthy calls, a second attempt is launched beside it, and whichever succeeds first wins
     /// (the adapter cancels the other). At most 2 attempts are in flight; a hedge is an attempt
     /// (it counts toward the maximum) and a retry (the budget funds it); never while the breaker
-    /// is half-open or recovering, without a learned baseline, or near the trip point. Only for
-    /// operations that are safe to run twice.
+    /// is half-open or recovering, without a learned baseline, or near the trip point; never
+    /// sooner than 10 ms after the first attempt. Only for operations that are safe to run
+    /// twice. Hedging needs at least 2 attempts: with `max_attempts(1)`, [`build`](Self::build)
+    /// refuses it (field `max_attempts`, at least 2).
     pub const fn hedging(mut self, on: bool) -> Self {
         self.inner.hedging = on;
         self
@@ -398,6 +436,10 @@ impl CallSettingsBuilder {
         if self.inner.max_attempts == 0 {
             return Err(SettingsError::new(Field::MaxAttempts, Bound::AtLeast(1)));
         }
+        // A hedge is an attempt: with one attempt in all, hedging could never launch one.
+        if self.inner.hedging && self.inner.max_attempts < 2 {
+            return Err(SettingsError::new(Field::MaxAttempts, Bound::AtLeast(2)));
+        }
         if let Some(d) = self.inner.deadline {
             if d.is_zero() {
                 return Err(SettingsError::new(
@@ -413,6 +455,12 @@ impl CallSettingsBuilder {
                     Bound::AtLeastDuration(Duration::from_nanos(1)),
                 ));
             }
+        }
+        if self.inner.ceiling_floor.as_nanos() < MIN_CEILING_FLOOR.as_nanos() {
+            return Err(SettingsError::new(
+                Field::CeilingFloor,
+                Bound::AtLeastDuration(MIN_CEILING_FLOOR),
+            ));
         }
         Ok(self.inner)
     }
@@ -520,7 +568,9 @@ enum Phase {
 struct Rules {
     max_attempts: u32,
     attempt_timeout: Option<Duration>,
-    measured_ceiling: bool,
+    /// The floor under the measured ceiling, or zero when the call has no ceiling (turned off,
+    /// no attempt timeout, or one below the floor): a valid floor is never zero.
+    ceiling_floor: Duration,
     hedging: bool,
     backoff: Backoff,
 }
@@ -592,7 +642,12 @@ impl Call {
             rules: Rules {
                 max_attempts: settings.max_attempts,
                 attempt_timeout: settings.attempt_timeout,
-                measured_ceiling: settings.measured_ceiling,
+                ceiling_floor: match settings.attempt_timeout {
+                    Some(t) if settings.measured_ceiling && t >= settings.ceiling_floor => {
+                        settings.ceiling_floor
+                    }
+                    _ => Duration::ZERO,
+                },
                 hedging: settings.hedging,
                 backoff: settings.backoff,
             },
@@ -662,7 +717,8 @@ impl Call {
         self.attempt_deadline
     }
 
-    /// Attempts started so far.
+    /// Attempts started so far, counting those a local rate limiter or bulkhead refused (each
+    /// takes one of the call's attempts, see [`Call::poll`]).
     #[must_use]
     pub const fn attempts(&self) -> u32 {
         self.attempts
@@ -740,6 +796,15 @@ impl Call {
     }
 
     /// What to do next at `now`.
+    ///
+    /// A refusal by a local rate limiter or bulkhead ([`RefusalReason::RateLimited`],
+    /// [`RefusalReason::BulkheadFull`]) is a self-imposed throttle first: the refused attempt
+    /// takes one of the call's attempts and the call waits ([`Step::Wait`], announced by a
+    /// `Retry` event) on the throttled curve, or the refusal's own `retry_after` when it has
+    /// one (capped by the backoff's maximum), charging nothing to the retry budget and telling
+    /// the breaker nothing. Only when no retry fits (the attempts are spent, or the wait would
+    /// not end before the deadline) does the call end as the guarded rejection with that
+    /// reason. Any other refusal (breaker, budget) is the guarded rejection at once.
     pub fn poll<A: Admission, F: Funding>(
         &mut self,
         parts: &mut Parts<A, F>,
@@ -785,17 +850,64 @@ impl Call {
                 self.phase = Phase::InFlight;
                 Step::Attempt(permit)
             }
+            Err(refused) if is_self_imposed(refused.reason) => {
+                match self.throttle_self(parts, refused, now, events) {
+                    Some(wait) => Step::Wait(wait),
+                    None => self.reject(parts, refused, now, events),
+                }
+            }
             Err(refused) => self.reject(parts, refused, now, events),
         }
+    }
+
+    /// A local limiter or bulkhead refused the attempt about to start: a self-imposed throttle.
+    /// The refused attempt takes one of the call's attempts and is retried on the throttled
+    /// curve, after the refusal's own hint when it has one (capped by the backoff's maximum),
+    /// with nothing charged to the budget and nothing told to the breaker (it granted no
+    /// permit). `None` when no retry fits: the attempts are spent, or the wait (and a healthy
+    /// call after it) would not end before the deadline.
+    fn throttle_self<A: Admission, F: Funding>(
+        &mut self,
+        parts: &Parts<A, F>,
+        refused: Refused,
+        now: Instant,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Option<Duration> {
+        let slot = self.attempts.saturating_add(1);
+        if slot >= self.rules.max_attempts {
+            return None;
+        }
+        let hint = (!refused.retry_after.is_zero()).then_some(refused.retry_after);
+        let after = Outcome::Throttled { retry_after: hint };
+        self.mix_rng();
+        let delay = self.rules.backoff.delay(slot, after, &mut self.rng);
+        if let Some(left) = self.remaining(now) {
+            let after_wait = left.checked_sub(delay).filter(|l| !l.is_zero());
+            let healthy = parts.breaker.normal_latency(now).unwrap_or(Duration::ZERO);
+            if after_wait.is_none_or(|l| l < healthy) {
+                return None;
+            }
+        }
+        self.attempts = slot;
+        events(Event::Retry {
+            name: parts.breaker.name(),
+            attempt: slot.saturating_add(1),
+            delay,
+            after,
+        });
+        self.phase = Phase::Waiting(now.saturating_add(delay));
+        Some(delay)
     }
 
     /// The timeout of an attempt started at `now`: the tightest of the configured timeout, the
     /// measured ceiling and the time left.
     fn attempt_timeout<A: Admission>(&self, breaker: &A, now: Instant) -> Option<Duration> {
-        let ceiling = if self.rules.measured_ceiling {
-            breaker.attempt_ceiling(now)
-        } else {
+        let ceiling = if self.rules.ceiling_floor.is_zero() {
             None
+        } else {
+            breaker
+                .attempt_ceiling(now)
+                .map(|c| c.max(self.rules.ceiling_floor))
         };
         let tighter = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),

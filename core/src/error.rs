@@ -145,6 +145,8 @@ pub enum Field {
     Deadline,
     /// A call's timeout per attempt.
     AttemptTimeout,
+    /// The floor under a call's measured attempt ceiling.
+    CeilingFloor,
     /// The bulkhead's calls in flight.
     MaxInFlight,
     /// The bulkhead's callers waiting for a slot.
@@ -204,6 +206,7 @@ impl Field {
             Field::MaxAttempts => "max_attempts",
             Field::Deadline => "deadline",
             Field::AttemptTimeout => "attempt_timeout",
+            Field::CeilingFloor => "ceiling_floor",
             Field::MaxInFlight => "max_in_flight",
             Field::MaxQueue => "max_queue",
             Field::MaxWait => "max_wait",

@@ -121,7 +121,7 @@ pub use bulkhead::{
 pub use cache::{CacheRule, ZeroTtl};
 pub use call::{
     guarded_pause, Admission, Call, CallSettings, CallSettingsBuilder, Finished, Funding, NoHedge,
-    Parts, Rejection, Step, Unguarded, Unlimited, GUARD_PAUSE,
+    Parts, Rejection, Step, Unguarded, Unlimited, CEILING_FLOOR, GUARD_PAUSE,
 };
 pub use call_error::CallError;
 pub use engine::{

@@ -1243,9 +1243,11 @@ impl<L: Limit + ?Sized> Limit for &mut L {
 
 /// A rate limiter in front of a breaker (or [`Unguarded`](crate::Unguarded)), as one
 /// [`Admission`] for the call driver: every attempt, retries included, takes a cell. A refusal
-/// carries [`RefusalReason::RateLimited`] and the exact time until the next cell, and the driver
-/// serves it as a guarded rejection like any other (the pause, capped by the deadline, then the
-/// refusal with that `retry_after`).
+/// carries [`RefusalReason::RateLimited`] and the exact time until the next cell. The driver
+/// treats it as a self-imposed throttle: with attempts left it waits that long (capped by the
+/// backoff's maximum) and tries again, charging nothing to the budget; only when no retry fits
+/// (attempts or deadline) does it serve a guarded rejection like any other (the pause, capped by
+/// the deadline, then the refusal with that `retry_after`).
 ///
 /// The breaker is asked first whether it would admit (a look that changes nothing), so an open
 /// breaker does not spend the limiter's cells; then the limiter takes its cell; then the breaker
@@ -1254,8 +1256,8 @@ impl<L: Limit + ?Sized> Limit for &mut L {
 ///
 /// ```
 /// use stormguard_core::{
-///     Call, CallSettings, Instant, Name, Parts, RateLimited, RateLimiter, RateLimitSettings,
-///     RefusalReason, Step, Unguarded, Unlimited,
+///     Call, CallSettings, Duration, Instant, Name, Parts, RateLimited, RateLimiter,
+///     RateLimitSettings, RefusalReason, Step, Unguarded, Unlimited,
 /// };
 ///
 /// let limiter = RateLimiter::new(RateLimitSettings::per_second("search", 1)?);
@@ -1267,8 +1269,14 @@ impl<L: Limit + ?Sized> Limit for &mut L {
 /// let mut first = Call::begin(&CallSettings::DEFAULT, now);
 /// assert!(matches!(first.poll(&mut parts, now, &mut |_| {}), Step::Attempt(_)));
 ///
+/// // A second call waits for the next cell, a second away...
 /// let mut second = Call::begin(&CallSettings::DEFAULT, now);
-/// let Step::Reject(r) = second.poll(&mut parts, now, &mut |_| {}) else { panic!() };
+/// assert_eq!(second.poll(&mut parts, now, &mut |_| {}), Step::Wait(Duration::from_secs(1)));
+///
+/// // ...and one with no retry left is the guarded rejection.
+/// let once = CallSettings::builder().max_attempts(1).build()?;
+/// let mut third = Call::begin(&once, now);
+/// let Step::Reject(r) = third.poll(&mut parts, now, &mut |_| {}) else { panic!() };
 /// assert_eq!(r.reason, RefusalReason::RateLimited);
 /// assert_eq!(r.pause, stormguard_core::GUARD_PAUSE);
 /// # Ok::<(), stormguard_core::SettingsError>(())

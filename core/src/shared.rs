@@ -159,8 +159,8 @@ impl SharedBreaker {
         self.core.normal_latency(now)
     }
 
-    /// The measured attempt ceiling (3x the recent p95, once there are 20 successes, and never
-    /// under 10 ms).
+    /// The measured attempt ceiling (3x the recent p95, once there are 20 successes), which the
+    /// call driver raises to its floor ([`CallSettings::ceiling_floor`](crate::CallSettings::ceiling_floor)).
     #[must_use]
     pub fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         self.core.attempt_ceiling(now)

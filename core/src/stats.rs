@@ -799,10 +799,12 @@ pub(crate) fn slow_threshold(
 }
 
 /// `true` when the window's failure rate has reached half the trip point of the rate rules in
-/// force (with at least half the minimum calls seen): hedging stops adding load there.
+/// force, once the window holds its minimum calls: hedging stops adding load there.
 pub(crate) fn near_trip(r: &Readings, s: &BreakerSettings) -> bool {
     let w = r.window;
-    if w.calls.saturating_mul(2) < s.minimum_calls() || w.failures == 0 {
+    // The trip window's minimum calls, as the trip rules themselves need: one failure in three
+    // calls is not a dependency nearing its trip point.
+    if w.calls < s.minimum_calls() || w.failures == 0 {
         return false;
     }
     let (failures, calls) = (u64::from(w.failures), u64::from(w.calls));

@@ -437,7 +437,7 @@ fn under_threads_waiting_callers_respect_both_bounds() {
 // ---- in front of the call driver ----
 
 #[test]
-fn a_full_bulkhead_becomes_a_guarded_rejection_in_the_call_driver() {
+fn a_full_bulkhead_with_no_retry_left_becomes_a_guarded_rejection_in_the_call_driver() {
     let mut parts = Parts {
         breaker: Bulkheaded::new(
             Breaker::of(5, "db").unwrap(),
@@ -450,7 +450,9 @@ fn a_full_bulkhead_becomes_a_guarded_rejection_in_the_call_driver() {
         panic!("the first call is admitted")
     };
     let mut events = Vec::new();
-    let mut second = Call::begin(&CallSettings::DEFAULT, T0);
+    // One attempt: no retry fits the self-imposed throttle, so the refusal is the rejection.
+    let once = CallSettings::builder().max_attempts(1).build().unwrap();
+    let mut second = Call::begin(&once, T0);
     let step = second.poll(&mut parts, T0, &mut |e: Event<'_>| {
         events.push(format!("{e:?}"))
     });

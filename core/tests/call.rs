@@ -1096,9 +1096,9 @@ fn a_hedge_the_budget_cannot_fund_is_not_launched() {
 }
 
 #[test]
-fn the_measured_ceiling_never_cuts_a_fast_operation_below_10ms() {
+fn the_measured_ceiling_never_cuts_a_fast_operation_below_its_50ms_floor() {
     // An operation of a few microseconds: 3x its p95 would be a few microseconds, which one
-    // preemption of the calling thread exceeds. The ceiling stays at 10 ms.
+    // preemption of the calling thread exceeds. The ceiling stays at the 50 ms floor.
     let mut p = parts();
     let now = warm(
         &mut p.breaker,
@@ -1106,13 +1106,84 @@ fn the_measured_ceiling_never_cuts_a_fast_operation_below_10ms() {
         Duration::from_micros(2),
         40,
     );
-    assert_eq!(p.breaker.attempt_ceiling(now), Some(ms(10)));
+    assert!(p.breaker.attempt_ceiling(now).unwrap() < ms(1));
     let mut call = Call::begin(&CallSettings::DEFAULT, now);
     let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
         panic!()
     };
-    assert_eq!(call.attempt_deadline(), Some(now + ms(10)));
+    assert_eq!(call.attempt_deadline(), Some(now + ms(50)));
     call.complete(&mut p, permit, now + ms(1), Outcome::Success, &mut |_| {});
+}
+
+#[test]
+fn the_ceiling_floor_is_a_setting() {
+    let mut p = parts();
+    let now = warm(
+        &mut p.breaker,
+        Instant::from_secs(1),
+        Duration::from_micros(2),
+        40,
+    );
+    let settings = CallSettings::builder()
+        .ceiling_floor(ms(20))
+        .build()
+        .unwrap();
+    assert_eq!(settings.ceiling_floor(), ms(20));
+    let mut call = Call::begin(&settings, now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(call.attempt_deadline(), Some(now + ms(20)));
+    call.complete(&mut p, permit, now + ms(1), Outcome::Success, &mut |_| {});
+}
+
+#[test]
+fn without_an_attempt_timeout_or_with_one_below_the_floor_there_is_no_measured_ceiling() {
+    let mut p = parts();
+    let now = warm(
+        &mut p.breaker,
+        Instant::from_secs(1),
+        Duration::from_micros(2),
+        40,
+    );
+    // No attempt timeout: only the call's 30 s deadline bounds the attempt.
+    let none = CallSettings::builder()
+        .attempt_timeout(None)
+        .build()
+        .unwrap();
+    let mut call = Call::begin(&none, now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(call.attempt_deadline(), Some(now + secs(30)));
+    call.complete(&mut p, permit, now + ms(1), Outcome::Success, &mut |_| {});
+    // A 40 ms attempt timeout, below the 50 ms floor: the configured timeout alone.
+    let short = CallSettings::builder()
+        .attempt_timeout(Some(ms(40)))
+        .build()
+        .unwrap();
+    let mut call = Call::begin(&short, now);
+    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    assert_eq!(call.attempt_deadline(), Some(now + ms(40)));
+    call.complete(&mut p, permit, now + ms(1), Outcome::Success, &mut |_| {});
+}
+
+#[test]
+fn a_ceiling_floor_under_1ms_is_a_settings_error_naming_ceiling_floor() {
+    use stormguard_core::{Bound, Field};
+    for floor in [Duration::ZERO, Duration::from_micros(999)] {
+        let err = CallSettings::builder()
+            .ceiling_floor(floor)
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            (err.field, err.bound),
+            (Field::CeilingFloor, Bound::AtLeastDuration(ms(1)))
+        );
+    }
+    assert!(CallSettings::builder().ceiling_floor(ms(1)).build().is_ok());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -273,7 +273,9 @@ impl<'a, M: RawMutex, B, R: Copy, K: Copy> Policy<'a, M, NoListener, B, R, K> {
 
 impl<'a, M: RawMutex, L: Copy, B, K: Copy> Policy<'a, M, L, B, NoRateLimit, K> {
     /// Puts a rate limit in front of the breaker: every attempt, retries included, takes a cell
-    /// (an open breaker or a full bulkhead spends none). A refusal is the guarded rejection
+    /// (an open breaker or a full bulkhead spends none). A refusal is a self-imposed throttle:
+    /// with attempts left the call waits until the next cell (one of its attempts, nothing
+    /// charged to the budget); when no retry fits it is the guarded rejection
     /// [`RefusalReason::RateLimited`](stormguard_core::RefusalReason::RateLimited), its
     /// `retry_after` the time until the next cell (counted from the end of the pause).
     /// (With a listener that is not `Copy`, add the steps before [`Policy::with_listener`].)
@@ -328,7 +330,8 @@ impl<'a, M: RawMutex, L: Copy, B, K: Copy> Policy<'a, M, L, B, NoRateLimit, K> {
 
 impl<'a, M: RawMutex, L: Copy, B, R: Copy> Policy<'a, M, L, B, R, NoBulkhead> {
     /// Puts a bulkhead in front of the breaker (behind the rate limit, if any): every attempt
-    /// takes a slot and gives it back when it ends. A full bulkhead refuses, guarded
+    /// takes a slot and gives it back when it ends. A full bulkhead's refusal is retried on the
+    /// throttled curve while attempts and the deadline allow, then guarded
     /// ([`RefusalReason::BulkheadFull`](stormguard_core::RefusalReason::BulkheadFull)); with a
     /// bounded wait in its settings, an attempt that finds it full first waits for a slot, at
     /// most the settings' wait and never past the call's deadline, and a cancellation ends the

@@ -968,7 +968,9 @@ impl<K, L> PolicyBuilder<K, L> {
     }
 
     /// Puts a rate limiter in front of the breaker (default: none): every attempt, retries and
-    /// hedges included, takes a cell. A refusal is a guarded rejection like any other:
+    /// hedges included, takes a cell. A refusal is a self-imposed throttle: with attempts left
+    /// the call waits until the next cell and tries again (using one of its attempts, charging
+    /// nothing to the budget); when no retry fits it is a guarded rejection like any other:
     /// [`CallError::Rejected`] with [`RefusalReason::RateLimited`](stormguard_core::RefusalReason)
     /// and, as `retry_after`, the time until the next cell (counted from the end of the pause).
     /// The breaker is asked first, so an open breaker spends no cells. Composed by the core's
@@ -981,6 +983,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), stormguard_core::SettingsError> {
     /// let policy = Policy::builder("search")
+    ///     .max_attempts(1)
     ///     .rate_limit(Limiter::gcra(RateLimitSettings::per_second("search", 1)?))
     ///     .build()?;
     /// assert_eq!(policy.call(|_| async { Ok::<_, ()>(1) }).await, Ok(1));
@@ -997,7 +1000,8 @@ impl<K, L> PolicyBuilder<K, L> {
 
     /// Puts a bulkhead in front of the breaker (default: none): each attempt holds a slot while
     /// it runs (a hedge takes one too), none during backoff waits. A full bulkhead refuses the
-    /// attempt with a guarded rejection ([`RefusalReason::BulkheadFull`](stormguard_core::RefusalReason),
+    /// attempt; with attempts left the call retries it on the throttled curve, and when no
+    /// retry fits it is a guarded rejection ([`RefusalReason::BulkheadFull`](stormguard_core::RefusalReason),
     /// `retry_after` zero: a slot frees whenever a call ends). Composed by the core's
     /// [`Bulkheaded`], itself behind the rate limiter if there is one (a full bulkhead spends
     /// no cell).
@@ -1074,6 +1078,7 @@ impl<K, L> PolicyBuilder<K, L> {
             .deadline(settings.deadline())
             .attempt_timeout(settings.attempt_timeout())
             .measured_ceiling(settings.measured_ceiling())
+            .ceiling_floor(settings.ceiling_floor())
             .hedging(settings.hedging())
             .backoff(*settings.backoff());
         self
@@ -1237,7 +1242,8 @@ impl<K, L> PolicyBuilder<K, L> {
             limiter: self.limiter,
             bulkhead: self.bulkhead,
             settings: self.call.build()?,
-            single: self.call.max_attempts(1).build()?,
+            // One attempt cannot hedge: the single-attempt form runs without it.
+            single: self.call.max_attempts(1).hedging(false).build()?,
             clock: SteadyClock::new(self.clock),
             listener: self.listener,
         })

@@ -458,6 +458,7 @@ async fn every_key_shares_the_templates_rate_limiter_and_bulkhead() {
     let bulkhead = stormguard_std::Bulkhead::of(4, "hosts").unwrap();
     let template = Policy::builder("hosts")
         .breaker(Breaker::of(5, "hosts").unwrap())
+        .max_attempts(1)
         .rate_limit(limiter.clone())
         .bulkhead(bulkhead.clone())
         .build()

@@ -155,10 +155,12 @@ async fn the_ceiling_only_tightens_and_can_be_turned_off() {
 // Rate limiting
 
 #[tokio::test(start_paused = true)]
-async fn a_rate_limited_call_is_a_guarded_rejection_with_the_time_to_the_next_cell() {
+async fn a_rate_limited_call_with_no_retry_left_is_a_guarded_rejection_with_the_time_to_the_next_cell(
+) {
     let limiter = Limiter::gcra(RateLimitSettings::per_second("search", 2).unwrap());
     let metrics = Metrics::new("search");
     let policy = Policy::builder("search")
+        .max_attempts(1)
         .rate_limit(limiter.clone())
         .listener(metrics.clone())
         .build()
@@ -187,6 +189,22 @@ async fn a_rate_limited_call_is_a_guarded_rejection_with_the_time_to_the_next_ce
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_rate_limited_attempt_waits_for_the_next_cell_instead_of_ending_the_call() {
+    let limiter = Limiter::gcra(RateLimitSettings::per_second("search", 2).unwrap());
+    let policy = Policy::builder("search")
+        .rate_limit(limiter.clone())
+        .build()
+        .unwrap();
+    assert_eq!(policy.call(ok).await, Ok(7));
+    assert_eq!(policy.call(ok).await, Ok(7));
+    // The limiter is empty: the call waits its hint (the next cell, 500 ms after the first
+    // two) and is served.
+    let start = TokioInstant::now();
+    assert_eq!(policy.call(ok).await, Ok(7));
+    assert_eq!(start.elapsed(), ms(500));
+}
+
+#[tokio::test(start_paused = true)]
 async fn every_attempt_takes_a_cell_and_a_refused_retry_carries_the_last_error() {
     // 10 a minute: nothing refills during the test's backoff waits.
     let limiter = Limiter::gcra(RateLimitSettings::per_minute("api", 10).unwrap());
@@ -212,11 +230,19 @@ async fn every_attempt_takes_a_cell_and_a_refused_retry_carries_the_last_error()
         "three attempts, three cells"
     );
 
-    // Drain to one cell: the first attempt takes it, the retry is refused by the limiter.
+    // Drain to one cell: the first attempt takes it, the retry (the last attempt) is refused by
+    // the limiter, and no retry is left to wait for the next cell.
     for _ in 0..6 {
         assert_eq!(policy.call(ok).await, Ok(7));
     }
-    let r = policy.call(|_| async { Err::<u32, _>("down") }).await;
+    let twice = Policy::builder("api")
+        .rate_limit(limiter.clone())
+        .no_budget()
+        .backoff(no_jitter())
+        .max_attempts(2)
+        .build()
+        .unwrap();
+    let r = twice.call(|_| async { Err::<u32, _>("down") }).await;
     let Err(CallError::Rejected { rejection, last }) = r else {
         panic!("{r:?}")
     };
@@ -236,6 +262,7 @@ async fn the_window_form_refuses_for_its_cooldown_once_exceeded() {
             .unwrap(),
     );
     let policy = Policy::builder("stream")
+        .max_attempts(1)
         .rate_limit(limiter)
         .build()
         .unwrap();
@@ -299,10 +326,11 @@ fn hold_slot(policy: &Arc<Policy>, hold: StdDuration) -> tokio::task::JoinHandle
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_full_bulkhead_is_a_guarded_rejection() {
+async fn a_full_bulkhead_with_no_retry_left_is_a_guarded_rejection() {
     let bulkhead = Bulkhead::of(1, "db").unwrap();
     let policy = Arc::new(
         Policy::builder("db")
+            .max_attempts(1)
             .bulkhead(bulkhead.clone())
             .build()
             .unwrap(),
@@ -362,6 +390,7 @@ async fn a_wait_that_ends_without_a_slot_is_a_guarded_rejection() {
     let bulkhead = waiting_bulkhead(1, 1, 250);
     let policy = Arc::new(
         Policy::builder("db")
+            .max_attempts(1)
             .bulkhead(bulkhead.clone())
             .build()
             .unwrap(),
@@ -408,6 +437,7 @@ async fn a_full_queue_refuses_at_once_without_waiting() {
     let bulkhead = waiting_bulkhead(1, 1, 500);
     let policy = Arc::new(
         Policy::builder("db")
+            .max_attempts(1)
             .bulkhead(bulkhead.clone())
             .build()
             .unwrap(),

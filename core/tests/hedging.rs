@@ -1,0 +1,96 @@
+//! Hedging's bounds: its earliest start, its suppression near the trip point, and its
+//! configuration, on synthetic time.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic
+)]
+
+use stormguard_core::{
+    Backoff, Bound, Breaker, BreakerSettings, CallSettings, Duration, Field, Instant, Jitter,
+    Outcome, Ratio,
+};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn run(b: &mut Breaker, mut now: Instant, latency: Duration, outcome: Outcome, n: u32) -> Instant {
+    for _ in 0..n {
+        let p = b.try_acquire(now).unwrap();
+        now += latency;
+        b.on_outcome(now, p, outcome, &mut |_| {});
+    }
+    now
+}
+
+fn breaker() -> Breaker {
+    Breaker::new(
+        BreakerSettings::builder("search")
+            .jitter(false)
+            .build()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn a_hedge_never_starts_sooner_than_10_ms_after_the_first_attempt() {
+    let mut b = breaker();
+    // A dependency answering in 200 microseconds: its p95 is far under 10 ms.
+    let now = run(
+        &mut b,
+        Instant::from_secs(1),
+        Duration::from_micros(200),
+        Outcome::Success,
+        40,
+    );
+    assert_eq!(b.hedge_after(now), Ok(ms(10)));
+}
+
+#[test]
+fn hedging_is_suppressed_near_the_trip_point_only_once_the_window_holds_its_minimum_calls() {
+    let mut b = Breaker::new(
+        BreakerSettings::builder("search")
+            .jitter(false)
+            .minimum_calls(6)
+            .failure_ratio(Ratio::from_percent(50))
+            .build()
+            .unwrap(),
+    );
+    // A baseline of healthy calls, then a fresh trip window (the baseline outlives it).
+    let now = run(&mut b, Instant::from_secs(1), ms(20), Outcome::Success, 40);
+    let now = now + Duration::from_secs(31);
+    // One failure in three calls: half the 50% point is reached, but on too few calls to say
+    // anything about the dependency.
+    let now = run(&mut b, now, ms(20), Outcome::Success, 2);
+    let now = run(&mut b, now, ms(20), Outcome::Transient, 1);
+    assert!(b.hedge_after(now).is_ok(), "{:?}", b.hedge_after(now));
+    // With the window's minimum calls, the same rate suppresses the hedge.
+    let now = run(&mut b, now, ms(20), Outcome::Success, 2);
+    let now = run(&mut b, now, ms(20), Outcome::Transient, 1);
+    assert_eq!(
+        b.hedge_after(now),
+        Err(stormguard_core::HedgeSuppressed::NearTrip)
+    );
+}
+
+#[test]
+fn hedging_with_a_single_attempt_is_a_settings_error_naming_max_attempts() {
+    let err = CallSettings::builder()
+        .max_attempts(1)
+        .hedging(true)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field, Field::MaxAttempts);
+    assert_eq!(err.bound, Bound::AtLeast(2));
+    // Either alone is fine.
+    assert!(CallSettings::builder().max_attempts(1).build().is_ok());
+    assert!(CallSettings::builder()
+        .max_attempts(2)
+        .hedging(true)
+        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
+        .build()
+        .is_ok());
+}
