@@ -56,6 +56,7 @@ impl<T, E, F: Fn(&Result<T, E>) -> Outcome> Classify<T, E> for F {
 }
 
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use self::http_preset::{http_outcome, retry_after, Http};
 
 #[cfg(feature = "http")]
@@ -120,6 +121,7 @@ mod http_preset {
     /// # Ok::<(), http::Error>(())
     /// ```
     #[cfg(feature = "reqwest")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
     impl<E> Classify<reqwest::Response, E> for Http {
         fn classify(&self, result: &Result<reqwest::Response, E>) -> Outcome {
             match result {

@@ -360,8 +360,8 @@ struct Table<K, C, L> {
 /// [`Member::to_evict`]): idle means no call in flight (waits between its attempts included)
 /// and quiet for the breaker's trip window if it is closed, for four of its longest breaks if
 /// it is open, half-open or recovering; an open breaker still asked for is never evicted, an
-/// isolated one only by [`KeyedPolicy::remove`]. Bound a key space chosen by remote input (see
-/// the [module docs](self)).
+/// isolated one only by [`KeyedPolicy::remove`]. Bound a key space chosen by remote input
+/// (an allow-list, or one shared key for every key not on it).
 ///
 /// A cloneable `Send + Sync` handle: clones share the table. A call for a key already in the
 /// table takes no lock: the table is a fixed array of `arc_swap` slots probed from the key's

@@ -73,6 +73,7 @@
 //! - `tower`: the [`tower`] layer (implies `tokio` and `http`).
 //! - `serde`: `Serialize` on health reports and metrics snapshots.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
     test,
     allow(
@@ -109,14 +110,18 @@ mod subscription;
 #[cfg(feature = "tokio")]
 mod tokio;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
 #[cfg(feature = "quanta")]
+#[cfg_attr(docsrs, doc(cfg(feature = "quanta")))]
 pub use self::quanta::{CoarseClock, QuantaClock};
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use self::tokio::TokioClock;
 pub use cache::{CacheRule, SuccessCache, ZeroTtl};
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use classify::{http_outcome, retry_after, Http};
 pub use classify::{Classify, EveryErrorTransient};
 pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock, SteadyClock};
@@ -124,9 +129,11 @@ pub use engine::{AddError, Decision, EnginePolicy, PolicyEngine, Predicate, Trai
 pub use events::{Both, Ended, Listener, NoListener};
 pub use handles::{entropy_seed, Breaker, Budget};
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError, MAX_KEYS};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use policy::{Bulkhead, CallOptions, Limiter, Policy, PolicyBuilder};
 pub use stormguard_core::CallError;
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use subscription::{subscribe, Subscription, SubscriptionCancelled, SubscriptionEvent};

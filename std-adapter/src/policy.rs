@@ -130,6 +130,7 @@ impl<'a, C> CallOptions<'a, C> {
     /// # let _ = o;
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn cancel_on(mut self, token: &'a CancellationToken) -> Self {
         self.cancel = Some(token);
         self
@@ -1813,6 +1814,7 @@ mod run {
         }
     }
 
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     impl<K: Clock, L: Listener> Policy<K, L> {
         /// Runs `op` under the policy: `op(attempt)` (1 for the first attempt) makes one
         /// attempt; `Ok` is a success and every `Err` a transient failure (see

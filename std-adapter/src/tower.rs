@@ -325,6 +325,7 @@ impl HttpRequests {
 /// # Ok(()) }
 /// ```
 #[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 impl Requests<reqwest::Request> for HttpRequests {
     type Template = reqwest::Request;
 
