@@ -38,3 +38,53 @@ async fn a_rejection_before_any_attempt_has_no_source() {
     assert!(e.rejection().is_some());
     assert!(e.source().is_none());
 }
+
+/// Written against `stormguard_std` alone: every type the policy API takes or returns is
+/// reachable from it, and std durations go in where the core's builders take the core's.
+#[tokio::test(start_paused = true)]
+async fn a_host_user_builds_and_reads_a_policy_with_this_crate_alone() {
+    use std::time::Duration as StdDuration;
+    use stormguard_std::{
+        Backoff, BreakerSettings, BudgetSettings, Duration, FailureRate, Jitter, RefusalReason,
+        Rejection, SettingsError, SlowCalls, Snapshot, State,
+    };
+
+    let breaker = BreakerSettings::builder("payments")
+        .consecutive_failures(1)
+        .failure_rate(None::<FailureRate>)
+        .slow_calls(None::<SlowCalls>)
+        .jitter(false)
+        .break_duration(StdDuration::from_secs(5).into())
+        .build()
+        .unwrap();
+    let budget = BudgetSettings::builder("payments").build().unwrap();
+    let backoff = Backoff::builder()
+        .base(StdDuration::from_millis(10).into())
+        .jitter(Jitter::None)
+        .build()
+        .unwrap();
+    let policy = Policy::builder("payments")
+        .breaker_settings(breaker)
+        .budget_settings(budget)
+        .backoff(backoff)
+        .max_attempts(1)
+        .deadline(StdDuration::from_secs(2))
+        .build()
+        .unwrap();
+
+    let r: Result<(), CallError<io::Error>> = policy
+        .call(|_| async { Err(io::Error::other("down")) })
+        .await;
+    assert!(matches!(r, Err(CallError::Failed(_))));
+    let snapshot: Snapshot = policy.breaker().unwrap().snapshot();
+    assert!(matches!(snapshot.state, State::Open));
+
+    let r: Result<(), CallError<io::Error>> = policy.call(|_| async { Ok(()) }).await;
+    let rejection: Rejection = *r.unwrap_err().rejection().unwrap();
+    assert_eq!(rejection.reason, RefusalReason::BreakerOpen);
+    assert!(rejection.retry_after <= Duration::from_secs(5));
+    let bad: Result<BreakerSettings, SettingsError> = BreakerSettings::builder("payments")
+        .consecutive_failures(0)
+        .build();
+    assert!(bad.is_err());
+}
