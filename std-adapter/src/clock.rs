@@ -25,7 +25,7 @@ use stormguard_core::{Duration, Instant};
 ///     }
 /// }
 ///
-/// fn elapsed_since(clock: &impl Clock, start: Instant) -> stormguard_core::Duration {
+/// fn elapsed_since(clock: &impl Clock, start: Instant) -> stormguard_std::Duration {
 ///     clock.now() - start
 /// }
 ///

@@ -193,8 +193,8 @@ impl<K, C, L> Occupant for Key<K, C, L> {
 /// }
 /// # let rejection = stormguard_core::Rejection {
 /// #     reason: stormguard_core::RefusalReason::KeyedFull,
-/// #     retry_after: stormguard_core::Duration::from_secs(30),
-/// #     pause: stormguard_core::Duration::from_millis(100),
+/// #     retry_after: stormguard_std::Duration::from_secs(30),
+/// #     pause: stormguard_std::Duration::from_millis(100),
 /// #     last: None,
 /// #     attempts: 0,
 /// # };
@@ -427,7 +427,7 @@ where
     /// let no_breaker = Policy::builder("hosts").no_breaker().build()?;
     /// let e = KeyedPolicy::<u32>::new(no_breaker, 8).unwrap_err();
     /// assert_eq!(e, KeyedSetupError::NoBreaker);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn new(template: Policy<C, L>, capacity: usize) -> Result<Self, KeyedSetupError> {
         if capacity > MAX_KEYS {
