@@ -11,12 +11,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use stormguard_core::{
-    Admission, Backoff, BreakerSettings, BudgetSettings, BulkheadPermit, BulkheadSettings,
+    Admission, Backoff, Bound, BreakerSettings, BudgetSettings, BulkheadPermit, BulkheadSettings,
     BulkheadSlots, BulkheadSnapshot, Bulkheaded, Call, CallError, CallSettings,
-    CallSettingsBuilder, Duration, Event, Explain, Finished, Funding, HedgeSuppressed, Instant,
-    Limit, Name, Outcome, Parts, Permit, RateLimitSettings, RateLimited, Refused, SettingsError,
-    SharedBreaker, SharedBudget, SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, Step,
-    Unguarded, Unlimited, WindowLimitSettings,
+    CallSettingsBuilder, Duration, Event, Explain, Field, Finished, Funding, HedgeSuppressed,
+    Instant, Limit, Name, Outcome, Parts, Permit, RateLimitSettings, RateLimited, Refused,
+    SettingsError, SharedBreaker, SharedBudget, SharedBulkhead, SharedRateLimiter,
+    SharedWindowLimiter, Step, Unguarded, Unlimited, WindowLimitSettings,
 };
 
 use crate::classify::{Classify, EveryErrorTransient};
@@ -862,6 +862,8 @@ pub(crate) struct Attempt {
 enum Choice<T> {
     Default,
     Given(T),
+    /// Built from settings handed to this policy's builder: they must carry the policy's name.
+    Built(T),
     Off,
 }
 
@@ -909,18 +911,28 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
-    /// Guards calls with a new breaker built from `settings`.
+    /// Guards calls with a new breaker built from `settings`, which must carry the policy's
+    /// name: [`build`](PolicyBuilder::build) refuses other names ([`Field::BreakerName`],
+    /// [`Bound::PolicyName`]) rather than report one dependency under two names. A shared
+    /// [`Breaker`] handle given with [`breaker`](PolicyBuilder::breaker) keeps its own name.
     ///
     /// ```
-    /// use stormguard_std::BreakerSettings;
+    /// use stormguard_std::{Bound, BreakerSettings, Field};
     /// let p = stormguard_std::Policy::builder("db")
     ///     .breaker_settings(BreakerSettings::consecutive_only("db", 3)?)
     ///     .build()?;
     /// assert_eq!(p.breaker().unwrap().settings().consecutive_failures(), 3);
+    /// let e = stormguard_std::Policy::builder("db")
+    ///     .breaker_settings(BreakerSettings::consecutive_only("cache", 3)?)
+    ///     .build()
+    ///     .err()
+    ///     .unwrap();
+    /// assert_eq!((e.field, e.bound), (Field::BreakerName, Bound::PolicyName));
     /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
-    pub fn breaker_settings(self, settings: BreakerSettings) -> Self {
-        self.breaker(Breaker::new(settings))
+    pub fn breaker_settings(mut self, settings: BreakerSettings) -> Self {
+        self.breaker = Choice::Built(Breaker::new(settings));
+        self
     }
 
     /// No breaker: every attempt is admitted (the retry budget, attempts and deadline still
@@ -942,7 +954,10 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
-    /// Bounds retries with a new budget built from `settings`.
+    /// Bounds retries with a new budget built from `settings`, which must carry the policy's
+    /// name: [`build`](PolicyBuilder::build) refuses other names ([`Field::BudgetName`],
+    /// [`Bound::PolicyName`]). A shared [`Budget`] handle given with
+    /// [`budget`](PolicyBuilder::budget) keeps its own name.
     ///
     /// ```
     /// use stormguard_std::BudgetSettings;
@@ -952,8 +967,9 @@ impl<K, L> PolicyBuilder<K, L> {
     /// assert_eq!(p.budget().unwrap().settings().capacity(), 10);
     /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
-    pub fn budget_settings(self, settings: BudgetSettings) -> Self {
-        self.budget(Budget::new(settings))
+    pub fn budget_settings(mut self, settings: BudgetSettings) -> Self {
+        self.budget = Choice::Built(Budget::new(settings));
+        self
     }
 
     /// No retry budget: retries are bounded by the attempts and the deadline only.
@@ -1222,6 +1238,13 @@ impl<K, L> PolicyBuilder<K, L> {
                 BreakerSettings::builder_named(self.name).build()?,
             )),
             Choice::Given(b) => Some(b),
+            Choice::Built(b) if b.settings().name() == &self.name => Some(b),
+            Choice::Built(_) => {
+                return Err(SettingsError {
+                    field: Field::BreakerName,
+                    bound: Bound::PolicyName,
+                })
+            }
             Choice::Off => None,
         };
         let budget = match self.budget {
@@ -1229,6 +1252,13 @@ impl<K, L> PolicyBuilder<K, L> {
                 BudgetSettings::builder_named(self.name).build()?,
             )),
             Choice::Given(b) => Some(b),
+            Choice::Built(b) if b.settings().name() == &self.name => Some(b),
+            Choice::Built(_) => {
+                return Err(SettingsError {
+                    field: Field::BudgetName,
+                    bound: Bound::PolicyName,
+                })
+            }
             Choice::Off => None,
         };
         Ok(Policy {
@@ -1291,8 +1321,9 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
 }
 
 impl Policy {
-    /// A builder for a policy named `name` (the name its breaker, budget and events carry,
-    /// unless given breakers and budgets have their own).
+    /// A builder for a policy named `name`: the name its breaker, budget and events carry.
+    /// Breaker and budget settings handed to the builder must carry the same name; shared
+    /// [`Breaker`] and [`Budget`] handles keep their own.
     pub fn builder(name: &'static str) -> PolicyBuilder {
         Policy::builder_named(Name::new(name))
     }

@@ -88,3 +88,36 @@ async fn a_host_user_builds_and_reads_a_policy_with_this_crate_alone() {
         .build();
     assert!(bad.is_err());
 }
+
+#[test]
+fn settings_named_for_another_dependency_are_refused_by_the_policy() {
+    use stormguard_std::{Bound, Breaker, BreakerSettings, BudgetSettings, Field};
+
+    let breaker = BreakerSettings::builder("cache").build().unwrap();
+    let e = Policy::builder("payments")
+        .breaker_settings(breaker)
+        .build()
+        .err()
+        .unwrap();
+    assert_eq!((e.field, e.bound), (Field::BreakerName, Bound::PolicyName));
+    assert_eq!(e.to_string(), "`breaker_name` must be the policy's name");
+
+    let budget = BudgetSettings::builder("cache").build().unwrap();
+    let e = Policy::builder("payments")
+        .budget_settings(budget)
+        .build()
+        .err()
+        .unwrap();
+    assert_eq!((e.field, e.bound), (Field::BudgetName, Bound::PolicyName));
+
+    // A shared handle keeps its own name: two policies may guard calls with one breaker.
+    let shared = Breaker::new(BreakerSettings::builder("payments").build().unwrap());
+    let refunds = Policy::builder("refunds")
+        .breaker(shared.clone())
+        .build()
+        .unwrap();
+    assert_eq!(
+        refunds.breaker().unwrap().settings().name().as_str(),
+        "payments"
+    );
+}
