@@ -167,7 +167,31 @@ impl<E: fmt::Display> fmt::Display for CallError<E> {
     }
 }
 
-impl<E: fmt::Debug + fmt::Display> core::error::Error for CallError<E> {}
+/// The operation's error is the source: an error chain built from a `CallError` keeps what the
+/// dependency said ("connection refused") below what the call did ("call deadline exceeded").
+///
+/// ```
+/// use core::error::Error;
+/// use core::fmt;
+///
+/// #[derive(Debug)]
+/// struct Refused;
+/// impl fmt::Display for Refused {
+///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+///         f.write_str("connection refused")
+///     }
+/// }
+/// impl Error for Refused {}
+///
+/// let e = stormguard_core::CallError::DeadlineExceeded { last: Some(Refused) };
+/// assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("connection refused"));
+/// ```
+impl<E: core::error::Error + 'static> core::error::Error for CallError<E> {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        self.last_error()
+            .map(|e| e as &(dyn core::error::Error + 'static))
+    }
+}
 
 #[cfg(feature = "defmt")]
 impl<E: defmt::Format> defmt::Format for CallError<E> {

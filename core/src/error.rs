@@ -169,6 +169,10 @@ pub enum Field {
     Name,
     /// A fixed table's or registry's capacity (keys, rules, entries).
     Capacity,
+    /// The name in the breaker settings a policy is given.
+    BreakerName,
+    /// The name in the budget settings a policy is given.
+    BudgetName,
 }
 
 impl Field {
@@ -218,6 +222,8 @@ impl Field {
             Field::Cooldown => "cooldown",
             Field::Name => "name",
             Field::Capacity => "capacity",
+            Field::BreakerName => "breaker_name",
+            Field::BudgetName => "budget_name",
         }
     }
 }
@@ -260,6 +266,9 @@ pub enum Bound {
     NotBlank,
     /// A name without control characters (they break logs and metrics expositions).
     NoControlCharacters,
+    /// The name the policy was given: settings built for one policy carry its name, so events,
+    /// metrics and health reports name one thing once.
+    PolicyName,
 }
 
 impl fmt::Display for Bound {
@@ -280,6 +289,7 @@ impl fmt::Display for Bound {
             }
             Bound::NotBlank => f.write_str("not blank"),
             Bound::NoControlCharacters => f.write_str("free of control characters"),
+            Bound::PolicyName => f.write_str("the policy's name"),
         }
     }
 }

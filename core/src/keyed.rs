@@ -33,7 +33,7 @@ use crate::{
 };
 
 /// How many of its longest breaks a key whose breaker is not closed must be quiet before it
-/// counts as idle (see the [module docs](self)): long enough that a breaker still consulted
+/// counts as idle (see [`Member::is_idle`]): long enough that a breaker still consulted
 /// every break or so is never evicted, short enough that keys nobody asks for do not hold the
 /// table for good.
 pub const STALE_BREAKS: u64 = 4;

@@ -82,6 +82,7 @@
 //!   public types (forwards to `stormguard-core/defmt`).
 #![no_std]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
     test,
     allow(

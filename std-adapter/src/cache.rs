@@ -43,7 +43,7 @@ impl<T> SuccessCache<T> {
     /// An empty cache serving successes for `ttl`.
     ///
     /// ```
-    /// use stormguard_core::Duration;
+    /// use stormguard_std::Duration;
     /// assert!(stormguard_std::SuccessCache::<u8>::new(Duration::ZERO).is_err());
     /// ```
     pub fn new(ttl: Duration) -> Result<SuccessCache<T>, ZeroTtl> {
@@ -58,7 +58,7 @@ impl<T> SuccessCache<T> {
     /// The rule it follows.
     ///
     /// ```
-    /// use stormguard_core::Duration;
+    /// use stormguard_std::Duration;
     /// let cache = stormguard_std::SuccessCache::<u8>::new(Duration::from_secs(2)).unwrap();
     /// assert_eq!(cache.rule().ttl(), Duration::from_secs(2));
     /// ```

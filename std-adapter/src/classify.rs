@@ -8,7 +8,7 @@ use stormguard_core::Outcome;
 /// every `Fn(&Result<T, E>) -> Outcome`.
 ///
 /// ```
-/// use stormguard_core::Outcome;
+/// use stormguard_std::Outcome;
 /// use stormguard_std::Classify;
 ///
 /// #[derive(Debug)]
@@ -30,7 +30,7 @@ pub trait Classify<T, E> {
 /// The default classification: `Ok` is a success, every `Err` a transient failure.
 ///
 /// ```
-/// use stormguard_core::Outcome;
+/// use stormguard_std::Outcome;
 /// use stormguard_std::{Classify, EveryErrorTransient};
 /// assert_eq!(EveryErrorTransient.classify(&Ok::<u8, ()>(1)), Outcome::Success);
 /// assert_eq!(EveryErrorTransient.classify(&Err::<u8, ()>(())), Outcome::Transient);
@@ -56,6 +56,7 @@ impl<T, E, F: Fn(&Result<T, E>) -> Outcome> Classify<T, E> for F {
 }
 
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use self::http_preset::{http_outcome, retry_after, Http};
 
 #[cfg(feature = "http")]
@@ -74,7 +75,7 @@ mod http_preset {
     ///
     /// A throttle that asks for no wait (`Retry-After: 0`, or a date already past) is
     /// classified as throttled here, and the call driver then counts it as a transient failure
-    /// ([`Outcome::effective`](stormguard_core::Outcome::effective)): a dependency that keeps
+    /// ([`Outcome::effective`](crate::Outcome::effective)): a dependency that keeps
     /// answering `503, Retry-After: 0` is down, and trips the breaker like any other 5xx, while
     /// `Retry-After: 30` is honoured and never trips it.
     ///
@@ -112,7 +113,7 @@ mod http_preset {
     /// status and headers; every error (reqwest's: connect, timeout, body) is transient.
     ///
     /// ```
-    /// use stormguard_core::Outcome;
+    /// use stormguard_std::Outcome;
     /// use stormguard_std::{Classify, Http};
     /// let throttled = http::Response::builder().status(429).body("")?;
     /// let r: Result<reqwest::Response, reqwest::Error> = Ok(throttled.into());
@@ -120,6 +121,7 @@ mod http_preset {
     /// # Ok::<(), http::Error>(())
     /// ```
     #[cfg(feature = "reqwest")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
     impl<E> Classify<reqwest::Response, E> for Http {
         fn classify(&self, result: &Result<reqwest::Response, E>) -> Outcome {
             match result {
@@ -133,7 +135,7 @@ mod http_preset {
     ///
     /// ```
     /// use http::{HeaderMap, StatusCode};
-    /// use stormguard_core::Outcome;
+    /// use stormguard_std::Outcome;
     /// // 503 without Retry-After: the server is failing, not defending itself.
     /// assert_eq!(
     ///     stormguard_std::http_outcome(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new()),
@@ -170,7 +172,7 @@ mod http_preset {
     ///
     /// ```
     /// use http::HeaderMap;
-    /// use stormguard_core::Duration;
+    /// use stormguard_std::Duration;
     /// let mut h = HeaderMap::new();
     /// h.insert("retry-after", "120".parse().unwrap());
     /// assert_eq!(stormguard_std::retry_after(&h), Some(Duration::from_secs(120)));

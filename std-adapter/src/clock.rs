@@ -25,7 +25,7 @@ use stormguard_core::{Duration, Instant};
 ///     }
 /// }
 ///
-/// fn elapsed_since(clock: &impl Clock, start: Instant) -> stormguard_core::Duration {
+/// fn elapsed_since(clock: &impl Clock, start: Instant) -> stormguard_std::Duration {
 ///     clock.now() - start
 /// }
 ///
@@ -56,7 +56,7 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 }
 
 /// A clock whose readings never step back, whatever the clock it reads does: what a
-/// [`Policy`](crate::Policy) and the health [`Registry`](crate::Registry) read through.
+/// [`Policy`](crate::Policy) and the health [`Registry`](crate::health::Registry) read through.
 ///
 /// The core reads a reading earlier than the last as "no time passed", but a call's deadline, an
 /// open breaker's end and a budget's refill are instants of one clock: a custom clock stepped
@@ -199,6 +199,7 @@ pub fn process_epoch() -> std::time::Instant {
 /// drive it, and it agrees with the tokio timers the policy sleeps on), [`MonotonicClock`]
 /// without it. Both count from [`process_epoch`].
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub type DefaultClock = crate::TokioClock;
 
 /// The clock a [`Policy`](crate::Policy) reads unless told otherwise, and that the handles'

@@ -231,7 +231,7 @@ impl<C, T, E> PolicyEngine<C, T, E> {
     /// use stormguard_std::PolicyEngine;
     /// let e = PolicyEngine::<(), u8, ()>::with_capacity(1 << 40).unwrap_err();
     /// assert_eq!((e.field, e.bound), (Field::Capacity, Bound::AtMost(1 << 16)));
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn with_capacity(n: usize) -> Result<Self, SettingsError> {
         if n > Self::MAX_RESERVED {

@@ -69,7 +69,7 @@ impl Breaker {
     /// ```
     /// let breaker = stormguard_std::Breaker::of(5, "payments")?;
     /// assert_eq!(breaker.settings().consecutive_failures(), 5);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn of(consecutive_failures: u32, name: &'static str) -> Result<Breaker, SettingsError> {
         BreakerSettings::builder(name)
@@ -99,7 +99,7 @@ impl Breaker {
     /// ```
     /// let breaker = stormguard_std::Breaker::of(3, "db")?;
     /// assert_eq!(breaker.shared().name().as_str(), "db");
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     #[must_use]
     pub fn shared(&self) -> &SharedBreaker {
@@ -110,7 +110,7 @@ impl Breaker {
     ///
     /// ```
     /// assert_eq!(stormguard_std::Breaker::of(3, "db")?.name().as_str(), "db");
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     #[must_use]
     pub fn name(&self) -> &Name {
@@ -121,7 +121,7 @@ impl Breaker {
     ///
     /// ```
     /// assert_eq!(stormguard_std::Breaker::of(3, "db")?.settings().half_open_probes(), 1);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     #[must_use]
     pub fn settings(&self) -> &BreakerSettings {
@@ -133,7 +133,7 @@ impl Breaker {
     /// ```
     /// use stormguard_core::State;
     /// assert_eq!(stormguard_std::Breaker::of(3, "db")?.state(), State::Closed);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     #[must_use]
     pub fn state(&self) -> State {
@@ -146,7 +146,7 @@ impl Breaker {
     /// use stormguard_core::{Instant, State};
     /// let b = stormguard_std::Breaker::of(3, "db")?;
     /// assert_eq!(b.state_at(Instant::from_secs(1)), State::Closed);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     #[must_use]
     pub fn state_at(&self, now: Instant) -> State {
@@ -159,7 +159,7 @@ impl Breaker {
     /// ```
     /// let b = stormguard_std::Breaker::of(3, "db")?;
     /// assert!(!b.snapshot().is_degraded());
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {
@@ -172,7 +172,7 @@ impl Breaker {
     /// use stormguard_core::Instant;
     /// let b = stormguard_std::Breaker::of(3, "db")?;
     /// assert_eq!(b.snapshot_at(Instant::from_secs(1)).window_calls, 0);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     #[must_use]
     pub fn snapshot_at(&self, now: Instant) -> Snapshot {
@@ -188,7 +188,7 @@ impl Breaker {
     /// let b = stormguard_std::Breaker::of(3, "db")?;
     /// b.isolate();
     /// assert_eq!(b.state(), State::Isolated);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn isolate(&self) {
         self.inner
@@ -203,7 +203,7 @@ impl Breaker {
     /// b.isolate();
     /// b.reset();
     /// assert_eq!(b.state(), State::Closed);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn reset(&self) {
         self.inner
@@ -216,7 +216,7 @@ impl Breaker {
     /// let a = stormguard_std::Breaker::of(3, "db")?;
     /// assert!(a.same_as(&a.clone()));
     /// assert!(!a.same_as(&stormguard_std::Breaker::of(3, "db")?));
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     #[must_use]
     pub fn same_as(&self, other: &Breaker) -> bool {
@@ -237,7 +237,7 @@ impl fmt::Debug for Breaker {
 /// private to its policy.
 ///
 /// ```
-/// use stormguard_core::BudgetSettings;
+/// use stormguard_std::BudgetSettings;
 /// use stormguard_std::Budget;
 ///
 /// let retries = Budget::new(BudgetSettings::defaults("payments"));

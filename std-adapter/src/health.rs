@@ -185,7 +185,7 @@ struct Entries {
 /// assert_eq!(report.status, Status::Unavailable);
 /// assert_eq!(report.breakers[1].state, "isolated");
 /// assert_eq!(report.budgets.len(), 2);
-/// # Ok::<(), stormguard_core::SettingsError>(())
+/// # Ok::<(), stormguard_std::SettingsError>(())
 /// ```
 #[derive(Clone)]
 pub struct Registry<K = DefaultClock> {
@@ -242,7 +242,7 @@ impl<K: Clock> Registry<K> {
     /// registry.add_breaker(&breaker);
     /// registry.add_breaker(&breaker.clone());
     /// assert_eq!(registry.report().breakers.len(), 1);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn add_breaker(&self, breaker: &Breaker) {
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());

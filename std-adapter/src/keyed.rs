@@ -193,8 +193,8 @@ impl<K, C, L> Occupant for Key<K, C, L> {
 /// }
 /// # let rejection = stormguard_core::Rejection {
 /// #     reason: stormguard_core::RefusalReason::KeyedFull,
-/// #     retry_after: stormguard_core::Duration::from_secs(30),
-/// #     pause: stormguard_core::Duration::from_millis(100),
+/// #     retry_after: stormguard_std::Duration::from_secs(30),
+/// #     pause: stormguard_std::Duration::from_millis(100),
 /// #     last: None,
 /// #     attempts: 0,
 /// # };
@@ -360,8 +360,8 @@ struct Table<K, C, L> {
 /// [`Member::to_evict`]): idle means no call in flight (waits between its attempts included)
 /// and quiet for the breaker's trip window if it is closed, for four of its longest breaks if
 /// it is open, half-open or recovering; an open breaker still asked for is never evicted, an
-/// isolated one only by [`KeyedPolicy::remove`]. Bound a key space chosen by remote input (see
-/// the [module docs](self)).
+/// isolated one only by [`KeyedPolicy::remove`]. Bound a key space chosen by remote input
+/// (an allow-list, or one shared key for every key not on it).
 ///
 /// A cloneable `Send + Sync` handle: clones share the table. A call for a key already in the
 /// table takes no lock: the table is a fixed array of `arc_swap` slots probed from the key's
@@ -427,7 +427,7 @@ where
     /// let no_breaker = Policy::builder("hosts").no_breaker().build()?;
     /// let e = KeyedPolicy::<u32>::new(no_breaker, 8).unwrap_err();
     /// assert_eq!(e, KeyedSetupError::NoBreaker);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn new(template: Policy<C, L>, capacity: usize) -> Result<Self, KeyedSetupError> {
         if capacity > MAX_KEYS {

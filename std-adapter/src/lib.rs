@@ -15,7 +15,7 @@
 //! use stormguard_std::{CallError, Policy};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), stormguard_core::SettingsError> {
+//! # async fn main() -> Result<(), stormguard_std::SettingsError> {
 //! // A breaker (5 consecutive failures, relative error rate, slow calls), a retry budget,
 //! // 3 attempts with jittered exponential backoff, a 30 s deadline and a 10 s attempt
 //! // timeout: the design's defaults, with a tighter deadline.
@@ -66,6 +66,33 @@
 //!   established on the core's capped schedule; [`PolicyEngine`]: the core's policy engine,
 //!   growable.
 //!
+//! ## Only this crate
+//! The core types this crate's API takes and returns are re-exported here (settings and their
+//! builders, [`Outcome`], [`State`], [`Snapshot`], [`RefusalReason`], [`Rejection`],
+//! [`SettingsError`], [`Duration`], ...), so `stormguard-std` is the only dependency a host
+//! user adds. Every duration this crate's own API takes is an `impl Into<Duration>`, so a
+//! `std::time::Duration` goes in as it is. The core's settings builders stay `const fn` (a
+//! firmware `static` is built with them), so they take the core's [`Duration`]: convert a
+//! `std::time::Duration` with `.into()`, or build one with [`Duration::from_secs`] and its
+//! siblings.
+//!
+//! ```
+//! use std::time::Duration as StdDuration;
+//! use stormguard_std::{BreakerSettings, Duration, Policy, SettingsError};
+//!
+//! # fn main() -> Result<(), SettingsError> {
+//! let breaker = BreakerSettings::builder("payments")
+//!     .break_duration(StdDuration::from_secs(5).into())
+//!     .build()?;
+//! assert_eq!(breaker.break_duration(), Duration::from_secs(5));
+//! let payments = Policy::builder("payments")
+//!     .breaker_settings(breaker)
+//!     .deadline(StdDuration::from_secs(2))
+//!     .build()?;
+//! assert_eq!(payments.settings().deadline(), Some(Duration::from_secs(2)));
+//! # Ok(()) }
+//! ```
+//!
 //! ## Features
 //! - `tokio` (default): [`TokioClock`], the async calls, cancellation tokens.
 //! - `quanta`: [`QuantaClock`] and [`CoarseClock`].
@@ -73,6 +100,7 @@
 //! - `tower`: the [`tower`] layer (implies `tokio` and `http`).
 //! - `serde`: `Serialize` on health reports and metrics snapshots.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
     test,
     allow(
@@ -109,14 +137,18 @@ mod subscription;
 #[cfg(feature = "tokio")]
 mod tokio;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
 #[cfg(feature = "quanta")]
+#[cfg_attr(docsrs, doc(cfg(feature = "quanta")))]
 pub use self::quanta::{CoarseClock, QuantaClock};
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use self::tokio::TokioClock;
 pub use cache::{CacheRule, SuccessCache, ZeroTtl};
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use classify::{http_outcome, retry_after, Http};
 pub use classify::{Classify, EveryErrorTransient};
 pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock, SteadyClock};
@@ -124,9 +156,21 @@ pub use engine::{AddError, Decision, EnginePolicy, PolicyEngine, Predicate, Trai
 pub use events::{Both, Ended, Listener, NoListener};
 pub use handles::{entropy_seed, Breaker, Budget};
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError, MAX_KEYS};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use policy::{Bulkhead, CallOptions, Limiter, Policy, PolicyBuilder};
 pub use stormguard_core::CallError;
+// The core vocabulary this crate's API takes and returns, so a host user needs only this crate.
+pub use stormguard_core::{
+    Backoff, BackoffBuilder, Bound, BreakerSettings, BreakerSettingsBuilder, BudgetSettings,
+    BudgetSettingsBuilder, BudgetSnapshot, BulkheadSettings, BulkheadSettingsBuilder,
+    BulkheadSnapshot, CallSettings, CallSettingsBuilder, Duration, Event, FailureRate, Field,
+    Instant, Jitter, KeyedRefusal, Multiple, Name, NameError, Outcome, RateLimitSettings,
+    RateLimitSettingsBuilder, Ratio, Recovery, RefusalReason, Refused, Rejection, SettingsError,
+    SlowCalls, Snapshot, State, SubscriptionRetry, SubscriptionStatus, TripReason,
+    WindowLimitSettings, WindowLimitSettingsBuilder, GUARD_PAUSE, STALE_BREAKS,
+};
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use subscription::{subscribe, Subscription, SubscriptionCancelled, SubscriptionEvent};

@@ -114,7 +114,7 @@ struct Inner {
 /// use stormguard_std::{Metrics, Policy};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), stormguard_core::SettingsError> {
+/// # async fn main() -> Result<(), stormguard_std::SettingsError> {
 /// let policy = Policy::builder("inventory").build()?;
 /// let metrics = Metrics::for_policy(&policy);
 /// let policy = policy.with_listener(metrics.clone());
@@ -147,7 +147,7 @@ impl Metrics {
     /// utilization when exported.
     ///
     /// ```
-    /// # fn main() -> Result<(), stormguard_core::SettingsError> {
+    /// # fn main() -> Result<(), stormguard_std::SettingsError> {
     /// let policy = stormguard_std::Policy::builder("db").build()?;
     /// let m = stormguard_std::Metrics::for_policy(&policy);
     /// assert_eq!(m.snapshot().breaker_state, Some("closed"));

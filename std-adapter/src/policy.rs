@@ -11,12 +11,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use stormguard_core::{
-    Admission, Backoff, BreakerSettings, BudgetSettings, BulkheadPermit, BulkheadSettings,
+    Admission, Backoff, Bound, BreakerSettings, BudgetSettings, BulkheadPermit, BulkheadSettings,
     BulkheadSlots, BulkheadSnapshot, Bulkheaded, Call, CallError, CallSettings,
-    CallSettingsBuilder, Duration, Event, Explain, Finished, Funding, HedgeSuppressed, Instant,
-    Limit, Name, Outcome, Parts, Permit, RateLimitSettings, RateLimited, Refused, SettingsError,
-    SharedBreaker, SharedBudget, SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, Step,
-    Unguarded, Unlimited, WindowLimitSettings,
+    CallSettingsBuilder, Duration, Event, Explain, Field, Finished, Funding, HedgeSuppressed,
+    Instant, Limit, Name, Outcome, Parts, Permit, RateLimitSettings, RateLimited, Refused,
+    SettingsError, SharedBreaker, SharedBudget, SharedBulkhead, SharedRateLimiter,
+    SharedWindowLimiter, Step, Unguarded, Unlimited, WindowLimitSettings,
 };
 
 use crate::classify::{Classify, EveryErrorTransient};
@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 /// deadline) and passed to [`Policy::call_with`] or [`Policy::call_blocking_with`].
 ///
 /// ```
-/// use stormguard_core::Outcome;
+/// use stormguard_std::Outcome;
 /// use stormguard_std::CallOptions;
 /// use tokio_util::sync::CancellationToken;
 ///
@@ -103,7 +103,7 @@ impl<'a, C> CallOptions<'a, C> {
     /// `|r: &Result<T, E>| -> Outcome`, or [`Http`](crate::Http)).
     ///
     /// ```
-    /// use stormguard_core::Outcome;
+    /// use stormguard_std::Outcome;
     /// let o = stormguard_std::CallOptions::new().classify(|_: &Result<(), ()>| Outcome::Success);
     /// # let _ = o;
     /// ```
@@ -130,6 +130,7 @@ impl<'a, C> CallOptions<'a, C> {
     /// # let _ = o;
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn cancel_on(mut self, token: &'a CancellationToken) -> Self {
         self.cancel = Some(token);
         self
@@ -140,7 +141,7 @@ impl<'a, C> CallOptions<'a, C> {
     ///
     /// ```
     /// use stormguard_std::{Clock, TokioClock};
-    /// let at = TokioClock::global().now() + stormguard_core::Duration::from_secs(2);
+    /// let at = TokioClock::global().now() + stormguard_std::Duration::from_secs(2);
     /// let o = stormguard_std::CallOptions::new().deadline(at);
     /// # let _ = o;
     /// ```
@@ -292,7 +293,7 @@ impl Funding for Funds<'_> {
 /// let stream = Limiter::window(WindowLimitSettings::defaults("stream")); // 50 a minute
 /// assert_eq!(api.name().as_str(), "api");
 /// assert_eq!(stream.available_at(Instant::from_secs(1)), 50);
-/// # Ok::<(), stormguard_core::SettingsError>(())
+/// # Ok::<(), stormguard_std::SettingsError>(())
 /// ```
 #[derive(Clone)]
 pub struct Limiter {
@@ -436,7 +437,7 @@ impl Limit for Cells<'_> {
 /// );
 /// assert_eq!((db.in_flight(), db.queued()), (0, 0));
 /// assert_eq!(db.settings().max_queue(), 16);
-/// # Ok::<(), stormguard_core::SettingsError>(())
+/// # Ok::<(), stormguard_std::SettingsError>(())
 /// ```
 #[derive(Clone)]
 pub struct Bulkhead {
@@ -501,7 +502,7 @@ impl Bulkhead {
     /// ```
     /// let b = stormguard_std::Bulkhead::of(4, "db")?;
     /// assert_eq!(b.settings().max_in_flight(), 4);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn of(max_in_flight: u32, name: &'static str) -> Result<Bulkhead, SettingsError> {
         BulkheadSettings::builder(name)
@@ -861,6 +862,8 @@ pub(crate) struct Attempt {
 enum Choice<T> {
     Default,
     Given(T),
+    /// Built from settings handed to this policy's builder: they must carry the policy's name.
+    Built(T),
     Off,
 }
 
@@ -874,7 +877,7 @@ enum Choice<T> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use stormguard_core::BreakerSettings;
+/// use stormguard_std::BreakerSettings;
 /// use stormguard_std::{Breaker, Budget, Policy};
 ///
 /// let breaker = Breaker::new(BreakerSettings::defaults("payments"));
@@ -887,7 +890,7 @@ enum Choice<T> {
 ///     .attempt_timeout(Duration::from_millis(500))
 ///     .build()?;
 /// assert_eq!(policy.settings().max_attempts(), 4);
-/// # Ok::<(), stormguard_core::SettingsError>(())
+/// # Ok::<(), stormguard_std::SettingsError>(())
 /// ```
 #[must_use]
 pub struct PolicyBuilder<K = DefaultClock, L = NoListener> {
@@ -908,18 +911,28 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
-    /// Guards calls with a new breaker built from `settings`.
+    /// Guards calls with a new breaker built from `settings`, which must carry the policy's
+    /// name: [`build`](PolicyBuilder::build) refuses other names ([`Field::BreakerName`],
+    /// [`Bound::PolicyName`]) rather than report one dependency under two names. A shared
+    /// [`Breaker`] handle given with [`breaker`](PolicyBuilder::breaker) keeps its own name.
     ///
     /// ```
-    /// use stormguard_core::BreakerSettings;
+    /// use stormguard_std::{Bound, BreakerSettings, Field};
     /// let p = stormguard_std::Policy::builder("db")
     ///     .breaker_settings(BreakerSettings::consecutive_only("db", 3)?)
     ///     .build()?;
     /// assert_eq!(p.breaker().unwrap().settings().consecutive_failures(), 3);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// let e = stormguard_std::Policy::builder("db")
+    ///     .breaker_settings(BreakerSettings::consecutive_only("cache", 3)?)
+    ///     .build()
+    ///     .err()
+    ///     .unwrap();
+    /// assert_eq!((e.field, e.bound), (Field::BreakerName, Bound::PolicyName));
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
-    pub fn breaker_settings(self, settings: BreakerSettings) -> Self {
-        self.breaker(Breaker::new(settings))
+    pub fn breaker_settings(mut self, settings: BreakerSettings) -> Self {
+        self.breaker = Choice::Built(Breaker::new(settings));
+        self
     }
 
     /// No breaker: every attempt is admitted (the retry budget, attempts and deadline still
@@ -928,7 +941,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     /// let p = stormguard_std::Policy::builder("db").no_breaker().build()?;
     /// assert!(p.breaker().is_none());
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn no_breaker(mut self) -> Self {
         self.breaker = Choice::Off;
@@ -941,18 +954,22 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
-    /// Bounds retries with a new budget built from `settings`.
+    /// Bounds retries with a new budget built from `settings`, which must carry the policy's
+    /// name: [`build`](PolicyBuilder::build) refuses other names ([`Field::BudgetName`],
+    /// [`Bound::PolicyName`]). A shared [`Budget`] handle given with
+    /// [`budget`](PolicyBuilder::budget) keeps its own name.
     ///
     /// ```
-    /// use stormguard_core::BudgetSettings;
+    /// use stormguard_std::BudgetSettings;
     /// let p = stormguard_std::Policy::builder("db")
     ///     .budget_settings(BudgetSettings::builder("db").floor_per_second(1.0).build()?)
     ///     .build()?;
     /// assert_eq!(p.budget().unwrap().settings().capacity(), 10);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
-    pub fn budget_settings(self, settings: BudgetSettings) -> Self {
-        self.budget(Budget::new(settings))
+    pub fn budget_settings(mut self, settings: BudgetSettings) -> Self {
+        self.budget = Choice::Built(Budget::new(settings));
+        self
     }
 
     /// No retry budget: retries are bounded by the attempts and the deadline only.
@@ -960,7 +977,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     /// let p = stormguard_std::Policy::builder("db").no_budget().build()?;
     /// assert!(p.budget().is_none());
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn no_budget(mut self) -> Self {
         self.budget = Choice::Off;
@@ -981,7 +998,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// use stormguard_std::{CallError, Limiter, Policy};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), stormguard_core::SettingsError> {
+    /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
     /// let policy = Policy::builder("search")
     ///     .max_attempts(1)
     ///     .rate_limit(Limiter::gcra(RateLimitSettings::per_second("search", 1)?))
@@ -990,7 +1007,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// let Err(CallError::Rejected { rejection, .. }) =
     ///     policy.call(|_| async { Ok::<_, ()>(2) }).await else { panic!() };
     /// assert_eq!(rejection.reason, RefusalReason::RateLimited);
-    /// assert_eq!(rejection.retry_after, stormguard_core::Duration::from_millis(900));
+    /// assert_eq!(rejection.retry_after, stormguard_std::Duration::from_millis(900));
     /// # Ok(()) }
     /// ```
     pub fn rate_limit(mut self, limiter: Limiter) -> Self {
@@ -1020,7 +1037,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// use stormguard_std::{Bulkhead, Policy};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), stormguard_core::SettingsError> {
+    /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
     /// let db = Bulkhead::new(
     ///     BulkheadSettings::builder("db")
     ///         .max_in_flight(4)
@@ -1055,7 +1072,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     /// let p = stormguard_std::Policy::builder("search").hedging(true).build()?;
     /// assert!(p.settings().hedging());
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn hedging(mut self, on: bool) -> Self {
         self.call = self.call.hedging(on);
@@ -1069,7 +1086,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// use stormguard_core::CallSettings;
     /// let p = stormguard_std::Policy::builder("worker").settings(CallSettings::worker()).build()?;
     /// assert_eq!(p.settings().max_attempts(), 10);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn settings(mut self, settings: CallSettings) -> Self {
         self.call = self
@@ -1091,7 +1108,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     /// let p = stormguard_std::Policy::builder("db").measured_ceiling(false).build()?;
     /// assert!(!p.settings().measured_ceiling());
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn measured_ceiling(mut self, on: bool) -> Self {
         self.call = self.call.measured_ceiling(on);
@@ -1115,7 +1132,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     /// let p = stormguard_std::Policy::builder("db").no_deadline().build()?;
     /// assert_eq!(p.settings().deadline(), None);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn no_deadline(mut self) -> Self {
         self.call = self.call.deadline(None);
@@ -1133,7 +1150,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     /// let p = stormguard_std::Policy::builder("db").no_attempt_timeout().build()?;
     /// assert_eq!(p.settings().attempt_timeout(), None);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn no_attempt_timeout(mut self) -> Self {
         self.call = self.call.attempt_timeout(None);
@@ -1143,10 +1160,10 @@ impl<K, L> PolicyBuilder<K, L> {
     /// The backoff between attempts (default [`Backoff::DEFAULT`]).
     ///
     /// ```
-    /// use stormguard_core::Backoff;
+    /// use stormguard_std::Backoff;
     /// let p = stormguard_std::Policy::builder("worker").backoff(Backoff::worker()).build()?;
     /// assert_eq!(p.settings().backoff(), &Backoff::worker());
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.call = self.call.backoff(backoff);
@@ -1159,7 +1176,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     /// let p = stormguard_std::Policy::builder("db").seed(42).build()?;
     /// # let _ = p;
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn seed(mut self, seed: u64) -> Self {
         self.call = self.call.seed(seed);
@@ -1175,7 +1192,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// let clock = ManualClock::new();
     /// let p = Policy::builder("db").clock(clock.clone()).build()?;
     /// # let _ = p;
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn clock<K2>(self, clock: K2) -> PolicyBuilder<K2, L> {
         PolicyBuilder {
@@ -1197,7 +1214,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// let metrics = Metrics::new("db");
     /// let p = Policy::builder("db").listener(metrics.clone()).build()?;
     /// # let _ = p;
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn listener<L2>(self, listener: L2) -> PolicyBuilder<K, L2> {
         PolicyBuilder {
@@ -1215,7 +1232,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// Validates every setting and builds the policy.
     ///
     /// ```
-    /// use stormguard_core::Field;
+    /// use stormguard_std::Field;
     /// let e = stormguard_std::Policy::builder("db").max_attempts(0).build().err().unwrap();
     /// assert_eq!(e.field, Field::MaxAttempts);
     /// ```
@@ -1226,6 +1243,13 @@ impl<K, L> PolicyBuilder<K, L> {
                 BreakerSettings::builder_named(self.name).build()?,
             )),
             Choice::Given(b) => Some(b),
+            Choice::Built(b) if b.settings().name() == &self.name => Some(b),
+            Choice::Built(_) => {
+                return Err(SettingsError {
+                    field: Field::BreakerName,
+                    bound: Bound::PolicyName,
+                })
+            }
             Choice::Off => None,
         };
         let budget = match self.budget {
@@ -1233,6 +1257,13 @@ impl<K, L> PolicyBuilder<K, L> {
                 BudgetSettings::builder_named(self.name).build()?,
             )),
             Choice::Given(b) => Some(b),
+            Choice::Built(b) if b.settings().name() == &self.name => Some(b),
+            Choice::Built(_) => {
+                return Err(SettingsError {
+                    field: Field::BudgetName,
+                    bound: Bound::PolicyName,
+                })
+            }
             Choice::Off => None,
         };
         Ok(Policy {
@@ -1263,7 +1294,7 @@ impl<K, L> PolicyBuilder<K, L> {
 /// use stormguard_std::{CallError, Policy};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), stormguard_core::SettingsError> {
+/// # async fn main() -> Result<(), stormguard_std::SettingsError> {
 /// let policy = Policy::builder("inventory")
 ///     .deadline(Duration::from_secs(2))
 ///     .build()?;
@@ -1296,8 +1327,9 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
 }
 
 impl Policy {
-    /// A builder for a policy named `name` (the name its breaker, budget and events carry,
-    /// unless given breakers and budgets have their own).
+    /// A builder for a policy named `name`: the name its breaker, budget and events carry.
+    /// Breaker and budget settings handed to the builder must carry the same name; shared
+    /// [`Breaker`] and [`Budget`] handles keep their own.
     pub fn builder(name: &'static str) -> PolicyBuilder {
         Policy::builder_named(Name::new(name))
     }
@@ -1309,7 +1341,7 @@ impl Policy {
     /// let name = Name::try_from_str(&String::from("orders")).unwrap();
     /// let p = stormguard_std::Policy::builder_named(name).build()?;
     /// assert_eq!(p.name().as_str(), "orders");
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn builder_named(name: Name) -> PolicyBuilder {
         PolicyBuilder {
@@ -1383,7 +1415,7 @@ impl<K, L> Policy<K, L> {
     /// let p = Policy::builder("db").build()?;
     /// let counted = p.clone().with_listener(Metrics::for_policy(&p));
     /// # let _ = counted;
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn with_listener<L2>(self, listener: L2) -> Policy<K, L2> {
         Policy {
@@ -1477,7 +1509,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     /// assert_eq!(p.breaker().unwrap().state(), State::Isolated);
     /// p.reset();
     /// assert_eq!(p.breaker().unwrap().state(), State::Closed);
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn isolate(&self) {
         if let Some(b) = &self.breaker {
@@ -1503,7 +1535,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     /// assert!(text.starts_with("policy `payments`"));
     /// assert!(text.contains("no latency baseline yet (cold)"));
     /// println!("{}", policy.explain());
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn explain(&self) -> Explain<'_> {
         let now = self.clock.now();
@@ -1556,7 +1588,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     ///     if tries < 2 { Err("busy") } else { Ok("port = 8080") }
     /// });
     /// assert_eq!(text, Ok("port = 8080"));
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn call_blocking<T, E, F>(&self, op: F) -> Result<T, CallError<E>>
     where
@@ -1578,7 +1610,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     /// stop.cancel();
     /// let r = policy.call_blocking_with(CallOptions::new().cancel_on(&stop), |_| Ok::<_, ()>(1));
     /// assert_eq!(r, Err(CallError::Cancelled));
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn call_blocking_with<T, E, F, C>(
         &self,
@@ -1819,6 +1851,7 @@ mod run {
         }
     }
 
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     impl<K: Clock, L: Listener> Policy<K, L> {
         /// Runs `op` under the policy: `op(attempt)` (1 for the first attempt) makes one
         /// attempt; `Ok` is a success and every `Err` a transient failure (see
@@ -1841,7 +1874,7 @@ mod run {
         ///
         /// ```
         /// # #[tokio::main(flavor = "current_thread")]
-        /// # async fn main() -> Result<(), stormguard_core::SettingsError> {
+        /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
         /// let policy = stormguard_std::Policy::builder("search").build()?;
         /// let hits = policy
         ///     .call(|attempt| async move { Ok::<_, std::io::Error>(attempt * 10) })
@@ -1871,12 +1904,12 @@ mod run {
         /// a deadline.
         ///
         /// ```
-        /// use stormguard_core::Outcome;
+        /// use stormguard_std::Outcome;
         /// use stormguard_std::{CallError, CallOptions, Policy};
         /// use tokio_util::sync::CancellationToken;
         ///
         /// # #[tokio::main(flavor = "current_thread")]
-        /// # async fn main() -> Result<(), stormguard_core::SettingsError> {
+        /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
         /// let policy = Policy::builder("ledger").build()?;
         /// let shutdown = CancellationToken::new();
         /// let options = CallOptions::new()
@@ -1914,7 +1947,7 @@ mod run {
         ///
         /// ```
         /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-        /// # async fn main() -> Result<(), stormguard_core::SettingsError> {
+        /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
         /// let policy = stormguard_std::Policy::builder("prices").build()?;
         /// policy.isolate();
         /// let price = policy
@@ -1937,7 +1970,7 @@ mod run {
         /// ```
         /// use stormguard_std::CallOptions;
         /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-        /// # async fn main() -> Result<(), stormguard_core::SettingsError> {
+        /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
         /// let policy = stormguard_std::Policy::builder("prices").build()?;
         /// let price = policy
         ///     .call_or_with(CallOptions::new(), |_| 0, |_| async { Ok::<u32, ()>(1_999) })
@@ -1974,11 +2007,11 @@ mod run {
         ///
         /// ```
         /// use std::sync::atomic::{AtomicU32, Ordering};
-        /// use stormguard_core::Duration;
+        /// use stormguard_std::Duration;
         /// use stormguard_std::{Policy, SuccessCache};
         ///
         /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-        /// # async fn main() -> Result<(), stormguard_core::SettingsError> {
+        /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
         /// let policy = Policy::builder("rates").build()?;
         /// let cache = SuccessCache::new(Duration::from_secs(5)).unwrap();
         /// let calls = AtomicU32::new(0);
@@ -2007,10 +2040,10 @@ mod run {
         /// [`Policy::call_cached`] with per-call [`CallOptions`].
         ///
         /// ```
-        /// use stormguard_core::Duration;
+        /// use stormguard_std::Duration;
         /// use stormguard_std::{CallOptions, SuccessCache};
         /// # #[tokio::main(flavor = "current_thread")]
-        /// # async fn main() -> Result<(), stormguard_core::SettingsError> {
+        /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
         /// let policy = stormguard_std::Policy::builder("rates").build()?;
         /// let cache = SuccessCache::new(Duration::from_secs(5)).unwrap();
         /// let r = policy

@@ -222,7 +222,7 @@ impl<K> Subscription<K> {
     /// let quick = Backoff::subscription().to_builder().cap(Duration::from_secs(10)).build()?;
     /// let feed = stormguard_std::Subscription::new("feed").backoff(quick);
     /// assert_eq!(feed.retry().backoff().cap(), Duration::from_secs(10));
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     #[must_use]
     pub fn backoff(mut self, backoff: Backoff) -> Self {

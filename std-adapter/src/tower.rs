@@ -194,7 +194,7 @@ impl HttpRequests {
     ///
     /// ```
     /// use http::Request;
-    /// use stormguard_core::Duration;
+    /// use stormguard_std::Duration;
     /// use stormguard_std::tower::{HttpRequests, Requests, DEADLINE_HEADER};
     /// let rules = HttpRequests::default().adopt_from(DEADLINE_HEADER);
     /// let req = Request::get("/").header(DEADLINE_HEADER, "250").body(()).unwrap();
@@ -325,6 +325,7 @@ impl HttpRequests {
 /// # Ok(()) }
 /// ```
 #[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 impl Requests<reqwest::Request> for HttpRequests {
     type Template = reqwest::Request;
 
@@ -357,7 +358,7 @@ impl Requests<reqwest::Request> for HttpRequests {
 ///     .adopt_deadline()
 ///     .propagate_deadline();
 /// # let _ = layer;
-/// # Ok::<(), stormguard_core::SettingsError>(())
+/// # Ok::<(), stormguard_std::SettingsError>(())
 /// ```
 pub struct PolicyLayer<K = DefaultClock, L = NoListener, C = Http, R = HttpRequests> {
     policy: Arc<Policy<K, L>>,
@@ -378,7 +379,7 @@ impl<K, L> PolicyLayer<K, L> {
     /// let policy = Arc::new(stormguard_std::Policy::builder("api").build()?);
     /// let layer = stormguard_std::tower::PolicyLayer::shared(policy.clone());
     /// # let _ = layer;
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn shared(policy: Arc<Policy<K, L>>) -> Self {
         PolicyLayer {
@@ -407,14 +408,14 @@ impl<K, L, C, R> PolicyLayer<K, L, C, R> {
     /// Classifies responses with `classify` instead.
     ///
     /// ```
-    /// use stormguard_core::Outcome;
+    /// use stormguard_std::Outcome;
     /// let layer = stormguard_std::tower::PolicyLayer::new(stormguard_std::Policy::builder("api").build()?)
     ///     .classify(|r: &Result<String, std::io::Error>| match r {
     ///         Ok(_) => Outcome::Success,
     ///         Err(_) => Outcome::Transient,
     ///     });
     /// # let _ = layer;
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn classify<C2>(self, classify: C2) -> PolicyLayer<K, L, C2, R> {
         PolicyLayer {
@@ -432,7 +433,7 @@ impl<K, L, C, R> PolicyLayer<K, L, C, R> {
     /// let layer = PolicyLayer::new(stormguard_std::Policy::builder("api").build()?)
     ///     .requests(SingleAttempt);
     /// # let _ = layer;
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn requests<R2>(self, requests: R2) -> PolicyLayer<K, L, C, R2> {
         PolicyLayer {
