@@ -307,10 +307,20 @@ fn run_breakers(knobs: &BreakerKnobs, start: u64, ops: &[BreakerOp]) {
     // (key, the table's permit, the model's permit)
     let mut permits: Vec<(u8, Permit, Permit)> = Vec::new();
 
+    // The core's idle rule, restated: a trip window of quiet for a closed breaker, four of its
+    // longest breaks (never less than a trip window) for an open, half-open or recovering one,
+    // never for an isolated one; and no permit out.
+    let stale = settings
+        .max_break()
+        .saturating_mul(4)
+        .max(settings.trip_window());
     let idle = |m: &BreakerKey, now: Instant| {
-        m.out == 0
-            && m.breaker.state(now) == State::Closed
-            && now.saturating_duration_since(m.last) >= settings.trip_window()
+        let quiet = match m.breaker.state(now) {
+            State::Closed => settings.trip_window(),
+            State::Isolated => return false,
+            _ => stale,
+        };
+        m.out == 0 && now.saturating_duration_since(m.last) >= quiet
     };
 
     for op in ops.iter().take(256) {
