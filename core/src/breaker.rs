@@ -1447,11 +1447,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         let latency = permit.latency(now);
         let (_, at_outcome, _) = self.load();
         let current = permit.kind() != Kind::Unguarded && permit.period() == at_outcome.epoch;
-        let threshold = if keeps {
-            self.stats.slow_threshold(now, s)
-        } else {
-            None
-        };
+        let threshold = self.slow_threshold(now);
         // Slow at or above the threshold.
         let slow = matches!(outcome, Outcome::TimedOut) || threshold.is_some_and(|t| latency >= t);
         let mut readings = None;

@@ -1142,22 +1142,21 @@ impl Call {
         now: Instant,
         outcome: Outcome,
     ) -> Outcome {
+        let ran = permit.latency(now);
         let cut_by_deadline = outcome == Outcome::TimedOut
             && self.deadline.is_some_and(|d| {
-                now >= d && {
-                    let ran = permit.latency(now);
-                    let started = now.saturating_sub(ran);
-                    // Its own timeout would have ended it by the deadline anyway.
-                    self.rules
+                // Its own timeout would have ended it by the deadline anyway.
+                now >= d
+                    && self
+                        .rules
                         .attempt_timeout
-                        .is_none_or(|t| started.saturating_add(t) > d)
-                }
+                        .is_none_or(|t| now.saturating_sub(ran).saturating_add(t) > d)
             });
         if !cut_by_deadline {
             return outcome;
         }
         match breaker.slow_threshold(now) {
-            Some(slow) if permit.latency(now) >= slow => outcome,
+            Some(slow) if ran >= slow => outcome,
             _ => Outcome::Cancelled,
         }
     }
