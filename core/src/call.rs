@@ -527,7 +527,8 @@ pub enum Finished {
 pub enum Step {
     /// Run the operation, bounded by [`Call::attempt_deadline`], then [`Call::complete`].
     Attempt(Permit),
-    /// Sleep this long (cancellably), then poll again.
+    /// Sleep this long (cancellably), then poll again. Never zero: a retry due at once is the
+    /// next [`Step::Attempt`].
     Wait(Duration),
     /// Serve `pause` (cancellably), then report the rejection.
     Reject(Rejection),
@@ -843,20 +844,27 @@ impl Call {
             self.phase = Phase::Over(f);
             return Step::Done(f);
         }
-        let timeout = self.attempt_timeout(&parts.breaker, now);
-        match parts.breaker.try_acquire(now, timeout, events) {
-            Ok(permit) => {
-                self.started(timeout, now);
-                self.phase = Phase::InFlight;
-                Step::Attempt(permit)
-            }
-            Err(refused) if is_self_imposed(refused.reason) => {
-                match self.throttle_self(parts, refused, now, events) {
-                    Some(wait) => Step::Wait(wait),
-                    None => self.reject(parts, refused, now, events),
+        // Each turn of this loop either returns or spends one of the call's attempts on a
+        // self-imposed throttle, so it ends within `max_attempts` turns.
+        loop {
+            let timeout = self.attempt_timeout(&parts.breaker, now);
+            return match parts.breaker.try_acquire(now, timeout, events) {
+                Ok(permit) => {
+                    self.started(timeout, now);
+                    self.phase = Phase::InFlight;
+                    Step::Attempt(permit)
                 }
-            }
-            Err(refused) => self.reject(parts, refused, now, events),
+                Err(refused) if is_self_imposed(refused.reason) => {
+                    match self.throttle_self(parts, refused, now, events) {
+                        // A zero wait (`Backoff::none()`) is no wait: the retry is due now, and
+                        // a `Step::Wait` is never zero.
+                        Some(wait) if wait.is_zero() => continue,
+                        Some(wait) => Step::Wait(wait),
+                        None => self.reject(parts, refused, now, events),
+                    }
+                }
+                Err(refused) => self.reject(parts, refused, now, events),
+            };
         }
     }
 

@@ -133,3 +133,42 @@ fn a_breaker_refusal_behind_a_limiter_is_still_rejected_at_once() {
     };
     assert_eq!(r.reason, RefusalReason::Isolated);
 }
+
+#[test]
+fn with_no_backoff_a_full_bulkhead_is_retried_at_once_never_with_a_zero_wait() {
+    let mut p = Parts {
+        breaker: Bulkheaded::new(
+            Breaker::of(5, "db").unwrap(),
+            Bulkhead::of(1, "db").unwrap(),
+        ),
+        budget: Budget::new(BudgetSettings::defaults("db")),
+    };
+    let now = Instant::from_secs(1);
+    let mut holder = Call::begin(&no_jitter(), now);
+    let Step::Attempt(held) = holder.poll(&mut p, now, &mut |_| {}) else {
+        panic!()
+    };
+    let none = CallSettings::builder()
+        .backoff(Backoff::none())
+        .build()
+        .unwrap();
+    let mut events = Vec::new();
+    let mut call = Call::begin(&none, now);
+    // Each refusal is retried at once (announced, with no wait) until the attempts are spent,
+    // all within the one poll: the adapter is never asked to sleep for nothing.
+    let Step::Reject(r) = call.poll(&mut p, now, &mut kinds(&mut events)) else {
+        panic!("a zero wait must not be handed to the adapter")
+    };
+    assert_eq!(r.reason, RefusalReason::BulkheadFull);
+    assert_eq!(
+        call.attempts(),
+        2,
+        "two refusals retried, the third guarded"
+    );
+    assert_eq!(
+        events,
+        ["retry #2 after 0s", "retry #3 after 0s", "rejected"],
+        "each retry announced"
+    );
+    holder.complete(&mut p, held, now, Outcome::Success, &mut |_| {});
+}
