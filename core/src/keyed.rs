@@ -77,15 +77,7 @@ pub trait Member: Admission + Clone {
     /// # Ok::<(), stormguard_core::SettingsError>(())
     /// ```
     fn idle_from(&self, permits_out: u32, last_used: Instant, now: Instant) -> Option<Instant> {
-        if permits_out != 0 {
-            return None;
-        }
-        let quiet = match self.state_at(now) {
-            State::Closed => self.idle_after(),
-            State::Isolated => return None,
-            _ => self.stale_after(),
-        };
-        Some(last_used.saturating_add(quiet))
+        quiet_needed(self, permits_out, now).map(|quiet| last_used.saturating_add(quiet))
     }
 
     /// The keyed scope's idle rule: `true` when a key holding this breaker may be evicted at
@@ -112,8 +104,10 @@ pub trait Member: Admission + Clone {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     fn is_idle(&self, permits_out: u32, last_used: Instant, now: Instant) -> bool {
-        self.idle_from(permits_out, last_used, now)
-            .is_some_and(|at| now >= at)
+        // Measured as a duration, not against `last_used + quiet`: that sum saturates at the
+        // end of time, where it would call a key used a moment ago idle.
+        quiet_needed(self, permits_out, now)
+            .is_some_and(|quiet| now.saturating_duration_since(last_used) >= quiet)
     }
 
     /// The refusal a full table gives a new key, for the call driver to guard like any other:
@@ -151,6 +145,19 @@ pub trait Member: Admission + Clone {
             .min_by_key(|(_, _, _, last)| *last)
             .map(|(i, _, _, _)| i)
             .ok_or(KeyedRefusal::Full)
+    }
+}
+
+/// How long a key holding `breaker` must have been quiet at `now` to count as idle (see
+/// [`Member::idle_from`]); `None` when it cannot be idle (a permit out, an isolated breaker).
+fn quiet_needed<B: Member>(breaker: &B, permits_out: u32, now: Instant) -> Option<Duration> {
+    if permits_out != 0 {
+        return None;
+    }
+    match breaker.state_at(now) {
+        State::Closed => Some(breaker.idle_after()),
+        State::Isolated => None,
+        _ => Some(breaker.stale_after()),
     }
 }
 

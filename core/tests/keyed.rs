@@ -193,3 +193,20 @@ fn a_full_table_refuses_as_keyed_full_to_be_asked_again_after_a_trip_window() {
     assert_eq!(refused.reason, RefusalReason::KeyedFull);
     assert_eq!(refused.retry_after, secs(30));
 }
+
+#[test]
+fn a_key_used_at_the_end_of_time_is_not_idle_at_once() {
+    // `last_used + trip window` saturates at the end of time; the key has been quiet for
+    // nothing, so it is not idle, and a full table refuses a new key rather than evict it.
+    let mut t = table::<1>();
+    let end = Instant::MAX;
+    let p = t.try_acquire(1, end, None, &mut |_| {}).unwrap();
+    t.on_outcome(&1, end, p, Outcome::Success, &mut |_| {});
+    let b = t.get(&1).unwrap();
+    assert!(!b.is_idle(0, end, end));
+    assert_eq!(t.evict_idle(end), 0);
+    assert_eq!(
+        t.try_acquire(2, end, None, &mut |_| {}),
+        Err(KeyedRefusal::Full)
+    );
+}
