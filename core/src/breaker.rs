@@ -1798,7 +1798,9 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
 ///   for a fresh connection is not locked out; a brownout that outlasts the break trips the
 ///   slow-call rule again after the window's minimum calls.
 /// - **Deadlines**: an attempt the call's own deadline cut short is the caller's cancellation
-///   unless it had already run as long as a slow call (see [`Call`](crate::Call)).
+///   unless it had already run as long as a slow call, or, before a slow call is known, as long
+///   as the call's ceiling floor (50 ms by default), so a dependency that hangs still trips a
+///   cold or consecutive-only breaker (see [`Call`](crate::Call)).
 ///
 /// ```
 /// use stormguard_core::{Breaker, BreakerSettings, Duration, Instant, Outcome, State};

@@ -106,7 +106,7 @@ pub trait Admission {
     }
     /// The slow-call threshold in force, if any: an attempt the call's own deadline cut short
     /// before it ran this long is the caller's cancellation, not evidence against the
-    /// dependency.
+    /// dependency (with none, the call's ceiling floor stands in).
     fn slow_threshold(&self, now: Instant) -> Option<Duration> {
         let _ = now;
         None
@@ -1143,6 +1143,13 @@ impl Call {
     /// attempt's own timeout would have) says nothing about the dependency unless it had
     /// already run as long as a slow call: they hear it as the caller's cancellation. An
     /// attempt cut by its attempt timeout or the measured ceiling stays a timeout.
+    ///
+    /// A slow call is the breaker's slow-call threshold; until the breaker has one (a cold
+    /// breaker, one whose rules keep no statistics), it is the [ceiling
+    /// floor](CallSettingsBuilder::ceiling_floor) (50 ms by default), the least the measured
+    /// ceiling would ever allow: a dependency that hangs still trips the breaker when every
+    /// caller's deadline is shorter than the attempt timeout, and a caller asking for an
+    /// answer within a few milliseconds still cannot open it.
     fn as_evidence<A: Admission>(
         &self,
         breaker: &A,
@@ -1163,9 +1170,13 @@ impl Call {
         if !cut_by_deadline {
             return outcome;
         }
-        match breaker.slow_threshold(now) {
-            Some(slow) if ran >= slow => outcome,
-            _ => Outcome::Cancelled,
+        let slow = breaker
+            .slow_threshold(now)
+            .unwrap_or(self.rules.ceiling_floor);
+        if ran >= slow {
+            outcome
+        } else {
+            Outcome::Cancelled
         }
     }
 

@@ -630,3 +630,51 @@ fn a_dependency_still_slow_after_its_probes_trips_the_slow_call_rule_again() {
         "{reasons:?}"
     );
 }
+
+#[test]
+fn a_dependency_that_hangs_trips_a_breaker_that_knows_no_slow_call_when_deadlines_cut_every_attempt(
+) {
+    // Every caller's deadline (1 s) is shorter than the attempt timeout (10 s), so the deadline
+    // cuts each attempt to a hanging dependency. With nothing learned (a cold default breaker,
+    // a consecutive-only one that keeps no statistics) a slow call is the ceiling floor (50 ms):
+    // a second without an answer is evidence, and five of them trip the breaker.
+    let settings = one_attempt(secs(10));
+    for breaker in [
+        Breaker::new(defaults()),
+        Breaker::new(BreakerSettings::consecutive_only("hangs", 5).unwrap()),
+    ] {
+        let mut parts = Parts {
+            breaker,
+            budget: Unlimited,
+        };
+        let mut t = Instant::from_secs(1);
+        for _ in 0..5 {
+            t = call_with_deadline(&mut parts, &settings, t, secs(1), secs(3600));
+        }
+        assert_eq!(parts.breaker.state(t), State::Open);
+    }
+}
+
+#[test]
+fn with_nothing_learned_a_deadline_cut_shorter_than_the_ceiling_floor_is_the_callers_cancellation()
+{
+    // A cold breaker and callers asking for answers within 5 ms (or 49 ms, just under the 50 ms
+    // floor) of a dependency that answers in 200 ms: their own deadlines cut every attempt,
+    // which says nothing about the dependency. At the floor the cut is evidence.
+    let settings = one_attempt(secs(10));
+    for (deadline, opens) in [(ms(5), false), (ms(49), false), (ms(50), true)] {
+        let mut parts = Parts {
+            breaker: Breaker::new(defaults()),
+            budget: Unlimited,
+        };
+        let mut t = Instant::from_secs(1);
+        for _ in 0..20 {
+            t = call_with_deadline(&mut parts, &settings, t, deadline, ms(200));
+        }
+        assert_eq!(
+            parts.breaker.state(t) == State::Open,
+            opens,
+            "deadline {deadline}"
+        );
+    }
+}
