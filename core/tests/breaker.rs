@@ -937,17 +937,36 @@ fn a_clock_stepping_backwards_never_panics_and_means_no_time_passed() {
     let mut b = Breaker::new(BreakerSettings::defaults("payments"));
     let t = Instant::from_secs(100);
     trip(&mut b, t);
+    let at_trip = b.try_acquire(t).unwrap_err();
+    // 50 s "before" the trip: still open, and the break left is what it was at the trip (no
+    // time passed), not 50 s more.
     let earlier = Instant::from_secs(50);
     let r = b.try_acquire(earlier).unwrap_err();
     assert_eq!(r.reason, RefusalReason::BreakerOpen);
-    // An outcome "before" its permit: zero latency.
-    let mut b = Breaker::new(BreakerSettings::defaults("payments"));
+    // (The break left is capped at the longest break the breaker could be serving, which
+    // allows for the microsecond rounding of marks far from the breaker's start: within 1 us.)
+    let extra = r.retry_after - at_trip.retry_after;
+    assert!(extra < Duration::from_micros(1), "{extra} more");
+    assert_eq!(b.state(earlier), State::Open);
+    let extra = b.snapshot(earlier).until_half_open - b.snapshot(t).until_half_open;
+    assert!(extra < Duration::from_micros(1), "{extra} more");
+    // An outcome "before" its permit took no time: not slow, even against a 1 ms threshold.
+    let settings = BreakerSettings::builder("payments")
+        .slow_threshold(Some(ms(1)))
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
     let p = b.try_acquire(t).unwrap();
     b.on_outcome(earlier, p, Outcome::Success, &mut |_| {});
+    let snap = b.snapshot(earlier);
+    assert_eq!((snap.window_calls, snap.window_slow), (1, 0));
+    // The ends of time: readings and a reversed permit neither panic nor trip anything.
     let _ = b.snapshot(Instant::ZERO);
     let _ = b.snapshot(Instant::MAX);
     let p = b.try_acquire(Instant::MAX).unwrap();
     b.on_outcome(Instant::ZERO, p, Outcome::Transient, &mut |_| {});
+    assert_eq!(b.snapshot(Instant::MAX).consecutive_failures, 1);
+    assert_eq!(b.state(Instant::MAX), State::Closed);
 }
 
 #[test]

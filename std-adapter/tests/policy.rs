@@ -202,14 +202,26 @@ async fn the_rejected_event_is_seen_before_the_pause_ends() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_the_call_ends_the_pause_at_once() {
-    let policy = Policy::builder("drop").build().unwrap();
+    let metrics = Metrics::new("drop");
+    let policy = Policy::builder("drop")
+        .listener(metrics.clone())
+        .build()
+        .unwrap();
     policy.isolate();
     let start = TokioInstant::now();
     tokio::select! {
         _ = policy.call(ok) => panic!("the pause should still be running"),
         () = tokio::time::sleep(ms(30)) => {}
     }
-    assert_eq!(start.elapsed(), ms(30));
+    // The call ended where it was dropped, 30 ms into its 100 ms pause: announced as refused,
+    // reported as cancelled at once, and nothing left to report when the pause would have
+    // ended.
+    let at_drop = metrics.snapshot();
+    assert_eq!(at_drop.calls_ended("cancelled"), 1);
+    assert_eq!(at_drop.calls_ended("rejected"), 0);
+    tokio::time::sleep(ms(200)).await;
+    assert_eq!(metrics.snapshot(), at_drop, "nothing ran on after the drop");
+    assert_eq!(start.elapsed(), ms(230));
 }
 
 #[tokio::test(start_paused = true)]
