@@ -1869,6 +1869,9 @@ macro_rules! admission_via_core {
             ) -> Result<$crate::Duration, $crate::HedgeSuppressed> {
                 self.core.hedge_after(now)
             }
+            fn self_limits(&self) -> bool {
+                false
+            }
         }
     };
 }

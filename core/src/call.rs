@@ -118,6 +118,13 @@ pub trait Admission {
         let _ = now;
         Err(HedgeSuppressed::NoBaseline)
     }
+    /// Whether a refusal may come from a local rate limiter or bulkhead in front of the
+    /// breaker, a self-imposed throttle the call retries ([`Call::poll`]). `true` unless the
+    /// type knows better: a bare breaker answers `false`, which lets the compiler leave the
+    /// self-throttle path out of a firmware that has no limiter.
+    fn self_limits(&self) -> bool {
+        true
+    }
 }
 
 /// The budget side of a call: implemented by [`Budget`], the shared budget, and [`Unlimited`].
@@ -157,6 +164,9 @@ impl Admission for Unguarded {
     fn release(&mut self, _: Permit) {}
     fn normal_latency(&self, _: Instant) -> Option<Duration> {
         None
+    }
+    fn self_limits(&self) -> bool {
+        false
     }
 }
 
@@ -198,6 +208,9 @@ impl<A: Admission + ?Sized> Admission for &mut A {
     }
     fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
         (**self).hedge_after(now)
+    }
+    fn self_limits(&self) -> bool {
+        (**self).self_limits()
     }
 }
 
@@ -854,7 +867,7 @@ impl Call {
                     self.phase = Phase::InFlight;
                     Step::Attempt(permit)
                 }
-                Err(refused) if is_self_imposed(refused.reason) => {
+                Err(refused) if parts.breaker.self_limits() && is_self_imposed(refused.reason) => {
                     match self.throttle_self(parts, refused, now, events) {
                         // A zero wait (`Backoff::none()`) is no wait: the retry is due now, and
                         // a `Step::Wait` is never zero.

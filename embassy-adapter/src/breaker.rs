@@ -593,4 +593,8 @@ impl<M: RawMutex, B: CoreBreaker> Admission for BreakerRef<'_, M, B> {
             .read(|b| b.hedge_after(now))
             .unwrap_or(Err(HedgeSuppressed::NotClosed))
     }
+
+    fn self_limits(&self) -> bool {
+        false
+    }
 }

@@ -815,6 +815,10 @@ pub(crate) struct Heard<'a, M: RawMutex, B: CoreBreaker, L> {
 impl<M: RawMutex, B: CoreBreaker, L: Listener> Admission for Heard<'_, M, B, L> {
     stormguard_core::forward_breaker_readings!(breaker);
 
+    fn self_limits(&self) -> bool {
+        false
+    }
+
     fn try_acquire(
         &mut self,
         now: Instant,
