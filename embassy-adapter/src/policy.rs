@@ -1249,6 +1249,13 @@ impl<M: RawMutex> Funding for Funds<'_, M> {
         }
     }
 
+    fn refund_retry(&mut self, now: Instant) {
+        match self {
+            Funds::Budget(b) => b.refund_retry(now),
+            Funds::Unlimited => Unlimited.refund_retry(now),
+        }
+    }
+
     fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
         match self {
             Funds::Budget(b) => b.on_outcome(now, outcome),

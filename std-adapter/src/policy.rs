@@ -273,6 +273,13 @@ impl Funding for Funds<'_> {
         }
     }
     #[inline]
+    fn refund_retry(&mut self, now: Instant) {
+        match self {
+            Funds::Budget(b) => b.refund_retry(now),
+            Funds::Unlimited => Unlimited.refund_retry(now),
+        }
+    }
+    #[inline]
     fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
         match self {
             Funds::Budget(b) => b.on_outcome(now, outcome),
