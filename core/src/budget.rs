@@ -533,6 +533,15 @@ impl<W: Word> BudgetCore<W> {
         self.step(|s| s.deposit(&self.settings, now, self.settings.fraction.ppm()));
     }
 
+    /// Gives back one whole retry taken by [`try_withdraw`](Self::try_withdraw) for an attempt
+    /// that never started; what no longer fits is lost, as with any deposit.
+    pub(crate) fn refund(&self, now: Instant) {
+        if self.full_at(now) {
+            return;
+        }
+        self.step(|s| s.deposit(&self.settings, now, TOKEN));
+    }
+
     /// `true` when the budget is full and its stamp fresh: then no outcome and no deposit can
     /// change what it holds (what does not fit is lost), so the common case of a healthy
     /// dependency, a full budget and a success, is one load and no write. The stamp is kept
@@ -635,6 +644,12 @@ impl Budget {
     /// capacity it is lost.
     pub fn deposit(&mut self, now: Instant) {
         self.core.deposit(now);
+    }
+
+    /// Gives back one whole retry taken at `now` for an attempt that never started (the call
+    /// driver's [`Funding::refund_retry`](crate::Funding::refund_retry)).
+    pub(crate) fn refund(&mut self, now: Instant) {
+        self.core.refund(now);
     }
 
     /// Whole retries the budget would fund at `now`.

@@ -131,6 +131,10 @@ pub trait Admission {
 pub trait Funding {
     /// Takes one retry's worth, or refuses.
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused>;
+    /// Gives back the retry [`try_fund_retry`](Funding::try_fund_retry) took at `now` for an
+    /// attempt that never started (a hedge the breaker refused, or one the operation could not
+    /// make). What no longer fits the budget is lost, as with any deposit.
+    fn refund_retry(&mut self, now: Instant);
     /// Learns from an attempt's outcome (successes fund future retries).
     fn on_outcome(&mut self, now: Instant, outcome: Outcome);
 }
@@ -218,6 +222,9 @@ impl Funding for Budget {
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         self.try_withdraw(now)
     }
+    fn refund_retry(&mut self, now: Instant) {
+        self.refund(now);
+    }
     fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
         Budget::on_outcome(self, now, outcome);
     }
@@ -227,12 +234,16 @@ impl Funding for Unlimited {
     fn try_fund_retry(&mut self, _: Instant) -> Result<(), Refused> {
         Ok(())
     }
+    fn refund_retry(&mut self, _: Instant) {}
     fn on_outcome(&mut self, _: Instant, _: Outcome) {}
 }
 
 impl<F: Funding + ?Sized> Funding for &mut F {
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         (**self).try_fund_retry(now)
+    }
+    fn refund_retry(&mut self, now: Instant) {
+        (**self).refund_retry(now);
     }
     fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
         (**self).on_outcome(now, outcome);
@@ -562,6 +573,8 @@ pub enum NoHedge {
     Suppressed(HedgeSuppressed),
     /// The budget (or the breaker, when it changed in between) refused the extra attempt.
     Refused(Refused),
+    /// The operation cannot be repeated ([`Call::hedge_with`]'s `launch` made no attempt).
+    Unrepeatable,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -989,12 +1002,63 @@ impl Call {
     /// With two attempts in flight, the first success ends the call (report the other, once
     /// cancelled, as [`Outcome::Cancelled`]); a failure waits for the other attempt, and only
     /// when both have failed does the call retry (or end).
+    ///
+    /// An adapter makes the hedge's attempt only once this grants it; one whose operation may
+    /// decline to run again uses [`Call::hedge_with`].
     pub fn hedge<A: Admission, F: Funding>(
         &mut self,
         parts: &mut Parts<A, F>,
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Permit, NoHedge> {
+        self.hedge_with(parts, now, events, |_| Some(()))
+            .map(|(permit, ())| permit)
+    }
+
+    /// [`Call::hedge`], making the hedge's attempt with `launch` (given the attempt's number,
+    /// the first being 1) once the breaker and the budget have granted it, so the operation is
+    /// never invoked for a hedge that does not run. `launch` returns `None` when the operation
+    /// cannot be repeated (a request that cannot be replayed): then nothing is launched, the
+    /// permit goes back to the breaker and the retry to the budget, the call's attempts are
+    /// as before, and the answer is [`NoHedge::Unrepeatable`]. What `launch` made comes back
+    /// beside the permit.
+    ///
+    /// ```
+    /// use stormguard_core::{
+    ///     Breaker, Budget, BudgetSettings, Call, CallSettings, Duration, Instant, NoHedge,
+    ///     Outcome, Parts, Step,
+    /// };
+    ///
+    /// let mut parts = Parts {
+    ///     breaker: Breaker::of(5, "search")?,
+    ///     budget: Budget::new(BudgetSettings::defaults("search")),
+    /// };
+    /// let mut now = Instant::from_secs(1);
+    /// for _ in 0..40 {
+    ///     // Healthy calls of 20 ms: the breaker learns when a call is slow.
+    ///     let permit = parts.breaker.try_acquire(now)?;
+    ///     now += Duration::from_millis(20);
+    ///     parts.breaker.on_outcome(now, permit, Outcome::Success, &mut |_| {});
+    /// }
+    /// let settings = CallSettings::builder().hedging(true).build()?;
+    /// let mut call = Call::begin(&settings, now);
+    /// let Step::Attempt(first) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// let at = now + call.hedge_delay(&parts, now).expect("a slow attempt is hedged");
+    /// let budget = parts.budget.available(at);
+    /// // The request cannot be replayed: no hedge, and nothing spent on it.
+    /// let declined = call.hedge_with(&mut parts, at, &mut |_| {}, |_attempt| None::<()>);
+    /// assert_eq!(declined, Err(NoHedge::Unrepeatable));
+    /// assert_eq!((call.attempts(), parts.budget.available(at)), (1, budget));
+    /// call.complete(&mut parts, first, at, Outcome::Success, &mut |_| {});
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn hedge_with<A: Admission, F: Funding, T>(
+        &mut self,
+        parts: &mut Parts<A, F>,
+        now: Instant,
+        events: &mut dyn FnMut(Event<'_>),
+        launch: impl FnOnce(u32) -> Option<T>,
+    ) -> Result<(Permit, T), NoHedge> {
         self.may_hedge()?;
         // Never with no time left: past the call's deadline, or past the running attempt's own
         // (a late timer, a clock that jumped): the hedge would spend a retry and an attempt on
@@ -1011,16 +1075,25 @@ impl Call {
         parts.breaker.check(now).map_err(NoHedge::Refused)?;
         parts.budget.try_fund_retry(now).map_err(NoHedge::Refused)?;
         let timeout = self.attempt_timeout(&parts.breaker, now);
-        let permit = parts
-            .breaker
-            .try_acquire(now, timeout, events)
-            .map_err(NoHedge::Refused)?;
+        let permit = match parts.breaker.try_acquire(now, timeout, events) {
+            Ok(permit) => permit,
+            Err(refused) => {
+                // The hedge does not run: it spends nothing.
+                parts.budget.refund_retry(now);
+                return Err(NoHedge::Refused(refused));
+            }
+        };
+        let Some(made) = launch(self.attempts.saturating_add(1)) else {
+            parts.breaker.release(permit);
+            parts.budget.refund_retry(now);
+            return Err(NoHedge::Unrepeatable);
+        };
         self.started(timeout, now);
         events(Event::Hedged {
             name: parts.breaker.name(),
             attempt: self.attempts,
         });
-        Ok(permit)
+        Ok((permit, made))
     }
 
     /// Reports how the attempt behind `permit` ended, at `now`. The breaker and budget learn

@@ -305,6 +305,9 @@ impl Funding for &SharedBudget {
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         self.core.try_withdraw(now)
     }
+    fn refund_retry(&mut self, now: Instant) {
+        self.core.refund(now);
+    }
     fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
         self.core.on_outcome(now, outcome);
     }

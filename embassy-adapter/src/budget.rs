@@ -145,6 +145,10 @@ impl<M: RawMutex> Funding for BudgetRef<'_, M> {
             }))
     }
 
+    fn refund_retry(&mut self, now: Instant) {
+        self.budget.with(|b| b.refund_retry(now));
+    }
+
     fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
         self.budget.with(|b| b.on_outcome(now, outcome));
     }

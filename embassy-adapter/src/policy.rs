@@ -1025,12 +1025,14 @@ where
                         }
                         Ran::Hedge => {
                             hedge = None;
-                            if let Ok(permit) = call.hedge(&mut parts, now, &mut sink) {
+                            // The core grants the hedge before the operation is invoked.
+                            let launch = |number| Some(op(number));
+                            if let Ok((permit, attempt)) =
+                                call.hedge_with(&mut parts, now, &mut sink, launch)
+                            {
                                 guards[1] = Some(PermitGuard::new(gate, permit));
-                                second.set(Some(select(
-                                    op(call.attempts()),
-                                    Until::at(call.attempt_deadline()),
-                                )));
+                                second
+                                    .set(Some(select(attempt, Until::at(call.attempt_deadline()))));
                             }
                             continue;
                         }
@@ -1250,6 +1252,13 @@ impl<M: RawMutex> Funding for Funds<'_, M> {
         match self {
             Funds::Budget(b) => b.try_fund_retry(now),
             Funds::Unlimited => Unlimited.try_fund_retry(now),
+        }
+    }
+
+    fn refund_retry(&mut self, now: Instant) {
+        match self {
+            Funds::Budget(b) => b.refund_retry(now),
+            Funds::Unlimited => Unlimited.refund_retry(now),
         }
     }
 

@@ -603,6 +603,104 @@ fn no_more_tasks_wait_than_the_bulkhead_keeps_wakers_for() {
     assert_eq!(rejection.reason, RefusalReason::BulkheadFull);
 }
 
+/// Three attempts with no jitter, and a budget that holds one retry and never refills (no floor,
+/// nothing from successes): a retry charged to it would show.
+const THREE_ATTEMPTS: CallSettings = match CallSettings::builder().backoff(no_jitter()).build() {
+    Ok(s) => s,
+    Err(_) => panic!(),
+};
+const ONE_RETRY: BudgetSettings = match BudgetSettings::builder("uplink")
+    .fraction_ppm(0)
+    .floor_per_second_milli(0)
+    .build()
+{
+    Ok(s) => s,
+    Err(_) => panic!(),
+};
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_limiter_or_bulkhead_refusal_is_retried_uncharged_and_unseen_then_guarded_when_no_attempt_is_left(
+) {
+    fresh();
+    // The limiter: the call waits its hint (the next cell, 1 s away), then the attempt runs.
+    let log = Log::default();
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("uplink"));
+    let budget = Budget::<NoopRawMutex>::new(ONE_RETRY);
+    let limit = RateLimit::<NoopRawMutex, _>::new(RateLimiter::new(ONE_PER_SECOND));
+    let policy = Policy::new(&breaker, THREE_ATTEMPTS)
+        .with_rate_limit(&limit)
+        .with_budget(&budget)
+        .with_listener(|e: &Event<'_>| log.push(e));
+    assert_eq!(
+        run_ms(policy.call(answers)),
+        (Ok(215), ms(0)),
+        "takes the cell"
+    );
+    let seen = breaker.snapshot().unwrap().window_calls;
+    let ran = Cell::new(0);
+    let (r, took) = run_ms(policy.call(async |attempt| {
+        ran.set(ran.get() + 1);
+        Ok::<u32, &str>(attempt)
+    }));
+    assert_eq!(
+        r,
+        Ok(2),
+        "the refused first attempt took one of the call's three"
+    );
+    assert_eq!(took, ms(1000));
+    assert_eq!(ran.get(), 1);
+    assert_eq!(log.take(), ["retry #2"]);
+    assert_eq!(budget.available(), 1, "nothing charged to the budget");
+    let snap = breaker.snapshot().unwrap();
+    assert_eq!(
+        (snap.window_calls, snap.window_failures),
+        (seen + 1, 0),
+        "the breaker saw the attempt that ran, not the refusal"
+    );
+
+    // The bulkhead: no hint, so the throttled curve (1 s, then 2 s); the third attempt is
+    // refused too, and with no attempt left the call ends as the guarded rejection.
+    let log = Log::default();
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("flash"));
+    let budget = Budget::<NoopRawMutex>::new(ONE_RETRY);
+    let slots = Bulkhead::<NoopRawMutex>::new(bulkhead(1, None));
+    let policy = Policy::new(&breaker, THREE_ATTEMPTS)
+        .with_bulkhead(&slots)
+        .with_budget(&budget)
+        .with_listener(|e: &Event<'_>| log.push(e));
+    let ran = Cell::new(0);
+    let ((held, _), (r, took)) = run_both(
+        policy.call(async |_| takes(ms(5_000)).await),
+        policy.call(async |_| {
+            ran.set(ran.get() + 1);
+            Ok::<u16, &str>(1)
+        }),
+    );
+    assert_eq!(held, Ok(215));
+    let Err(CallError::Rejected { rejection, last }) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(rejection.reason, RefusalReason::BulkheadFull);
+    // Two refusals retried, the third guarded (as the core counts them).
+    assert_eq!((rejection.pause, rejection.attempts), (GUARD_PAUSE, 2));
+    assert_eq!((rejection.last, last), (None, None));
+    assert_eq!(took, ms(3_100), "1 s, 2 s, then the guarded pause");
+    assert_eq!(ran.get(), 0);
+    assert_eq!(
+        log.take(),
+        ["retry #2", "retry #3", "rejected bulkhead_full 100ms"]
+    );
+    assert_eq!(budget.available(), 1, "nothing charged to the budget");
+    let snap = breaker.snapshot().unwrap();
+    assert_eq!(
+        (snap.window_calls, snap.window_failures),
+        (1, 0),
+        "the breaker saw only the call holding the slot"
+    );
+    assert_eq!(slots.snapshot().unwrap().in_flight, 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Keyed scope
 

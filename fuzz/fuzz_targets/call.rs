@@ -223,6 +223,10 @@ impl<F: Funding> Funding for Counted<'_, F> {
         }
         r
     }
+    fn refund_retry(&mut self, now: Instant) {
+        self.inner.refund_retry(now);
+        *self.withdrawn = self.withdrawn.saturating_sub(1);
+    }
     fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
         self.inner.on_outcome(now, outcome);
     }

@@ -273,6 +273,13 @@ impl Funding for Funds<'_> {
         }
     }
     #[inline]
+    fn refund_retry(&mut self, now: Instant) {
+        match self {
+            Funds::Budget(b) => b.refund_retry(now),
+            Funds::Unlimited => Unlimited.refund_retry(now),
+        }
+    }
+    #[inline]
     fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
         match self {
             Funds::Budget(b) => b.on_outcome(now, outcome),
@@ -2361,14 +2368,12 @@ mod run {
                 let (lane, ran) = match event {
                     PairEvent::Hedge => {
                         hedge_at = None;
-                        let attempt = Attempt {
-                            number: call.attempts().saturating_add(1),
-                            call_left: call.deadline().map(|d| d.saturating_duration_since(now)),
-                        };
-                        // The future is made first (an operation that cannot be repeated
-                        // says so) and dropped unpolled if the core declines the hedge.
-                        let Some(fut) = op(attempt) else { continue };
-                        if let Ok(permit) = call.hedge(parts, now, &mut sink) {
+                        let call_left = call.deadline().map(|d| d.saturating_duration_since(now));
+                        // The core grants the hedge first and only then has the future made:
+                        // the operation is never invoked for a hedge that does not run, and
+                        // one that cannot be repeated gives back what the hedge took.
+                        let launch = |number| op(Attempt { number, call_left });
+                        if let Ok((permit, fut)) = call.hedge_with(parts, now, &mut sink, launch) {
                             guard_b = Some(PermitGuard::new(steps, permit));
                             report.attempt(call.attempts());
                             fut_b.set(Some(fut));

@@ -695,6 +695,56 @@ async fn when_both_fail_the_call_retries_and_the_hedge_counted_as_an_attempt() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_declined_hedge_never_invokes_the_operation() {
+    // A budget that a warm-up barely funds (a millionth of a retry per success, a thousandth
+    // of one a second), emptied before the call: the core refuses the hedge.
+    let budget = stormguard_std::Budget::new(
+        stormguard_core::BudgetSettings::builder("declined")
+            .floor_per_second_milli(1)
+            .fraction_ppm(1)
+            .build()
+            .unwrap(),
+    );
+    let metrics = Metrics::new("declined");
+    let kinds = Kinds::default();
+    let policy = Policy::builder("declined")
+        .hedging(true)
+        .backoff(no_jitter())
+        .budget(budget.clone())
+        .clock(TokioClock::global())
+        .listener(Both(metrics.clone(), kinds.clone()))
+        .build()
+        .unwrap();
+    warm(&policy, 40).await;
+    while budget.shared().try_withdraw(now()).is_ok() {}
+    assert_eq!(budget.available(), 0);
+    let attempts_before = metrics.snapshot().attempts;
+
+    let invoked = AtomicU32::new(0);
+    let start = TokioInstant::now();
+    let r = policy
+        .call(|attempt| {
+            invoked.fetch_add(1, Ordering::SeqCst);
+            // Slower than the learned p95 (about 21 ms), below the measured ceiling (about
+            // 60 ms): the hedge's time comes while this attempt runs.
+            async move {
+                sleep(ms(50)).await;
+                Ok::<_, &str>(attempt)
+            }
+        })
+        .await;
+    assert_eq!(r, Ok(1));
+    assert_eq!(start.elapsed(), ms(50));
+    assert_eq!(
+        invoked.load(Ordering::SeqCst),
+        1,
+        "the operation ran only for the attempt that ran"
+    );
+    assert_eq!(kinds.count("hedged"), 0);
+    assert_eq!(metrics.snapshot().attempts - attempts_before, 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn never_more_than_two_attempts_in_flight() {
     let (policy, _, _) = warm_hedging("two-at-most").await;
     struct Running<'a>(&'a AtomicU32);

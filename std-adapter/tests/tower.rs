@@ -17,9 +17,9 @@ use std::time::Duration as StdDuration;
 
 use http::{Method, Request, Response, StatusCode};
 use stormguard_core::{Backoff, Jitter, State};
-use stormguard_std::tower::{Idempotent, PolicyLayer, DEADLINE_HEADER, IDEMPOTENCY_KEY};
-use stormguard_std::{CallError, Clock, Policy};
-use tokio::time::Instant as TokioInstant;
+use stormguard_std::tower::{Idempotent, PolicyLayer, Requests, DEADLINE_HEADER, IDEMPOTENCY_KEY};
+use stormguard_std::{Bulkhead, CallError, Clock, Metrics, Policy, TokioClock};
+use tokio::time::{sleep, Instant as TokioInstant};
 use tower::{service_fn, Layer, ServiceExt};
 
 fn policy() -> Policy {
@@ -306,4 +306,83 @@ async fn metrics_count_a_call_whose_last_answer_was_a_500_as_failed() {
         (1, 0)
     );
     assert_eq!(s.rejected_for("budget_exhausted"), 1);
+}
+
+/// Keeps a template of every request but can make no copy of it after all (a body already
+/// streamed, say), counting how often it was asked.
+#[derive(Clone)]
+struct NoCopy(Arc<AtomicU32>);
+
+impl Requests<Request<String>> for NoCopy {
+    type Template = ();
+    fn template(&self, _: &Request<String>) -> Option<()> {
+        Some(())
+    }
+    fn replay(&self, _: &()) -> Option<Request<String>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        None
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_granted_hedge_whose_request_cannot_be_repeated_gives_back_what_it_took() {
+    let bulkhead = Bulkhead::of(2, "api").unwrap();
+    let metrics = Metrics::new("api");
+    let policy = Arc::new(
+        Policy::builder("api")
+            .hedging(true)
+            .bulkhead(bulkhead.clone())
+            .clock(TokioClock::global())
+            .listener(metrics.clone())
+            .build()
+            .unwrap(),
+    );
+    // Healthy calls of 20 ms: the breaker learns when an attempt is slow enough to hedge.
+    for _ in 0..40 {
+        let r = policy
+            .call(|_| async {
+                sleep(StdDuration::from_millis(20)).await;
+                Ok::<_, ()>(())
+            })
+            .await;
+        assert_eq!(r, Ok(()));
+    }
+    let budget = policy.budget().unwrap().snapshot().tokens_micro;
+    let attempts = metrics.snapshot().attempts;
+
+    let replays = Arc::new(AtomicU32::new(0));
+    let hits = Arc::new(AtomicU32::new(0));
+    let slow = {
+        let hits = hits.clone();
+        service_fn(move |_req: Request<String>| {
+            hits.fetch_add(1, Ordering::SeqCst);
+            async {
+                // Past the learned p95 (about 21 ms), short of the ceiling (about 60 ms).
+                sleep(StdDuration::from_millis(50)).await;
+                Ok::<_, Infallible>(Response::new(String::from("slow")))
+            }
+        })
+    };
+    let svc = PolicyLayer::shared(Arc::clone(&policy))
+        .requests(NoCopy(replays.clone()))
+        .layer(slow);
+    let start = TokioInstant::now();
+    let r = svc.oneshot(request(Method::GET)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(start.elapsed(), StdDuration::from_millis(50));
+    // The hedge was granted (its request was asked for) and could not be made: the first
+    // attempt alone ran, and the hedge took nothing.
+    assert_eq!(replays.load(Ordering::SeqCst), 1);
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    assert_eq!(bulkhead.in_flight(), 0, "the hedge's slot went back");
+    assert_eq!(
+        policy.budget().unwrap().snapshot().tokens_micro,
+        budget,
+        "the hedge's retry went back to the budget"
+    );
+    let m = metrics.snapshot();
+    assert_eq!((m.attempts - attempts, m.hedges), (1, 0));
+    let breaker = policy.breaker().unwrap().snapshot();
+    assert_eq!(breaker.state, State::Closed);
+    assert_eq!(breaker.consecutive_failures, 0);
 }
