@@ -82,72 +82,63 @@ macro_rules! forward_breaker_readings {
     };
 }
 
-mod backoff;
+// The parts, each a folder: the breaker and its forms, the call driver, the local limits, and
+// what is built on them; then the vocabulary they share, which depends on none of them.
 mod breaker;
-mod budget;
-mod bulkhead;
-mod cache;
 mod call;
-mod call_error;
-mod engine;
+mod limits;
+mod policy;
+
 mod error;
 mod event;
-mod explain;
-mod keyed;
-mod lean;
 mod loom;
 mod name;
 mod outcome;
 mod packed;
-mod ratelimit;
 mod ratio;
 mod rng;
-mod settings;
-mod shared;
-mod stats;
-mod subscription;
 mod time;
 
-pub use backoff::{Backoff, BackoffBuilder, Jitter};
+pub use breaker::keyed::{FullTable, Keyed, KeyedRefusal, Member, STALE_BREAKS};
+pub use breaker::lean::LeanBreaker;
+pub use breaker::settings::{
+    BreakerSettings, BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls, MAX_COUNT,
+    MAX_PROBES, TRIP_BUCKETS,
+};
+pub use breaker::shared::{PermitGuard, SharedBreaker, SharedBudget};
 pub use breaker::{
     Breaker, ConstSettings, Fixed, HedgeSuppressed, Permit, SettingsRef, Snapshot, State,
     TripReason,
 };
-pub use budget::{Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot};
-pub use bulkhead::{
-    Bulkhead, BulkheadEntry, BulkheadGuard, BulkheadPermit, BulkheadSettings,
-    BulkheadSettingsBuilder, BulkheadSlots, BulkheadSnapshot, BulkheadTicket, Bulkheaded,
-    SharedBulkhead,
-};
-pub use cache::{CacheRule, ZeroTtl};
+pub use call::backoff::{Backoff, BackoffBuilder, Jitter};
+pub use call::error::CallError;
 pub use call::{
     guarded_pause, Admission, Call, CallSettings, CallSettingsBuilder, Finished, Funding, NoHedge,
     Parts, Rejection, Step, Unguarded, Unlimited, CEILING_FLOOR, GUARD_PAUSE,
 };
-pub use call_error::CallError;
-pub use engine::{
-    AddPolicyError, DecisionTrail, Policy, PolicyDecision, PolicyEngine, PolicyEvaluation,
-    PolicyMatch, PolicyPredicate, PolicyVerdict,
-};
 pub use error::{Bound, Field, RefusalReason, Refused, SettingsError};
 pub use event::Event;
-pub use explain::Explain;
-pub use keyed::{FullTable, Keyed, KeyedRefusal, Member, STALE_BREAKS};
-pub use lean::LeanBreaker;
-pub use name::{Name, NameError, NAME_CAPACITY};
-pub use outcome::{Outcome, MIN_THROTTLE_HINT};
-pub use ratelimit::{
+pub use limits::budget::{Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot};
+pub use limits::bulkhead::{
+    Bulkhead, BulkheadEntry, BulkheadGuard, BulkheadPermit, BulkheadSettings,
+    BulkheadSettingsBuilder, BulkheadSlots, BulkheadSnapshot, BulkheadTicket, Bulkheaded,
+    SharedBulkhead,
+};
+pub use limits::ratelimit::{
     KeyedLimitError, KeyedLimiter, KeyedRateLimiter, KeyedWindowLimiter, Limit, LimitRule,
     LimiterHashState, LimiterHasher, RateLimitSettings, RateLimitSettingsBuilder, RateLimited,
     RateLimiter, SharedRateLimiter, SharedWindowLimiter, WindowLimitSettings,
     WindowLimitSettingsBuilder, WindowLimiter, MAX_WINDOW_EVENTS,
 };
+pub use name::{Name, NameError, NAME_CAPACITY};
+pub use outcome::{Outcome, MIN_THROTTLE_HINT};
+pub use policy::cache::{CacheRule, ZeroTtl};
+pub use policy::engine::{
+    AddPolicyError, DecisionTrail, Policy, PolicyDecision, PolicyEngine, PolicyEvaluation,
+    PolicyMatch, PolicyPredicate, PolicyVerdict,
+};
+pub use policy::explain::Explain;
+pub use policy::subscription::{SubscriptionRetry, SubscriptionStatus};
 pub use ratio::{Multiple, Ratio};
 pub use rng::JitterRng;
-pub use settings::{
-    BreakerSettings, BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls, MAX_COUNT,
-    MAX_PROBES, TRIP_BUCKETS,
-};
-pub use shared::{PermitGuard, SharedBreaker, SharedBudget};
-pub use subscription::{SubscriptionRetry, SubscriptionStatus};
 pub use time::{div_rem_u32, Duration, Instant, MAX_BREAK};

@@ -31,13 +31,16 @@
 //! # Ok::<(), stormguard_core::SettingsError>(())
 //! ```
 
+pub(crate) mod backoff;
+pub(crate) mod error;
+
 use core::fmt;
 
-use crate::backoff::Backoff;
+use self::backoff::Backoff;
 use crate::breaker::{HedgeSuppressed, Permit};
-use crate::budget::Budget;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
+use crate::limits::budget::Budget;
 use crate::rng::JitterRng;
 use crate::{Duration, Instant, Name, Outcome};
 

@@ -2,9 +2,9 @@
 //! baseline. They only measure; the decision to trip is [`trip_reason`], a pure function of their
 //! readings and the settings, so the single-threaded and shared breakers decide identically.
 
+use crate::breaker::settings::{BreakerSettings, MAX_COUNT, TRIP_BUCKETS};
 use crate::breaker::TripReason;
 use crate::packed::{const_unless_loom, field, put, word, words, Word};
-use crate::settings::{BreakerSettings, MAX_COUNT, TRIP_BUCKETS};
 use crate::time::{div_rem_u32, div_u64};
 use crate::{Duration, Instant};
 
@@ -1379,7 +1379,7 @@ mod tests {
 
 /// Model checks of the ring's rotation under every interleaving loom explores, run with the
 /// other loom models: `RUSTFLAGS="--cfg loom" cargo test --release -p stormguard-core --lib
-/// stats::loom_models`.
+/// breaker::stats::loom_models`.
 #[cfg(all(test, loom))]
 mod loom_models {
     use super::*;

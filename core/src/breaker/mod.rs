@@ -16,19 +16,25 @@
 //! and the rules are functions that take it by `&mut` on a copy: the single-threaded breaker
 //! applies them in place, a shared breaker runs the same functions between a load and a
 //! compare-exchange. Statistics (trip window, baselines) live apart and only feed the pure trip
-//! decision ([`crate::stats`]).
+//! decision ([`stats`]).
+
+pub(crate) mod keyed;
+pub(crate) mod lean;
+pub(crate) mod settings;
+pub(crate) mod shared;
+pub(crate) mod stats;
 
 use core::cell::Cell;
 use core::fmt;
 use core::marker::PhantomData;
 
+use self::settings::{BreakerSettings, MAX_COUNT};
+use self::stats::{Measure, NoStats, Readings, Sample, Stats};
 use crate::error::{RefusalReason, Refused};
 use crate::event::Event;
 use crate::packed::{const_unless_loom, field, pack_instant, put, unpack_instant, word, Word};
 use crate::ratio::Ratio;
 use crate::rng::JitterRng;
-use crate::settings::{BreakerSettings, MAX_COUNT};
-use crate::stats::{self, Measure, NoStats, Readings, Sample, Stats};
 use crate::{Duration, Instant, Name, Outcome, SettingsError};
 
 /// The breaker's state, as read at an instant.
@@ -576,7 +582,7 @@ pub(crate) fn break_for(s: &BreakerSettings, opens: u8, seed: u64) -> Duration {
 /// cannot (it refuses such settings at construction), and with this its build links no ramp
 /// code at all.
 #[inline]
-fn recovery<M: Measure>(s: &BreakerSettings) -> Option<crate::settings::Recovery> {
+fn recovery<M: Measure>(s: &BreakerSettings) -> Option<crate::breaker::settings::Recovery> {
     if M::KEEPS {
         s.recovery()
     } else {

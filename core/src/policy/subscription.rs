@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use crate::backoff::Backoff;
+use crate::call::backoff::Backoff;
 use crate::rng::JitterRng;
 use crate::{Duration, Instant, Outcome};
 

@@ -6,8 +6,8 @@
 use core::fmt;
 
 use crate::breaker::Snapshot;
-use crate::budget::BudgetSnapshot;
 use crate::call::GUARD_PAUSE;
+use crate::limits::budget::BudgetSnapshot;
 use crate::{
     BreakerSettings, BudgetSettings, BulkheadSettings, CallSettings, Duration, Name,
     RateLimitSettings, State, WindowLimitSettings,

@@ -19,8 +19,8 @@
 use core::fmt;
 
 use crate::breaker::{admission_via_core, Core, HedgeSuppressed, Permit, Snapshot, State};
-use crate::budget::{BudgetCore, BudgetSnapshot};
 use crate::call::Funding;
+use crate::limits::budget::{BudgetCore, BudgetSnapshot};
 use crate::loom::AtomicU64;
 use crate::packed::const_unless_loom;
 use crate::{

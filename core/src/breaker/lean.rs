@@ -5,12 +5,12 @@
 
 use core::cell::Cell;
 
+use crate::breaker::stats::NoStats;
 use crate::breaker::{admission_via_core, single_threaded_api};
 use crate::breaker::{Core, HedgeSuppressed, Permit, Snapshot, State};
 use crate::error::{Bound, SettingsError};
 use crate::event::Event;
 use crate::packed::const_unless_loom;
-use crate::stats::NoStats;
 use crate::{BreakerSettings, Duration, Instant, Name, Outcome, Ratio, Refused};
 
 /// A single-threaded (`&mut self`) breaker that keeps no statistics: consecutive failures open
