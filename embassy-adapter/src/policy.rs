@@ -17,7 +17,7 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_time::Timer;
 use stormguard_core::{
     Admission, BreakerSettings, BudgetSettings, BudgetSnapshot, Call, CallError, CallSettings,
-    Event, Explain, Funding, Instant, Outcome, Parts, Permit, Refused, Snapshot, Step, Unlimited,
+    Event, Explain, Funding, Instant, Outcome, Parts, Permit, Refused, Snapshot, Step,
 };
 
 use crate::bulkhead::{BulkheadStep, NoBulkhead};
@@ -745,10 +745,7 @@ pub(crate) fn prepare(call: &mut Call, seed: &Seed, deadline: Option<embassy_tim
 
 /// The funding of a call: the budget's handle, or none.
 pub(crate) fn funds<M: RawMutex>(budget: Option<&Budget<M>>) -> Funds<'_, M> {
-    match budget {
-        Some(b) => Funds::Budget(b.handle()),
-        None => Funds::Unlimited,
-    }
+    budget.map(Budget::handle)
 }
 
 impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep> Gate
@@ -1241,31 +1238,5 @@ impl<G: Gate> Drop for PermitGuard<G> {
     }
 }
 
-/// The budget side of a policy's calls: its shared budget, or none.
-pub(crate) enum Funds<'a, M: RawMutex> {
-    Budget(BudgetRef<'a, M>),
-    Unlimited,
-}
-
-impl<M: RawMutex> Funding for Funds<'_, M> {
-    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
-        match self {
-            Funds::Budget(b) => b.try_fund_retry(now),
-            Funds::Unlimited => Unlimited.try_fund_retry(now),
-        }
-    }
-
-    fn refund_retry(&mut self, now: Instant) {
-        match self {
-            Funds::Budget(b) => b.refund_retry(now),
-            Funds::Unlimited => Unlimited.refund_retry(now),
-        }
-    }
-
-    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
-        match self {
-            Funds::Budget(b) => b.on_outcome(now, outcome),
-            Funds::Unlimited => Unlimited.on_outcome(now, outcome),
-        }
-    }
-}
+/// The budget side of a policy's calls: its shared budget, or none (the core's `Option`).
+pub(crate) type Funds<'a, M> = Option<BudgetRef<'a, M>>;

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use stormguard_core::{
     Admission, Backoff, Bound, BreakerSettings, BudgetSettings, BulkheadPermit, BulkheadSettings,
     BulkheadSlots, BulkheadSnapshot, Bulkheaded, Call, CallError, CallSettings,
-    CallSettingsBuilder, Duration, Event, Explain, Field, Finished, Funding, HedgeSuppressed,
-    Instant, Limit, Name, Outcome, Parts, Permit, RateLimitSettings, RateLimited, Refused,
-    SettingsError, SharedBreaker, SharedBudget, SharedBulkhead, SharedRateLimiter,
-    SharedWindowLimiter, Step, Unguarded, Unlimited, WindowLimitSettings,
+    CallSettingsBuilder, Duration, Event, Explain, Field, Finished, HedgeSuppressed, Instant,
+    Limit, Name, Outcome, Parts, Permit, RateLimitSettings, RateLimited, Refused, SettingsError,
+    SharedBreaker, SharedBudget, SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, Step,
+    Unguarded, WindowLimitSettings,
 };
 
 use crate::classify::{Classify, EveryErrorTransient};
@@ -258,35 +258,8 @@ impl Admission for Admit<'_> {
     }
 }
 
-/// The budget side of a policy's calls: its shared budget, or none.
-pub(crate) enum Funds<'a> {
-    Budget(&'a SharedBudget),
-    Unlimited,
-}
-
-impl Funding for Funds<'_> {
-    #[inline]
-    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
-        match self {
-            Funds::Budget(b) => b.try_withdraw(now),
-            Funds::Unlimited => Unlimited.try_fund_retry(now),
-        }
-    }
-    #[inline]
-    fn refund_retry(&mut self, now: Instant) {
-        match self {
-            Funds::Budget(b) => b.refund_retry(now),
-            Funds::Unlimited => Unlimited.refund_retry(now),
-        }
-    }
-    #[inline]
-    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
-        match self {
-            Funds::Budget(b) => b.on_outcome(now, outcome),
-            Funds::Unlimited => Funding::on_outcome(&mut Unlimited, now, outcome),
-        }
-    }
-}
+/// The budget side of a policy's calls: its shared budget, or none (the core's `Option`).
+pub(crate) type Funds<'a> = Option<&'a SharedBudget>;
 
 /// A rate limiter a policy puts in front of its breaker (see [`PolicyBuilder::rate_limit`]):
 /// the core's lock-free [`SharedRateLimiter`] (GCRA) or [`SharedWindowLimiter`] (a window with
@@ -1466,10 +1439,7 @@ impl<K, L> Policy<K, L> {
     /// The budget side of a call.
     #[inline]
     pub(crate) fn funds(&self) -> Funds<'_> {
-        match &self.budget {
-            Some(b) => Funds::Budget(b.shared()),
-            None => Funds::Unlimited,
-        }
+        self.budget.as_ref().map(|b| b.shared())
     }
 
     /// The call driver for a call starting at `now` with `options`' deadline, salted with the

@@ -9,8 +9,8 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use stormguard_core::{
-    Admission, Breaker, Budget, Call, CallSettings, Duration, Event, Finished, Funding, Instant,
-    Outcome, Parts, Permit, RefusalReason, State, Step, TripReason, Unguarded, Unlimited,
+    Admission, Breaker, Budget, Call, CallSettings, Duration, Event, Finished, Instant, Outcome,
+    Parts, Permit, RefusalReason, State, Step, TripReason, Unguarded,
 };
 
 use crate::model::Dependency;
@@ -95,25 +95,10 @@ impl Guard {
     }
 }
 
-/// A layer's budget, or none.
-enum Purse {
-    Unlimited(Unlimited),
-    Budget(Budget),
-}
-
-impl Purse {
-    fn funding(&mut self) -> &mut dyn Funding {
-        match self {
-            Purse::Unlimited(u) => u,
-            Purse::Budget(b) => b,
-        }
-    }
-}
-
 struct LayerState {
     settings: CallSettings,
     guard: Guard,
-    purse: Purse,
+    purse: Option<Budget>,
     /// Whether this breaker has opened before (for re-trips).
     opened: bool,
     /// Its first trip at or after the first impairment's start.
@@ -252,10 +237,7 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
                                 )),
                                 None => Guard::None(Unguarded(DEPENDENCY)),
                             },
-                            purse: match l.budget {
-                                Some(b) => Purse::Budget(Budget::new(b)),
-                                None => Purse::Unlimited(Unlimited),
-                            },
+                            purse: l.budget.map(Budget::new),
                             opened: false,
                             first_trip: None,
                         }
@@ -495,7 +477,7 @@ impl Sim<'_> {
             let open = matches!(state, Some(State::Open | State::HalfOpen));
             let mut parts = Parts {
                 breaker: ls.guard.admission(),
-                budget: ls.purse.funding(),
+                budget: &mut ls.purse,
             };
             let mut seen = Vec::new();
             let step = frame
@@ -628,7 +610,7 @@ impl Sim<'_> {
             let ls = &mut clients[frame.client as usize].layers[frame.layer];
             let mut parts = Parts {
                 breaker: ls.guard.admission(),
-                budget: ls.purse.funding(),
+                budget: &mut ls.purse,
             };
             let mut seen = Vec::new();
             frame

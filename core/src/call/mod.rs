@@ -241,6 +241,37 @@ impl Funding for Unlimited {
     fn on_outcome(&mut self, _: Instant, _: Outcome) {}
 }
 
+/// A part that may be absent: no budget funds every retry, as [`Unlimited`] does.
+///
+/// ```
+/// use stormguard_core::{Budget, BudgetSettings, Funding, Instant};
+/// let mut none: Option<Budget> = None;
+/// assert!(none.try_fund_retry(Instant::ZERO).is_ok());
+/// let mut some = Some(Budget::new(BudgetSettings::defaults("api")));
+/// assert!(some.try_fund_retry(Instant::ZERO).is_ok()); // full at start
+/// ```
+impl<F: Funding> Funding for Option<F> {
+    #[inline]
+    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
+        match self {
+            Some(f) => f.try_fund_retry(now),
+            None => Ok(()),
+        }
+    }
+    #[inline]
+    fn refund_retry(&mut self, now: Instant) {
+        if let Some(f) = self {
+            f.refund_retry(now);
+        }
+    }
+    #[inline]
+    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
+        if let Some(f) = self {
+            f.on_outcome(now, outcome);
+        }
+    }
+}
+
 impl<F: Funding + ?Sized> Funding for &mut F {
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         (**self).try_fund_retry(now)

@@ -837,6 +837,32 @@ pub trait BulkheadSlots {
     fn check(&self) -> Result<(), Refused>;
 }
 
+/// A part that may be absent: no bulkhead admits every call (its permit holds nothing, and
+/// no caller ever waits for one).
+impl<B: BulkheadSlots> BulkheadSlots for Option<B> {
+    #[inline]
+    fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused> {
+        match self {
+            Some(b) => b.try_enter(now),
+            None => Ok(BulkheadPermit { entered: now }),
+        }
+    }
+    #[inline]
+    fn leave(&mut self, permit: BulkheadPermit) -> bool {
+        match self {
+            Some(b) => b.leave(permit),
+            None => false,
+        }
+    }
+    #[inline]
+    fn check(&self) -> Result<(), Refused> {
+        match self {
+            Some(b) => b.check(),
+            None => Ok(()),
+        }
+    }
+}
+
 impl BulkheadSlots for Bulkhead {
     fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused> {
         Bulkhead::try_enter(self, now)

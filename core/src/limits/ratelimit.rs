@@ -1206,6 +1206,24 @@ pub trait Limit {
     fn peek(&self, now: Instant) -> Result<(), Refused>;
 }
 
+/// A part that may be absent: no limiter grants every cell.
+impl<L: Limit> Limit for Option<L> {
+    #[inline]
+    fn take(&mut self, now: Instant) -> Result<(), Refused> {
+        match self {
+            Some(l) => l.take(now),
+            None => Ok(()),
+        }
+    }
+    #[inline]
+    fn peek(&self, now: Instant) -> Result<(), Refused> {
+        match self {
+            Some(l) => l.peek(now),
+            None => Ok(()),
+        }
+    }
+}
+
 impl<W: Word, R: sealed::Rule> LimiterCore<W, R> {
     fn peek(&self, now: Instant) -> Result<(), Refused> {
         self.rule.decide(self.word.get(), now, 1).0
