@@ -147,3 +147,41 @@ fn three_layer_stack_multiplies_load_by_about_64_without_budgets_and_about_1_33_
     assert!(budgeted.load_multiplier <= bound + 1e-3);
     assert!(budgeted.load_multiplier > 1.2, "the floors do fund retries");
 }
+
+/// The false trips are split by the rule that made them, and a re-open of the recovery ramp is
+/// filed as the ramp's, not as the failure-rate rule's: in the built-in run (240 s, 20 clients)
+/// a client's ramp re-opens on a failure among the calls it admitted after the outage, and no
+/// breaker opens by the failure-rate rule or the ratio ceiling at all.
+#[test]
+fn outage_a_ramp_reopen_outside_the_outage_is_counted_as_the_ramps_not_the_failure_rate_rules() {
+    let s = suite::outage().unwrap();
+    for st in &s.strategies {
+        let r = run(&s, st, s.seed);
+        let opens = |why: &str| r.opens_by_reason.get(why).copied().unwrap_or(0);
+        assert_eq!(
+            r.false_trips,
+            r.false_trips_consecutive
+                + r.false_trips_failure_rate
+                + r.false_trips_slow
+                + r.false_trips_ramp,
+            "{}: the split adds up to the false trips",
+            r.strategy
+        );
+        assert!(r.false_trips_consecutive <= opens("consecutive_failures"));
+        assert!(r.false_trips_failure_rate <= opens("failure_rate") + opens("failure_ratio"));
+        assert!(r.false_trips_slow <= opens("slow_calls"));
+        assert!(r.false_trips_ramp <= opens("ramp_failure"));
+    }
+    let st = Strategy::builtin("retry-x3+breaker+budget+ramp")
+        .unwrap()
+        .unwrap();
+    let r = run(&s, &st, s.seed);
+    println!(
+        "{}: {} false trips ({} by the ramp), opens by reason {:?}",
+        r.strategy, r.false_trips, r.false_trips_ramp, r.opens_by_reason
+    );
+    assert!(!r.opens_by_reason.contains_key("failure_rate"));
+    assert!(!r.opens_by_reason.contains_key("failure_ratio"));
+    assert!(r.false_trips_ramp >= 1, "a ramp re-opened after the outage");
+    assert_eq!(r.false_trips_failure_rate, 0);
+}
