@@ -541,6 +541,53 @@ fn a_retry_is_not_started_with_less_time_left_than_a_healthy_call_takes() {
 }
 
 #[test]
+fn the_healthy_call_guard_on_retries_waits_for_20_latency_samples() {
+    // The guard reads the breaker's learned median, which is reported only once 20 successes
+    // have taught it: before that a retry is not held back by what a few calls took. A 400 ms
+    // deadline, a 10 ms failure and the 100 ms wait leave 290 ms, less than the 500 ms the
+    // breaker's successes took.
+    let settings = CallSettings::builder()
+        .deadline(Some(ms(400)))
+        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
+        .build()
+        .unwrap();
+    for (samples, armed) in [(5, false), (19, false), (20, true), (30, true)] {
+        let mut p = parts();
+        let mut now = warm(&mut p.breaker, Instant::from_secs(1), ms(500), samples);
+        assert_eq!(
+            p.breaker.snapshot(now).normal_latency.is_some(),
+            armed,
+            "{samples} samples"
+        );
+        let mut call = Call::begin(&settings, now);
+        let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |n| {
+            if n == 1 {
+                (ms(10), Outcome::Transient)
+            } else {
+                (ms(10), Outcome::Success)
+            }
+        });
+        if armed {
+            assert_eq!(
+                r,
+                Ok(Finished::DeadlineExceeded {
+                    last: Some(Outcome::Transient)
+                }),
+                "{samples} samples"
+            );
+            assert_eq!(did, [Did::Attempt], "{samples} samples: no retry");
+        } else {
+            assert_eq!(r, Ok(Finished::Succeeded), "{samples} samples");
+            assert_eq!(
+                did,
+                [Did::Attempt, Did::Wait(ms(100)), Did::Attempt],
+                "{samples} samples: the guard is not armed, the retry runs"
+            );
+        }
+    }
+}
+
+#[test]
 fn an_attempt_is_bounded_by_its_timeout_and_the_deadline() {
     let mut p = parts();
     let now = Instant::from_secs(1);

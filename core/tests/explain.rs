@@ -194,3 +194,39 @@ policy `search`
         "{text}"
     );
 }
+
+#[test]
+fn a_breaker_that_learned_a_20_percent_failure_rate_explains_the_raised_consecutive_count() {
+    // 600 outcomes at 10 a second, every fifth one a failure (never two in a row, so the cold
+    // rule of 5 never trips), ending with a success: a minute, so that the outcomes older than
+    // the 30 s trip window fill the error baseline the snapshot reports. The breaker learns a
+    // normal rate of 20%, and a run of failures must then be as unlikely as the default bound
+    // of 1e-8 to trip: 0.2^12 <= 1e-8 < 0.2^11, a run of 12.
+    let settings = BreakerSettings::defaults("flaky");
+    let mut breaker = Breaker::new(settings);
+    let mut now = Instant::from_secs(1);
+    for i in 0..600 {
+        let p = breaker.try_acquire(now).unwrap();
+        let outcome = if i % 5 == 1 {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        breaker.on_outcome(now + Duration::from_millis(10), p, outcome, &mut |_| {});
+        now += Duration::from_millis(100);
+    }
+    let snapshot = breaker.snapshot(now);
+    assert!(snapshot.normal_failure_rate.is_some(), "{snapshot:?}");
+    let run = snapshot.consecutive_to_trip;
+    assert_eq!(run, 12, "{snapshot:?}");
+    let text = Explain::new(&CallSettings::DEFAULT)
+        .breaker(&settings)
+        .breaker_now(snapshot)
+        .to_string();
+    assert!(
+        text.contains(&format!(", trips after {run} consecutive failures\n")),
+        "{text}"
+    );
+    assert!(text.contains(", normal failure rate "), "{text}");
+    assert!(!text.contains("trips after 5 consecutive"), "{text}");
+}

@@ -101,6 +101,56 @@ fn with(name: http::HeaderName, value: HeaderValue) -> HeaderMap {
     h
 }
 
+/// How DESIGN.md classifies an HTTP answer, given what its `Retry-After` header reads as: 429,
+/// and 503 with a readable `Retry-After`, are throttled (with that hint); 408 and every other
+/// 5xx are transient; any other answer counts as a success: 2xx, the other 4xx (the dependency
+/// answered: the request is wrong, not the dependency), and 1xx and 3xx.
+fn documented(status: u16, hint: Option<Duration>) -> Outcome {
+    match status {
+        429 => Outcome::Throttled { retry_after: hint },
+        503 if hint.is_some() => Outcome::Throttled { retry_after: hint },
+        408 | 500..=599 => Outcome::Transient,
+        _ => Outcome::Success,
+    }
+}
+
+#[test]
+fn http_outcome_classifies_every_status_as_documented() {
+    // Every status from 100 to 599, and as many again drawn at random, each with no
+    // Retry-After, readable ones (seconds, a date already past) and unreadable ones.
+    let past = "Wed, 21 Oct 2015 07:28:00 GMT";
+    let hints: [(Option<&str>, Option<Duration>); 7] = [
+        (None, None),
+        (Some("7"), Some(Duration::from_secs(7))),
+        (Some(" 0 "), Some(Duration::ZERO)),
+        (Some(past), Some(Duration::ZERO)),
+        (Some("soon"), None),
+        (Some("-1"), None),
+        (Some(""), None),
+    ];
+    let mut g = Gen::new(6);
+    let statuses = (100..=599u16).chain((0..500).map(|_| 100 + g.below(500) as u16));
+    let mut seen = std::collections::BTreeSet::new();
+    for status in statuses {
+        for (value, hint) in hints {
+            let headers = value.map_or_else(HeaderMap::new, |v| {
+                with(RETRY_AFTER, HeaderValue::from_str(v).unwrap())
+            });
+            assert_eq!(retry_after(&headers), hint, "{value:?}");
+            let outcome = http_outcome(StatusCode::from_u16(status).unwrap(), &headers);
+            assert_eq!(
+                outcome,
+                documented(status, hint),
+                "{status} with Retry-After {value:?}"
+            );
+            seen.insert(format!("{outcome:?}"));
+        }
+    }
+    // Every kind of answer came up: success, transient, and throttled with a hint of 7 s, of
+    // zero and with none.
+    assert_eq!(seen.len(), 5, "{seen:?}");
+}
+
 #[test]
 fn retry_after_never_panics_and_a_throttled_wait_stays_under_the_backoff_cap() {
     let mut g = Gen::new(1);
@@ -112,12 +162,37 @@ fn retry_after_never_panics_and_a_throttled_wait_stays_under_the_backoff_cap() {
             continue;
         };
         let headers = with(RETRY_AFTER, value);
+        let before = SystemTime::now();
         let parsed = retry_after(&headers);
         if let Some(d) = parsed {
-            // Delay-seconds or a date: either way a whole number of seconds at most the
-            // saturated `u64::MAX` seconds, or a date's distance from now.
-            assert!(d <= Duration::MAX, "case {case}: {bytes:?}");
+            // What was read is the delay-seconds the value spells in digits, or else the value
+            // is an HTTP date and what was read is at most its distance from now (zero once
+            // past).
+            let text = std::str::from_utf8(&bytes).unwrap().trim();
+            let digits = text.strip_prefix('+').unwrap_or(text);
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                assert_eq!(
+                    Some(d),
+                    digits.parse().ok().map(Duration::from_secs),
+                    "case {case}: {bytes:?}"
+                );
+            } else {
+                let at = httpdate::parse_http_date(text)
+                    .unwrap_or_else(|_| panic!("case {case}: {bytes:?} read as {d}"));
+                let left = at.duration_since(before).unwrap_or_default();
+                assert!(
+                    d <= Duration::from(left),
+                    "case {case}: {bytes:?} read as {d}"
+                );
+            }
         }
+        // Any status, with whatever this header reads as.
+        let status = 100 + g.below(500) as u16;
+        assert_eq!(
+            http_outcome(StatusCode::from_u16(status).unwrap(), &headers),
+            documented(status, parsed),
+            "case {case}: {status} with {bytes:?}"
+        );
         for status in [
             StatusCode::TOO_MANY_REQUESTS,
             StatusCode::SERVICE_UNAVAILABLE,

@@ -65,7 +65,8 @@ pub struct Report {
     pub time_to_recover_ms: Option<f64>,
     /// Trips from closed (or recovering) by a breaker that had already opened before.
     pub re_trips: u64,
-    /// Trips from closed outside every impairment (and the trip window after it).
+    /// Trips from closed (or recovering) outside every impairment (and the trip window after
+    /// it). The four figures below split it by rule.
     pub false_trips: u64,
     /// Of the false trips: by the consecutive-failure rule.
     pub false_trips_consecutive: u64,
@@ -73,6 +74,10 @@ pub struct Report {
     pub false_trips_failure_rate: u64,
     /// Of the false trips: by the slow-call rule.
     pub false_trips_slow: u64,
+    /// Of the false trips: re-opens of a recovery ramp by failures among the calls it admitted
+    /// (`ramp_failure`: the ramp's own judgement, no trip rule of a closed breaker). Every ramp
+    /// re-open, inside an impairment or not, is counted in `opens_by_reason`.
+    pub false_trips_ramp: u64,
     /// Outcomes (success or failure) of attempts admitted while their breaker was closed: the
     /// trials the consecutive-failure rule counts, for its expected number of trips.
     pub closed_outcomes: u64,

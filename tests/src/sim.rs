@@ -732,7 +732,13 @@ impl Sim<'_> {
                 at >= s && at < e
             })
         };
-        let mut false_trips = [0u64; 3];
+        // Trips outside every impairment, by the rule that made them: the consecutive count,
+        // the relative error rate or the failure-ratio ceiling, the slow-call rule, and a
+        // failure among the calls a recovery ramp admitted (its own judgement against the
+        // learned rate, not the failure-rate rule). A failed probe re-opens from half-open and
+        // is no trip from closed: the filter below leaves it out.
+        let mut false_trips = [0u64; 4];
+        let mut false_trips_total = 0;
         let mut re_trips = 0;
         for trip in &t.trips {
             if !matches!(trip.from, State::Closed | State::Recovering) {
@@ -743,11 +749,18 @@ impl Sim<'_> {
             }
             if !impaired(trip.at) {
                 let k = match trip.reason {
-                    Some(TripReason::ConsecutiveFailures) => 0,
-                    Some(TripReason::SlowCalls) => 2,
-                    _ => 1,
+                    Some(TripReason::ConsecutiveFailures) => Some(0),
+                    Some(TripReason::FailureRate | TripReason::FailureRatio) => Some(1),
+                    Some(TripReason::SlowCalls) => Some(2),
+                    Some(TripReason::RampFailure) => Some(3),
+                    // No open from closed or recovering carries another reason (or none); one
+                    // that did would count in the total, under no rule's figure.
+                    _ => None,
                 };
-                false_trips[k] += 1;
+                false_trips_total += 1;
+                if let Some(k) = k {
+                    false_trips[k] += 1;
+                }
             }
         }
         let mut opens_by_reason = std::collections::BTreeMap::new();
@@ -783,10 +796,11 @@ impl Sim<'_> {
             tripped_breakers: firsts.len() as u64,
             time_to_recover_ms: time_to_recover.map(ms),
             re_trips,
-            false_trips: false_trips.iter().sum(),
+            false_trips: false_trips_total,
             false_trips_consecutive: false_trips[0],
             false_trips_failure_rate: false_trips[1],
             false_trips_slow: false_trips[2],
+            false_trips_ramp: false_trips[3],
             closed_outcomes: t.closed_outcomes,
             refused_by_breaker: t.refused_by_breaker,
             refused_by_budget: t.refused_by_budget,

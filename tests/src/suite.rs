@@ -457,5 +457,16 @@ pub fn commentary(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
         }
         _ => {}
     }
+    for r in reports.iter().filter(|r| r.false_trips > 0) {
+        out.push(format!(
+            "{}: trips outside the impairments: {} (consecutive failures {}, failure rate {}, slow calls {}, ramp re-opens {})",
+            r.strategy,
+            r.false_trips,
+            r.false_trips_consecutive,
+            r.false_trips_failure_rate,
+            r.false_trips_slow,
+            r.false_trips_ramp
+        ));
+    }
     out
 }
