@@ -111,6 +111,7 @@ pub use breaker::{
     TripReason,
 };
 pub use call::backoff::{Backoff, BackoffBuilder, Jitter};
+pub use call::classify::{Classify, EveryErrorTransient};
 pub use call::error::CallError;
 pub use call::{
     guarded_pause, Admission, Call, CallSettings, CallSettingsBuilder, Finished, Funding, NoHedge,

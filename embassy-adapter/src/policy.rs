@@ -17,7 +17,8 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_time::Timer;
 use stormguard_core::{
     Admission, BreakerSettings, BudgetSettings, BudgetSnapshot, Call, CallError, CallSettings,
-    Event, Explain, Funding, Instant, Outcome, Parts, Permit, Refused, Snapshot, Step,
+    Classify, Event, EveryErrorTransient, Explain, Funding, Instant, Outcome, Parts, Permit,
+    Refused, Snapshot, Step,
 };
 
 use crate::bulkhead::{BulkheadStep, NoBulkhead};
@@ -26,59 +27,6 @@ use crate::ratelimit::{LimitSource, LimitStep, NoRateLimit};
 use crate::sleep::{Never, Slept};
 use crate::time::{to_core_instant, to_embassy_instant};
 use crate::{Breaker, Budget, BudgetRef, Bulkhead, CoreBreaker, EmbassyClock};
-
-/// Decides how an attempt's result counts: the caller's classification of what happened.
-/// Implemented by [`EveryErrorTransient`] (the default) and by every
-/// `Fn(&Result<T, E>) -> Outcome`.
-///
-/// ```
-/// use stormguard_core::Outcome;
-/// use stormguard_embassy::Classify;
-///
-/// #[derive(Debug)]
-/// enum I2cError { Nack, Busy, BadRegister }
-///
-/// // A NACK means the sensor is asleep or gone (counts against it); a bad register address is
-/// // our bug (never retried); a busy bus is another driver's doing (retried, not counted).
-/// let classify = |r: &Result<u16, I2cError>| match r {
-///     Ok(_) => Outcome::Success,
-///     Err(I2cError::Nack) => Outcome::Transient,
-///     Err(I2cError::Busy) => Outcome::Throttled { retry_after: None },
-///     Err(I2cError::BadRegister) => Outcome::Permanent,
-/// };
-/// assert_eq!(classify.classify(&Err(I2cError::BadRegister)), Outcome::Permanent);
-/// ```
-pub trait Classify<T, E> {
-    /// How `result` counts.
-    fn classify(&self, result: &Result<T, E>) -> Outcome;
-}
-
-/// The default classification: `Ok` is a success, every `Err` a transient failure.
-///
-/// ```
-/// use stormguard_core::Outcome;
-/// use stormguard_embassy::{Classify, EveryErrorTransient};
-/// assert_eq!(EveryErrorTransient.classify(&Ok::<u8, ()>(1)), Outcome::Success);
-/// assert_eq!(EveryErrorTransient.classify(&Err::<u8, ()>(())), Outcome::Transient);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct EveryErrorTransient;
-
-impl<T, E> Classify<T, E> for EveryErrorTransient {
-    fn classify(&self, result: &Result<T, E>) -> Outcome {
-        match result {
-            Ok(_) => Outcome::Success,
-            Err(_) => Outcome::Transient,
-        }
-    }
-}
-
-impl<T, E, F: Fn(&Result<T, E>) -> Outcome> Classify<T, E> for F {
-    fn classify(&self, result: &Result<T, E>) -> Outcome {
-        self(result)
-    }
-}
 
 /// What one call may add to its policy: a classifier, a cancellation, a tighter deadline.
 /// Built from [`CallOptions::new`] (every `Err` transient, not cancellable, the policy's

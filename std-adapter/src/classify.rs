@@ -1,59 +1,8 @@
 //! Classifiers: how an attempt's result counts (DESIGN.md, "The breaker": success, transient,
-//! throttled, permanent, cancelled).
+//! throttled, permanent, cancelled). The trait and the default are the core's; the HTTP preset
+//! (feature `http`) is this crate's.
 
-use stormguard_core::Outcome;
-
-/// Decides how an attempt's result counts: the caller's classification of what happened.
-/// Implemented by [`EveryErrorTransient`] (the default), by [`Http`] (feature `http`) and by
-/// every `Fn(&Result<T, E>) -> Outcome`.
-///
-/// ```
-/// use stormguard_std::Outcome;
-/// use stormguard_std::Classify;
-///
-/// #[derive(Debug)]
-/// enum DbError { ConnectionReset, Deadlock, UniqueViolation }
-///
-/// let classify = |r: &Result<u64, DbError>| match r {
-///     Ok(_) => Outcome::Success,
-///     Err(DbError::ConnectionReset) => Outcome::Transient,
-///     Err(DbError::Deadlock) => Outcome::Throttled { retry_after: None },
-///     Err(DbError::UniqueViolation) => Outcome::Permanent,
-/// };
-/// assert_eq!(classify.classify(&Err(DbError::UniqueViolation)), Outcome::Permanent);
-/// ```
-pub trait Classify<T, E> {
-    /// How `result` counts.
-    fn classify(&self, result: &Result<T, E>) -> Outcome;
-}
-
-/// The default classification: `Ok` is a success, every `Err` a transient failure.
-///
-/// ```
-/// use stormguard_std::Outcome;
-/// use stormguard_std::{Classify, EveryErrorTransient};
-/// assert_eq!(EveryErrorTransient.classify(&Ok::<u8, ()>(1)), Outcome::Success);
-/// assert_eq!(EveryErrorTransient.classify(&Err::<u8, ()>(())), Outcome::Transient);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct EveryErrorTransient;
-
-impl<T, E> Classify<T, E> for EveryErrorTransient {
-    #[inline]
-    fn classify(&self, result: &Result<T, E>) -> Outcome {
-        match result {
-            Ok(_) => Outcome::Success,
-            Err(_) => Outcome::Transient,
-        }
-    }
-}
-
-impl<T, E, F: Fn(&Result<T, E>) -> Outcome> Classify<T, E> for F {
-    #[inline]
-    fn classify(&self, result: &Result<T, E>) -> Outcome {
-        self(result)
-    }
-}
+pub use stormguard_core::{Classify, EveryErrorTransient};
 
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]

@@ -32,6 +32,7 @@
 //! ```
 
 pub(crate) mod backoff;
+pub(crate) mod classify;
 pub(crate) mod error;
 
 use core::fmt;
