@@ -107,7 +107,7 @@ pub use breaker::settings::{
 };
 pub use breaker::shared::{PermitGuard, SharedBreaker, SharedBudget};
 pub use breaker::{
-    Breaker, ConstSettings, Fixed, HedgeSuppressed, Permit, SettingsRef, Snapshot, State,
+    Breaker, ConstSettings, Fixed, Health, HedgeSuppressed, Permit, SettingsRef, Snapshot, State,
     TripReason,
 };
 pub use call::backoff::{Backoff, BackoffBuilder, Jitter};

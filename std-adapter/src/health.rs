@@ -7,56 +7,22 @@
 
 use std::sync::{Arc, RwLock};
 
-use stormguard_core::{BudgetSnapshot, Instant, Snapshot, State};
+use stormguard_core::{BudgetSnapshot, Health, Instant, Snapshot};
 
 use crate::clock::{default_clock, Clock, DefaultClock, SteadyClock};
 use crate::{Breaker, Budget};
 
-/// How well a dependency (or the whole set) is doing, best first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum Status {
-    /// Closed breaker, budget with room.
-    Healthy,
-    /// Half-open or recovering breaker, nearly empty budget.
-    Degraded,
-    /// Open or isolated breaker: calls are refused.
-    Unavailable,
-}
-
-impl Status {
-    /// The status a breaker in `state` reports.
-    ///
-    /// ```
-    /// use stormguard_core::State;
-    /// use stormguard_std::health::Status;
-    /// assert_eq!(Status::of_state(State::Recovering), Status::Degraded);
-    /// assert_eq!(Status::of_state(State::Isolated), Status::Unavailable);
-    /// ```
-    #[must_use]
-    pub const fn of_state(state: State) -> Status {
-        match state {
-            State::Closed => Status::Healthy,
-            State::HalfOpen | State::Recovering => Status::Degraded,
-            State::Open | State::Isolated => Status::Unavailable,
-        }
-    }
-
-    /// A stable, lower-case name.
-    ///
-    /// ```
-    /// assert_eq!(stormguard_std::health::Status::Degraded.as_str(), "degraded");
-    /// ```
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Status::Healthy => "healthy",
-            Status::Degraded => "degraded",
-            Status::Unavailable => "unavailable",
-        }
-    }
-}
+/// How well a dependency (or the whole set) is doing, best first: the core's [`Health`], whose
+/// mapping from a breaker's state ([`Status::of_state`]) every report here uses.
+///
+/// ```
+/// use stormguard_core::State;
+/// use stormguard_std::health::Status;
+/// assert_eq!(Status::of_state(State::Recovering), Status::Degraded);
+/// assert_eq!(Status::of_state(State::Isolated), Status::Unavailable);
+/// assert_eq!(Status::Degraded.as_str(), "degraded");
+/// ```
+pub type Status = Health;
 
 /// One breaker's health: its snapshot, in plain units.
 #[derive(Clone, Debug, PartialEq)]

@@ -166,7 +166,7 @@ pub use stormguard_core::{
     Backoff, BackoffBuilder, Bound, BreakerSettings, BreakerSettingsBuilder, BudgetSettings,
     BudgetSettingsBuilder, BudgetSnapshot, BulkheadSettings, BulkheadSettingsBuilder,
     BulkheadSnapshot, CallSettings, CallSettingsBuilder, Duration, Event, FailureRate, Field,
-    Instant, Jitter, KeyedRefusal, Multiple, Name, NameError, Outcome, RateLimitSettings,
+    Health, Instant, Jitter, KeyedRefusal, Multiple, Name, NameError, Outcome, RateLimitSettings,
     RateLimitSettingsBuilder, Ratio, Recovery, RefusalReason, Refused, Rejection, SettingsError,
     SlowCalls, Snapshot, State, SubscriptionRetry, SubscriptionStatus, TripReason,
     WindowLimitSettings, WindowLimitSettingsBuilder, GUARD_PAUSE, STALE_BREAKS,

@@ -66,6 +66,76 @@ impl State {
             State::Isolated => "isolated",
         }
     }
+
+    /// The health a breaker in this state reports: the one mapping every health endpoint uses.
+    ///
+    /// ```
+    /// use stormguard_core::{Health, State};
+    /// assert_eq!(State::Closed.health(), Health::Healthy);
+    /// assert_eq!(State::Recovering.health(), Health::Degraded);
+    /// assert_eq!(State::Open.health(), Health::Unavailable);
+    /// ```
+    #[must_use]
+    pub const fn health(self) -> Health {
+        Health::of_state(self)
+    }
+}
+
+/// How well a dependency (or a set of them) is doing, best first: closed is healthy; half-open
+/// and recovering are degraded (the dependency is on probation: a recovering breaker still
+/// sheds part of the traffic); open and isolated are unavailable (calls are refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(rename_all = "snake_case")
+)]
+pub enum Health {
+    /// Closed breaker (or a budget with room).
+    Healthy,
+    /// Half-open or recovering breaker (or a nearly empty budget).
+    Degraded,
+    /// Open or isolated breaker: calls are refused.
+    Unavailable,
+}
+
+impl Health {
+    /// The health a breaker in `state` reports.
+    ///
+    /// ```
+    /// use stormguard_core::{Health, State};
+    /// assert_eq!(Health::of_state(State::HalfOpen), Health::Degraded);
+    /// assert_eq!(Health::of_state(State::Isolated), Health::Unavailable);
+    /// ```
+    #[must_use]
+    pub const fn of_state(state: State) -> Health {
+        match state {
+            State::Closed => Health::Healthy,
+            State::HalfOpen | State::Recovering => Health::Degraded,
+            State::Open | State::Isolated => Health::Unavailable,
+        }
+    }
+
+    /// A stable, lower-case name: `healthy`, `degraded` or `unavailable`.
+    ///
+    /// ```
+    /// assert_eq!(stormguard_core::Health::Degraded.as_str(), "degraded");
+    /// ```
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Health::Healthy => "healthy",
+            Health::Degraded => "degraded",
+            Health::Unavailable => "unavailable",
+        }
+    }
+}
+
+impl fmt::Display for Health {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl fmt::Display for State {
@@ -1016,11 +1086,18 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// `true` when the dependency is not fully trusted: anything but closed. A breaker that
-    /// is recovering reads as degraded, not healthy.
+    /// The health the breaker's state maps to ([`State::health`]).
+    #[must_use]
+    pub const fn health(&self) -> Health {
+        self.state.health()
+    }
+
+    /// `true` when the dependency is not fully trusted: its [health](Snapshot::health) is
+    /// anything but [`Health::Healthy`] (degraded or unavailable). A breaker that is
+    /// recovering is not healthy.
     #[must_use]
     pub const fn is_degraded(&self) -> bool {
-        !matches!(self.state, State::Closed)
+        !matches!(self.health(), Health::Healthy)
     }
 }
 
