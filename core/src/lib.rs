@@ -53,6 +53,42 @@
 /// The [`Admission`] methods a wrapper in front of a breaker (a rate limiter, a bulkhead, an
 /// adapter's handle) does not change: the breaker's name and its latency readings, read from the
 /// field (or field path) named. Exported for the adapters' own wrappers, not part of the API.
+/// The `Ok` value of a `const` expression returning a `Result`, evaluated while the program is
+/// built: settings for a `static` or `const` (a breaker, a budget, a policy on a microcontroller)
+/// that are invalid stop the build, and nothing can fail at run time. The expression must be
+/// one the compiler can evaluate: the settings types' `const fn` builders and constructors.
+///
+/// ```
+/// use stormguard_core::{valid, BreakerSettings, CallSettings};
+///
+/// static SENSOR: BreakerSettings = valid!(BreakerSettings::consecutive_only("tmp117", 3));
+/// const ONE_RETRY: CallSettings = valid!(CallSettings::builder().max_attempts(2).build());
+/// assert_eq!(SENSOR.consecutive_failures(), 3);
+/// assert_eq!(ONE_RETRY.max_attempts(), 2);
+/// ```
+///
+/// A run of zero failures is no rule: the build stops.
+///
+/// ```compile_fail
+/// use stormguard_core::{valid, BreakerSettings};
+/// static SENSOR: BreakerSettings = valid!(BreakerSettings::consecutive_only("tmp117", 0));
+/// ```
+#[macro_export]
+macro_rules! valid {
+    ($result:expr $(,)?) => {
+        const {
+            match $result {
+                ::core::result::Result::Ok(value) => value,
+                ::core::result::Result::Err(_) => {
+                    ::core::panic!(
+                        "invalid stormguard settings (the constructor's SettingsError says which)"
+                    )
+                }
+            }
+        }
+    };
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! forward_breaker_readings {

@@ -94,6 +94,11 @@
     )
 )]
 
+// The README's examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
+
 mod breaker;
 mod budget;
 mod bulkhead;
@@ -110,8 +115,11 @@ pub use budget::{Budget, BudgetRef};
 pub use bulkhead::{Bulkhead, BulkheadRef, BulkheadStep, NoBulkhead};
 pub use events::{Listener, NoListener};
 pub use keyed::{KeyedBreaker, KeyedPolicy, KeyedRef};
-pub use policy::{CallOptions, Explanation, Policy};
+pub use policy::{
+    BulkheadedPolicy, CallOptions, Explanation, LeanPolicy, Policy, RateLimitedPolicy,
+};
 pub use ratelimit::{LimitSource, LimitStep, NoRateLimit, RateLimit, RateLimitRef};
+pub use stormguard_core::valid;
 pub use stormguard_core::CallError;
 pub use stormguard_core::{Classify, EveryErrorTransient};
 pub use subscription::keep_subscribed;

@@ -106,6 +106,20 @@ impl<C, X> CallOptions<C, X> {
     }
 }
 
+/// A policy over a [lean breaker](stormguard_core::LeanBreaker) (consecutive failures only), in
+/// a `static`: the common firmware shape (a sensor, a radio link).
+pub type LeanPolicy<M, L = NoListener> = Policy<'static, M, L, stormguard_core::LeanBreaker>;
+
+/// A policy with a GCRA [`RateLimit`](crate::RateLimit) in front of its breaker (lean by
+/// default), all in `static`s.
+pub type RateLimitedPolicy<M, B = stormguard_core::LeanBreaker, L = NoListener> =
+    Policy<'static, M, L, B, &'static crate::RateLimit<M, stormguard_core::RateLimiter>>;
+
+/// A policy with a [`Bulkhead`](crate::Bulkhead) (4 wakers) in front of its breaker (lean by
+/// default), all in `static`s.
+pub type BulkheadedPolicy<M, B = stormguard_core::LeanBreaker, L = NoListener> =
+    Policy<'static, M, L, B, NoRateLimit, &'static crate::Bulkhead<M>>;
+
 /// Retries, deadline, attempt timeout, backoff, breaker and (optionally) retry budget for one
 /// dependency, runnable from any task: `policy.call(|attempt| async { ... }).await`.
 ///
@@ -117,20 +131,15 @@ impl<C, X> CallOptions<C, X> {
 /// ```
 /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
 /// use stormguard_core::{BreakerSettings, BudgetSettings, CallSettings, LeanBreaker};
-/// use stormguard_embassy::{Breaker, Budget, CallError, NoListener, Policy};
+/// use stormguard_embassy::{valid, Breaker, Budget, CallError, LeanPolicy, Policy};
 ///
 /// type Cs = CriticalSectionRawMutex;
 ///
-/// static SENSOR: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 3) {
-///     Ok(s) => s,
-///     Err(_) => panic!("invalid breaker settings"),
-/// };
-/// static BREAKER: Breaker<Cs, LeanBreaker> = match Breaker::lean(&SENSOR) {
-///     Ok(b) => b,
-///     Err(_) => panic!("settings that need statistics"),
-/// };
+/// // Invalid settings stop the build (`valid!`); nothing here can fail at run time.
+/// static SENSOR: BreakerSettings = valid!(BreakerSettings::consecutive_only("sensor", 3));
+/// static BREAKER: Breaker<Cs, LeanBreaker> = valid!(Breaker::lean(&SENSOR));
 /// static RETRIES: Budget<Cs> = Budget::new(BudgetSettings::defaults("i2c"));
-/// static POLICY: Policy<'static, Cs, NoListener, LeanBreaker> =
+/// static POLICY: LeanPolicy<Cs> =
 ///     Policy::new(&BREAKER, CallSettings::DEFAULT).with_budget(&RETRIES);
 ///
 /// async fn read_temperature() -> Result<i16, ()> {

@@ -21,49 +21,33 @@ use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
 use embassy_time::{Duration, Timer};
 use stormguard_core::{
     BreakerSettings, BudgetSettings, CallSettings, Duration as CoreDuration, LeanBreaker, Outcome,
-    SettingsError,
 };
-use stormguard_embassy::{Breaker, Budget, CallError, CallOptions, NoListener, Policy};
+use stormguard_embassy::{valid, Breaker, Budget, CallError, CallOptions, LeanPolicy, Policy};
 use {defmt_rtt as _, panic_probe as _};
 
 bind_interrupts!(struct Irqs {
     TWISPI0 => twim::InterruptHandler<peripherals::TWISPI0>;
 });
 
-const fn valid<T: Copy>(settings: Result<T, SettingsError>) -> T {
-    match settings {
-        Ok(s) => s,
-        Err(_) => panic!("invalid settings"),
-    }
-}
-
 /// Three failed calls in a row open the breaker for 2 s (jittered, doubling up to 2 min).
-static SENSOR_BREAKER: BreakerSettings = valid(
-    BreakerSettings::builder("tmp117")
-        .consecutive_failures(3)
-        .failure_rate(None)
-        .slow_calls(None)
-        .break_duration(CoreDuration::from_secs(2))
-        .build(),
-);
+static SENSOR_BREAKER: BreakerSettings = valid!(BreakerSettings::builder("tmp117")
+    .consecutive_failures(3)
+    .failure_rate(None)
+    .slow_calls(None)
+    .break_duration(CoreDuration::from_secs(2))
+    .build(),);
 
 /// Up to 3 attempts within 1 s, each cut at 100 ms.
-const READ: CallSettings = valid(
-    CallSettings::builder()
-        .deadline(Some(CoreDuration::from_secs(1)))
-        .attempt_timeout(Some(CoreDuration::from_millis(100)))
-        .build(),
-);
+const READ: CallSettings = valid!(CallSettings::builder()
+    .deadline(Some(CoreDuration::from_secs(1)))
+    .attempt_timeout(Some(CoreDuration::from_millis(100)))
+    .build(),);
 
 type Cs = CriticalSectionRawMutex;
 
-static BREAKER: Breaker<Cs, LeanBreaker> = match Breaker::lean(&SENSOR_BREAKER) {
-    Ok(b) => b,
-    Err(_) => panic!("settings that need statistics"),
-};
+static BREAKER: Breaker<Cs, LeanBreaker> = valid!(Breaker::lean(&SENSOR_BREAKER));
 static RETRIES: Budget<Cs> = Budget::new(BudgetSettings::defaults("i2c"));
-static SENSOR: Policy<'static, Cs, NoListener, LeanBreaker> =
-    Policy::new(&BREAKER, READ).with_budget(&RETRIES);
+static SENSOR: LeanPolicy<Cs> = Policy::new(&BREAKER, READ).with_budget(&RETRIES);
 
 const TMP117: u8 = 0x48;
 const TEMP_RESULT: u8 = 0x00;
