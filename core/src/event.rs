@@ -1,9 +1,9 @@
 //! Events: what happened, handed to a caller-supplied sink. The core allocates nothing and drops
 //! nothing; the adapters forward events to `tracing`, `defmt` and listeners.
 
-use crate::breaker::{State, TripReason};
 use crate::error::RefusalReason;
 use crate::ratio::Ratio;
+use crate::state::{State, TripReason};
 use crate::{Duration, Name, Outcome};
 
 /// Something a breaker, budget or call did. Every event carries the name of what produced it,

@@ -133,6 +133,7 @@ mod outcome;
 mod packed;
 mod ratio;
 mod rng;
+mod state;
 mod time;
 
 pub use breaker::keyed::{FullTable, Keyed, KeyedRefusal, Member, STALE_BREAKS};
@@ -142,10 +143,7 @@ pub use breaker::settings::{
     MAX_PROBES, TRIP_BUCKETS,
 };
 pub use breaker::shared::{PermitGuard, SharedBreaker, SharedBudget};
-pub use breaker::{
-    Breaker, ConstSettings, Fixed, Health, HedgeSuppressed, Permit, SettingsRef, Snapshot, State,
-    TripReason,
-};
+pub use breaker::{Breaker, ConstSettings, Fixed, HedgeSuppressed, Permit, SettingsRef, Snapshot};
 pub use call::backoff::{Backoff, BackoffBuilder, Jitter};
 pub use call::classify::{Classify, EveryErrorTransient};
 pub use call::error::CallError;
@@ -178,4 +176,5 @@ pub use policy::explain::Explain;
 pub use policy::subscription::{SubscriptionRetry, SubscriptionStatus};
 pub use ratio::{Multiple, Ratio};
 pub use rng::JitterRng;
+pub use state::{Health, State, TripReason};
 pub use time::{div_rem_u32, Duration, Instant, MAX_BREAK};

@@ -3,8 +3,8 @@
 //! readings and the settings, so the single-threaded and shared breakers decide identically.
 
 use crate::breaker::settings::{BreakerSettings, MAX_COUNT, TRIP_BUCKETS};
-use crate::breaker::TripReason;
 use crate::packed::{const_unless_loom, field, put, word, words, Word};
+use crate::state::TripReason;
 use crate::time::{div_rem_u32, div_u64};
 use crate::{Duration, Instant};
 
