@@ -169,8 +169,8 @@ pub use name::{Name, NameError, NAME_CAPACITY};
 pub use outcome::{Outcome, MIN_THROTTLE_HINT};
 pub use policy::cache::{CacheRule, ZeroTtl};
 pub use policy::engine::{
-    AddPolicyError, DecisionTrail, Policy, PolicyDecision, PolicyEngine, PolicyEvaluation,
-    PolicyMatch, PolicyPredicate, PolicyVerdict,
+    AddPolicyError, DecisionTrail, PolicyDecision, PolicyEngine, PolicyEvaluation, PolicyMatch,
+    PolicyPredicate, PolicyRule, PolicyVerdict,
 };
 pub use policy::explain::Explain;
 pub use policy::subscription::{SubscriptionRetry, SubscriptionStatus};

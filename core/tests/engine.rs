@@ -10,7 +10,9 @@
 
 use std::cell::RefCell;
 
-use stormguard_core::{AddPolicyError, DecisionTrail, Name, Policy, PolicyEngine, PolicyVerdict};
+use stormguard_core::{
+    AddPolicyError, DecisionTrail, Name, PolicyEngine, PolicyRule, PolicyVerdict,
+};
 
 /// A message's routing context. `seen` records which predicates ran, in order.
 #[derive(Default)]
@@ -358,13 +360,13 @@ fn capturing_predicates_work_through_borrowed_dyn_fn() {
 
 #[test]
 fn the_rule_runs_over_any_slice_of_policies() {
-    let policies: Vec<Policy<u32, &str, ()>> = vec![
-        Policy::new("zero", |n| Ok(*n == 0), "zero"),
-        Policy::new("even", |n| Ok(n % 2 == 0), "even"),
-        Policy::new("any", |_| Ok(true), "odd"),
+    let policies: Vec<PolicyRule<u32, &str, ()>> = vec![
+        PolicyRule::new("zero", |n| Ok(*n == 0), "zero"),
+        PolicyRule::new("even", |n| Ok(n % 2 == 0), "even"),
+        PolicyRule::new("any", |_| Ok(true), "odd"),
     ];
     let mut trail = DecisionTrail::<(), 3>::new();
-    let m = Policy::first_match(&policies, &7, &mut trail).unwrap();
+    let m = PolicyRule::first_match(&policies, &7, &mut trail).unwrap();
     assert_eq!((*m.config, m.position, m.name.as_str()), ("odd", 2, "any"));
     assert_eq!(trail.len(), 3);
 }

@@ -2,15 +2,15 @@
 //! limit on their number and predicates that may capture (boxed closures).
 //!
 //! The rule is the core's, not a copy of it: evaluation runs
-//! [`stormguard_core::Policy::first_match`] over the policies (in chunks of 32, each recorded
+//! [`stormguard_core::PolicyRule::first_match`] over the policies (in chunks of 32, each recorded
 //! in the core's fixed-capacity [`DecisionTrail`]), and this module only moves the recorded
 //! evaluations into a growable [`Trail`].
 
 use std::fmt;
 
 use stormguard_core::{
-    AddPolicyError, Bound, DecisionTrail, Field, Name, Policy as Rule, PolicyEvaluation,
-    PolicyMatch, SettingsError,
+    AddPolicyError, Bound, DecisionTrail, Field, Name, PolicyEvaluation, PolicyMatch,
+    PolicyRule as Rule, SettingsError,
 };
 
 /// A predicate of the growable engine: any closure from the context to a match (`Ok(true)`),
@@ -18,7 +18,7 @@ use stormguard_core::{
 /// calls a predicate through `Fn`, which a `Box<dyn Fn>` implements (an `Arc<dyn Fn>` does not).
 pub type Predicate<C, E> = Box<dyn Fn(&C) -> Result<bool, E> + Send + Sync>;
 
-/// One named policy of a [`PolicyEngine`]: the core's [`Policy`](stormguard_core::Policy) with a
+/// One named policy of a [`PolicyEngine`]: the core's [`PolicyRule`](stormguard_core::PolicyRule) with a
 /// boxed predicate.
 pub type EnginePolicy<C, T, E> = Rule<C, T, E, Predicate<C, E>>;
 

@@ -23,24 +23,24 @@ pub type PolicyPredicate<C, E> = fn(&C) -> Result<bool, E>;
 /// it defaults to a function pointer).
 ///
 /// ```
-/// use stormguard_core::Policy;
-/// let p: Policy<u32, &str, ()> = Policy::new("big", |n| Ok(*n > 100), "slow lane");
+/// use stormguard_core::PolicyRule;
+/// let p: PolicyRule<u32, &str, ()> = PolicyRule::new("big", |n| Ok(*n > 100), "slow lane");
 /// assert_eq!(p.name(), &"big");
 /// assert_eq!(p.evaluate(&500), Ok(true));
 /// assert_eq!(*p.config(), "slow lane");
 /// ```
-pub struct Policy<C, T, E, P = PolicyPredicate<C, E>> {
+pub struct PolicyRule<C, T, E, P = PolicyPredicate<C, E>> {
     name: Name,
     predicate: P,
     config: T,
     _context: PhantomData<fn(&C) -> E>,
 }
 
-impl<C, T, E, P> Policy<C, T, E, P> {
+impl<C, T, E, P> PolicyRule<C, T, E, P> {
     /// A policy called `name` (a `&'static str` or a [`Name`]) that gives `config` when
     /// `predicate` matches.
     pub fn new(name: impl Into<Name>, predicate: P, config: T) -> Self {
-        Policy {
+        PolicyRule {
             name: name.into(),
             predicate,
             config,
@@ -72,7 +72,7 @@ impl<C, T, E, P> Policy<C, T, E, P> {
     }
 }
 
-impl<C, T, E, P: Fn(&C) -> Result<bool, E>> Policy<C, T, E, P> {
+impl<C, T, E, P: Fn(&C) -> Result<bool, E>> PolicyRule<C, T, E, P> {
     /// Runs the predicate on `context`.
     pub fn evaluate(&self, context: &C) -> Result<bool, E> {
         (self.predicate)(context)
@@ -85,18 +85,18 @@ impl<C, T, E, P: Fn(&C) -> Result<bool, E>> Policy<C, T, E, P> {
     /// [`DecisionTrail::omitted`].
     ///
     /// ```
-    /// use stormguard_core::{DecisionTrail, Policy, PolicyVerdict};
-    /// let policies: [Policy<i32, char, ()>; 2] = [
-    ///     Policy::new("negative", |n| Ok(*n < 0), '-'),
-    ///     Policy::new("any", |_| Ok(true), '+'),
+    /// use stormguard_core::{DecisionTrail, PolicyRule, PolicyVerdict};
+    /// let policies: [PolicyRule<i32, char, ()>; 2] = [
+    ///     PolicyRule::new("negative", |n| Ok(*n < 0), '-'),
+    ///     PolicyRule::new("any", |_| Ok(true), '+'),
     /// ];
     /// let mut trail = DecisionTrail::<(), 2>::new();
-    /// let found = Policy::first_match(&policies, &5, &mut trail);
+    /// let found = PolicyRule::first_match(&policies, &5, &mut trail);
     /// assert_eq!(found.map(|m| *m.config), Some('+'));
     /// assert_eq!(trail.len(), 2);
     /// ```
     pub fn first_match<'a, const M: usize>(
-        policies: &'a [Policy<C, T, E, P>],
+        policies: &'a [PolicyRule<C, T, E, P>],
         context: &C,
         trail: &mut DecisionTrail<'a, E, M>,
     ) -> Option<PolicyMatch<'a, T>> {
@@ -123,9 +123,9 @@ impl<C, T, E, P: Fn(&C) -> Result<bool, E>> Policy<C, T, E, P> {
     }
 }
 
-impl<C, T: Clone, E, P: Clone> Clone for Policy<C, T, E, P> {
+impl<C, T: Clone, E, P: Clone> Clone for PolicyRule<C, T, E, P> {
     fn clone(&self) -> Self {
-        Policy {
+        PolicyRule {
             name: self.name,
             predicate: self.predicate.clone(),
             config: self.config.clone(),
@@ -134,9 +134,9 @@ impl<C, T: Clone, E, P: Clone> Clone for Policy<C, T, E, P> {
     }
 }
 
-impl<C, T: fmt::Debug, E, P> fmt::Debug for Policy<C, T, E, P> {
+impl<C, T: fmt::Debug, E, P> fmt::Debug for PolicyRule<C, T, E, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Policy")
+        f.debug_struct("PolicyRule")
             .field("name", &self.name)
             .field("config", &self.config)
             .finish_non_exhaustive()
@@ -144,11 +144,11 @@ impl<C, T: fmt::Debug, E, P> fmt::Debug for Policy<C, T, E, P> {
 }
 
 #[cfg(feature = "defmt")]
-impl<C, T: defmt::Format, E, P> defmt::Format for Policy<C, T, E, P> {
+impl<C, T: defmt::Format, E, P> defmt::Format for PolicyRule<C, T, E, P> {
     fn format(&self, f: defmt::Formatter<'_>) {
         defmt::write!(
             f,
-            "Policy {{ name: {}, config: {} }}",
+            "PolicyRule {{ name: {}, config: {} }}",
             self.name,
             self.config
         );
@@ -437,16 +437,16 @@ impl<'a, T, E, const M: usize> PolicyDecision<'a, T, E, M> {
 #[non_exhaustive]
 pub enum AddPolicyError<C, T, E, P = PolicyPredicate<C, E>> {
     /// The engine already holds its capacity of policies.
-    Full(Policy<C, T, E, P>),
+    Full(PolicyRule<C, T, E, P>),
     /// A policy of the same name is already there: names tell trail entries apart.
-    DuplicateName(Policy<C, T, E, P>),
+    DuplicateName(PolicyRule<C, T, E, P>),
     /// The name is blank or holds a control character (see [`Name::check`]).
-    InvalidName(NameError, Policy<C, T, E, P>),
+    InvalidName(NameError, PolicyRule<C, T, E, P>),
 }
 
 impl<C, T, E, P> AddPolicyError<C, T, E, P> {
     /// The refused policy, handed back.
-    pub fn into_policy(self) -> Policy<C, T, E, P> {
+    pub fn into_policy(self) -> PolicyRule<C, T, E, P> {
         match self {
             AddPolicyError::Full(p)
             | AddPolicyError::DuplicateName(p)
@@ -456,7 +456,7 @@ impl<C, T, E, P> AddPolicyError<C, T, E, P> {
 
     /// The refused policy.
     #[must_use]
-    pub fn policy(&self) -> &Policy<C, T, E, P> {
+    pub fn policy(&self) -> &PolicyRule<C, T, E, P> {
         match self {
             AddPolicyError::Full(p)
             | AddPolicyError::DuplicateName(p)
@@ -537,7 +537,7 @@ impl<C, T, E, P> defmt::Format for AddPolicyError<C, T, E, P> {
 /// allocation; non-capturing closures coerce to it. A predicate that needs parameters reads them
 /// from the context, or from the policy's configuration. Where predicates must capture (a host
 /// that builds them from a configuration file), choose `P = &'a dyn Fn(&C) -> Result<bool, E>`:
-/// borrowed, still no allocation. The rule itself is [`Policy::first_match`], over any slice of
+/// borrowed, still no allocation. The rule itself is [`PolicyRule::first_match`], over any slice of
 /// policies, so a growable form (the std adapter's) evaluates with the same code.
 ///
 /// ```
@@ -581,7 +581,7 @@ impl<C, T, E, P> defmt::Format for AddPolicyError<C, T, E, P> {
 /// # Ok::<(), stormguard_core::AddPolicyError<Ctx, u32, NoTenant>>(())
 /// ```
 pub struct PolicyEngine<C, T, E, const N: usize, P = PolicyPredicate<C, E>> {
-    policies: Vec<Policy<C, T, E, P>, N>,
+    policies: Vec<PolicyRule<C, T, E, P>, N>,
 }
 
 impl<C, T, E, const N: usize, P> PolicyEngine<C, T, E, N, P> {
@@ -602,11 +602,14 @@ impl<C, T, E, const N: usize, P> PolicyEngine<C, T, E, N, P> {
         predicate: P,
         config: T,
     ) -> Result<(), AddPolicyError<C, T, E, P>> {
-        self.push(Policy::new(name, predicate, config))
+        self.push(PolicyRule::new(name, predicate, config))
     }
 
     /// Adds a policy built beforehand; see [`PolicyEngine::add`].
-    pub fn push(&mut self, policy: Policy<C, T, E, P>) -> Result<(), AddPolicyError<C, T, E, P>> {
+    pub fn push(
+        &mut self,
+        policy: PolicyRule<C, T, E, P>,
+    ) -> Result<(), AddPolicyError<C, T, E, P>> {
         if let Err(e) = policy.name.check() {
             return Err(AddPolicyError::InvalidName(e, policy));
         }
@@ -618,12 +621,12 @@ impl<C, T, E, const N: usize, P> PolicyEngine<C, T, E, N, P> {
 
     /// The policy called `name`, if any.
     #[must_use]
-    pub fn get(&self, name: &str) -> Option<&Policy<C, T, E, P>> {
+    pub fn get(&self, name: &str) -> Option<&PolicyRule<C, T, E, P>> {
         self.policies.iter().find(|p| p.name == name)
     }
 
     /// Removes the policy called `name`, keeping the others in order.
-    pub fn remove(&mut self, name: &str) -> Option<Policy<C, T, E, P>> {
+    pub fn remove(&mut self, name: &str) -> Option<PolicyRule<C, T, E, P>> {
         let at = self.policies.iter().position(|p| p.name == name)?;
         Some(self.policies.remove(at))
     }
@@ -635,7 +638,7 @@ impl<C, T, E, const N: usize, P> PolicyEngine<C, T, E, N, P> {
 
     /// The policies, in evaluation order.
     #[must_use]
-    pub fn policies(&self) -> &[Policy<C, T, E, P>] {
+    pub fn policies(&self) -> &[PolicyRule<C, T, E, P>] {
         &self.policies
     }
 
@@ -664,7 +667,7 @@ impl<C, T, E, const N: usize, P: Fn(&C) -> Result<bool, E>> PolicyEngine<C, T, E
     /// complete.
     pub fn evaluate(&self, context: &C) -> PolicyDecision<'_, T, E, N> {
         let mut trail = DecisionTrail::new();
-        let matched = Policy::first_match(&self.policies, context, &mut trail);
+        let matched = PolicyRule::first_match(&self.policies, context, &mut trail);
         PolicyDecision { matched, trail }
     }
 
@@ -676,7 +679,7 @@ impl<C, T, E, const N: usize, P: Fn(&C) -> Result<bool, E>> PolicyEngine<C, T, E
         context: &C,
         trail: &mut DecisionTrail<'a, E, M>,
     ) -> Option<PolicyMatch<'a, T>> {
-        Policy::first_match(&self.policies, context, trail)
+        PolicyRule::first_match(&self.policies, context, trail)
     }
 }
 
