@@ -123,6 +123,8 @@ pub enum Field {
     RecoveryFraction,
     /// How unlikely failures must be under the learned normal rate before they trip.
     NoiseBound,
+    /// Learning the normal latency and failure rate with no rule that needs them.
+    Learn,
     /// The recovery ramp's shortest length.
     RecoveryMin,
     /// The recovery ramp's longest length.
@@ -199,6 +201,7 @@ impl Field {
             Field::ProbeSuccesses => "probe_successes",
             Field::RecoveryFraction => "recovery_fraction",
             Field::NoiseBound => "noise_bound",
+            Field::Learn => "learn",
             Field::RecoveryMin => "recovery_min",
             Field::RecoveryMax => "recovery_max",
             Field::RetryFraction => "retry_fraction",

@@ -94,3 +94,43 @@ fn hedging_with_a_single_attempt_is_a_settings_error_naming_max_attempts() {
         .build()
         .is_ok());
 }
+
+#[test]
+fn a_consecutive_only_breaker_that_learns_hedges_like_any_other() {
+    // No rule of a consecutive-only breaker needs statistics, so by itself it learns no p95
+    // and cannot hedge; asked to learn, it hedges after the p95 it learns, whatever its rules.
+    let quiet = BreakerSettings::consecutive_only("search", 5).unwrap();
+    let learning = BreakerSettings::builder("search")
+        .failure_rate(None)
+        .slow_calls(None)
+        .learn(true)
+        .build()
+        .unwrap();
+    for (settings, hedges) in [(quiet, false), (learning, true)] {
+        let mut b = Breaker::new(settings);
+        let now = run(&mut b, Instant::from_secs(1), ms(20), Outcome::Success, 40);
+        match b.hedge_after(now) {
+            Ok(after) => {
+                assert!(hedges, "a breaker that learns nothing hedged");
+                // The p95 of 20 ms calls, read within the histogram's 12.5% above.
+                assert!(after >= ms(20) && after <= ms(23), "{after}");
+            }
+            Err(e) => assert!(!hedges, "a learning breaker did not hedge: {e:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_lean_breaker_refuses_settings_that_ask_it_to_learn() {
+    static LEARNING: BreakerSettings = match BreakerSettings::builder("sensor")
+        .failure_rate(None)
+        .slow_calls(None)
+        .learn(true)
+        .build()
+    {
+        Ok(s) => s,
+        Err(_) => panic!("valid settings"),
+    };
+    let e = stormguard_core::LeanBreaker::new(&LEARNING).unwrap_err();
+    assert_eq!(e.field, Field::Learn);
+}

@@ -377,6 +377,7 @@ pub struct BreakerSettings {
     probe_successes: u16,
     recovery: Option<Recovery>,
     noise_bound: u64,
+    learn: bool,
 }
 
 /// Builds a [`BreakerSettings`]; every method is `const`, so a fully configured breaker can
@@ -402,6 +403,7 @@ pub struct BreakerSettingsBuilder {
     probe_successes: u32,
     recovery: Option<Recovery>,
     noise_bound: u64,
+    learn: bool,
 }
 
 impl BreakerSettings {
@@ -485,6 +487,7 @@ impl BreakerSettings {
         probe_successes: 2,
         recovery: None,
         noise_bound: DEFAULT_NOISE_BOUND,
+        learn: false,
     };
 
     /// The breaker's name.
@@ -619,10 +622,18 @@ impl BreakerSettings {
         self.noise_bound
     }
 
-    /// `true` when any rule needs the trip window or baselines (so the breaker keeps them).
+    /// `true` when the breaker keeps its trip window and baselines: a rule needs them, or
+    /// [`learns`](Self::learns) asks for them.
     #[must_use]
     pub const fn keeps_statistics(&self) -> bool {
         self.keeps_statistics
+    }
+
+    /// Whether the breaker learns its dependency's normal latency and failure rate even when no
+    /// trip rule needs them. See [`BreakerSettingsBuilder::learn`].
+    #[must_use]
+    pub const fn learns(&self) -> bool {
+        self.learn
     }
 
     /// The first setting that needs statistics, if any (for the lean breaker's check).
@@ -637,13 +648,16 @@ impl BreakerSettings {
             Some(Field::SlowThreshold)
         } else if self.recovery.is_some() {
             Some(Field::RecoveryFraction)
+        } else if self.learn {
+            Some(Field::Learn)
         } else {
             None
         }
     }
 
     const fn needs_statistics(&self) -> bool {
-        self.failure_rate.is_some()
+        self.learn
+            || self.failure_rate.is_some()
             || self.failure_ratio.is_some()
             || self.slow_calls.is_some()
             || self.slow_threshold.is_some()
@@ -693,6 +707,7 @@ impl BreakerSettingsBuilder {
             // One in 10^8 per outcome: at 1,000 calls a second, one false trip in about a day
             // and a quarter from chance alone.
             noise_bound: DEFAULT_NOISE_BOUND,
+            learn: false,
         }
     }
 
@@ -810,6 +825,29 @@ impl BreakerSettingsBuilder {
     /// outage take a few calls longer to trip.
     pub const fn noise_bound(mut self, one_in: u64) -> Self {
         self.noise_bound = one_in;
+        self
+    }
+
+    /// Learn the dependency's normal latency and failure rate even when no trip rule needs
+    /// them (default off; the statistics rules turn it on by needing them). Hedging, the
+    /// measured attempt ceiling, the retry guard and a snapshot's learned figures read what
+    /// the breaker learns, so a consecutive-only breaker behind a hedged policy learns.
+    /// What it learns counts as for any breaker: once the normal failure rate is known, the
+    /// run of failures that trips rises with it (see [`noise_bound`](Self::noise_bound)). A
+    /// [`LeanBreaker`](crate::LeanBreaker) learns nothing, and refuses these settings.
+    ///
+    /// ```
+    /// use stormguard_core::BreakerSettings;
+    /// let s = BreakerSettings::builder("sensor")
+    ///     .failure_rate(None)
+    ///     .slow_calls(None)
+    ///     .learn(true)
+    ///     .build()?;
+    /// assert!(s.keeps_statistics());
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub const fn learn(mut self, on: bool) -> Self {
+        self.learn = on;
         self
     }
 
@@ -978,6 +1016,7 @@ impl BreakerSettingsBuilder {
             probe_successes: self.probe_successes as u16,
             recovery: self.recovery,
             noise_bound: self.noise_bound,
+            learn: self.learn,
             keeps_statistics: false,
         };
         settings.keeps_statistics = settings.needs_statistics();
