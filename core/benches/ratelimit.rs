@@ -25,7 +25,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use governor::clock::{Clock, FakeRelativeClock, QuantaClock, Reference};
 use governor::{Quota, RateLimiter as Governor};
 use stormguard_core::{
-    Duration, Instant, KeyedRateLimiter, RateLimitSettings, RateLimiter, SharedRateLimiter,
+    limits::KeyedRateLimiter, limits::RateLimitSettings, limits::RateLimiter,
+    limits::SharedRateLimiter, Duration, Instant,
 };
 
 /// Keys in the keyed runs.

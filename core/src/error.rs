@@ -330,11 +330,11 @@ impl SettingsError {
     /// assert_eq!(err.to_string(), "`name` must be not blank");
     /// ```
     #[must_use]
-    pub const fn name(error: crate::NameError) -> SettingsError {
+    pub const fn name(error: crate::name::NameError) -> SettingsError {
         let bound = match error {
-            crate::NameError::TooLong => Bound::AtMost(crate::NAME_CAPACITY as u64),
-            crate::NameError::Blank => Bound::NotBlank,
-            crate::NameError::ControlCharacter => Bound::NoControlCharacters,
+            crate::name::NameError::TooLong => Bound::AtMost(crate::name::NAME_CAPACITY as u64),
+            crate::name::NameError::Blank => Bound::NotBlank,
+            crate::name::NameError::ControlCharacter => Bound::NoControlCharacters,
         };
         SettingsError::new(Field::Name, bound)
     }

@@ -50,9 +50,6 @@
     )
 )]
 
-/// The [`Admission`] methods a wrapper in front of a breaker (a rate limiter, a bulkhead, an
-/// adapter's handle) does not change: the breaker's name and its latency readings, read from the
-/// field (or field path) named. Exported for the adapters' own wrappers, not part of the API.
 /// The `Ok` value of a `const` expression returning a `Result`, evaluated while the program is
 /// built: settings for a `static` or `const` (a breaker, a budget, a policy on a microcontroller)
 /// that are invalid stop the build, and nothing can fail at run time. The expression must be
@@ -89,6 +86,9 @@ macro_rules! valid {
     };
 }
 
+/// The [`Admission`](call::Admission) methods a wrapper in front of a breaker (a rate limiter, a bulkhead, an
+/// adapter's handle) does not change: the breaker's name and its latency readings, read from the
+/// field (or field path) named. Exported for the adapters' own wrappers, not part of the API.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! forward_breaker_readings {
@@ -112,69 +112,47 @@ macro_rules! forward_breaker_readings {
         fn hedge_after(
             &self,
             now: $crate::Instant,
-        ) -> Result<$crate::Duration, $crate::HedgeSuppressed> {
+        ) -> Result<$crate::Duration, $crate::breaker::HedgeSuppressed> {
             self.$($field)+.hedge_after(now)
         }
     };
 }
 
 // The parts, each a folder: the breaker and its forms, the call driver, the local limits, and
-// what is built on them; then the vocabulary they share, which depends on none of them.
-mod breaker;
-mod call;
-mod limits;
-mod policy;
+// what is built on them; then the vocabulary they share, which depends on none of them. Each is
+// public, with every item of its concept; the root re-exports the everyday vocabulary below.
+pub mod breaker;
+pub mod call;
+pub mod limits;
+pub mod policy;
 
-mod error;
-mod event;
+pub mod error;
+pub mod event;
 mod loom;
-mod name;
-mod outcome;
+pub mod name;
+pub mod outcome;
 mod packed;
-mod ratio;
-mod rng;
-mod state;
-mod time;
+pub mod ratio;
+pub mod rng;
+pub mod state;
+pub mod time;
 
-pub use breaker::keyed::{FullTable, Keyed, KeyedRefusal, Member, STALE_BREAKS};
-pub use breaker::lean::LeanBreaker;
-pub use breaker::settings::{
-    BreakerSettings, BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls, MAX_COUNT,
-    MAX_PROBES, TRIP_BUCKETS,
+// The everyday vocabulary: what a user of the breaker, the budget and the call driver names
+// most. Everything else is reached through its module (`breaker`, `call`, `limits`, `policy`,
+// and the vocabulary modules).
+pub use breaker::{
+    Breaker, BreakerSettings, FailureRate, LeanBreaker, Permit, Recovery, SharedBreaker, SlowCalls,
+    Snapshot,
 };
-pub use breaker::shared::{PermitGuard, SharedBreaker, SharedBudget};
-pub use breaker::{Breaker, ConstSettings, Fixed, HedgeSuppressed, Permit, SettingsRef, Snapshot};
-pub use call::backoff::{Backoff, BackoffBuilder, Jitter};
-pub use call::classify::{Classify, EveryErrorTransient};
-pub use call::error::CallError;
 pub use call::{
-    guarded_pause, Admission, Call, CallSettings, CallSettingsBuilder, Finished, Funding, NoHedge,
-    Parts, Rejection, Step, Unguarded, Unlimited, CEILING_FLOOR, GUARD_PAUSE,
+    Backoff, Call, CallError, CallSettings, Classify, EveryErrorTransient, Finished, Jitter, Parts,
+    Rejection, Step, GUARD_PAUSE,
 };
 pub use error::{Bound, Field, RefusalReason, Refused, SettingsError};
 pub use event::Event;
-pub use limits::budget::{Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot};
-pub use limits::bulkhead::{
-    Bulkhead, BulkheadEntry, BulkheadGuard, BulkheadPermit, BulkheadSettings,
-    BulkheadSettingsBuilder, BulkheadSlots, BulkheadSnapshot, BulkheadTicket, Bulkheaded,
-    SharedBulkhead,
-};
-pub use limits::ratelimit::{
-    KeyedLimitError, KeyedLimiter, KeyedRateLimiter, KeyedWindowLimiter, Limit, LimitRule,
-    LimiterHashState, LimiterHasher, RateLimitSettings, RateLimitSettingsBuilder, RateLimited,
-    RateLimiter, SharedRateLimiter, SharedWindowLimiter, WindowLimitSettings,
-    WindowLimitSettingsBuilder, WindowLimiter, MAX_WINDOW_EVENTS,
-};
-pub use name::{Name, NameError, NAME_CAPACITY};
-pub use outcome::{Outcome, MIN_THROTTLE_HINT};
-pub use policy::cache::{CacheRule, ZeroTtl};
-pub use policy::engine::{
-    AddPolicyError, DecisionTrail, PolicyDecision, PolicyEngine, PolicyEvaluation, PolicyMatch,
-    PolicyPredicate, PolicyRule, PolicyVerdict,
-};
-pub use policy::explain::Explain;
-pub use policy::subscription::{SubscriptionRetry, SubscriptionStatus};
+pub use limits::{Budget, BudgetSettings, SharedBudget};
+pub use name::Name;
+pub use outcome::Outcome;
 pub use ratio::{Multiple, Ratio};
-pub use rng::JitterRng;
 pub use state::{Health, State, TripReason};
-pub use time::{div_rem_u32, Duration, Instant, MAX_BREAK};
+pub use time::{Duration, Instant};

@@ -134,7 +134,7 @@ impl Name {
     /// check a literal where it is written, use [`Name::try_new`]:
     ///
     /// ```
-    /// use stormguard_core::{Name, NameError};
+    /// use stormguard_core::{Name, name::NameError};
     /// const ORDERS: Name = match Name::try_new("orders") {
     ///     Ok(name) => name,
     ///     Err(_) => panic!("not a name"), // a compile error, in a `const`

@@ -15,7 +15,7 @@ const INCREMENT: u64 = 1_442_695_040_888_963_407;
 /// A small, seeded, deterministic random number generator for jitter (8 bytes).
 ///
 /// ```
-/// use stormguard_core::JitterRng;
+/// use stormguard_core::rng::JitterRng;
 ///
 /// let mut a = JitterRng::with_seed(42);
 /// let mut b = JitterRng::with_seed(42);

@@ -23,7 +23,7 @@ const NANOS_PER_SEC: u64 = 1_000_000_000;
 /// for adapters that convert tick counts the same way.
 ///
 /// ```
-/// use stormguard_core::div_rem_u32;
+/// use stormguard_core::time::div_rem_u32;
 /// assert_eq!(div_rem_u32(u64::MAX, 1_000_000), Some((u64::MAX / 1_000_000, (u64::MAX % 1_000_000) as u32)));
 /// assert_eq!(div_rem_u32(7, 0), None);
 /// ```

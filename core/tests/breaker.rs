@@ -1004,7 +1004,7 @@ fn a_relative_rule_with_another_multiple_is_honoured() {
 
 #[test]
 fn hedging_waits_for_the_learned_p95_and_is_suppressed_when_not_closed_or_near_the_trip_point() {
-    use stormguard_core::HedgeSuppressed;
+    use stormguard_core::breaker::HedgeSuppressed;
     let mut b = Breaker::new(
         BreakerSettings::builder("search")
             .jitter(false)

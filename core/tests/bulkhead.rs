@@ -13,10 +13,11 @@ use std::sync::Barrier;
 
 use proptest::prelude::*;
 use stormguard_core::{
-    Bound, Breaker, Bulkhead, BulkheadEntry, BulkheadPermit, BulkheadSettings, BulkheadSlots,
-    BulkheadTicket, Bulkheaded, Call, CallSettings, Duration, Event, Field, Finished, Instant,
-    Name, Outcome, Parts, RefusalReason, Refused, SettingsError, SharedBulkhead, Step, Unguarded,
-    Unlimited, GUARD_PAUSE,
+    call::Unguarded, call::Unlimited, limits::Bulkhead, limits::BulkheadEntry,
+    limits::BulkheadPermit, limits::BulkheadSettings, limits::BulkheadSlots,
+    limits::BulkheadTicket, limits::Bulkheaded, limits::SharedBulkhead, Bound, Breaker, Call,
+    CallSettings, Duration, Event, Field, Finished, Instant, Name, Outcome, Parts, RefusalReason,
+    Refused, SettingsError, Step, GUARD_PAUSE,
 };
 
 const T0: Instant = Instant::from_secs(100);
@@ -347,7 +348,7 @@ fn a_shared_bulkhead_can_live_in_a_static() {
 fn the_shared_form_is_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<SharedBulkhead>();
-    send_sync::<stormguard_core::BulkheadGuard<'static>>();
+    send_sync::<stormguard_core::limits::BulkheadGuard<'static>>();
     send_sync::<BulkheadPermit>();
     send_sync::<BulkheadTicket>();
 }
@@ -559,7 +560,7 @@ fn retries_take_and_give_back_one_slot_per_attempt() {
 
 #[test]
 fn a_released_attempt_gives_its_slot_back() {
-    use stormguard_core::Admission;
+    use stormguard_core::call::Admission;
     let mut b = Bulkhead::of(1, "db").unwrap();
     let mut front = Bulkheaded::new(Unguarded(Name::new("db")), &mut b);
     let p = front.try_acquire(T0, None, &mut |_| {}).unwrap();

@@ -9,10 +9,10 @@
 )]
 
 use stormguard_core::{
-    Backoff, Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event,
-    Finished, Instant, Jitter, Name, NoHedge, Outcome, Parts, RateLimitSettings, RateLimited,
-    RateLimiter, RefusalReason, Rejection, SharedRateLimiter, Step, Unguarded, Unlimited,
-    GUARD_PAUSE,
+    call::NoHedge, call::Unguarded, call::Unlimited, limits::RateLimitSettings,
+    limits::RateLimited, limits::RateLimiter, limits::SharedRateLimiter, Backoff, Breaker,
+    BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event, Finished,
+    Instant, Jitter, Name, Outcome, Parts, RefusalReason, Rejection, Step, GUARD_PAUSE,
 };
 
 fn ms(n: u64) -> Duration {
@@ -40,8 +40,8 @@ fn drive<A, F>(
     mut op: impl FnMut(u32) -> (Duration, Outcome),
 ) -> (Result<Finished, Rejection>, Vec<Did>)
 where
-    A: stormguard_core::Admission,
-    F: stormguard_core::Funding,
+    A: stormguard_core::call::Admission,
+    F: stormguard_core::call::Funding,
 {
     let mut did = Vec::new();
     let mut sink = |e: Event<'_>| {
@@ -288,8 +288,8 @@ fn drive_answered<A, F>(
     outcome: Outcome,
 ) -> (Step, Vec<String>)
 where
-    A: stormguard_core::Admission,
-    F: stormguard_core::Funding,
+    A: stormguard_core::call::Admission,
+    F: stormguard_core::call::Funding,
 {
     let mut events = Vec::new();
     let mut sink = |e: Event<'_>| {
@@ -1071,7 +1071,7 @@ fn hedging_is_off_by_default_and_suppressed_without_a_baseline_or_a_closed_break
     assert_eq!(
         call.hedge(&mut cold, now + ms(30), &mut |_| {}),
         Err(NoHedge::Suppressed(
-            stormguard_core::HedgeSuppressed::NoBaseline
+            stormguard_core::breaker::HedgeSuppressed::NoBaseline
         ))
     );
     call.complete(
@@ -1103,7 +1103,7 @@ fn hedging_is_off_by_default_and_suppressed_without_a_baseline_or_a_closed_break
     assert_eq!(
         call.hedge(&mut p, now + ms(30), &mut |_| {}),
         Err(NoHedge::Suppressed(
-            stormguard_core::HedgeSuppressed::NotClosed
+            stormguard_core::breaker::HedgeSuppressed::NotClosed
         ))
     );
     assert_eq!(p.budget.available(now), before);

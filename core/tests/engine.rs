@@ -11,7 +11,8 @@
 use std::cell::RefCell;
 
 use stormguard_core::{
-    AddPolicyError, DecisionTrail, Name, PolicyEngine, PolicyRule, PolicyVerdict,
+    policy::AddPolicyError, policy::DecisionTrail, policy::PolicyEngine, policy::PolicyRule,
+    policy::PolicyVerdict, Name,
 };
 
 /// A message's routing context. `seen` records which predicates ran, in order.

@@ -8,8 +8,8 @@
 )]
 
 use stormguard_core::{
-    Backoff, Breaker, BreakerSettings, Budget, BudgetSettings, CallSettings, Duration, Explain,
-    Instant, Jitter, Outcome,
+    policy::Explain, Backoff, Breaker, BreakerSettings, Budget, BudgetSettings, CallSettings,
+    Duration, Instant, Jitter, Outcome,
 };
 
 #[test]
@@ -163,9 +163,9 @@ fn a_policy_names_itself_and_its_rate_limit_and_bulkhead() {
         .build()
         .unwrap();
     let name = stormguard_core::Name::new("search");
-    let limit = stormguard_core::RateLimitSettings::per_second("search", 50).unwrap();
-    let window = stormguard_core::WindowLimitSettings::defaults("events");
-    let bulkhead = stormguard_core::BulkheadSettings::builder("search")
+    let limit = stormguard_core::limits::RateLimitSettings::per_second("search", 50).unwrap();
+    let window = stormguard_core::limits::WindowLimitSettings::defaults("events");
+    let bulkhead = stormguard_core::limits::BulkheadSettings::builder("search")
         .max_in_flight(8)
         .bounded_wait(16, Duration::from_millis(250))
         .build()

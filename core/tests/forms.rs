@@ -11,8 +11,8 @@
 
 use proptest::prelude::*;
 use stormguard_core::{
-    Bound, Breaker, BreakerSettings, ConstSettings, Duration, Event, Field, Fixed, Instant,
-    LeanBreaker, Outcome, Permit, Recovery, SettingsError,
+    breaker::ConstSettings, breaker::Fixed, Bound, Breaker, BreakerSettings, Duration, Event,
+    Field, Instant, LeanBreaker, Outcome, Permit, Recovery, SettingsError,
 };
 
 static RADIO: BreakerSettings = match BreakerSettings::consecutive_only("radio", 3) {

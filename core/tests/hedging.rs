@@ -72,7 +72,7 @@ fn hedging_is_suppressed_near_the_trip_point_only_once_the_window_holds_its_mini
     let now = run(&mut b, now, ms(20), Outcome::Transient, 1);
     assert_eq!(
         b.hedge_after(now),
-        Err(stormguard_core::HedgeSuppressed::NearTrip)
+        Err(stormguard_core::breaker::HedgeSuppressed::NearTrip)
     );
 }
 

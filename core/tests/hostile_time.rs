@@ -14,9 +14,9 @@
 )]
 
 use stormguard_core::{
-    Backoff, Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event,
-    Finished, Instant, Jitter, Outcome, Parts, Recovery, RefusalReason, SharedBreaker,
-    SharedBudget, State, Step, Unguarded, Unlimited, GUARD_PAUSE, MAX_BREAK,
+    call::Unguarded, call::Unlimited, time::MAX_BREAK, Backoff, Breaker, BreakerSettings, Budget,
+    BudgetSettings, Call, CallSettings, Duration, Event, Finished, Instant, Jitter, Outcome, Parts,
+    Recovery, RefusalReason, SharedBreaker, SharedBudget, State, Step, GUARD_PAUSE,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);

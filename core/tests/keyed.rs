@@ -8,8 +8,8 @@
 )]
 
 use stormguard_core::{
-    Breaker, BreakerSettings, Duration, Instant, Keyed, KeyedRefusal, LeanBreaker, Member, Outcome,
-    RefusalReason, State,
+    breaker::Keyed, breaker::KeyedRefusal, breaker::Member, Breaker, BreakerSettings, Duration,
+    Instant, LeanBreaker, Outcome, RefusalReason, State,
 };
 
 fn secs(n: u64) -> Duration {

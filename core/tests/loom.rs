@@ -233,8 +233,9 @@ fn a_late_mark_of_an_earlier_period_never_hides_a_later_break() {
 // Rate limiters: one word each, installed by load / pure step / compare-exchange.
 
 use stormguard_core::{
-    BulkheadEntry, BulkheadSettings, RateLimitSettings, RateLimiter, Refused, SharedBulkhead,
-    SharedRateLimiter, SharedWindowLimiter, WindowLimitSettings, WindowLimiter,
+    limits::BulkheadEntry, limits::BulkheadSettings, limits::RateLimitSettings,
+    limits::RateLimiter, limits::SharedBulkhead, limits::SharedRateLimiter,
+    limits::SharedWindowLimiter, limits::WindowLimitSettings, limits::WindowLimiter, Refused,
 };
 
 /// Two requests: `(at, cells)`.

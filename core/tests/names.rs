@@ -3,8 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use stormguard_core::{
-    AddPolicyError, Bound, BreakerSettings, BudgetSettings, BulkheadSettings, Field, Name,
-    NameError, PolicyEngine, RateLimitSettings, SettingsError, WindowLimitSettings,
+    limits::BulkheadSettings, limits::RateLimitSettings, limits::WindowLimitSettings,
+    name::NameError, policy::AddPolicyError, policy::PolicyEngine, Bound, BreakerSettings,
+    BudgetSettings, Field, Name, SettingsError,
 };
 
 const BAD: [(&str, Bound); 4] = [

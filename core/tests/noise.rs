@@ -11,9 +11,9 @@
 )]
 
 use stormguard_core::{
-    Bound, Breaker, BreakerSettings, Call, CallSettings, Duration, Event, FailureRate, Field,
-    Instant, JitterRng, Outcome, Parts, Recovery, RefusalReason, SharedBreaker, SlowCalls, State,
-    Step, TripReason, Unlimited,
+    call::Unlimited, rng::JitterRng, Bound, Breaker, BreakerSettings, Call, CallSettings, Duration,
+    Event, FailureRate, Field, Instant, Outcome, Parts, Recovery, RefusalReason, SharedBreaker,
+    SlowCalls, State, Step, TripReason,
 };
 
 fn ms(n: u64) -> Duration {

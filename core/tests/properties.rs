@@ -10,8 +10,9 @@
 
 use proptest::prelude::*;
 use stormguard_core::{
-    Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event,
-    Finished, Instant, Outcome, Parts, Permit, Recovery, RefusalReason, State, Step, Unguarded,
+    call::Unguarded, Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings,
+    Duration, Event, Finished, Instant, Outcome, Parts, Permit, Recovery, RefusalReason, State,
+    Step,
 };
 
 #[derive(Clone, Debug)]

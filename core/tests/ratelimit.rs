@@ -14,10 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use proptest::prelude::*;
 use stormguard_core::{
-    Bound, Duration, Field, Instant, KeyedLimitError, KeyedLimiter, KeyedRateLimiter,
-    KeyedWindowLimiter, Name, RateLimitSettings, RateLimiter, RefusalReason, Refused,
-    SettingsError, SharedRateLimiter, SharedWindowLimiter, WindowLimitSettings, WindowLimiter,
-    MAX_WINDOW_EVENTS,
+    limits::KeyedLimitError, limits::KeyedLimiter, limits::KeyedRateLimiter,
+    limits::KeyedWindowLimiter, limits::RateLimitSettings, limits::RateLimiter,
+    limits::SharedRateLimiter, limits::SharedWindowLimiter, limits::WindowLimitSettings,
+    limits::WindowLimiter, limits::MAX_WINDOW_EVENTS, Bound, Duration, Field, Instant, Name,
+    RefusalReason, Refused, SettingsError,
 };
 
 const T0: Instant = Instant::from_secs(1_000);

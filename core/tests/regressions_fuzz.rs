@@ -9,7 +9,7 @@
 )]
 
 use stormguard_core::{
-    Breaker, Budget, BudgetSettings, Call, CallSettings, Duration, Instant, NoHedge, Outcome,
+    call::NoHedge, Breaker, Budget, BudgetSettings, Call, CallSettings, Duration, Instant, Outcome,
     Parts, SharedBudget, Step,
 };
 

@@ -10,9 +10,9 @@
 )]
 
 use stormguard_core::{
-    Backoff, Breaker, Budget, BudgetSettings, Bulkhead, Bulkheaded, Call, CallSettings, Duration,
-    Event, Instant, Jitter, Outcome, Parts, RateLimitSettings, RateLimited, RefusalReason,
-    SharedRateLimiter, Step, GUARD_PAUSE,
+    limits::Bulkhead, limits::Bulkheaded, limits::RateLimitSettings, limits::RateLimited,
+    limits::SharedRateLimiter, Backoff, Breaker, Budget, BudgetSettings, Call, CallSettings,
+    Duration, Event, Instant, Jitter, Outcome, Parts, RefusalReason, Step, GUARD_PAUSE,
 };
 
 fn ms(n: u64) -> Duration {

@@ -9,8 +9,8 @@
 )]
 
 use stormguard_core::{
-    Bound, BreakerSettings, BreakerSettingsBuilder, Duration, Field, Recovery, SettingsError,
-    MAX_BREAK, MAX_COUNT,
+    breaker::BreakerSettingsBuilder, breaker::MAX_COUNT, time::MAX_BREAK, Bound, BreakerSettings,
+    Duration, Field, Recovery, SettingsError,
 };
 
 fn b() -> BreakerSettingsBuilder {

@@ -150,7 +150,7 @@ fn shared_types_are_send_and_sync_and_single_threaded_ones_are_send() {
     fn send<T: Send>() {}
     send_sync::<SharedBreaker>();
     send_sync::<SharedBudget>();
-    send_sync::<stormguard_core::PermitGuard<'static>>();
+    send_sync::<stormguard_core::breaker::PermitGuard<'static>>();
     send::<Breaker>();
     send::<Budget>();
     send_sync::<Call>();

@@ -8,7 +8,8 @@
 )]
 
 use stormguard_core::{
-    Backoff, Duration, Instant, Jitter, Multiple, SubscriptionRetry, SubscriptionStatus,
+    policy::SubscriptionRetry, policy::SubscriptionStatus, Backoff, Duration, Instant, Jitter,
+    Multiple,
 };
 
 const T0: Instant = Instant::from_secs(1_000);

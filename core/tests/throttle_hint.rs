@@ -8,8 +8,8 @@
 )]
 
 use stormguard_core::{
-    Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event,
-    Finished, Instant, Outcome, Parts, Rejection, State, Step, MIN_THROTTLE_HINT,
+    outcome::MIN_THROTTLE_HINT, Breaker, BreakerSettings, Budget, BudgetSettings, Call,
+    CallSettings, Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
 };
 
 fn parts() -> Parts<Breaker, Budget> {

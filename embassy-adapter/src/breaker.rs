@@ -9,9 +9,9 @@ use core::fmt;
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 use stormguard_core::{
-    Admission, BreakerSettings, ConstSettings, Duration, Event, Fixed, HedgeSuppressed, Instant,
-    LeanBreaker, Name, Outcome, Permit, RefusalReason, Refused, SettingsError, SettingsRef,
-    Snapshot, State,
+    breaker::ConstSettings, breaker::Fixed, breaker::HedgeSuppressed, breaker::SettingsRef,
+    call::Admission, BreakerSettings, Duration, Event, Instant, LeanBreaker, Name, Outcome, Permit,
+    RefusalReason, Refused, SettingsError, Snapshot, State,
 };
 
 use crate::events::{self, Held};
@@ -28,7 +28,7 @@ const BUSY: Refused = Refused {
 
 mod sealed {
     pub trait Sealed {}
-    impl<S: stormguard_core::SettingsRef> Sealed for stormguard_core::Breaker<S> {}
+    impl<S: stormguard_core::breaker::SettingsRef> Sealed for stormguard_core::Breaker<S> {}
     impl Sealed for stormguard_core::LeanBreaker {}
 }
 
@@ -246,7 +246,7 @@ impl<M: RawMutex, T: ConstSettings> Breaker<M, stormguard_core::Breaker<Fixed<T>
     ///
     /// ```
     /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
-    /// use stormguard_core::{BreakerSettings, ConstSettings, Fixed};
+    /// use stormguard_core::{BreakerSettings, breaker::ConstSettings, breaker::Fixed};
     /// use stormguard_embassy::Breaker;
     ///
     /// struct Radio;
@@ -438,7 +438,7 @@ impl<M: RawMutex, B: CoreBreaker> Breaker<M, B> {
     ///
     /// ```
     /// use embassy_sync::blocking_mutex::raw::NoopRawMutex;
-    /// use stormguard_core::{Admission, BreakerSettings, Instant, Outcome};
+    /// use stormguard_core::{call::Admission, BreakerSettings, Instant, Outcome};
     /// use stormguard_embassy::Breaker;
     ///
     /// let breaker: Breaker<NoopRawMutex> = Breaker::new(BreakerSettings::defaults("radio"));

@@ -6,7 +6,7 @@ use core::cell::RefCell;
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 use stormguard_core::{
-    BudgetSettings, BudgetSnapshot, Duration, Funding, Instant, Name, Outcome, Ratio,
+    call::Funding, limits::BudgetSnapshot, BudgetSettings, Duration, Instant, Name, Outcome, Ratio,
     RefusalReason, Refused,
 };
 
@@ -98,7 +98,7 @@ impl<M: RawMutex> Budget<M> {
     ///
     /// ```
     /// use embassy_sync::blocking_mutex::raw::NoopRawMutex;
-    /// use stormguard_core::{BudgetSettings, Funding, Instant};
+    /// use stormguard_core::{BudgetSettings, call::Funding, Instant};
     /// use stormguard_embassy::Budget;
     ///
     /// let budget: Budget<NoopRawMutex> = Budget::new(BudgetSettings::defaults("radio"));

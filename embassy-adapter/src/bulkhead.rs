@@ -4,7 +4,7 @@
 //! slot (at most the settings' wait, capped by the call's deadline) and ends that wait at once
 //! when the caller cancels.
 //!
-//! Waiting is the core's protocol ([`stormguard_core::Bulkhead`]: queue, turn, abandon); this
+//! Waiting is the core's protocol ([`stormguard_core::limits::Bulkhead`]: queue, turn, abandon); this
 //! module only parks the waiting tasks: their wakers are kept (at most `W`, a const parameter)
 //! beside the core's counts, and a call ending while others wait wakes them to take their turn.
 //!
@@ -26,9 +26,9 @@ use embassy_sync::blocking_mutex::Mutex;
 use embassy_sync::waitqueue::MultiWakerRegistration;
 use embassy_time::Timer;
 use stormguard_core::{
-    Admission, Bound, BulkheadEntry, BulkheadPermit, BulkheadSettings, BulkheadSlots,
-    BulkheadSnapshot, BulkheadTicket, Bulkheaded, Duration, Field, Instant, RefusalReason, Refused,
-    SettingsError,
+    call::Admission, limits::BulkheadEntry, limits::BulkheadPermit, limits::BulkheadSettings,
+    limits::BulkheadSlots, limits::BulkheadSnapshot, limits::BulkheadTicket, limits::Bulkheaded,
+    Bound, Duration, Field, Instant, RefusalReason, Refused, SettingsError,
 };
 
 use crate::sleep::{sleep_until, Slept};
@@ -43,13 +43,13 @@ const BUSY: Refused = Refused {
 };
 
 struct Slots<const W: usize> {
-    core: stormguard_core::Bulkhead,
+    core: stormguard_core::limits::Bulkhead,
     /// The tasks waiting for a slot.
     waiters: MultiWakerRegistration<W>,
 }
 
 /// A limit on calls in flight to one dependency, shared by several tasks: the core's
-/// [`Bulkhead`](stormguard_core::Bulkhead) and the wakers of up to `W` waiting tasks behind an
+/// [`Bulkhead`](stormguard_core::limits::Bulkhead) and the wakers of up to `W` waiting tasks behind an
 /// `embassy_sync` blocking raw mutex; `const`-constructible so it can be a `static`. Give it to
 /// [`Policy::with_bulkhead`](crate::Policy::with_bulkhead).
 ///
@@ -59,7 +59,7 @@ struct Slots<const W: usize> {
 ///
 /// ```
 /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-/// use stormguard_core::{BulkheadSettings, Duration};
+/// use stormguard_core::{limits::BulkheadSettings, Duration};
 /// use stormguard_embassy::Bulkhead;
 ///
 /// // One radio transaction at a time; up to 2 more tasks wait, each at most 50 ms.
@@ -84,7 +84,7 @@ impl<M: RawMutex, const W: usize> Bulkhead<M, W> {
     pub const fn new(settings: BulkheadSettings) -> Self {
         Bulkhead {
             inner: Mutex::new(RefCell::new(Slots {
-                core: stormguard_core::Bulkhead::new(settings),
+                core: stormguard_core::limits::Bulkhead::new(settings),
                 waiters: MultiWakerRegistration::new(),
             })),
         }
@@ -95,7 +95,7 @@ impl<M: RawMutex, const W: usize> Bulkhead<M, W> {
     ///
     /// ```
     /// use embassy_sync::blocking_mutex::raw::NoopRawMutex;
-    /// use stormguard_core::{Bound, BulkheadSettings, Duration, Field};
+    /// use stormguard_core::{Bound, limits::BulkheadSettings, Duration, Field};
     /// use stormguard_embassy::Bulkhead;
     ///
     /// let s = BulkheadSettings::builder("db").bounded_wait(8, Duration::from_millis(10)).build()?;

@@ -5,7 +5,7 @@
 //! The table's rules are the core's ([`Member::is_idle`], [`Member::full_refusal`]): a new key
 //! gets a copy of the template breaker (reseeded); when the table is full, the least recently
 //! used idle key is evicted (no permit out, and quiet for a trip window if its breaker is
-//! closed, for [`STALE_BREAKS`](stormguard_core::STALE_BREAKS) longest breaks if it is open,
+//! closed, for [`STALE_BREAKS`](stormguard_core::breaker::STALE_BREAKS) longest breaks if it is open,
 //! half-open or recovering); an open breaker still asked for is never evicted, an isolated one
 //! only by [`KeyedBreaker::remove`]; when no key is idle, the new key is refused. That refusal
 //! reaches the caller as a guarded rejection with
@@ -21,8 +21,9 @@ use core::pin::Pin;
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 use stormguard_core::{
-    Admission, CallSettings, Duration, Event, HedgeSuppressed, Instant, Keyed, KeyedRefusal,
-    Member, Name, Outcome, Permit, Refused, Snapshot, State,
+    breaker::HedgeSuppressed, breaker::Keyed, breaker::KeyedRefusal, breaker::Member,
+    call::Admission, CallSettings, Duration, Event, Instant, Name, Outcome, Permit, Refused,
+    Snapshot, State,
 };
 
 use crate::events::{self as event_log};

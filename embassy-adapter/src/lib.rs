@@ -46,8 +46,8 @@
 //!   failures only, a few words), [`Breaker::from_static`] (every rule, settings in a `static`),
 //!   [`Breaker::fixed`] (every rule, settings a constant named by a type: the least flash) or
 //!   [`Breaker::new`] (every rule, its own copy of the settings).
-//!   Their [`handle`](Breaker::handle)s implement the core's [`Admission`](stormguard_core::Admission)
-//!   and [`Funding`](stormguard_core::Funding), so the core's [`Call`](stormguard_core::Call)
+//!   Their [`handle`](Breaker::handle)s implement the core's [`Admission`](stormguard_core::call::Admission)
+//!   and [`Funding`](stormguard_core::call::Funding), so the core's [`Call`](stormguard_core::Call)
 //!   driver runs over them unchanged.
 //! - [`Policy`]: `policy.call(|attempt| async { ... }).await`, with [`CallOptions`] for a
 //!   classifier, a cancellation and a deadline, and [`CallError`] saying what happened. Seed
@@ -58,11 +58,11 @@
 //!   Their refusals are guarded rejections like the breaker's.
 //! - Hedging: [`Policy::call_hedged`] runs the core's hedge beside a slow attempt (at most two in
 //!   flight, the first success wins, the loser dropped and reported as cancelled).
-//! - Keyed scope: [`KeyedBreaker`] (the core's fixed-capacity [`Keyed`](stormguard_core::Keyed)
+//! - Keyed scope: [`KeyedBreaker`] (the core's fixed-capacity [`Keyed`](stormguard_core::breaker::Keyed)
 //!   table) and [`KeyedPolicy`]: `policy.call(key, op)`.
 //! - [`keep_subscribed`]: a subscription re-established forever on the core's
-//!   [`SubscriptionRetry`](stormguard_core::SubscriptionRetry) schedule.
-//! - [`Policy::explain`]: the policy in plain text (the core's [`Explain`](stormguard_core::Explain)).
+//!   [`SubscriptionRetry`](stormguard_core::policy::SubscriptionRetry) schedule.
+//! - [`Policy::explain`]: the policy in plain text (the core's [`Explain`](stormguard_core::policy::Explain)).
 //! - [`events`]: events to `defmt` and to a [`Listener`].
 //!
 //! ## Sharing

@@ -16,9 +16,9 @@ use embassy_futures::select::{select, select3, Either, Either3, Select};
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_time::Timer;
 use stormguard_core::{
-    Admission, BreakerSettings, BudgetSettings, BudgetSnapshot, Call, CallError, CallSettings,
-    Classify, Event, EveryErrorTransient, Explain, Funding, Instant, Outcome, Parts, Permit,
-    Refused, Snapshot, Step,
+    call::Admission, call::Funding, limits::BudgetSnapshot, policy::Explain, BreakerSettings,
+    BudgetSettings, Call, CallError, CallSettings, Classify, Event, EveryErrorTransient, Instant,
+    Outcome, Parts, Permit, Refused, Snapshot, Step,
 };
 
 use crate::bulkhead::{BulkheadStep, NoBulkhead};
@@ -113,7 +113,7 @@ pub type LeanPolicy<M, L = NoListener> = Policy<'static, M, L, stormguard_core::
 /// A policy with a GCRA [`RateLimit`](crate::RateLimit) in front of its breaker (lean by
 /// default), all in `static`s.
 pub type RateLimitedPolicy<M, B = stormguard_core::LeanBreaker, L = NoListener> =
-    Policy<'static, M, L, B, &'static crate::RateLimit<M, stormguard_core::RateLimiter>>;
+    Policy<'static, M, L, B, &'static crate::RateLimit<M, stormguard_core::limits::RateLimiter>>;
 
 /// A policy with a [`Bulkhead`](crate::Bulkhead) (4 wakers) in front of its breaker (lean by
 /// default), all in `static`s.
@@ -239,7 +239,7 @@ impl<'a, M: RawMutex, L: Copy, B, K: Copy> Policy<'a, M, L, B, NoRateLimit, K> {
     ///
     /// ```
     /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-    /// use stormguard_core::{BreakerSettings, CallSettings, LeanBreaker, RateLimitSettings, RateLimiter};
+    /// use stormguard_core::{BreakerSettings, CallSettings, LeanBreaker, limits::RateLimitSettings, limits::RateLimiter};
     /// use stormguard_embassy::{Breaker, NoListener, Policy, RateLimit};
     ///
     /// static LINK: BreakerSettings = match BreakerSettings::consecutive_only("uplink", 3) {
@@ -296,7 +296,7 @@ impl<'a, M: RawMutex, L: Copy, B, R: Copy> Policy<'a, M, L, B, R, NoBulkhead> {
     ///
     /// ```
     /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-    /// use stormguard_core::{BreakerSettings, BulkheadSettings, CallSettings, Duration};
+    /// use stormguard_core::{BreakerSettings, limits::BulkheadSettings, CallSettings, Duration};
     /// use stormguard_embassy::{Breaker, Bulkhead, NoListener, NoRateLimit, Policy};
     ///
     /// static BREAKER: Breaker<Cs> = Breaker::new(BreakerSettings::defaults("flash"));
@@ -499,7 +499,7 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
     }
 
     /// [`Policy::call`] for an operation that is safe to run twice at once, with hedging when
-    /// the settings ask for it ([`CallSettingsBuilder::hedging`](stormguard_core::CallSettingsBuilder::hedging)):
+    /// the settings ask for it ([`CallSettingsBuilder::hedging`](stormguard_core::call::CallSettingsBuilder::hedging)):
     /// when an attempt is still running after the breaker's learned p95 of healthy calls, the
     /// core may launch a second one beside it (never while the breaker is not closed, without a
     /// baseline, near the trip point, or when the budget cannot fund it). At most two attempts

@@ -15,8 +15,9 @@ use core::fmt;
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 use stormguard_core::{
-    Admission, Duration, Instant, Limit, RateLimited, RateLimiter, RefusalReason, Refused,
-    SharedRateLimiter, SharedWindowLimiter, WindowLimiter,
+    call::Admission, limits::Limit, limits::RateLimited, limits::RateLimiter,
+    limits::SharedRateLimiter, limits::SharedWindowLimiter, limits::WindowLimiter, Duration,
+    Instant, RefusalReason, Refused,
 };
 
 use crate::EmbassyClock;
@@ -35,7 +36,7 @@ const BUSY: Refused = Refused {
 ///
 /// ```
 /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-/// use stormguard_core::{RateLimitSettings, RateLimiter};
+/// use stormguard_core::{limits::RateLimitSettings, limits::RateLimiter};
 /// use stormguard_embassy::RateLimit;
 ///
 /// // 10 uplink messages a second, in bursts of up to 10.
@@ -135,15 +136,15 @@ impl<M: RawMutex, L: Limit> Limit for RateLimitRef<'_, M, L> {
 mod sealed {
     pub trait Source {}
     impl<M: embassy_sync::blocking_mutex::raw::RawMutex> Source
-        for super::RateLimit<M, stormguard_core::RateLimiter>
+        for super::RateLimit<M, stormguard_core::limits::RateLimiter>
     {
     }
     impl<M: embassy_sync::blocking_mutex::raw::RawMutex> Source
-        for super::RateLimit<M, stormguard_core::WindowLimiter>
+        for super::RateLimit<M, stormguard_core::limits::WindowLimiter>
     {
     }
-    impl Source for stormguard_core::SharedRateLimiter {}
-    impl Source for stormguard_core::SharedWindowLimiter {}
+    impl Source for stormguard_core::limits::SharedRateLimiter {}
+    impl Source for stormguard_core::limits::SharedWindowLimiter {}
 
     pub trait Step {}
     impl Step for super::NoRateLimit {}

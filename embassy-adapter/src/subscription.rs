@@ -6,7 +6,7 @@ use core::pin::pin;
 
 use embassy_futures::select::{select, Either};
 use embassy_futures::yield_now;
-use stormguard_core::SubscriptionRetry;
+use stormguard_core::policy::SubscriptionRetry;
 
 use crate::sleep::{sleep_until, Slept};
 use crate::EmbassyClock;
@@ -25,7 +25,7 @@ use crate::EmbassyClock;
 /// ```no_run
 /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
 /// use embassy_sync::signal::Signal;
-/// use stormguard_core::SubscriptionRetry;
+/// use stormguard_core::policy::SubscriptionRetry;
 /// use stormguard_embassy::keep_subscribed;
 ///
 /// static SHUTDOWN: Signal<CriticalSectionRawMutex, ()> = Signal::new();

@@ -74,7 +74,7 @@ const fn scale(value: u64, (num, den): (u64, u64), ceil: bool) -> u64 {
 #[inline]
 const fn div_rem(n: u64, d: u64) -> Option<(u64, u64)> {
     if d <= u32::MAX as u64 {
-        match stormguard_core::div_rem_u32(n, d as u32) {
+        match stormguard_core::time::div_rem_u32(n, d as u32) {
             Some((q, r)) => Some((q, r as u64)),
             None => None,
         }

@@ -22,10 +22,11 @@ use embassy_sync::signal::Signal;
 use embassy_time::{Duration as EDuration, Instant as EInstant, MockDriver, Timer};
 use serial_test::serial;
 use stormguard_core::{
-    Admission, Backoff, BreakerSettings, BudgetSettings, BulkheadSettings, CallSettings, Duration,
-    Event, Explain, HedgeSuppressed, Jitter, LeanBreaker, RateLimitSettings, RateLimiter,
-    RefusalReason, SharedRateLimiter, State, SubscriptionRetry, SubscriptionStatus,
-    WindowLimitSettings, WindowLimiter, GUARD_PAUSE,
+    breaker::HedgeSuppressed, call::Admission, limits::BulkheadSettings, limits::RateLimitSettings,
+    limits::RateLimiter, limits::SharedRateLimiter, limits::WindowLimitSettings,
+    limits::WindowLimiter, policy::Explain, policy::SubscriptionRetry, policy::SubscriptionStatus,
+    Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration, Event, Jitter, LeanBreaker,
+    RefusalReason, State, GUARD_PAUSE,
 };
 use stormguard_embassy::time::to_embassy_duration;
 use stormguard_embassy::{

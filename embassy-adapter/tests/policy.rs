@@ -23,9 +23,9 @@ use embassy_sync::signal::Signal;
 use embassy_time::{Duration as EDuration, Instant as EInstant, MockDriver, Timer};
 use serial_test::serial;
 use stormguard_core::{
-    Backoff, Bound, BreakerSettings, BudgetSettings, CallSettings, ConstSettings, Duration, Event,
-    Field, Fixed, Jitter, LeanBreaker, Outcome, Recovery, RefusalReason, SettingsError, State,
-    GUARD_PAUSE,
+    breaker::ConstSettings, breaker::Fixed, Backoff, Bound, BreakerSettings, BudgetSettings,
+    CallSettings, Duration, Event, Field, Jitter, LeanBreaker, Outcome, Recovery, RefusalReason,
+    SettingsError, State, GUARD_PAUSE,
 };
 use stormguard_embassy::sleep::{sleep, Never, Slept};
 use stormguard_embassy::{

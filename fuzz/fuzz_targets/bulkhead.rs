@@ -14,8 +14,8 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
-    Bulkhead, BulkheadEntry, BulkheadPermit, BulkheadSettings, BulkheadTicket, Duration, Instant,
-    RefusalReason, Refused, SharedBulkhead,
+    limits::Bulkhead, limits::BulkheadEntry, limits::BulkheadPermit, limits::BulkheadSettings, limits::BulkheadTicket, Duration, Instant,
+    RefusalReason, Refused, limits::SharedBulkhead,
 };
 use stormguard_fuzz::{Clock, TimeStep};
 

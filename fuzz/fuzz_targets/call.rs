@@ -24,11 +24,11 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
-    Admission, Backoff, Breaker, Budget, Bulkhead, BulkheadSettings, Bulkheaded, Call,
-    CallSettings, Duration, Finished, Funding, Instant, Jitter, Limit, Multiple, Outcome, Parts,
-    Permit, RateLimitSettings, RateLimited, RateLimiter, Refused, SharedBreaker, SharedBudget,
-    SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, State, Step, WindowLimitSettings,
-    WindowLimiter, GUARD_PAUSE,
+    call::Admission, Backoff, Breaker, Budget, limits::Bulkhead, limits::BulkheadSettings, limits::Bulkheaded, Call,
+    CallSettings, Duration, Finished, call::Funding, Instant, Jitter, limits::Limit, Multiple, Outcome, Parts,
+    Permit, limits::RateLimitSettings, limits::RateLimited, limits::RateLimiter, Refused, SharedBreaker, SharedBudget,
+    limits::SharedBulkhead, limits::SharedRateLimiter, limits::SharedWindowLimiter, State, Step, limits::WindowLimitSettings,
+    limits::WindowLimiter, GUARD_PAUSE,
 };
 use stormguard_fuzz::{
     assert_no_leak, period_changed, sink, BreakerKnobs, BudgetKnobs, CellLedger, Clock, Log, Out,

@@ -21,8 +21,8 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
-    Breaker, Duration, Instant, Keyed, KeyedLimitError, KeyedLimiter, KeyedRefusal, LimitRule,
-    Permit, RateLimitSettings, RateLimiter, Refused, State, WindowLimitSettings, WindowLimiter,
+    Breaker, Duration, Instant, breaker::Keyed, limits::KeyedLimitError, limits::KeyedLimiter, breaker::KeyedRefusal, limits::LimitRule,
+    Permit, limits::RateLimitSettings, limits::RateLimiter, Refused, State, limits::WindowLimitSettings, limits::WindowLimiter,
 };
 use stormguard_fuzz::{sink, BreakerKnobs, Clock, Log, Out, TimeStep, LATE_READING};
 

@@ -17,8 +17,8 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
-    Duration, Instant, Limit, RateLimitSettings, RateLimiter, RefusalReason, Refused,
-    SharedRateLimiter, SharedWindowLimiter, WindowLimitSettings, WindowLimiter,
+    Duration, Instant, limits::Limit, limits::RateLimitSettings, limits::RateLimiter, RefusalReason, Refused,
+    limits::SharedRateLimiter, limits::SharedWindowLimiter, limits::WindowLimitSettings, limits::WindowLimiter,
 };
 use stormguard_fuzz::{CellLedger, TimeStep, LATE_READING};
 

@@ -8,10 +8,10 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
-    Admission, Backoff, Bound, Breaker, BreakerSettings, Budget, BudgetSettings, Call,
-    CallSettings, Duration, FailureRate, Field, Funding, Instant, Jitter, Multiple, Name, Outcome,
-    Parts, Ratio, Recovery, SettingsError, SharedBreaker, SharedBudget, SlowCalls, Step, MAX_BREAK,
-    MAX_COUNT, MAX_PROBES, TRIP_BUCKETS,
+    call::Admission, Backoff, Bound, Breaker, BreakerSettings, Budget, BudgetSettings, Call,
+    CallSettings, Duration, FailureRate, Field, call::Funding, Instant, Jitter, Multiple, Name, Outcome,
+    Parts, Ratio, Recovery, SettingsError, SharedBreaker, SharedBudget, SlowCalls, Step, time::MAX_BREAK,
+    breaker::MAX_COUNT, breaker::MAX_PROBES, breaker::TRIP_BUCKETS,
 };
 
 /// A float that is often one of the values that break naive code.
@@ -488,8 +488,8 @@ fn backoff(input: &BackoffIn) -> Result<Backoff, SettingsError> {
 }
 
 /// The generator the backoff's jitter draws from, seeded.
-fn fastrand_rng() -> stormguard_core::JitterRng {
-    stormguard_core::JitterRng::with_seed(7)
+fn fastrand_rng() -> stormguard_core::rng::JitterRng {
+    stormguard_core::rng::JitterRng::with_seed(7)
 }
 
 fn call(input: &CallIn, backoff: Option<Backoff>) -> Result<CallSettings, SettingsError> {
@@ -550,15 +550,15 @@ fuzz_target!(|input: Input| {
     assert_eq!(Ratio::from_percent(input.ppm).is_some(), input.ppm <= 100);
     match Name::try_from_str(&input.name) {
         Ok(n) => {
-            assert!(input.name.len() <= stormguard_core::NAME_CAPACITY);
+            assert!(input.name.len() <= stormguard_core::name::NAME_CAPACITY);
             assert!(!input.name.trim().is_empty());
             assert!(!input.name.chars().any(char::is_control));
             assert_eq!(n.as_str(), input.name);
         }
-        Err(stormguard_core::NameError::TooLong) => {
-            assert!(input.name.len() > stormguard_core::NAME_CAPACITY)
+        Err(stormguard_core::name::NameError::TooLong) => {
+            assert!(input.name.len() > stormguard_core::name::NAME_CAPACITY)
         }
-        Err(stormguard_core::NameError::Blank) => assert!(input.name.trim().is_empty()),
+        Err(stormguard_core::name::NameError::Blank) => assert!(input.name.trim().is_empty()),
         Err(_) => assert!(input.name.chars().any(char::is_control)),
     }
 

@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
-pub use stormguard_core::{CacheRule, ZeroTtl};
+pub use stormguard_core::{policy::CacheRule, policy::ZeroTtl};
 use stormguard_core::{Duration, Instant, State};
 
 struct Entry<T> {

@@ -2,15 +2,15 @@
 //! limit on their number and predicates that may capture (boxed closures).
 //!
 //! The rule is the core's, not a copy of it: evaluation runs
-//! [`stormguard_core::PolicyRule::first_match`] over the policies (in chunks of 32, each recorded
+//! [`stormguard_core::policy::PolicyRule::first_match`] over the policies (in chunks of 32, each recorded
 //! in the core's fixed-capacity [`DecisionTrail`]), and this module only moves the recorded
 //! evaluations into a growable [`Trail`].
 
 use std::fmt;
 
 use stormguard_core::{
-    AddPolicyError, Bound, DecisionTrail, Field, Name, PolicyEvaluation, PolicyMatch,
-    PolicyRule as Rule, SettingsError,
+    policy::AddPolicyError, policy::DecisionTrail, policy::PolicyEvaluation, policy::PolicyMatch,
+    policy::PolicyRule as Rule, Bound, Field, Name, SettingsError,
 };
 
 /// A predicate of the growable engine: any closure from the context to a match (`Ok(true)`),
@@ -18,7 +18,7 @@ use stormguard_core::{
 /// calls a predicate through `Fn`, which a `Box<dyn Fn>` implements (an `Arc<dyn Fn>` does not).
 pub type Predicate<C, E> = Box<dyn Fn(&C) -> Result<bool, E> + Send + Sync>;
 
-/// One named policy of a [`PolicyEngine`]: the core's [`PolicyRule`](stormguard_core::PolicyRule) with a
+/// One named policy of a [`PolicyEngine`]: the core's [`PolicyRule`](stormguard_core::policy::PolicyRule) with a
 /// boxed predicate.
 pub type EnginePolicy<C, T, E> = Rule<C, T, E, Predicate<C, E>>;
 
@@ -118,7 +118,7 @@ impl<E> fmt::Display for Trail<'_, E> {
 /// The outcome of one evaluation: the first match, if any, and every evaluation that ran.
 ///
 /// ```
-/// use stormguard_core::PolicyVerdict;
+/// use stormguard_core::policy::PolicyVerdict;
 /// use stormguard_std::PolicyEngine;
 /// let mut engine: PolicyEngine<u32, &str, ()> = PolicyEngine::new();
 /// engine.add("small", |n: &u32| Ok(*n < 10), "inline")?;
@@ -155,11 +155,11 @@ impl<'a, T, E> Decision<'a, T, E> {
 pub type AddError<C, T, E> = AddPolicyError<C, T, E, Predicate<C, E>>;
 
 /// Ordered, named policies over a context `C`, each giving a configuration `T`, as many as you
-/// add: the growable form of the core's [`PolicyEngine`](stormguard_core::PolicyEngine), with
+/// add: the growable form of the core's [`PolicyEngine`](stormguard_core::policy::PolicyEngine), with
 /// exactly its semantics. Evaluation runs in insertion order; the first policy whose predicate
 /// matches gives its configuration; every evaluation (matched, not matched, or failed) is
 /// recorded in the trail; a predicate that fails (`Err(e)`) is recorded as
-/// [`PolicyVerdict::Failed`](stormguard_core::PolicyVerdict::Failed) and evaluation goes on.
+/// [`PolicyVerdict::Failed`](stormguard_core::policy::PolicyVerdict::Failed) and evaluation goes on.
 /// Names are unique, so trail entries tell policies apart.
 ///
 /// Predicates are boxed closures (`Fn(&C) -> Result<bool, E> + Send + Sync`), so they may
@@ -168,7 +168,7 @@ pub type AddError<C, T, E> = AddPolicyError<C, T, E, Predicate<C, E>>;
 /// one and swap it in (e.g. with `arc_swap`).
 ///
 /// ```
-/// use stormguard_core::PolicyVerdict;
+/// use stormguard_core::policy::PolicyVerdict;
 /// use stormguard_std::PolicyEngine;
 ///
 /// struct Message { topic: String, bytes: usize }

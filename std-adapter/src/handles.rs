@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use stormguard_core::{
-    BreakerSettings, BudgetSettings, BudgetSnapshot, Instant, Name, Ratio, SettingsError,
+    limits::BudgetSnapshot, BreakerSettings, BudgetSettings, Instant, Name, Ratio, SettingsError,
     SharedBreaker, SharedBudget, Snapshot, State,
 };
 

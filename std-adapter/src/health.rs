@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, RwLock};
 
-use stormguard_core::{BudgetSnapshot, Health, Instant, Snapshot};
+use stormguard_core::{limits::BudgetSnapshot, Health, Instant, Snapshot};
 
 use crate::clock::{default_clock, Clock, DefaultClock, SteadyClock};
 use crate::{Breaker, Budget};

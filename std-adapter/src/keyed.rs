@@ -3,7 +3,7 @@
 //!
 //! The rules are the core's ([`Member::is_idle`], [`Member::to_evict`], DESIGN.md "Keyed
 //! scope"): a key is idle when no call of it is in flight and it has been quiet long enough: a
-//! trip window if its breaker is closed, [`STALE_BREAKS`](stormguard_core::STALE_BREAKS) (4)
+//! trip window if its breaker is closed, [`STALE_BREAKS`](stormguard_core::breaker::STALE_BREAKS) (4)
 //! times the breaker's longest break if it is open, half-open or recovering (so an open breaker
 //! still asked for is never evicted, and keys nobody asks for do not hold the table for good);
 //! an isolated breaker only leaves by [`KeyedPolicy::remove`]. A new key in a full table evicts
@@ -80,9 +80,9 @@ use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::Arc;
 
 use stormguard_core::{
-    Admission, BreakerSettings, Duration, Event, Finished, FullTable, Instant, KeyedRefusal,
-    Member, Outcome, Parts, Permit, RefusalReason, Refused, Rejection, SettingsError,
-    SharedBreaker, Snapshot, State, Step,
+    breaker::FullTable, breaker::KeyedRefusal, breaker::Member, call::Admission, BreakerSettings,
+    Duration, Event, Finished, Instant, Outcome, Parts, Permit, RefusalReason, Refused, Rejection,
+    SettingsError, SharedBreaker, Snapshot, State, Step,
 };
 
 use crate::classify::Classify;
@@ -235,7 +235,7 @@ impl<E> KeyedError<E> {
     /// The core's keyed refusal, when the table refused the key.
     ///
     /// ```
-    /// use stormguard_core::{Duration, KeyedRefusal, RefusalReason, Rejection};
+    /// use stormguard_core::{Duration, breaker::KeyedRefusal, RefusalReason, Rejection};
     /// let rejection = Rejection {
     ///     reason: RefusalReason::KeyedFull,
     ///     retry_after: Duration::from_secs(30),

@@ -163,13 +163,15 @@ pub use policy::{Bulkhead, CallOptions, Limiter, Policy, PolicyBuilder};
 pub use stormguard_core::CallError;
 // The core vocabulary this crate's API takes and returns, so a host user needs only this crate.
 pub use stormguard_core::{
-    Backoff, BackoffBuilder, Bound, BreakerSettings, BreakerSettingsBuilder, BudgetSettings,
-    BudgetSettingsBuilder, BudgetSnapshot, BulkheadSettings, BulkheadSettingsBuilder,
-    BulkheadSnapshot, CallSettings, CallSettingsBuilder, Duration, Event, FailureRate, Field,
-    Health, Instant, Jitter, KeyedRefusal, Multiple, Name, NameError, Outcome, RateLimitSettings,
-    RateLimitSettingsBuilder, Ratio, Recovery, RefusalReason, Refused, Rejection, SettingsError,
-    SlowCalls, Snapshot, State, SubscriptionRetry, SubscriptionStatus, TripReason,
-    WindowLimitSettings, WindowLimitSettingsBuilder, GUARD_PAUSE, STALE_BREAKS,
+    breaker::BreakerSettingsBuilder, breaker::KeyedRefusal, breaker::STALE_BREAKS,
+    call::BackoffBuilder, call::CallSettingsBuilder, limits::BudgetSettingsBuilder,
+    limits::BudgetSnapshot, limits::BulkheadSettings, limits::BulkheadSettingsBuilder,
+    limits::BulkheadSnapshot, limits::RateLimitSettings, limits::RateLimitSettingsBuilder,
+    limits::WindowLimitSettings, limits::WindowLimitSettingsBuilder, name::NameError,
+    policy::SubscriptionRetry, policy::SubscriptionStatus, Backoff, Bound, BreakerSettings,
+    BudgetSettings, CallSettings, Duration, Event, FailureRate, Field, Health, Instant, Jitter,
+    Multiple, Name, Outcome, Ratio, Recovery, RefusalReason, Refused, Rejection, SettingsError,
+    SlowCalls, Snapshot, State, TripReason, GUARD_PAUSE,
 };
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]

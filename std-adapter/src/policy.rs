@@ -11,12 +11,14 @@ use std::fmt;
 use std::sync::Arc;
 
 use stormguard_core::{
-    Admission, Backoff, Bound, BreakerSettings, BudgetSettings, BulkheadPermit, BulkheadSettings,
-    BulkheadSlots, BulkheadSnapshot, Bulkheaded, Call, CallError, CallSettings,
-    CallSettingsBuilder, Duration, Event, Explain, Field, Finished, HedgeSuppressed, Instant,
-    Limit, Name, Outcome, Parts, Permit, RateLimitSettings, RateLimited, Refused, SettingsError,
-    SharedBreaker, SharedBudget, SharedBulkhead, SharedRateLimiter, SharedWindowLimiter, Step,
-    Unguarded, WindowLimitSettings,
+    breaker::HedgeSuppressed, call::Admission, call::CallSettingsBuilder, call::Unguarded,
+    limits::BulkheadPermit, limits::BulkheadSettings, limits::BulkheadSlots,
+    limits::BulkheadSnapshot, limits::Bulkheaded, limits::Limit, limits::RateLimitSettings,
+    limits::RateLimited, limits::SharedBulkhead, limits::SharedRateLimiter,
+    limits::SharedWindowLimiter, limits::WindowLimitSettings, policy::Explain, Backoff, Bound,
+    BreakerSettings, BudgetSettings, Call, CallError, CallSettings, Duration, Event, Field,
+    Finished, Instant, Name, Outcome, Parts, Permit, Refused, SettingsError, SharedBreaker,
+    SharedBudget, Step,
 };
 
 use crate::classify::{Classify, EveryErrorTransient};
@@ -266,7 +268,7 @@ pub(crate) type Funds<'a> = Option<&'a SharedBudget>;
 /// a cooldown) in an `Arc`, so clones, and every policy given one, share its cells.
 ///
 /// ```
-/// use stormguard_core::{Instant, RateLimitSettings, WindowLimitSettings};
+/// use stormguard_core::{Instant, limits::RateLimitSettings, limits::WindowLimitSettings};
 /// use stormguard_std::Limiter;
 ///
 /// let api = Limiter::gcra(RateLimitSettings::per_second("api", 100)?);
@@ -406,7 +408,7 @@ impl Limit for Cells<'_> {
 /// before its first attempt (see [`PolicyBuilder::bulkhead`]).
 ///
 /// ```
-/// use stormguard_core::{BulkheadSettings, Duration};
+/// use stormguard_core::{limits::BulkheadSettings, Duration};
 /// use stormguard_std::Bulkhead;
 ///
 /// let db = Bulkhead::new(
@@ -974,7 +976,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// [`RateLimited`].
     ///
     /// ```
-    /// use stormguard_core::{RateLimitSettings, RefusalReason};
+    /// use stormguard_core::{limits::RateLimitSettings, RefusalReason};
     /// use stormguard_std::{CallError, Limiter, Policy};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -1013,7 +1015,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// blocking form ([`Policy::call_blocking`]) does not wait either.
     ///
     /// ```
-    /// use stormguard_core::{BulkheadSettings, Duration};
+    /// use stormguard_core::{limits::BulkheadSettings, Duration};
     /// use stormguard_std::{Bulkhead, Policy};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -1733,8 +1735,8 @@ mod run {
     use std::task::{Context, Poll};
 
     use stormguard_core::{
-        Admission, BulkheadEntry, BulkheadPermit, BulkheadTicket, Call, Duration, Event, Finished,
-        Instant, Outcome, Parts, Rejection, State, Step,
+        call::Admission, limits::BulkheadEntry, limits::BulkheadPermit, limits::BulkheadTicket,
+        Call, Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
     };
     use tokio_util::either::Either;
     use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};

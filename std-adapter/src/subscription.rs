@@ -10,7 +10,9 @@ use std::ops::ControlFlow;
 use std::pin::pin;
 use std::task::Poll;
 
-use stormguard_core::{Backoff, Duration, Name, SubscriptionRetry, SubscriptionStatus};
+use stormguard_core::{
+    policy::SubscriptionRetry, policy::SubscriptionStatus, Backoff, Duration, Name,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{default_clock, Clock, DefaultClock, SteadyClock};

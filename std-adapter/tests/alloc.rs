@@ -12,7 +12,7 @@
 )]
 
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
-use stormguard_core::{BulkheadSettings, Duration, RateLimitSettings};
+use stormguard_core::{limits::BulkheadSettings, limits::RateLimitSettings, Duration};
 use stormguard_std::{Bulkhead, CallError, Limiter, Policy};
 
 #[global_allocator]

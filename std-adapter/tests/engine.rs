@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use stormguard_core::{Name, PolicyVerdict};
+use stormguard_core::{policy::PolicyVerdict, Name};
 use stormguard_std::{AddError, PolicyEngine, Trail};
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use stormguard_core::{
-    BreakerSettings, BudgetSettings, Duration, Event, KeyedRefusal, RefusalReason, State,
+    breaker::KeyedRefusal, BreakerSettings, BudgetSettings, Duration, Event, RefusalReason, State,
 };
 use stormguard_std::{
     Both, Breaker, Budget, CallError, CallOptions, Clock, KeyedError, KeyedPolicy, KeyedSetupError,
@@ -453,7 +453,7 @@ fn under_contention_eviction_never_takes_a_key_with_a_call_in_flight() {
 #[tokio::test(start_paused = true)]
 async fn every_key_shares_the_templates_rate_limiter_and_bulkhead() {
     let limiter = stormguard_std::Limiter::gcra(
-        stormguard_core::RateLimitSettings::per_second("hosts", 2).unwrap(),
+        stormguard_core::limits::RateLimitSettings::per_second("hosts", 2).unwrap(),
     );
     let bulkhead = stormguard_std::Bulkhead::of(4, "hosts").unwrap();
     let template = Policy::builder("hosts")

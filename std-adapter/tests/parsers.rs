@@ -18,7 +18,7 @@ use std::time::{Duration as StdDuration, SystemTime};
 
 use http::header::RETRY_AFTER;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use stormguard_core::{Backoff, Duration, JitterRng, Outcome};
+use stormguard_core::{rng::JitterRng, Backoff, Duration, Outcome};
 use stormguard_std::tower::{HttpRequests, PolicyLayer, Requests, DEADLINE_HEADER};
 use stormguard_std::{http_outcome, retry_after, CallError, Policy};
 use tower::{Layer, ServiceExt};

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use stormguard_core::{
-    Backoff, BulkheadSettings, Duration, Event, Instant, Jitter, RateLimitSettings, RefusalReason,
-    State, WindowLimitSettings, GUARD_PAUSE,
+    limits::BulkheadSettings, limits::RateLimitSettings, limits::WindowLimitSettings, Backoff,
+    Duration, Event, Instant, Jitter, RefusalReason, State, GUARD_PAUSE,
 };
 use stormguard_std::{
     Both, Bulkhead, CallError, CallOptions, Clock, Limiter, ManualClock, Metrics, Policy,

@@ -14,7 +14,7 @@ use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stormguard_core::{Backoff, SubscriptionStatus};
+use stormguard_core::{policy::SubscriptionStatus, Backoff};
 use stormguard_std::{Subscription, SubscriptionCancelled, SubscriptionEvent};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

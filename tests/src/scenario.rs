@@ -2,7 +2,8 @@
 //! compared on it.
 
 use stormguard_core::{
-    BreakerSettings, BudgetSettings, CallSettings, Duration, Explain, Name, Recovery, SettingsError,
+    policy::Explain, BreakerSettings, BudgetSettings, CallSettings, Duration, Name, Recovery,
+    SettingsError,
 };
 
 use crate::model::Dependency;

@@ -9,8 +9,8 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use stormguard_core::{
-    Admission, Breaker, Budget, Call, CallSettings, Duration, Event, Finished, Instant, Outcome,
-    Parts, Permit, RefusalReason, State, Step, TripReason, Unguarded,
+    call::Admission, call::Unguarded, Breaker, Budget, Call, CallSettings, Duration, Event,
+    Finished, Instant, Outcome, Parts, Permit, RefusalReason, State, Step, TripReason,
 };
 
 use crate::model::Dependency;

@@ -297,7 +297,7 @@ pub fn noise_run(p: f64) -> i32 {
         return 5;
     }
     if p >= 1.0 {
-        return i32::from(stormguard_core::MAX_COUNT);
+        return i32::from(stormguard_core::breaker::MAX_COUNT);
     }
     let n = libm::ceil(libm::log(1e-8) / libm::log(p) - 1e-9);
     (n as i32).max(5)

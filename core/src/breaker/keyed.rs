@@ -69,7 +69,7 @@ pub trait Member: Admission + Clone {
     /// and then.)
     ///
     /// ```
-    /// use stormguard_core::{Breaker, Instant, Member};
+    /// use stormguard_core::{Breaker, Instant, breaker::Member};
     /// let b = Breaker::of(3, "hosts")?;
     /// let used = Instant::from_secs(10);
     /// assert_eq!(b.idle_from(0, used, used), Some(used + b.idle_after()));
@@ -89,7 +89,7 @@ pub trait Member: Admission + Clone {
     /// concurrent table).
     ///
     /// ```
-    /// use stormguard_core::{Breaker, Duration, Instant, Member, Outcome};
+    /// use stormguard_core::{Breaker, Duration, Instant, breaker::Member, Outcome};
     /// let mut b = Breaker::of(1, "hosts")?;
     /// let used = Instant::from_secs(10);
     /// let window = b.idle_after();
@@ -126,7 +126,7 @@ pub trait Member: Admission + Clone {
     /// in use is never evicted.
     ///
     /// ```
-    /// use stormguard_core::{Breaker, Instant, KeyedRefusal, Member};
+    /// use stormguard_core::{Breaker, Instant, breaker::KeyedRefusal, breaker::Member};
     /// let b = Breaker::of(3, "hosts")?;
     /// let (t1, t2) = (Instant::from_secs(1), Instant::from_secs(2));
     /// let now = Instant::from_secs(100);
@@ -204,7 +204,7 @@ impl Member for LeanBreaker {
 /// by the call's deadline and ended by cancellation, the `retry_after`).
 ///
 /// ```
-/// use stormguard_core::{Breaker, Call, CallSettings, FullTable, Instant, Parts, RefusalReason, Step, Unlimited};
+/// use stormguard_core::{Breaker, Call, CallSettings, breaker::FullTable, Instant, Parts, RefusalReason, Step, call::Unlimited};
 /// let full = FullTable::of(&Breaker::of(3, "hosts")?);
 /// let now = Instant::from_secs(1);
 /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
@@ -302,7 +302,7 @@ struct Entry<K, B> {
 /// table, which suits the tens of hosts or peripherals a client talks to.
 ///
 /// ```
-/// use stormguard_core::{Breaker, Instant, Keyed, Outcome};
+/// use stormguard_core::{Breaker, Instant, breaker::Keyed, Outcome};
 ///
 /// let template = Breaker::of(3, "hosts")?;
 /// let mut hosts: Keyed<&str, Breaker, 8> = Keyed::new(template);
@@ -361,7 +361,7 @@ impl<K: Eq + Clone, B: Member, const N: usize> Keyed<K, B, N> {
     /// permit of the key still out is then reported to nothing.
     ///
     /// ```
-    /// use stormguard_core::{Breaker, Instant, Keyed};
+    /// use stormguard_core::{Breaker, Instant, breaker::Keyed};
     /// let mut hosts: Keyed<&str, Breaker, 8> = Keyed::new(Breaker::of(3, "hosts")?);
     /// let now = Instant::from_secs(1);
     /// hosts.try_acquire("a.example", now, None, &mut |_| {}).unwrap();

@@ -12,11 +12,11 @@
 //! transitions (break over, lost probe reclaimed, ramp run out) on time, for their events.
 //!
 //! # Shape
-//! The control state ([`Control`]) is a handful of small integers that pack into one 64-bit word,
+//! The control state (`Control`) is a handful of small integers that pack into one 64-bit word,
 //! and the rules are functions that take it by `&mut` on a copy: the single-threaded breaker
 //! applies them in place, a shared breaker runs the same functions between a load and a
 //! compare-exchange. Statistics (trip window, baselines) live apart and only feed the pure trip
-//! decision ([`stats`]).
+//! decision (`stats`).
 
 pub(crate) mod keyed;
 pub(crate) mod lean;
@@ -24,11 +24,18 @@ pub(crate) mod settings;
 pub(crate) mod shared;
 pub(crate) mod stats;
 
+pub use self::keyed::{FullTable, Keyed, KeyedRefusal, Member, STALE_BREAKS};
+pub use self::lean::LeanBreaker;
+pub use self::settings::{
+    BreakerSettings, BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls, MAX_COUNT,
+    MAX_PROBES, TRIP_BUCKETS,
+};
+pub use self::shared::{PermitGuard, SharedBreaker};
+
 use core::cell::Cell;
 use core::fmt;
 use core::marker::PhantomData;
 
-use self::settings::{BreakerSettings, MAX_COUNT};
 use self::stats::{Measure, NoStats, Readings, Sample, Stats};
 use crate::error::{RefusalReason, Refused};
 use crate::event::Event;
@@ -910,7 +917,7 @@ pub struct Snapshot {
     /// The run of consecutive failures that trips the breaker now: the configured count on a
     /// cold breaker; once the normal failure rate is learned, the run whose chance under it is
     /// within the noise bound (never below the configured count). See
-    /// [`BreakerSettingsBuilder::noise_bound`](crate::BreakerSettingsBuilder::noise_bound).
+    /// [`BreakerSettingsBuilder::noise_bound`](crate::breaker::BreakerSettingsBuilder::noise_bound).
     pub consecutive_to_trip: u16,
     /// Probes in flight while half-open.
     pub probes_in_flight: u8,
@@ -1007,7 +1014,7 @@ impl SettingsRef for &'static BreakerSettings {
 /// Invalid settings built in the constant fail the build, not the program:
 ///
 /// ```
-/// use stormguard_core::{Breaker, BreakerSettings, ConstSettings, Fixed, Instant};
+/// use stormguard_core::{Breaker, BreakerSettings, breaker::ConstSettings, breaker::Fixed, Instant};
 ///
 /// struct Radio;
 /// impl ConstSettings for Radio {
@@ -1711,7 +1718,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
 
 /// A circuit breaker, single-threaded form (`&mut self`). Deterministic: the same settings,
 /// seed, instants and outcomes always give the same decisions. For one breaker shared by many
-/// threads, see [`SharedBreaker`](crate::SharedBreaker): the same rules over atomics.
+/// threads, see [`SharedBreaker`]: the same rules over atomics.
 ///
 /// # Rules under noise
 /// A breaker must not open on a dependency that is flaky but stable, and must still open on an
@@ -1719,7 +1726,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
 /// learned only makes it harder to fool:
 /// - **Consecutive failures**: once 100 outcomes have taught the normal failure rate `p`, a run
 ///   of `n` failures trips only when `p^n` is at most the
-///   [noise bound](crate::BreakerSettingsBuilder::noise_bound) (1e-8), and `n` is never below
+///   [noise bound](crate::breaker::BreakerSettingsBuilder::noise_bound) (1e-8), and `n` is never below
 ///   the configured count: 12 in a row at 20%, 7 at 5%, the configured 5 at 1% or less.
 ///   [`Snapshot::consecutive_to_trip`] reads the run in force.
 /// - **Relative error rate**: the trip point is the multiple of the normal rate capped at 100%,
@@ -1802,7 +1809,7 @@ macro_rules! admission_via_core {
             fn hedge_after(
                 &self,
                 now: $crate::Instant,
-            ) -> Result<$crate::Duration, $crate::HedgeSuppressed> {
+            ) -> Result<$crate::Duration, $crate::breaker::HedgeSuppressed> {
                 self.core.hedge_after(now)
             }
             fn self_limits(&self) -> bool {

@@ -78,7 +78,7 @@ impl fmt::Display for Jitter {
 /// | jitter | [`Jitter::Full`] | uniform in `[0, nominal]` |
 ///
 /// ```
-/// use stormguard_core::{Backoff, Duration, Jitter, JitterRng, Outcome};
+/// use stormguard_core::{Backoff, Duration, Jitter, rng::JitterRng, Outcome};
 /// let backoff = Backoff::worker();
 /// let waits: Vec<u64> = (1..=8).map(|r| backoff.nominal(r, false).as_secs()).collect();
 /// assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);
@@ -127,7 +127,7 @@ impl Backoff {
     /// not called again before then.
     ///
     /// ```
-    /// use stormguard_core::{Backoff, Duration, JitterRng, Outcome};
+    /// use stormguard_core::{Backoff, Duration, rng::JitterRng, Outcome};
     /// let none = Backoff::none();
     /// let mut rng = JitterRng::with_seed(1);
     /// assert_eq!(none.delay(1, Outcome::Transient, &mut rng), Duration::ZERO);

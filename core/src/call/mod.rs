@@ -35,9 +35,12 @@ pub(crate) mod backoff;
 pub(crate) mod classify;
 pub(crate) mod error;
 
+pub use self::backoff::{Backoff, BackoffBuilder, Jitter};
+pub use self::classify::{Classify, EveryErrorTransient};
+pub use self::error::CallError;
+
 use core::fmt;
 
-use self::backoff::Backoff;
 use crate::breaker::{HedgeSuppressed, Permit};
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
@@ -55,7 +58,7 @@ pub const GUARD_PAUSE: Duration = Duration::from_millis(100);
 /// that refuses outside the driver (a full keyed table) applies the same rule.
 ///
 /// ```
-/// use stormguard_core::{guarded_pause, Duration, GUARD_PAUSE};
+/// use stormguard_core::{call::guarded_pause, Duration, GUARD_PAUSE};
 /// assert_eq!(guarded_pause(None), GUARD_PAUSE);
 /// assert_eq!(guarded_pause(Some(Duration::from_millis(40))), Duration::from_millis(40));
 /// ```
@@ -245,7 +248,7 @@ impl Funding for Unlimited {
 /// A part that may be absent: no budget funds every retry, as [`Unlimited`] does.
 ///
 /// ```
-/// use stormguard_core::{Budget, BudgetSettings, Funding, Instant};
+/// use stormguard_core::{Budget, BudgetSettings, call::Funding, Instant};
 /// let mut none: Option<Budget> = None;
 /// assert!(none.try_fund_retry(Instant::ZERO).is_ok());
 /// let mut some = Some(Budget::new(BudgetSettings::defaults("api")));
@@ -681,7 +684,7 @@ impl Call {
     /// A salt of 0 is [`Call::begin`].
     ///
     /// ```
-    /// use stormguard_core::{Call, CallSettings, Instant, Outcome, Parts, Step, Unguarded, Unlimited};
+    /// use stormguard_core::{Call, CallSettings, Instant, Outcome, Parts, Step, call::Unguarded, call::Unlimited};
     ///
     /// let settings = CallSettings::DEFAULT;
     /// let now = Instant::from_secs(1);
@@ -1060,7 +1063,7 @@ impl Call {
     ///
     /// ```
     /// use stormguard_core::{
-    ///     Breaker, Budget, BudgetSettings, Call, CallSettings, Duration, Instant, NoHedge,
+    ///     Breaker, Budget, BudgetSettings, Call, CallSettings, Duration, Instant, call::NoHedge,
     ///     Outcome, Parts, Step,
     /// };
     ///
@@ -1159,7 +1162,7 @@ impl Call {
     /// ```
     /// use stormguard_core::{
     ///     Budget, BudgetSettings, Call, CallSettings, Finished, Instant, Outcome, Parts, Step,
-    ///     Unguarded,
+    ///     call::Unguarded,
     /// };
     ///
     /// // A budget of one retry, already spent.

@@ -647,7 +647,7 @@ impl Budget {
     }
 
     /// Gives back one whole retry taken at `now` for an attempt that never started (the call
-    /// driver's [`Funding::refund_retry`](crate::Funding::refund_retry)).
+    /// driver's [`Funding::refund_retry`](crate::call::Funding::refund_retry)).
     pub(crate) fn refund(&mut self, now: Instant) {
         self.core.refund(now);
     }

@@ -25,7 +25,7 @@ use crate::{Duration, Event, Instant, Name, Outcome};
 /// default: a full bulkhead is news the caller should have at once.
 ///
 /// ```
-/// use stormguard_core::{BulkheadSettings, Duration};
+/// use stormguard_core::{limits::BulkheadSettings, Duration};
 /// const DB: BulkheadSettings = match BulkheadSettings::builder("db")
 ///     .max_in_flight(8)
 ///     .bounded_wait(16, Duration::from_millis(250))
@@ -51,7 +51,7 @@ pub struct BulkheadSettings {
 /// Builds a [`BulkheadSettings`]; every method is `const`.
 ///
 /// ```
-/// use stormguard_core::{BulkheadSettings, Duration, Field};
+/// use stormguard_core::{limits::BulkheadSettings, Duration, Field};
 /// let err = BulkheadSettings::builder("db").max_in_flight(0).build().unwrap_err();
 /// assert_eq!(err.field, Field::MaxInFlight);
 /// let s = BulkheadSettings::builder("db").bounded_wait(4, Duration::from_millis(50)).build()?;
@@ -181,7 +181,7 @@ impl fmt::Display for BulkheadSettings {
 /// Not `Clone`: one permit, one slot.
 ///
 /// ```
-/// use stormguard_core::{Bulkhead, Duration, Instant};
+/// use stormguard_core::{limits::Bulkhead, Duration, Instant};
 /// let mut b = Bulkhead::of(1, "db")?;
 /// let permit = b.try_enter(Instant::from_secs(1)).unwrap();
 /// assert_eq!(permit.held_for(Instant::from_secs(3)), Duration::from_secs(2));
@@ -214,7 +214,7 @@ impl BulkheadPermit {
 /// [`Bulkhead::on_slot_free`] (or [`Bulkhead::abandon`] it). Not `Clone`: one ticket, one place.
 ///
 /// ```
-/// use stormguard_core::{Bulkhead, BulkheadEntry, BulkheadSettings, Duration, Instant};
+/// use stormguard_core::{limits::Bulkhead, limits::BulkheadEntry, limits::BulkheadSettings, Duration, Instant};
 /// let mut b = Bulkhead::new(BulkheadSettings::builder("db").max_in_flight(1)
 ///     .bounded_wait(1, Duration::from_secs(1)).build()?);
 /// let now = Instant::from_secs(5);
@@ -252,7 +252,7 @@ impl BulkheadTicket {
 /// refusal.
 ///
 /// ```
-/// use stormguard_core::{Bulkhead, BulkheadEntry, Duration, Instant};
+/// use stormguard_core::{limits::Bulkhead, limits::BulkheadEntry, Duration, Instant};
 /// let mut b = Bulkhead::of(1, "db")?;
 /// match b.try_enter_or_queue(Instant::ZERO, Duration::MAX) {
 ///     Ok(BulkheadEntry::Entered(permit)) => { b.leave(permit); }
@@ -275,7 +275,7 @@ pub enum BulkheadEntry {
 /// How full a bulkhead is at one moment, for health endpoints and metrics.
 ///
 /// ```
-/// use stormguard_core::{Bulkhead, Instant};
+/// use stormguard_core::{limits::Bulkhead, Instant};
 /// let mut b = Bulkhead::of(4, "db")?;
 /// let permit = b.try_enter(Instant::ZERO).unwrap();
 /// let snap = b.snapshot();
@@ -509,7 +509,7 @@ impl<W: Word> BulkheadCore<W> {
 /// a breaker for the call driver.
 ///
 /// ```
-/// use stormguard_core::{Bulkhead, Instant, RefusalReason};
+/// use stormguard_core::{limits::Bulkhead, Instant, RefusalReason};
 ///
 /// let mut db = Bulkhead::of(2, "db")?;
 /// let now = Instant::from_secs(1);
@@ -527,7 +527,7 @@ impl<W: Word> BulkheadCore<W> {
 /// With a bounded wait:
 ///
 /// ```
-/// use stormguard_core::{Bulkhead, BulkheadEntry, BulkheadSettings, Duration, Instant};
+/// use stormguard_core::{limits::Bulkhead, limits::BulkheadEntry, limits::BulkheadSettings, Duration, Instant};
 ///
 /// let settings = BulkheadSettings::builder("radio")
 ///     .max_in_flight(1)
@@ -653,7 +653,7 @@ impl Bulkhead {
 /// (see the crate docs on atomics).
 ///
 /// ```
-/// use stormguard_core::{BulkheadSettings, Instant, SharedBulkhead};
+/// use stormguard_core::{limits::BulkheadSettings, Instant, limits::SharedBulkhead};
 ///
 /// static DB: SharedBulkhead = SharedBulkhead::new(match BulkheadSettings::builder("db").max_in_flight(4).build() {
 ///     Ok(s) => s,
@@ -772,7 +772,7 @@ impl SharedBulkhead {
 /// after the drop.
 ///
 /// ```
-/// use stormguard_core::{Instant, SharedBulkhead, BulkheadSettings};
+/// use stormguard_core::{Instant, limits::SharedBulkhead, limits::BulkheadSettings};
 /// let b = SharedBulkhead::new(BulkheadSettings::builder("db").max_in_flight(1).build()?);
 /// let guard = b.try_enter_guarded(Instant::ZERO).unwrap();
 /// assert!(b.try_enter(Instant::ZERO).is_err());
@@ -818,7 +818,7 @@ impl Drop for BulkheadGuard<'_> {
 /// for breakers).
 ///
 /// ```
-/// use stormguard_core::{Bulkhead, BulkheadSlots, Instant};
+/// use stormguard_core::{limits::Bulkhead, limits::BulkheadSlots, Instant};
 /// fn one_call(slots: &mut impl BulkheadSlots) -> bool {
 ///     match slots.try_enter(Instant::ZERO) {
 ///         Ok(permit) => { slots.leave(permit); true }
@@ -899,7 +899,7 @@ impl<B: BulkheadSlots + ?Sized> BulkheadSlots for &mut B {
     }
 }
 
-/// A bulkhead in front of a breaker (or [`Unguarded`](crate::Unguarded)), as one
+/// A bulkhead in front of a breaker (or [`Unguarded`](crate::call::Unguarded)), as one
 /// [`Admission`] for the call driver: every attempt takes a slot before it asks the breaker,
 /// and gives it back with its outcome (or its release). A full bulkhead refuses the attempt at
 /// once with [`RefusalReason::BulkheadFull`], which the driver turns into a guarded rejection
@@ -914,8 +914,8 @@ impl<B: BulkheadSlots + ?Sized> BulkheadSlots for &mut B {
 ///
 /// ```
 /// use stormguard_core::{
-///     Bulkhead, Bulkheaded, Call, CallSettings, Finished, Instant, Name, Outcome, Parts,
-///     RefusalReason, Step, Unguarded, Unlimited,
+///     limits::Bulkhead, limits::Bulkheaded, Call, CallSettings, Finished, Instant, Name, Outcome, Parts,
+///     RefusalReason, Step, call::Unguarded, call::Unlimited,
 /// };
 ///
 /// let mut parts = Parts {

@@ -3,3 +3,17 @@
 pub(crate) mod budget;
 pub(crate) mod bulkhead;
 pub(crate) mod ratelimit;
+
+pub use self::budget::{Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot};
+pub use self::bulkhead::{
+    Bulkhead, BulkheadEntry, BulkheadGuard, BulkheadPermit, BulkheadSettings,
+    BulkheadSettingsBuilder, BulkheadSlots, BulkheadSnapshot, BulkheadTicket, Bulkheaded,
+    SharedBulkhead,
+};
+pub use self::ratelimit::{
+    KeyedLimitError, KeyedLimiter, KeyedRateLimiter, KeyedWindowLimiter, Limit, LimitRule,
+    LimiterHashState, LimiterHasher, RateLimitSettings, RateLimitSettingsBuilder, RateLimited,
+    RateLimiter, SharedRateLimiter, SharedWindowLimiter, WindowLimitSettings,
+    WindowLimitSettingsBuilder, WindowLimiter, MAX_WINDOW_EVENTS,
+};
+pub use crate::breaker::shared::SharedBudget;

@@ -131,7 +131,7 @@ const fn limited(retry_after: Duration) -> Refused {
 /// | idle | 5 minutes | keyed forms: quiet time before a full key may be evicted |
 ///
 /// ```
-/// use stormguard_core::{Duration, RateLimitSettings};
+/// use stormguard_core::{Duration, limits::RateLimitSettings};
 /// const API: RateLimitSettings = match RateLimitSettings::builder("api")
 ///     .rate(100, Duration::from_secs(1))
 ///     .burst(20)
@@ -163,7 +163,7 @@ pub struct RateLimitSettings {
 /// `static`. Values are checked by [`build`](RateLimitSettingsBuilder::build), never clamped.
 ///
 /// ```
-/// use stormguard_core::{Duration, RateLimitSettings};
+/// use stormguard_core::{Duration, limits::RateLimitSettings};
 /// let s = RateLimitSettings::builder("uploads").rate(3, Duration::from_secs(1)).build()?;
 /// assert_eq!(s.burst(), 3); // the burst defaults to the rate's cells
 /// assert_eq!(s.emission_interval(), Duration::from_nanos(333_333_334)); // rounded up
@@ -195,7 +195,7 @@ impl RateLimitSettings {
     /// `cells` per second, burst `cells`.
     ///
     /// ```
-    /// use stormguard_core::{Duration, RateLimitSettings};
+    /// use stormguard_core::{Duration, limits::RateLimitSettings};
     /// let s = RateLimitSettings::per_second("search", 10)?;
     /// assert_eq!(s.emission_interval(), Duration::from_millis(100));
     /// # Ok::<(), stormguard_core::SettingsError>(())
@@ -209,7 +209,7 @@ impl RateLimitSettings {
     /// `cells` per minute, burst `cells`.
     ///
     /// ```
-    /// use stormguard_core::{Duration, RateLimitSettings};
+    /// use stormguard_core::{Duration, limits::RateLimitSettings};
     /// let s = RateLimitSettings::per_minute("reports", 6)?;
     /// assert_eq!(s.emission_interval(), Duration::from_secs(10));
     /// # Ok::<(), stormguard_core::SettingsError>(())
@@ -223,7 +223,7 @@ impl RateLimitSettings {
     /// Every default (50 per minute, burst 50), for a limiter called `name`.
     ///
     /// ```
-    /// use stormguard_core::RateLimitSettings;
+    /// use stormguard_core::limits::RateLimitSettings;
     /// assert_eq!(RateLimitSettings::defaults("x").to_string(), "50 per 60s, burst 50");
     /// ```
     #[must_use]
@@ -450,7 +450,7 @@ impl fmt::Display for RateLimitSettings {
 /// limiter should not do silently); the shortest is 1 ms.
 ///
 /// ```
-/// use stormguard_core::{Duration, WindowLimitSettings};
+/// use stormguard_core::{Duration, limits::WindowLimitSettings};
 /// const STREAMS: WindowLimitSettings = WindowLimitSettings::defaults("streams");
 /// assert_eq!(STREAMS.events(), 50);
 /// assert_eq!(STREAMS.window(), Duration::from_secs(60));
@@ -471,7 +471,7 @@ pub struct WindowLimitSettings {
 /// Builds a [`WindowLimitSettings`]; every method is `const`.
 ///
 /// ```
-/// use stormguard_core::{Duration, WindowLimitSettings};
+/// use stormguard_core::{Duration, limits::WindowLimitSettings};
 /// let s = WindowLimitSettings::builder("projections")
 ///     .events(5)
 ///     .window(Duration::from_secs(2))
@@ -837,7 +837,7 @@ mod sealed {
 /// sealed, so only these two implement it.
 ///
 /// ```
-/// use stormguard_core::{KeyedLimiter, LimitRule, RateLimitSettings, WindowLimitSettings};
+/// use stormguard_core::{limits::KeyedLimiter, limits::LimitRule, limits::RateLimitSettings, limits::WindowLimitSettings};
 /// fn table<R: LimitRule>(rule: R) -> KeyedLimiter<u64, R, 64> {
 ///     KeyedLimiter::new(rule)
 /// }
@@ -936,7 +936,7 @@ impl<W: Word, R: sealed::Rule> LimiterCore<W, R> {
 /// changes nothing.
 ///
 /// ```
-/// use stormguard_core::{Duration, Instant, RateLimiter, RateLimitSettings, RefusalReason};
+/// use stormguard_core::{Duration, Instant, limits::RateLimiter, limits::RateLimitSettings, RefusalReason};
 ///
 /// let mut limiter = RateLimiter::new(RateLimitSettings::per_second("search", 10)?);
 /// let now = Instant::from_secs(1);
@@ -973,7 +973,7 @@ impl RateLimiter {
     /// ([`Duration::MAX`] when `n` is more than the burst). Zero cells always pass.
     ///
     /// ```
-    /// use stormguard_core::{Duration, Instant, RateLimiter, RateLimitSettings};
+    /// use stormguard_core::{Duration, Instant, limits::RateLimiter, limits::RateLimitSettings};
     /// let mut limiter = RateLimiter::new(RateLimitSettings::per_second("bytes", 1000)?);
     /// let now = Instant::ZERO;
     /// limiter.check_n(now, 600)?;
@@ -1009,7 +1009,7 @@ impl RateLimiter {
 /// by the rule of [`RateLimiter`], so both decide identically for any sequential input.
 ///
 /// ```
-/// use stormguard_core::{Instant, RateLimitSettings, SharedRateLimiter};
+/// use stormguard_core::{Instant, limits::RateLimitSettings, limits::SharedRateLimiter};
 ///
 /// static UPLOADS: SharedRateLimiter = SharedRateLimiter::new(RateLimitSettings::defaults("uploads"));
 ///
@@ -1066,7 +1066,7 @@ impl SharedRateLimiter {
 /// `events` per window, then a cooldown.
 ///
 /// ```
-/// use stormguard_core::{Duration, Instant, WindowLimiter, WindowLimitSettings};
+/// use stormguard_core::{Duration, Instant, limits::WindowLimiter, limits::WindowLimitSettings};
 ///
 /// let mut stream = WindowLimiter::new(WindowLimitSettings::defaults("orders"));
 /// let now = Instant::from_secs(1);
@@ -1130,7 +1130,7 @@ impl WindowLimiter {
 /// lock-free: one atomic word driven by the rule of [`WindowLimiter`].
 ///
 /// ```
-/// use stormguard_core::{Instant, SharedWindowLimiter, WindowLimitSettings};
+/// use stormguard_core::{Instant, limits::SharedWindowLimiter, limits::WindowLimitSettings};
 ///
 /// static EVENTS: SharedWindowLimiter = SharedWindowLimiter::new(WindowLimitSettings::defaults("events"));
 /// assert!(EVENTS.check(Instant::from_secs(1)).is_ok());
@@ -1188,7 +1188,7 @@ impl SharedWindowLimiter {
 /// limiter, `&mut` and shared, so [`RateLimited`] serves both forms.
 ///
 /// ```
-/// use stormguard_core::{Instant, Limit, RateLimiter, RateLimitSettings, SharedRateLimiter};
+/// use stormguard_core::{Instant, limits::Limit, limits::RateLimiter, limits::RateLimitSettings, limits::SharedRateLimiter};
 ///
 /// fn one_attempt(limit: &mut impl Limit) -> bool {
 ///     limit.take(Instant::ZERO).is_ok()
@@ -1259,7 +1259,7 @@ impl<L: Limit + ?Sized> Limit for &mut L {
     }
 }
 
-/// A rate limiter in front of a breaker (or [`Unguarded`](crate::Unguarded)), as one
+/// A rate limiter in front of a breaker (or [`Unguarded`](crate::call::Unguarded)), as one
 /// [`Admission`] for the call driver: every attempt, retries included, takes a cell. A refusal
 /// carries [`RefusalReason::RateLimited`] and the exact time until the next cell. The driver
 /// treats it as a self-imposed throttle: with attempts left it waits that long (capped by the
@@ -1274,8 +1274,8 @@ impl<L: Limit + ?Sized> Limit for &mut L {
 ///
 /// ```
 /// use stormguard_core::{
-///     Call, CallSettings, Duration, Instant, Name, Parts, RateLimited, RateLimiter,
-///     RateLimitSettings, RefusalReason, Step, Unguarded, Unlimited,
+///     Call, CallSettings, Duration, Instant, Name, Parts, limits::RateLimited, limits::RateLimiter,
+///     limits::RateLimitSettings, RefusalReason, Step, call::Unguarded, call::Unlimited,
 /// };
 ///
 /// let limiter = RateLimiter::new(RateLimitSettings::per_second("search", 1)?);
@@ -1378,8 +1378,8 @@ impl<A: Admission, L: Limit> Admission for RateLimited<A, L> {
 /// Why a [`KeyedLimiter`] refused.
 ///
 /// ```
-/// use stormguard_core::{Duration, Instant, KeyedLimitError, KeyedWindowLimiter, RefusalReason, Refused,
-///     WindowLimitSettings};
+/// use stormguard_core::{Duration, Instant, limits::KeyedLimitError, limits::KeyedWindowLimiter, RefusalReason, Refused,
+///     limits::WindowLimitSettings};
 ///
 /// let mut streams: KeyedWindowLimiter<u32, 1> = KeyedWindowLimiter::new(WindowLimitSettings::defaults("s"));
 /// let now = Instant::from_secs(1);
@@ -1463,7 +1463,7 @@ const fn fold(a: u64, b: u64) -> u64 {
 ///
 /// ```
 /// use core::hash::BuildHasher;
-/// use stormguard_core::LimiterHashState;
+/// use stormguard_core::limits::LimiterHashState;
 /// let a = LimiterHashState::with_seed(1);
 /// assert_eq!(a.hash_one(42u64), a.hash_one(42u64));
 /// assert_ne!(a.hash_one(42u64), LimiterHashState::with_seed(2).hash_one(42u64));
@@ -1504,7 +1504,7 @@ impl BuildHasher for LimiterHashState {
 ///
 /// ```
 /// use core::hash::{BuildHasher, Hasher};
-/// use stormguard_core::LimiterHashState;
+/// use stormguard_core::limits::LimiterHashState;
 /// let mut h = LimiterHashState::DEFAULT.build_hasher();
 /// h.write_u64(7);
 /// assert_eq!(h.finish(), LimiterHashState::DEFAULT.hash_one(7u64));
@@ -1590,7 +1590,7 @@ enum Probe {
 /// Single-threaded (`&mut self`); share it behind a mutex (the adapters do).
 ///
 /// ```
-/// use stormguard_core::{Instant, KeyedRateLimiter, RateLimitSettings, KeyedLimitError};
+/// use stormguard_core::{Instant, limits::KeyedRateLimiter, limits::RateLimitSettings, limits::KeyedLimitError};
 ///
 /// let mut per_peer: KeyedRateLimiter<u64, 1024> =
 ///     KeyedRateLimiter::new(RateLimitSettings::per_second("peers", 2)?);
@@ -1616,7 +1616,7 @@ pub type KeyedRateLimiter<K, const N: usize, S = LimiterHashState> =
 /// Document 004's per-stream limiter, a window with cooldown per key: see [`KeyedLimiter`].
 ///
 /// ```
-/// use stormguard_core::{Instant, KeyedWindowLimiter, WindowLimitSettings};
+/// use stormguard_core::{Instant, limits::KeyedWindowLimiter, limits::WindowLimitSettings};
 /// let mut streams: KeyedWindowLimiter<[u8; 16], 256> =
 ///     KeyedWindowLimiter::new(WindowLimitSettings::defaults("streams"));
 /// let stream_id = [7u8; 16];
@@ -1762,7 +1762,7 @@ impl<K: Eq + Hash, R: LimitRule, const N: usize, S: BuildHasher> KeyedLimiter<K,
     /// in it is idle. A new key is admitted as by a new limiter; a refused new key is not stored.
     ///
     /// ```
-    /// use stormguard_core::{Duration, Instant, KeyedLimitError, KeyedRateLimiter, RateLimitSettings};
+    /// use stormguard_core::{Duration, Instant, limits::KeyedLimitError, limits::KeyedRateLimiter, limits::RateLimitSettings};
     /// let mut t: KeyedRateLimiter<&str, 8> = KeyedRateLimiter::new(RateLimitSettings::per_second("t", 4)?);
     /// let now = Instant::ZERO;
     /// t.check_n(&"bulk", now, 4).unwrap();
@@ -1844,7 +1844,7 @@ impl<K: Eq + Hash, R: LimitRule, const N: usize, S: BuildHasher> KeyedLimiter<K,
     /// returns how many. Evicting an idle key never changes a decision: it only makes room.
     ///
     /// ```
-    /// use stormguard_core::{Duration, Instant, KeyedWindowLimiter, WindowLimitSettings};
+    /// use stormguard_core::{Duration, Instant, limits::KeyedWindowLimiter, limits::WindowLimitSettings};
     /// let mut t: KeyedWindowLimiter<u64, 16> = KeyedWindowLimiter::new(WindowLimitSettings::defaults("s"));
     /// for key in 0..10 {
     ///     t.check(&key, Instant::ZERO).unwrap();

@@ -17,7 +17,7 @@ use crate::{Duration, Finished, Instant, Outcome, State};
 ///
 /// ```
 /// use stormguard_core::{Duration, Instant, Outcome};
-/// use stormguard_core::CacheRule;
+/// use stormguard_core::policy::CacheRule;
 ///
 /// let rule = CacheRule::new(Duration::from_secs(5)).unwrap();
 /// let stored = Instant::from_secs(100);
@@ -55,7 +55,7 @@ impl CacheRule {
     ///
     /// ```
     /// use stormguard_core::Duration;
-    /// use stormguard_core::{CacheRule, ZeroTtl};
+    /// use stormguard_core::{policy::CacheRule, policy::ZeroTtl};
     /// assert_eq!(CacheRule::new(Duration::ZERO), Err(ZeroTtl));
     /// ```
     pub const fn new(ttl: Duration) -> Result<CacheRule, ZeroTtl> {
@@ -70,7 +70,7 @@ impl CacheRule {
     ///
     /// ```
     /// use stormguard_core::Duration;
-    /// let rule = stormguard_core::CacheRule::new(Duration::from_secs(5)).unwrap();
+    /// let rule = stormguard_core::policy::CacheRule::new(Duration::from_secs(5)).unwrap();
     /// assert_eq!(rule.ttl(), Duration::from_secs(5));
     /// ```
     #[must_use]
@@ -83,7 +83,7 @@ impl CacheRule {
     ///
     /// ```
     /// use stormguard_core::Outcome;
-    /// let rule = stormguard_core::CacheRule::new(stormguard_core::Duration::from_secs(1)).unwrap();
+    /// let rule = stormguard_core::policy::CacheRule::new(stormguard_core::Duration::from_secs(1)).unwrap();
     /// assert!(!rule.stores(Outcome::Throttled { retry_after: None }));
     /// ```
     #[must_use]
@@ -95,7 +95,7 @@ impl CacheRule {
     ///
     /// ```
     /// use stormguard_core::{Duration, Instant};
-    /// let rule = stormguard_core::CacheRule::new(Duration::from_secs(5)).unwrap();
+    /// let rule = stormguard_core::policy::CacheRule::new(Duration::from_secs(5)).unwrap();
     /// assert_eq!(rule.expires_at(Instant::from_secs(1)), Instant::from_secs(6));
     /// ```
     #[must_use]
@@ -108,7 +108,7 @@ impl CacheRule {
     /// value from before that proves nothing.
     ///
     /// ```
-    /// use stormguard_core::{CacheRule, Duration, State};
+    /// use stormguard_core::{policy::CacheRule, Duration, State};
     /// let rule = CacheRule::new(Duration::from_secs(5)).unwrap();
     /// assert!(rule.serves_in(State::Closed));
     /// assert!(!rule.serves_in(State::HalfOpen));
@@ -122,7 +122,7 @@ impl CacheRule {
     /// `state`: it is fresh, and the breaker is closed.
     ///
     /// ```
-    /// use stormguard_core::{CacheRule, Duration, Instant, State};
+    /// use stormguard_core::{policy::CacheRule, Duration, Instant, State};
     /// let rule = CacheRule::new(Duration::from_secs(5)).unwrap();
     /// let stored = Instant::from_secs(1);
     /// assert!(rule.may_serve(stored, Instant::from_secs(2), State::Closed));
@@ -140,7 +140,7 @@ impl CacheRule {
     /// deadline with no failure behind it is no evidence against the value, and leaves it.
     ///
     /// ```
-    /// use stormguard_core::{CacheRule, Duration, Finished, Outcome};
+    /// use stormguard_core::{policy::CacheRule, Duration, Finished, Outcome};
     /// let rule = CacheRule::new(Duration::from_secs(5)).unwrap();
     /// assert!(rule.clears(Finished::Failed(Outcome::Transient)));
     /// assert!(!rule.clears(Finished::Cancelled));
@@ -160,7 +160,7 @@ impl CacheRule {
     ///
     /// ```
     /// use stormguard_core::{Duration, Instant};
-    /// let rule = stormguard_core::CacheRule::new(Duration::from_millis(1)).unwrap();
+    /// let rule = stormguard_core::policy::CacheRule::new(Duration::from_millis(1)).unwrap();
     /// assert!(rule.is_fresh(Instant::ZERO, Instant::from_nanos(999_999)));
     /// ```
     #[must_use]

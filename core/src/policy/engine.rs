@@ -7,12 +7,12 @@ use core::marker::PhantomData;
 
 use heapless::Vec;
 
-use crate::{Name, NameError};
+use crate::{name::NameError, Name};
 
 /// The default predicate type: a function pointer from the context to a match, or an error.
 ///
 /// ```
-/// use stormguard_core::PolicyPredicate;
+/// use stormguard_core::policy::PolicyPredicate;
 /// const EVEN: PolicyPredicate<u32, ()> = |n| Ok(n % 2 == 0);
 /// assert_eq!(EVEN(&4), Ok(true));
 /// ```
@@ -23,7 +23,7 @@ pub type PolicyPredicate<C, E> = fn(&C) -> Result<bool, E>;
 /// it defaults to a function pointer).
 ///
 /// ```
-/// use stormguard_core::PolicyRule;
+/// use stormguard_core::policy::PolicyRule;
 /// let p: PolicyRule<u32, &str, ()> = PolicyRule::new("big", |n| Ok(*n > 100), "slow lane");
 /// assert_eq!(p.name(), &"big");
 /// assert_eq!(p.evaluate(&500), Ok(true));
@@ -85,7 +85,7 @@ impl<C, T, E, P: Fn(&C) -> Result<bool, E>> PolicyRule<C, T, E, P> {
     /// [`DecisionTrail::omitted`].
     ///
     /// ```
-    /// use stormguard_core::{DecisionTrail, PolicyRule, PolicyVerdict};
+    /// use stormguard_core::{policy::DecisionTrail, policy::PolicyRule, policy::PolicyVerdict};
     /// let policies: [PolicyRule<i32, char, ()>; 2] = [
     ///     PolicyRule::new("negative", |n| Ok(*n < 0), '-'),
     ///     PolicyRule::new("any", |_| Ok(true), '+'),
@@ -158,7 +158,7 @@ impl<C, T: defmt::Format, E, P> defmt::Format for PolicyRule<C, T, E, P> {
 /// What one predicate said about one context.
 ///
 /// ```
-/// use stormguard_core::PolicyVerdict;
+/// use stormguard_core::policy::PolicyVerdict;
 /// assert!(PolicyVerdict::<()>::Matched.is_match());
 /// assert_eq!(PolicyVerdict::Failed("no header").error(), Some(&"no header"));
 /// assert_eq!(PolicyVerdict::<()>::NotMatched.as_str(), "not_matched");
@@ -215,7 +215,7 @@ impl<E> fmt::Display for PolicyVerdict<E> {
 /// One entry of a decision trail: which policy was evaluated and what its predicate said.
 ///
 /// ```
-/// use stormguard_core::{Name, PolicyEvaluation, PolicyVerdict};
+/// use stormguard_core::{Name, policy::PolicyEvaluation, policy::PolicyVerdict};
 /// let name = Name::new("orders");
 /// let e: PolicyEvaluation<'_, ()> = PolicyEvaluation { policy: &name, verdict: PolicyVerdict::Matched };
 /// assert_eq!(format!("{e}"), "orders: matched");
@@ -240,7 +240,7 @@ impl<E> fmt::Display for PolicyEvaluation<'_, E> {
 /// evaluations beyond that are counted, never silently lost.
 ///
 /// ```
-/// use stormguard_core::{DecisionTrail, PolicyEngine};
+/// use stormguard_core::{policy::DecisionTrail, policy::PolicyEngine};
 /// let mut engine: PolicyEngine<u8, (), (), 3> = PolicyEngine::new();
 /// for name in ["a", "b", "c"] {
 ///     engine.add(name, |_| Ok(false), ())?;
@@ -250,7 +250,7 @@ impl<E> fmt::Display for PolicyEvaluation<'_, E> {
 /// assert_eq!(short.len(), 2);
 /// assert_eq!(short.omitted(), 1);
 /// assert!(!short.is_complete());
-/// # Ok::<(), stormguard_core::AddPolicyError<u8, (), ()>>(())
+/// # Ok::<(), stormguard_core::policy::AddPolicyError<u8, (), ()>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -357,13 +357,13 @@ impl<E, const M: usize> fmt::Display for DecisionTrail<'_, E, M> {
 /// The policy that matched: its name, its configuration and its place in the engine.
 ///
 /// ```
-/// use stormguard_core::PolicyEngine;
+/// use stormguard_core::policy::PolicyEngine;
 /// let mut engine: PolicyEngine<u32, &str, (), 2> = PolicyEngine::new();
 /// engine.add("small", |n| Ok(*n < 10), "inline")?;
 /// engine.add("any", |_| Ok(true), "spill")?;
 /// let m = engine.evaluate(&50).matched.unwrap();
 /// assert_eq!((m.name.as_str(), *m.config, m.position), ("any", "spill", 1));
-/// # Ok::<(), stormguard_core::AddPolicyError<u32, &str, ()>>(())
+/// # Ok::<(), stormguard_core::policy::AddPolicyError<u32, &str, ()>>(())
 /// ```
 #[derive(Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -388,13 +388,13 @@ impl<T> Copy for PolicyMatch<'_, T> {}
 /// The outcome of one evaluation: the first match, if any, and the full trail.
 ///
 /// ```
-/// use stormguard_core::{PolicyEngine, PolicyVerdict};
+/// use stormguard_core::{policy::PolicyEngine, policy::PolicyVerdict};
 /// let mut engine: PolicyEngine<u32, &str, (), 2> = PolicyEngine::new();
 /// engine.add("small", |n| Ok(*n < 10), "inline")?;
 /// let d = engine.evaluate(&50);
 /// assert_eq!(d.config(), None); // no match...
 /// assert_eq!(d.trail.entries()[0].verdict, PolicyVerdict::NotMatched); // ...and why
-/// # Ok::<(), stormguard_core::AddPolicyError<u32, &str, ()>>(())
+/// # Ok::<(), stormguard_core::policy::AddPolicyError<u32, &str, ()>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -423,7 +423,7 @@ impl<'a, T, E, const M: usize> PolicyDecision<'a, T, E, M> {
 /// Why [`PolicyEngine::add`] refused a policy; either way the policy is handed back.
 ///
 /// ```
-/// use stormguard_core::{AddPolicyError, PolicyEngine};
+/// use stormguard_core::{policy::AddPolicyError, policy::PolicyEngine};
 /// let mut engine: PolicyEngine<(), u8, (), 1> = PolicyEngine::new();
 /// engine.add("only", |_| Ok(true), 1)?;
 /// let err = engine.add("only", |_| Ok(true), 2).unwrap_err();
@@ -541,7 +541,7 @@ impl<C, T, E, P> defmt::Format for AddPolicyError<C, T, E, P> {
 /// policies, so a growable form (the std adapter's) evaluates with the same code.
 ///
 /// ```
-/// use stormguard_core::{PolicyEngine, PolicyVerdict};
+/// use stormguard_core::{policy::PolicyEngine, policy::PolicyVerdict};
 ///
 /// struct Message { topic: &'static str, bytes: usize }
 ///
@@ -557,13 +557,13 @@ impl<C, T, E, P> defmt::Format for AddPolicyError<C, T, E, P> {
 /// assert_eq!(decision.config(), Some(&Route { queue: "orders" }));
 /// let trail: Vec<_> = decision.trail.iter().map(|e| (e.policy.as_str(), e.verdict)).collect();
 /// assert_eq!(trail, [("large", PolicyVerdict::NotMatched), ("orders", PolicyVerdict::Matched)]);
-/// # Ok::<(), stormguard_core::AddPolicyError<Message, Route, ()>>(())
+/// # Ok::<(), stormguard_core::policy::AddPolicyError<Message, Route, ()>>(())
 /// ```
 ///
 /// A predicate that cannot decide:
 ///
 /// ```
-/// use stormguard_core::{PolicyEngine, PolicyVerdict};
+/// use stormguard_core::{policy::PolicyEngine, policy::PolicyVerdict};
 ///
 /// struct Ctx { tenant: Option<&'static str> }
 /// #[derive(Debug)]
@@ -578,7 +578,7 @@ impl<C, T, E, P> defmt::Format for AddPolicyError<C, T, E, P> {
 /// assert_eq!(d.config(), Some(&8));
 /// assert!(matches!(d.trail.entries()[0].verdict, PolicyVerdict::Failed(NoTenant)));
 /// assert_eq!(d.trail.to_string(), "vip: predicate failed, default: matched");
-/// # Ok::<(), stormguard_core::AddPolicyError<Ctx, u32, NoTenant>>(())
+/// # Ok::<(), stormguard_core::policy::AddPolicyError<Ctx, u32, NoTenant>>(())
 /// ```
 pub struct PolicyEngine<C, T, E, const N: usize, P = PolicyPredicate<C, E>> {
     policies: Vec<PolicyRule<C, T, E, P>, N>,

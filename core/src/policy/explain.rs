@@ -9,8 +9,8 @@ use crate::breaker::Snapshot;
 use crate::call::GUARD_PAUSE;
 use crate::limits::budget::BudgetSnapshot;
 use crate::{
-    BreakerSettings, BudgetSettings, BulkheadSettings, CallSettings, Duration, Name,
-    RateLimitSettings, State, WindowLimitSettings,
+    limits::BulkheadSettings, limits::RateLimitSettings, limits::WindowLimitSettings,
+    BreakerSettings, BudgetSettings, CallSettings, Duration, Name, State,
 };
 
 /// The rate limiter in front of a policy's attempts, if any.
@@ -24,7 +24,7 @@ enum RateLimit<'a> {
 /// optionally with their current readings.
 ///
 /// ```
-/// use stormguard_core::{BreakerSettings, BudgetSettings, CallSettings, Explain};
+/// use stormguard_core::{BreakerSettings, BudgetSettings, CallSettings, policy::Explain};
 ///
 /// let breaker = BreakerSettings::defaults("payments");
 /// let budget = BudgetSettings::defaults("payments");
@@ -80,7 +80,7 @@ impl<'a> Explain<'a> {
     /// The GCRA rate limiter every attempt takes a cell from.
     ///
     /// ```
-    /// use stormguard_core::{BulkheadSettings, CallSettings, Explain, RateLimitSettings};
+    /// use stormguard_core::{limits::BulkheadSettings, CallSettings, policy::Explain, limits::RateLimitSettings};
     ///
     /// let limit = RateLimitSettings::per_second("search", 100)?;
     /// let bulkhead = BulkheadSettings::builder("search").max_in_flight(8).build()?;

@@ -5,3 +5,11 @@ pub(crate) mod cache;
 pub(crate) mod engine;
 pub(crate) mod explain;
 pub(crate) mod subscription;
+
+pub use self::cache::{CacheRule, ZeroTtl};
+pub use self::engine::{
+    AddPolicyError, DecisionTrail, PolicyDecision, PolicyEngine, PolicyEvaluation, PolicyMatch,
+    PolicyPredicate, PolicyRule, PolicyVerdict,
+};
+pub use self::explain::Explain;
+pub use self::subscription::{SubscriptionRetry, SubscriptionStatus};

@@ -11,7 +11,7 @@ use crate::{Duration, Instant, Outcome};
 /// up).
 ///
 /// ```
-/// use stormguard_core::{Instant, SubscriptionRetry, SubscriptionStatus};
+/// use stormguard_core::{Instant, policy::SubscriptionRetry, policy::SubscriptionStatus};
 /// let mut retry = SubscriptionRetry::new();
 /// assert_eq!(retry.status(), SubscriptionStatus::Pending);
 /// retry.on_connected(Instant::from_secs(3));
@@ -77,7 +77,7 @@ impl fmt::Display for SubscriptionStatus {
 /// [`next_attempt_at`](SubscriptionRetry::next_attempt_at) says, and reports what happened.
 ///
 /// ```
-/// use stormguard_core::{Duration, Instant, SubscriptionRetry, SubscriptionStatus};
+/// use stormguard_core::{Duration, Instant, policy::SubscriptionRetry, policy::SubscriptionStatus};
 ///
 /// let mut retry = SubscriptionRetry::new();
 /// let mut now = Instant::from_secs(100);
@@ -110,12 +110,12 @@ impl fmt::Display for SubscriptionStatus {
 ///
 /// The `n`th consecutive failure waits [`Backoff::delay`]`(n)`: with [`Backoff::subscription`],
 /// 1, 2, 4, 8, 16, 32, 64, then 120 s for ever. Jitter, if the backoff has any, is drawn from a
-/// [`JitterRng`](crate::JitterRng) seeded by [`with_seed`](SubscriptionRetry::with_seed), so the same seed gives
+/// [`JitterRng`](crate::rng::JitterRng) seeded by [`with_seed`](SubscriptionRetry::with_seed), so the same seed gives
 /// the same schedule. A clock that steps backwards is harmless: times are computed from the
 /// `now` given, saturating.
 ///
 /// ```
-/// use stormguard_core::{Backoff, Instant, Jitter, SubscriptionRetry};
+/// use stormguard_core::{Backoff, Instant, Jitter, policy::SubscriptionRetry};
 ///
 /// // A fleet that lost its broker at the same moment should not come back in step.
 /// let jittered = Backoff::subscription().to_builder().jitter(Jitter::Equal).build()?;
@@ -177,7 +177,7 @@ impl SubscriptionRetry {
     /// however brief, starts the schedule over.
     ///
     /// ```
-    /// use stormguard_core::{Duration, Instant, SubscriptionRetry};
+    /// use stormguard_core::{Duration, Instant, policy::SubscriptionRetry};
     ///
     /// let mut retry = SubscriptionRetry::new(); // stable after 1 s
     /// let mut now = Instant::from_secs(10);

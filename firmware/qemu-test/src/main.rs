@@ -24,9 +24,9 @@ use embassy_sync::signal::Signal;
 use embassy_time::{Duration, Instant, Timer};
 use panic_semihosting as _;
 use stormguard_core::{
-    Backoff, BreakerSettings, BudgetSettings, BulkheadSettings, CallSettings,
-    Duration as CoreDuration, Event, Jitter, LeanBreaker, Outcome, RateLimitSettings, RateLimiter,
-    RefusalReason, SettingsError, State, GUARD_PAUSE,
+    limits::BulkheadSettings, limits::RateLimitSettings, limits::RateLimiter, Backoff,
+    BreakerSettings, BudgetSettings, CallSettings, Duration as CoreDuration, Event, Jitter,
+    LeanBreaker, Outcome, RefusalReason, SettingsError, State, GUARD_PAUSE,
 };
 use stormguard_embassy::{
     Breaker, Budget, Bulkhead, CallError, CallOptions, NoListener, NoRateLimit, Policy, RateLimit,

@@ -79,7 +79,7 @@ mod guard {
     ))]
     mod fixed {
         use super::BreakerSettings;
-        use stormguard_core::{ConstSettings, Fixed};
+        use stormguard_core::{breaker::ConstSettings, breaker::Fixed};
 
         /// The default settings as a type.
         pub struct Sensor;

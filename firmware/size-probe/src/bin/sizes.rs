@@ -19,10 +19,10 @@ type Full = stormguard_core::Breaker<&'static BreakerSettings>;
 
 /// The default settings as a type.
 struct Sensor;
-impl stormguard_core::ConstSettings for Sensor {
+impl stormguard_core::breaker::ConstSettings for Sensor {
     const SETTINGS: BreakerSettings = BreakerSettings::defaults("sensor");
 }
-type Fixed = stormguard_core::Breaker<stormguard_core::Fixed<Sensor>>;
+type Fixed = stormguard_core::Breaker<stormguard_core::breaker::Fixed<Sensor>>;
 
 static LEAN_SETTINGS: BreakerSettings = match BreakerSettings::consecutive_only("sensor", 3) {
     Ok(s) => s,
