@@ -1,0 +1,132 @@
+use stormguard_core::{
+    call::Admission, call::Unguarded, limits::Bulkheaded, CallError, Duration, Finished, Instant,
+    Name, Permit, SharedBreaker,
+};
+
+use super::steps::{Admit, BulkheadShared, Slots, Steps};
+use crate::events::{Ended, Listener};
+
+/// Gives an attempt's permit back if the call is dropped before the attempt's outcome is
+/// reported, so a half-open probe slot (and a bulkhead slot) never leaks. Small on purpose: it
+/// lives in the call's future across every attempt.
+pub(crate) struct PermitGuard<'a> {
+    breaker: Option<&'a SharedBreaker>,
+    bulkhead: Option<&'a BulkheadShared>,
+    permit: Option<Permit>,
+}
+
+impl<'a> PermitGuard<'a> {
+    #[inline]
+    pub(crate) fn new(steps: Steps<'a>, permit: Permit) -> Self {
+        PermitGuard {
+            breaker: steps.breaker,
+            bulkhead: steps.bulkhead,
+            permit: Some(permit),
+        }
+    }
+
+    /// The permit, to report its outcome with: the guard no longer releases it.
+    #[inline]
+    pub(crate) fn disarm(mut self) -> Option<Permit> {
+        self.permit.take()
+    }
+}
+
+impl Drop for PermitGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let Some(permit) = self.permit.take() else {
+            return;
+        };
+        // Released through the core's composition that admitted it (the rate limiter only
+        // forwards a release): the breaker's probe slot and the bulkhead's slot go back.
+        let mut admit = match self.breaker {
+            Some(b) => Admit::Breaker(b),
+            None => Admit::Unguarded(Unguarded(Name::new(""))),
+        };
+        match self.bulkhead {
+            Some(bulkhead) => Bulkheaded::new(
+                admit,
+                Slots {
+                    bulkhead,
+                    held: None,
+                },
+            )
+            .release(permit),
+            None => admit.release(permit),
+        }
+    }
+}
+
+/// Reports the call to the listener when it ends, however it ends (a dropped call's future
+/// reports [`Ended::Cancelled`]).
+pub(crate) struct Report<'a, L: Listener> {
+    listener: &'a L,
+    name: &'a Name,
+    pub(crate) attempts: u32,
+    pub(crate) ended: Ended,
+}
+
+impl<'a, L: Listener> Report<'a, L> {
+    #[inline]
+    pub(crate) fn new(listener: &'a L, name: &'a Name) -> Self {
+        Report {
+            listener,
+            name,
+            attempts: 0,
+            ended: Ended::Cancelled,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn attempt(&mut self, attempt: u32) {
+        self.attempts = attempt;
+        self.listener.on_attempt(self.name, attempt);
+    }
+
+    /// Records how the call `finished` (the core's word: a 500 handed back as the response
+    /// is a failed call, whatever the caller's `Result` holds) and hands `result` on.
+    #[inline]
+    pub(crate) fn end<T, E>(
+        mut self,
+        finished: Finished,
+        result: Result<T, CallError<E>>,
+    ) -> Result<T, CallError<E>> {
+        self.ended = Ended::from(finished);
+        result
+    }
+}
+
+impl<L: Listener> Drop for Report<'_, L> {
+    #[inline]
+    fn drop(&mut self) {
+        self.listener.on_call(self.name, self.attempts, self.ended);
+    }
+}
+
+/// How a call ended, for the success cache: how the core finished it, and, when its value
+/// came back from a successful attempt, the instant that attempt ended.
+#[cfg(feature = "tokio")]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CallEnd {
+    pub(crate) finished: Option<Finished>,
+    pub(crate) succeeded_at: Option<Instant>,
+}
+
+/// What an attempt knows when it starts.
+#[cfg(feature = "tokio")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Attempt {
+    /// 1 for the first attempt.
+    pub(crate) number: u32,
+    /// The time left until the call's deadline, at the attempt's start.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) call_left: Option<Duration>,
+}
+
+/// How a cancellable sleep ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Slept {
+    Elapsed,
+    Cancelled,
+}

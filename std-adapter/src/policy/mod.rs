@@ -1,0 +1,429 @@
+//! `policy.call(|attempt| async { ... }).await`: the core's call driver, run on tokio.
+//!
+//! The loop is the one in the design (DESIGN.md, "The core is sans-IO"): ask the core's
+//! [`Call`] what to do next, do it, report back. Every decision (admit, retry, wait how long,
+//! refuse, give up) is the core's; this module reads the clock (twice per attempt: before and
+//! after), runs the operation against its attempt deadline, sleeps cancellably and forwards
+//! events.
+
+mod blocking;
+mod builder;
+mod guard;
+mod options;
+#[cfg(feature = "tokio")]
+mod run;
+mod steps;
+
+use std::cell::Cell;
+
+use stormguard_core::{
+    limits::BulkheadPermit, policy::Explain, Call, CallError, CallSettings, Event, Finished,
+    Instant, Name, Outcome, Parts, Step,
+};
+
+use crate::classify::Classify;
+use crate::clock::{default_clock, Clock, DefaultClock, SteadyClock};
+use crate::events::{self, Listener, NoListener};
+use crate::{entropy_seed, Breaker, Budget};
+
+use builder::Choice;
+pub use builder::PolicyBuilder;
+#[cfg(feature = "tokio")]
+pub(crate) use guard::Attempt;
+use guard::PermitGuard;
+pub(crate) use guard::{Report, Slept};
+pub use options::CallOptions;
+#[cfg(feature = "tokio")]
+use options::DEFAULT_OPTIONS;
+pub use steps::{Bulkhead, Limiter};
+use steps::{Front, Funds, Steps};
+
+/// Retries, deadline, attempt timeout, backoff, breaker and retry budget for one dependency:
+/// `policy.call(|attempt| async { ... }).await`.
+///
+/// A policy holds shared handles ([`Breaker`], [`Budget`]): clones of a policy, and other
+/// policies given the same handles, share their state. Everything on the call path is
+/// lock-free and allocation-free: the core's atomics, two clock readings per attempt, tokio's
+/// timers.
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard_std::{CallError, Policy};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), stormguard_std::SettingsError> {
+/// let policy = Policy::builder("inventory")
+///     .deadline(Duration::from_secs(2))
+///     .build()?;
+///
+/// async fn fetch_stock(item: u32) -> Result<u32, std::io::Error> {
+///     Ok(item * 2) // the dependency
+/// }
+///
+/// match policy.call(|_attempt| fetch_stock(21)).await {
+///     Ok(stock) => assert_eq!(stock, 42),
+///     Err(CallError::Rejected { rejection, .. }) => {
+///         println!("inventory is being left alone; ask again in {}", rejection.retry_after);
+///     }
+///     Err(other) => println!("{other}"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Policy<K = DefaultClock, L = NoListener> {
+    name: Name,
+    breaker: Option<Breaker>,
+    budget: Option<Budget>,
+    limiter: Option<Limiter>,
+    bulkhead: Option<Bulkhead>,
+    settings: CallSettings,
+    /// The same settings with one attempt, for calls that cannot be repeated.
+    single: CallSettings,
+    clock: SteadyClock<K>,
+    listener: L,
+}
+
+impl Policy {
+    /// A builder for a policy named `name`: the name its breaker, budget and events carry.
+    /// Breaker and budget settings handed to the builder must carry the same name; shared
+    /// [`Breaker`] and [`Budget`] handles keep their own.
+    pub fn builder(name: &'static str) -> PolicyBuilder {
+        Policy::builder_named(Name::new(name))
+    }
+
+    /// A builder for a policy named `name`, e.g. from a configuration file.
+    ///
+    /// ```
+    /// use stormguard_core::Name;
+    /// let name = Name::try_from_str(&String::from("orders")).unwrap();
+    /// let p = stormguard_std::Policy::builder_named(name).build()?;
+    /// assert_eq!(p.name().as_str(), "orders");
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn builder_named(name: Name) -> PolicyBuilder {
+        PolicyBuilder {
+            name,
+            breaker: Choice::Default,
+            budget: Choice::Default,
+            limiter: None,
+            bulkhead: None,
+            call: CallSettings::builder().seed(entropy_seed()),
+            clock: default_clock(),
+            listener: NoListener,
+        }
+    }
+}
+
+impl<K, L> Policy<K, L> {
+    /// The policy's name.
+    #[must_use]
+    pub fn name(&self) -> &Name {
+        &self.name
+    }
+
+    /// The breaker guarding the calls, if any.
+    #[must_use]
+    pub fn breaker(&self) -> Option<&Breaker> {
+        self.breaker.as_ref()
+    }
+
+    /// The retry budget, if any.
+    #[must_use]
+    pub fn budget(&self) -> Option<&Budget> {
+        self.budget.as_ref()
+    }
+
+    /// The rate limiter in front of the breaker, if any.
+    #[must_use]
+    pub fn limiter(&self) -> Option<&Limiter> {
+        self.limiter.as_ref()
+    }
+
+    /// The bulkhead in front of the breaker, if any.
+    #[must_use]
+    pub fn bulkhead(&self) -> Option<&Bulkhead> {
+        self.bulkhead.as_ref()
+    }
+
+    /// How calls retry and how long they may take.
+    #[must_use]
+    pub fn settings(&self) -> &CallSettings {
+        &self.settings
+    }
+
+    /// The clock the policy reads. The policy reads it through a [`SteadyClock`], so a
+    /// reading that steps back never holds a call past its deadline or a breaker open past its
+    /// break; reading this clock directly gives its own readings.
+    #[must_use]
+    pub fn clock(&self) -> &K {
+        self.clock.inner()
+    }
+
+    /// The listener events go to.
+    #[must_use]
+    pub fn listener(&self) -> &L {
+        &self.listener
+    }
+
+    /// The same policy (same breaker and budget) with another listener.
+    ///
+    /// ```
+    /// use stormguard_std::{Metrics, Policy};
+    /// let p = Policy::builder("db").build()?;
+    /// let counted = p.clone().with_listener(Metrics::for_policy(&p));
+    /// # let _ = counted;
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn with_listener<L2>(self, listener: L2) -> Policy<K, L2> {
+        Policy {
+            name: self.name,
+            breaker: self.breaker,
+            budget: self.budget,
+            limiter: self.limiter,
+            bulkhead: self.bulkhead,
+            settings: self.settings,
+            single: self.single,
+            clock: self.clock,
+            listener,
+        }
+    }
+
+    /// What one call's admission is built from.
+    #[inline]
+    pub(crate) fn steps(&self) -> Steps<'_> {
+        Steps {
+            name: &self.name,
+            breaker: self.breaker.as_ref().map(Breaker::shared),
+            limiter: self.limiter.as_ref().map(Limiter::cells),
+            bulkhead: self.bulkhead.as_ref().map(|b| &*b.inner),
+        }
+    }
+
+    /// The breaker and budget of one call, with the optional steps in front of the breaker;
+    /// `held` is a bulkhead slot the call already won by waiting.
+    #[inline]
+    pub(crate) fn parts<'a>(
+        &'a self,
+        steps: Steps<'a>,
+        held: Option<BulkheadPermit>,
+    ) -> Parts<Front<'a>, Funds<'a>> {
+        Parts {
+            breaker: steps.front(held),
+            budget: self.funds(),
+        }
+    }
+
+    /// The budget side of a call.
+    #[inline]
+    pub(crate) fn funds(&self) -> Funds<'_> {
+        self.budget.as_ref().map(|b| b.shared())
+    }
+
+    /// The call driver for a call starting at `now` with `options`' deadline, salted with the
+    /// thread's count of calls begun so that calls beginning at the same instant (paused time,
+    /// a coarse clock) do not back off in step.
+    pub(crate) fn begin<C>(&self, options: &CallOptions<'_, C>, now: Instant) -> Call {
+        let mut call = Call::begin_salted(self.call_settings(options), now, next_salt());
+        options.tighten(&mut call, now);
+        call
+    }
+
+    /// The settings a call made with `options` runs under.
+    #[inline]
+    pub(crate) fn call_settings<C>(&self, options: &CallOptions<'_, C>) -> &CallSettings {
+        if options.single_attempt {
+            &self.single
+        } else {
+            &self.settings
+        }
+    }
+}
+
+/// The salt of the next call begun on this thread: a count, so the same program draws the same
+/// jitter run after run (with a fixed seed), and no shared write is added to the call path.
+fn next_salt() -> u64 {
+    thread_local! {
+        static BEGUN: Cell<u64> = const { Cell::new(0) };
+    }
+    BEGUN.with(|begun| {
+        let n = begun.get().wrapping_add(1);
+        begun.set(n);
+        n
+    })
+}
+
+impl<K: Clock, L: Listener> Policy<K, L> {
+    /// Forces the breaker open until [`Policy::reset`]; the event goes to `tracing` and the
+    /// listener. Does nothing without a breaker.
+    ///
+    /// ```
+    /// use stormguard_core::State;
+    /// let p = stormguard_std::Policy::builder("db").build()?;
+    /// p.isolate();
+    /// assert_eq!(p.breaker().unwrap().state(), State::Isolated);
+    /// p.reset();
+    /// assert_eq!(p.breaker().unwrap().state(), State::Closed);
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn isolate(&self) {
+        if let Some(b) = &self.breaker {
+            b.shared().isolate(self.clock.now(), &mut |e| self.emit(&e));
+        }
+    }
+
+    /// Closes the breaker (the learned baselines stay); the event goes to `tracing` and the
+    /// listener.
+    pub fn reset(&self) {
+        if let Some(b) = &self.breaker {
+            b.shared().reset(self.clock.now(), &mut |e| self.emit(&e));
+        }
+    }
+
+    /// The policy describes itself in plain text (the core's [`Explain`]): what bounds a call
+    /// first, the worst-case timeline of its attempts, the load it can add, what its breaker
+    /// and budget measure now (read at the policy's clock), and what is missing.
+    ///
+    /// ```
+    /// let policy = stormguard_std::Policy::builder("payments").build()?;
+    /// let text = policy.explain().to_string();
+    /// assert!(text.starts_with("policy `payments`"));
+    /// assert!(text.contains("no latency baseline yet (cold)"));
+    /// println!("{}", policy.explain());
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn explain(&self) -> Explain<'_> {
+        let now = self.clock.now();
+        let mut explain = Explain::new(&self.settings).name(&self.name);
+        if let Some(l) = self.limiter() {
+            if let Some(gcra) = l.as_gcra() {
+                explain = explain.rate_limit(gcra.settings());
+            } else if let Some(window) = l.as_window() {
+                explain = explain.window_limit(window.settings());
+            }
+        }
+        if let Some(b) = self.bulkhead() {
+            explain = explain.bulkhead(b.settings());
+        }
+        if let Some(b) = &self.breaker {
+            explain = explain
+                .breaker(b.settings())
+                .breaker_now(b.snapshot_at(now));
+        }
+        if let Some(b) = &self.budget {
+            explain = explain.budget(b.settings()).budget_now(b.snapshot_at(now));
+        }
+        explain
+    }
+
+    #[inline]
+    pub(crate) fn emit(&self, event: &Event<'_>) {
+        events::emit(&self.listener, event);
+    }
+
+    /// Runs `op` under the policy, blocking the thread, with no async runtime: `op(attempt)`
+    /// (1 for the first attempt) makes one attempt; `Ok` is a success, every `Err` a transient
+    /// failure. Waits and the guarded pause are `std::thread` sleeps.
+    ///
+    /// An attempt cannot be interrupted: one that returns after its attempt timeout counts as
+    /// [`Outcome::TimedOut`] unless it succeeded (the value is in hand; the breaker sees a slow
+    /// call). Set the operation's own I/O timeout to the policy's attempt timeout.
+    ///
+    /// The rate limiter and the bulkhead apply as in the async form, except that a full
+    /// bulkhead refuses at once (no bounded wait), and the blocking form never hedges: one
+    /// attempt at a time, always (see [`PolicyBuilder::hedging`]).
+    ///
+    /// ```
+    /// use stormguard_std::Policy;
+    ///
+    /// let policy = Policy::builder("config-file").build()?;
+    /// let mut tries = 0;
+    /// let text = policy.call_blocking(|_attempt| {
+    ///     tries += 1;
+    ///     if tries < 2 { Err("busy") } else { Ok("port = 8080") }
+    /// });
+    /// assert_eq!(text, Ok("port = 8080"));
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn call_blocking<T, E, F>(&self, op: F) -> Result<T, CallError<E>>
+    where
+        F: FnMut(u32) -> Result<T, E>,
+    {
+        self.call_blocking_with(CallOptions::new(), op)
+    }
+
+    /// [`Policy::call_blocking`] with per-call [`CallOptions`]: a classifier, a cancellation
+    /// token (it ends a wait or the pause at once; it is checked before every attempt), a
+    /// deadline.
+    ///
+    /// ```
+    /// use stormguard_std::{CallError, CallOptions, Policy};
+    /// use tokio_util::sync::CancellationToken;
+    ///
+    /// let policy = Policy::builder("disk").build()?;
+    /// let stop = CancellationToken::new();
+    /// stop.cancel();
+    /// let r = policy.call_blocking_with(CallOptions::new().cancel_on(&stop), |_| Ok::<_, ()>(1));
+    /// assert_eq!(r, Err(CallError::Cancelled));
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn call_blocking_with<T, E, F, C>(
+        &self,
+        options: CallOptions<'_, C>,
+        mut op: F,
+    ) -> Result<T, CallError<E>>
+    where
+        F: FnMut(u32) -> Result<T, E>,
+        C: Classify<T, E>,
+    {
+        let steps = self.steps();
+        let mut parts = self.parts(steps, None);
+        let mut sink = |e: Event<'_>| self.emit(&e);
+        let mut report = Report::new(&self.listener, &self.name);
+        let mut now = self.clock.now();
+        let mut call = self.begin(&options, now);
+        let mut last: Option<Result<T, E>> = None;
+        let finished = loop {
+            match call.poll(&mut parts, now, &mut sink) {
+                Step::Attempt(permit) => {
+                    let guard = PermitGuard::new(steps, permit);
+                    if blocking::is_cancelled(&options) {
+                        drop(guard);
+                        call.cancel();
+                        break Finished::Cancelled;
+                    }
+                    report.attempt(call.attempts());
+                    let result = op(call.attempts());
+                    now = self.clock.now();
+                    let mut outcome = options.classify.classify(&result);
+                    let late = call.attempt_deadline().is_some_and(|at| now >= at);
+                    if late && outcome != Outcome::Success {
+                        outcome = Outcome::TimedOut;
+                    }
+                    let answered = result.is_ok() && outcome != Outcome::TimedOut;
+                    last = Some(result);
+                    if let Some(permit) = guard.disarm() {
+                        call.complete_attempt(
+                            &mut parts, permit, now, outcome, answered, &mut sink,
+                        );
+                    }
+                }
+                Step::Wait(wait) => {
+                    if blocking::sleep(wait, &options) == Slept::Cancelled {
+                        call.cancel();
+                        break Finished::Cancelled;
+                    }
+                    now = self.clock.now();
+                }
+                Step::Reject(rejection) => {
+                    // Announced (the core emitted `Rejected` with this pause), then served; the
+                    // next poll hands the rejection out as `Finished::Rejected`.
+                    if blocking::sleep(rejection.pause, &options) == Slept::Cancelled {
+                        break Finished::Cancelled;
+                    }
+                }
+                Step::Done(finished) => break finished,
+            }
+        };
+        report.end(finished, finished.into_result(last))
+    }
+}

@@ -1,0 +1,806 @@
+//! The async form, on tokio's timers.
+
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
+use std::task::{Context, Poll};
+
+use stormguard_core::{
+    call::Admission, limits::BulkheadEntry, limits::BulkheadPermit, limits::BulkheadTicket, Call,
+    Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
+};
+use tokio_util::either::Either;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use super::guard::CallEnd;
+use super::steps::{Admit, BulkheadShared, FromSteps};
+use super::{
+    Attempt, CallError, CallOptions, Front, Funds, PermitGuard, Policy, Report, Slept, Steps,
+};
+use crate::cache::SuccessCache;
+use crate::classify::Classify;
+use crate::clock::Clock;
+use crate::events::{Ended, Listener};
+
+/// How an attempt's race ended.
+enum Ran<R> {
+    Returned(R),
+    Cancelled,
+    TimedOut,
+}
+
+/// One poll of an attempt's race: `fut` until it returns, `cancel` is cancelled, or
+/// `timeout` passes. The operation is polled first: a ready future costs no timer and no
+/// token check. A plain function polled from the loop's own `poll_fn`, so the attempt needs
+/// no future of its own.
+#[inline]
+fn race<'t, F: Future>(
+    fut: Pin<&mut F>,
+    cancelled: Pin<&mut Option<WaitForCancellationFuture<'t>>>,
+    timer: Pin<&mut Option<tokio::time::Sleep>>,
+    cancel: Option<&'t CancellationToken>,
+    timeout: Option<Duration>,
+    cx: &mut Context<'_>,
+) -> Poll<Ran<F::Output>> {
+    let (mut cancelled, mut timer) = (cancelled, timer);
+    if let Poll::Ready(r) = fut.poll(cx) {
+        return Poll::Ready(Ran::Returned(r));
+    }
+    if let Some(token) = cancel {
+        if cancelled.is_none() {
+            cancelled.set(Some(token.cancelled()));
+        }
+        if let Some(c) = cancelled.as_mut().as_pin_mut() {
+            if c.poll(cx).is_ready() {
+                return Poll::Ready(Ran::Cancelled);
+            }
+        }
+    }
+    if let Some(t) = timeout {
+        if timer.is_none() {
+            timer.set(Some(tokio::time::sleep(t.into())));
+        }
+        if let Some(s) = timer.as_mut().as_pin_mut() {
+            if s.poll(cx).is_ready() {
+                return Poll::Ready(Ran::TimedOut);
+            }
+        }
+    }
+    Poll::Pending
+}
+
+/// Sleeps `d` on tokio's timer, or until `cancel` is cancelled (checked first). A zero
+/// sleep does not yield.
+async fn sleep(d: Duration, cancel: Option<&CancellationToken>) -> Slept {
+    match cancel {
+        Some(token) if token.is_cancelled() => Slept::Cancelled,
+        _ if d.is_zero() => Slept::Elapsed,
+        None => {
+            tokio::time::sleep(d.into()).await;
+            Slept::Elapsed
+        }
+        Some(token) => {
+            let mut cancelled = pin!(token.cancelled());
+            let mut timer = pin!(tokio::time::sleep(d.into()));
+            poll_fn(|cx| {
+                if cancelled.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Slept::Cancelled);
+                }
+                timer.as_mut().poll(cx).map(|()| Slept::Elapsed)
+            })
+            .await
+        }
+    }
+}
+
+impl<C> CallOptions<'_, C> {
+    /// Serves a refusal's guarded pause for a call made with these options, ended at once
+    /// by their cancellation token: for a refusal the call loop does not reach (a full
+    /// keyed table's, driven by the keyed policy over the same core driver).
+    pub(crate) async fn serve_pause(&self, pause: Duration) -> Slept {
+        sleep(pause, self.cancel).await
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+impl<K: Clock, L: Listener> Policy<K, L> {
+    /// Runs `op` under the policy: `op(attempt)` (1 for the first attempt) makes one
+    /// attempt; `Ok` is a success and every `Err` a transient failure (see
+    /// [`Policy::call_with`] for another classification, a cancellation token or a tighter
+    /// deadline).
+    ///
+    /// Each attempt races its attempt deadline (the attempt timeout, capped by the call's
+    /// deadline): an attempt still running then is dropped and counts as
+    /// [`Outcome::TimedOut`]. Failures are retried after the core's backoff as long as
+    /// the attempts, the deadline, the breaker and the budget allow. A refusal is reported
+    /// only after the guarded pause ([`GUARD_PAUSE`](stormguard_core::GUARD_PAUSE),
+    /// 100 ms, capped by the deadline's remainder), announced before it is served by the
+    /// `Rejected` event, so a task that polls in a loop cannot spin on an open breaker.
+    ///
+    /// Nothing happens until the returned future is first polled: the call starts then
+    /// (its first clock reading, its deadline). Dropping the future cancels the call at
+    /// once, wherever it is: an attempt in flight gives its half-open probe slot back (a
+    /// drop guard releases its permit), a wait or pause simply ends. Cancellation never
+    /// counts as a failure.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
+    /// let policy = stormguard_std::Policy::builder("search").build()?;
+    /// let hits = policy
+    ///     .call(|attempt| async move { Ok::<_, std::io::Error>(attempt * 10) })
+    ///     .await;
+    /// assert_eq!(hits.unwrap(), 10);
+    /// # Ok(()) }
+    /// ```
+    // Not an `async fn`: the loop's future is handed out as it is, so its result is not
+    // moved through one more future on the way out.
+    pub fn call<T, E, F, Fut>(
+        &self,
+        mut op: F,
+    ) -> impl Future<Output = Result<T, CallError<E>>> + use<'_, T, E, F, Fut, K, L>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.run(
+            None,
+            &super::DEFAULT_OPTIONS,
+            move |a: Attempt| Some(op(a.number)),
+            None,
+        )
+    }
+
+    /// [`Policy::call`] with per-call [`CallOptions`]: a classifier, a cancellation token,
+    /// a deadline.
+    ///
+    /// ```
+    /// use stormguard_std::Outcome;
+    /// use stormguard_std::{CallError, CallOptions, Policy};
+    /// use tokio_util::sync::CancellationToken;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
+    /// let policy = Policy::builder("ledger").build()?;
+    /// let shutdown = CancellationToken::new();
+    /// let options = CallOptions::new()
+    ///     // 409 is "not yet": the ledger is fine, ask again later.
+    ///     .classify(|r: &Result<u64, u16>| match r {
+    ///         Ok(_) => Outcome::Success,
+    ///         Err(409) => Outcome::Throttled { retry_after: None },
+    ///         Err(400..=499) => Outcome::Permanent,
+    ///         Err(_) => Outcome::Transient,
+    ///     })
+    ///     .cancel_on(&shutdown);
+    /// let r = policy.call_with(options, |_| async { Err::<u64, u16>(404) }).await;
+    /// assert_eq!(r, Err(CallError::Failed(404))); // permanent: not retried
+    /// # Ok(()) }
+    /// ```
+    pub async fn call_with<T, E, F, Fut, C>(
+        &self,
+        options: CallOptions<'_, C>,
+        mut op: F,
+    ) -> Result<T, CallError<E>>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+    {
+        self.run(None, &options, |a: Attempt| Some(op(a.number)), None)
+            .await
+    }
+
+    /// [`Policy::call`] with a fallback for refusals: when the call is refused (breaker
+    /// open, half-open full, ramp shedding, isolated, budget empty), `fallback` gives the
+    /// value instead, after the same guarded pause, so a polling loop with a fallback
+    /// cannot spin either. A failure of the dependency is not a refusal: it reaches the
+    /// caller as the failure it is (DESIGN.md, "Decisions").
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
+    /// let policy = stormguard_std::Policy::builder("prices").build()?;
+    /// policy.isolate();
+    /// let price = policy
+    ///     .call_or(|_rejection| 0, |_| async { Ok::<u32, ()>(1_999) })
+    ///     .await;
+    /// assert_eq!(price, Ok(0));
+    /// # Ok(()) }
+    /// ```
+    pub async fn call_or<T, E, F, Fut, D>(&self, fallback: D, op: F) -> Result<T, CallError<E>>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        D: FnOnce(&Rejection) -> T,
+    {
+        self.call_or_with(CallOptions::new(), fallback, op).await
+    }
+
+    /// [`Policy::call_or`] with per-call [`CallOptions`].
+    ///
+    /// ```
+    /// use stormguard_std::CallOptions;
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
+    /// let policy = stormguard_std::Policy::builder("prices").build()?;
+    /// let price = policy
+    ///     .call_or_with(CallOptions::new(), |_| 0, |_| async { Ok::<u32, ()>(1_999) })
+    ///     .await;
+    /// assert_eq!(price, Ok(1_999));
+    /// # Ok(()) }
+    /// ```
+    pub async fn call_or_with<T, E, F, Fut, C, D>(
+        &self,
+        options: CallOptions<'_, C>,
+        fallback: D,
+        op: F,
+    ) -> Result<T, CallError<E>>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+        D: FnOnce(&Rejection) -> T,
+    {
+        match self.call_with(options, op).await {
+            Err(CallError::Rejected { rejection, .. }) => Ok(fallback(&rejection)),
+            other => other,
+        }
+    }
+
+    /// [`Policy::call`] behind a success cache (opt-in, DESIGN.md "Decisions"): while
+    /// `cache` holds a fresh success and the breaker is closed, it is returned without
+    /// calling (no attempt, no budget); otherwise the call runs, and a value the classifier
+    /// called a success is stored at the instant the call ended. A failure of the
+    /// dependency clears the cache. Errors, rejections and fallback values are never cached.
+    /// Concurrent callers of an empty entry share one call: one runs the operation, the
+    /// others wait and are served its value (if it failed, the next waiter calls). The rule
+    /// is [`CacheRule`](crate::CacheRule).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use stormguard_std::Duration;
+    /// use stormguard_std::{Policy, SuccessCache};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
+    /// let policy = Policy::builder("rates").build()?;
+    /// let cache = SuccessCache::new(Duration::from_secs(5)).unwrap();
+    /// let calls = AtomicU32::new(0);
+    /// let fetch = || policy.call_cached(&cache, |_| async {
+    ///     Ok::<_, ()>(calls.fetch_add(1, Ordering::Relaxed))
+    /// });
+    /// assert_eq!(fetch().await, Ok(0));
+    /// assert_eq!(fetch().await, Ok(0)); // served from the cache
+    /// tokio::time::advance(std::time::Duration::from_secs(5)).await;
+    /// assert_eq!(fetch().await, Ok(1)); // expired: called again
+    /// # Ok(()) }
+    /// ```
+    pub async fn call_cached<T, E, F, Fut>(
+        &self,
+        cache: &SuccessCache<T>,
+        op: F,
+    ) -> Result<T, CallError<E>>
+    where
+        T: Clone,
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.call_cached_with(CallOptions::new(), cache, op).await
+    }
+
+    /// [`Policy::call_cached`] with per-call [`CallOptions`].
+    ///
+    /// ```
+    /// use stormguard_std::Duration;
+    /// use stormguard_std::{CallOptions, SuccessCache};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
+    /// let policy = stormguard_std::Policy::builder("rates").build()?;
+    /// let cache = SuccessCache::new(Duration::from_secs(5)).unwrap();
+    /// let r = policy
+    ///     .call_cached_with(CallOptions::new(), &cache, |_| async { Ok::<_, ()>(3) })
+    ///     .await;
+    /// assert_eq!(r, Ok(3));
+    /// # Ok(()) }
+    /// ```
+    pub async fn call_cached_with<T, E, F, Fut, C>(
+        &self,
+        options: CallOptions<'_, C>,
+        cache: &SuccessCache<T>,
+        mut op: F,
+    ) -> Result<T, CallError<E>>
+    where
+        T: Clone,
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+    {
+        let state = |now| self.breaker().map_or(State::Closed, |b| b.state_at(now));
+        let mut now = self.clock.now();
+        if let Some(value) = cache.serve(now, state(now)) {
+            self.listener.on_call(&self.name, 0, Ended::Cached);
+            return Ok(value);
+        }
+        // An empty (or expired) entry while the breaker is closed: one caller calls, the
+        // others wait for its result. Not while the breaker is not closed: nothing would
+        // be served then anyway, and a refusal's pause must not be served in turn.
+        let _flight = if cache.rule().serves_in(state(now)) {
+            let flight = cache.flight().await;
+            now = self.clock.now();
+            let s = state(now);
+            if let Some(value) = cache.serve(now, s) {
+                self.listener.on_call(&self.name, 0, Ended::Cached);
+                return Ok(value);
+            }
+            cache.rule().serves_in(s).then_some(flight)
+        } else {
+            None
+        };
+        let mut end = CallEnd::default();
+        let result = self
+            .run(
+                Some(now),
+                &options,
+                |a: Attempt| Some(op(a.number)),
+                Some(&mut end),
+            )
+            .await;
+        match (&result, end.succeeded_at) {
+            (Ok(value), Some(at)) => cache.store(at, value.clone()),
+            _ if end.finished.is_some_and(|f| cache.rule().clears(f)) => cache.clear(),
+            _ => {}
+        }
+        // The waiters go on (`_flight` is released) once the value is stored.
+        result
+    }
+
+    /// The call loop: poll the core, do what it says. The call starts at `start`, or at
+    /// the first poll when that is `None`. `op` returns `None` when it cannot make the
+    /// attempt (a permanent outcome). How the call ended goes to `end` (for the cache).
+    pub(crate) fn run<'s, 'o, T, E, F, Fut, C>(
+        &'s self,
+        start: Option<Instant>,
+        options: &'o CallOptions<'o, C>,
+        op: F,
+        end: Option<&'o mut CallEnd>,
+    ) -> impl Future<Output = Result<T, CallError<E>>> + use<'s, 'o, T, E, F, Fut, C, K, L>
+    where
+        F: FnMut(Attempt) -> Option<Fut>,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+    {
+        if self.limiter.is_none() && self.bulkhead.is_none() {
+            // No optional step: the loop over the breaker alone, so a policy without the
+            // steps pays no dispatch for them.
+            Either::Left(self.drive::<_, _, _, _, _, Admit<'s>>(start, options, op, end))
+        } else {
+            Either::Right(self.drive::<_, _, _, _, _, Front<'s>>(start, options, op, end))
+        }
+    }
+
+    /// The loop proper, over the call's admission `A` (the breaker alone, or with the
+    /// optional steps in front), for a call that began at `start`.
+    // Few, narrow arguments (the options by reference, the steps and the report made
+    // here): an async fn moves its arguments into place when first polled, just after the
+    // caller wrote them, and wide moves of narrow writes stall the processor.
+    async fn drive<'p, 'o, T, E, F, Fut, C, A>(
+        &'p self,
+        start: Option<Instant>,
+        options: &'o CallOptions<'o, C>,
+        mut op: F,
+        end: Option<&'o mut CallEnd>,
+    ) -> Result<T, CallError<E>>
+    where
+        F: FnMut(Attempt) -> Option<Fut>,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+        A: FromSteps<'p>,
+    {
+        // A start read elsewhere (from the inner clock) never lies before a reading the
+        // policy already handed out.
+        let start = match start {
+            Some(at) => self.clock.at_least_latest(at),
+            None => self.clock.now(),
+        };
+        let steps = self.steps();
+        let mut report = Report::new(&self.listener, &self.name);
+        let cancel = options.cancel;
+        let mut now = start;
+        // Built where the loop's future keeps it: through a helper that returns it, the
+        // call would be built aside and copied in.
+        let mut call = Call::begin_salted(self.call_settings(options), start, super::next_salt());
+        options.tighten(&mut call, start);
+        // A bulkhead with a bounded wait: the call waits for a slot before its first
+        // attempt (the core's `Bulkheaded` never queues; the wait is the adapter's).
+        let mut held = None;
+        if let Some(bulkhead) = steps.bulkhead.filter(|b| b.waits()) {
+            let deadline = call.deadline();
+            let wait = pin!(wait_for_slot(bulkhead, &self.clock, now, deadline, cancel));
+            match Cold(wait).await {
+                Waited::Entered(permit, at) => {
+                    held = Some(permit);
+                    now = at;
+                }
+                // The driver decides: a slot freed since is taken, else the guarded
+                // rejection (with no pause if the wait used up the deadline).
+                Waited::Refused(at) => now = at,
+                Waited::Cancelled => {
+                    return report.end(Finished::Cancelled, Err(CallError::Cancelled))
+                }
+            }
+        }
+        let mut parts = Parts {
+            breaker: A::from_steps(steps, held),
+            budget: self.funds(),
+        };
+        let mut sink = |e: Event<'_>| self.emit(&e);
+        let mut last: Option<Result<T, E>> = None;
+        let mut succeeded_at = None;
+        let finished = loop {
+            match call.poll(&mut parts, now, &mut sink) {
+                Step::Attempt(permit) => {
+                    let guard = PermitGuard::new(steps, permit);
+                    if cancel.is_some_and(CancellationToken::is_cancelled) {
+                        // Cancelled already (before the call, or during an attempt whose
+                        // result won the race): nothing more runs. The guard gives the
+                        // permit back.
+                        drop(guard);
+                        call.cancel();
+                        break Finished::Cancelled;
+                    }
+                    let number = call.attempts();
+                    report.attempt(number);
+                    let attempt = Attempt {
+                        number,
+                        call_left: call.deadline().map(|d| d.saturating_duration_since(now)),
+                    };
+                    let hedge = if self.settings.hedging() {
+                        call.hedge_delay(&parts, now)
+                    } else {
+                        None
+                    };
+                    let (outcome, answered) = match (op(attempt), hedge) {
+                        (Some(fut), Some(after)) => {
+                            let pair = Pair {
+                                call: &mut call,
+                                parts: &mut parts,
+                                steps,
+                                report: &mut report,
+                                last: &mut last,
+                            };
+                            let hedged =
+                                pin!(self.hedged(pair, &mut op, fut, guard, after, now, options));
+                            let (at, success) = Cold(hedged).await;
+                            now = at;
+                            succeeded_at = success;
+                            continue;
+                        }
+                        (Some(fut), None) => {
+                            let timeout = call
+                                .attempt_deadline()
+                                .map(|d| d.saturating_duration_since(now));
+                            let mut fut = pin!(fut);
+                            let mut cancelled = pin!(None);
+                            let mut timer = pin!(None);
+                            let ran = poll_fn(|cx| {
+                                let (c, t) = (cancelled.as_mut(), timer.as_mut());
+                                race(fut.as_mut(), c, t, cancel, timeout, cx)
+                            })
+                            .await;
+                            now = self.clock.now();
+                            classify(ran, &options.classify, &mut last)
+                        }
+                        // The operation cannot be attempted again (a request that cannot
+                        // be replayed): a permanent outcome, so the call ends here.
+                        (None, _) => (Outcome::Permanent, false),
+                    };
+                    succeeded_at = (outcome == Outcome::Success).then_some(now);
+                    if let Some(permit) = guard.disarm() {
+                        call.complete_attempt(
+                            &mut parts, permit, now, outcome, answered, &mut sink,
+                        );
+                    }
+                }
+                Step::Wait(wait) => {
+                    if sleep(wait, cancel).await == Slept::Cancelled {
+                        call.cancel();
+                        break Finished::Cancelled;
+                    }
+                    now = self.clock.now();
+                }
+                Step::Reject(rejection) => {
+                    // Announced (the core emitted `Rejected` with this pause), then served;
+                    // the next poll hands the rejection out as `Finished::Rejected`.
+                    if sleep(rejection.pause, cancel).await == Slept::Cancelled {
+                        break Finished::Cancelled;
+                    }
+                }
+                Step::Done(finished) => break finished,
+            }
+        };
+        let result = finished.into_result(last);
+        if let Some(end) = end {
+            end.finished = Some(finished);
+            if result.is_ok() {
+                end.succeeded_at = succeeded_at;
+            }
+        }
+        report.end(finished, result)
+    }
+
+    /// Runs the attempt just started (`first`, its permit in `guard`) and, if it is still
+    /// running `after` its start, a hedge beside it, as the core's hedging protocol says:
+    /// the core launches the hedge (or declines), the first success ends the call and the
+    /// other attempt is dropped and reported cancelled, a failure waits for the other.
+    /// Returns the time the pair ended and, if one succeeded, that time again.
+    #[allow(clippy::too_many_arguments)]
+    async fn hedged<'p, 'g, T, E, F, Fut, C, A>(
+        &'p self,
+        pair: Pair<'_, 'p, 'g, T, E, L, A>,
+        op: &mut F,
+        first: Fut,
+        guard: PermitGuard<'p>,
+        after: Duration,
+        mut now: Instant,
+        options: &CallOptions<'_, C>,
+    ) -> (Instant, Option<Instant>)
+    where
+        F: FnMut(Attempt) -> Option<Fut>,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+        A: Admission,
+    {
+        let Pair {
+            call,
+            parts,
+            steps,
+            report,
+            last,
+        } = pair;
+        let mut sink = |e: Event<'_>| self.emit(&e);
+        // Lane A is the attempt the driver started, lane B the hedge. One timer, armed for
+        // the earliest of: lane A's attempt deadline, lane B's, and the hedge's launch.
+        let mut fut_a = pin!(Some(first));
+        let mut fut_b = pin!(None::<Fut>);
+        let mut guard_a = Some(guard);
+        let mut guard_b: Option<PermitGuard<'p>> = None;
+        let mut due_a = call.attempt_deadline();
+        let mut due_b = None;
+        let mut hedge_at = Some(now.saturating_add(after));
+        let mut timer = pin!(None::<tokio::time::Sleep>);
+        let mut cancelled = pin!(options.cancel.map(CancellationToken::cancelled));
+        let mut succeeded_at = None;
+        loop {
+            let armed = [
+                (PairEvent::Hedge, hedge_at),
+                (PairEvent::Ran(Lane::A, Ran::TimedOut), due_a),
+                (PairEvent::Ran(Lane::B, Ran::TimedOut), due_b),
+            ]
+            .into_iter()
+            .filter_map(|(event, at)| at.map(|at| (event, at)))
+            .min_by_key(|(_, at)| *at)
+            .map(|(event, at)| {
+                let d = at.saturating_duration_since(now);
+                timer.set(Some(tokio::time::sleep(d.into())));
+                event
+            });
+            let mut armed = armed;
+            let event = poll_fn(|cx| {
+                if let Some(Poll::Ready(r)) = fut_a.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
+                    return Poll::Ready(PairEvent::Ran(Lane::A, Ran::Returned(r)));
+                }
+                if let Some(Poll::Ready(r)) = fut_b.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
+                    return Poll::Ready(PairEvent::Ran(Lane::B, Ran::Returned(r)));
+                }
+                if let Some(Poll::Ready(())) = cancelled.as_mut().as_pin_mut().map(|c| c.poll(cx)) {
+                    return Poll::Ready(PairEvent::Cancelled);
+                }
+                if let Some(Poll::Ready(())) = timer.as_mut().as_pin_mut().map(|t| t.poll(cx)) {
+                    if let Some(event) = armed.take() {
+                        return Poll::Ready(event);
+                    }
+                }
+                Poll::Pending
+            })
+            .await;
+            timer.set(None);
+            now = self.clock.now();
+            let (lane, ran) = match event {
+                PairEvent::Hedge => {
+                    hedge_at = None;
+                    let call_left = call.deadline().map(|d| d.saturating_duration_since(now));
+                    // The core grants the hedge first and only then has the future made:
+                    // the operation is never invoked for a hedge that does not run, and
+                    // one that cannot be repeated gives back what the hedge took.
+                    let launch = |number| op(Attempt { number, call_left });
+                    if let Ok((permit, fut)) = call.hedge_with(parts, now, &mut sink, launch) {
+                        guard_b = Some(PermitGuard::new(steps, permit));
+                        report.attempt(call.attempts());
+                        fut_b.set(Some(fut));
+                        due_b = call.attempt_deadline();
+                    }
+                    continue;
+                }
+                PairEvent::Cancelled => {
+                    fut_a.set(None);
+                    fut_b.set(None);
+                    for guard in [guard_a.take(), guard_b.take()].into_iter().flatten() {
+                        if let Some(permit) = guard.disarm() {
+                            call.complete(parts, permit, now, Outcome::Cancelled, &mut sink);
+                        }
+                    }
+                    return (now, None);
+                }
+                PairEvent::Ran(lane, ran) => (lane, ran),
+            };
+            hedge_at = None;
+            let (mut mine, mine_guard, mut other, other_guard) = match lane {
+                Lane::A => {
+                    due_a = None;
+                    (fut_a.as_mut(), &mut guard_a, fut_b.as_mut(), &mut guard_b)
+                }
+                Lane::B => {
+                    due_b = None;
+                    (fut_b.as_mut(), &mut guard_b, fut_a.as_mut(), &mut guard_a)
+                }
+            };
+            mine.set(None);
+            let (outcome, answered) = classify(ran, &options.classify, last);
+            if outcome == Outcome::Success {
+                succeeded_at = Some(now);
+            }
+            if let Some(permit) = mine_guard.take().and_then(PermitGuard::disarm) {
+                call.complete_attempt(parts, permit, now, outcome, answered, &mut sink);
+            }
+            if other.is_none() {
+                return (now, succeeded_at);
+            }
+            if call.is_over() {
+                // The winner (or a permanent failure) ends the call: the other attempt is
+                // dropped, which cancels it, and reported so.
+                other.set(None);
+                if let Some(permit) = other_guard.take().and_then(PermitGuard::disarm) {
+                    call.complete(parts, permit, now, Outcome::Cancelled, &mut sink);
+                }
+                return (now, succeeded_at);
+            }
+            // A failure: the other attempt goes on and decides.
+        }
+    }
+}
+
+/// What a hedged pair of attempts works on, borrowed from the call loop.
+struct Pair<'r, 'p, 'g, T, E, L: Listener, A> {
+    call: &'r mut Call,
+    parts: &'r mut Parts<A, Funds<'p>>,
+    steps: Steps<'p>,
+    report: &'r mut Report<'g, L>,
+    last: &'r mut Option<Result<T, E>>,
+}
+
+/// Polls a future the common path does not take (the hedged pair, the bulkhead's wait)
+/// out of line, so its code does not weigh on the inlining of the call's own loop.
+struct Cold<'a, F>(Pin<&'a mut F>);
+
+impl<F: Future> Future for Cold<'_, F> {
+    type Output = F::Output;
+
+    #[inline(never)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    A,
+    B,
+}
+
+enum PairEvent<R> {
+    Ran(Lane, Ran<R>),
+    Hedge,
+    Cancelled,
+}
+
+/// The outcome of an attempt's race, and whether the dependency answered (the operation
+/// returned `Ok`); a returned result becomes the call's last result.
+#[inline]
+fn classify<T, E, C: Classify<T, E>>(
+    ran: Ran<Result<T, E>>,
+    classifier: &C,
+    last: &mut Option<Result<T, E>>,
+) -> (Outcome, bool) {
+    match ran {
+        Ran::Returned(result) => {
+            let outcome = classifier.classify(&result);
+            let answered = result.is_ok();
+            *last = Some(result);
+            (outcome, answered)
+        }
+        Ran::Cancelled => (Outcome::Cancelled, false),
+        Ran::TimedOut => (Outcome::TimedOut, false),
+    }
+}
+
+/// How a wait for a bulkhead slot ended.
+enum Waited {
+    /// A slot, won at this instant.
+    Entered(BulkheadPermit, Instant),
+    /// No slot (queue full, or the wait is over), at this instant.
+    Refused(Instant),
+    Cancelled,
+}
+
+/// A place in a bulkhead's queue, given up if the wait is abandoned (the call's future
+/// dropped, or cancelled).
+struct Queued<'a> {
+    bulkhead: &'a BulkheadShared,
+    ticket: Option<BulkheadTicket>,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.bulkhead.slots().abandon(ticket);
+        }
+    }
+}
+
+/// Enters `bulkhead` at `now`, or waits in its queue for a slot, as the core decides
+/// (`try_enter_or_queue`, then `on_slot_free` at every wake-up and when the wait is over),
+/// for at most the bulkhead's `max_wait` and the time left to `deadline`. Woken by a freed
+/// slot; cancelled at once by `cancel` or by dropping the future.
+async fn wait_for_slot<K: Clock>(
+    bulkhead: &BulkheadShared,
+    clock: &K,
+    mut now: Instant,
+    deadline: Option<Instant>,
+    cancel: Option<&CancellationToken>,
+) -> Waited {
+    let max_wait = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+    // Registered before joining the queue, so a slot freed in between wakes this caller.
+    let mut woken = pin!(bulkhead.freed().notified());
+    woken.as_mut().enable();
+    let ticket = match bulkhead.slots().try_enter_or_queue(now, max_wait) {
+        Ok(BulkheadEntry::Entered(permit)) => return Waited::Entered(permit, now),
+        Ok(BulkheadEntry::Queued(ticket)) => ticket,
+        Err(_) => return Waited::Refused(now),
+    };
+    let mut queued = Queued {
+        bulkhead,
+        ticket: Some(ticket),
+    };
+    let mut cancelled = pin!(cancel.map(CancellationToken::cancelled));
+    loop {
+        let Some(until) = queued.ticket.as_ref().map(BulkheadTicket::wait_until) else {
+            return Waited::Refused(now);
+        };
+        let mut timer = pin!(tokio::time::sleep(
+            until.saturating_duration_since(now).into()
+        ));
+        let woke = poll_fn(|cx| {
+            if let Some(Poll::Ready(())) = cancelled.as_mut().as_pin_mut().map(|c| c.poll(cx)) {
+                return Poll::Ready(Slept::Cancelled);
+            }
+            if woken.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Slept::Elapsed);
+            }
+            timer.as_mut().poll(cx).map(|()| Slept::Elapsed)
+        })
+        .await;
+        if woke == Slept::Cancelled {
+            return Waited::Cancelled; // `queued` leaves the queue
+        }
+        now = clock.now();
+        woken.set(bulkhead.freed().notified());
+        woken.as_mut().enable();
+        let Some(ticket) = queued.ticket.take() else {
+            return Waited::Refused(now);
+        };
+        match bulkhead.slots().on_slot_free(now, ticket) {
+            Ok(BulkheadEntry::Entered(permit)) => return Waited::Entered(permit, now),
+            Ok(BulkheadEntry::Queued(ticket)) => queued.ticket = Some(ticket),
+            Err(_) => return Waited::Refused(now),
+        }
+    }
+}

@@ -1,0 +1,560 @@
+use std::fmt;
+use std::sync::Arc;
+
+use stormguard_core::{
+    breaker::HedgeSuppressed, call::Admission, call::Unguarded, limits::BulkheadPermit,
+    limits::BulkheadSettings, limits::BulkheadSlots, limits::BulkheadSnapshot, limits::Bulkheaded,
+    limits::Limit, limits::RateLimitSettings, limits::RateLimited, limits::SharedBulkhead,
+    limits::SharedRateLimiter, limits::SharedWindowLimiter, limits::WindowLimitSettings, Duration,
+    Event, Instant, Name, Outcome, Permit, Refused, SettingsError, SharedBreaker, SharedBudget,
+};
+
+/// The breaker side of a policy's calls: its shared breaker, or none.
+pub(crate) enum Admit<'a> {
+    Breaker(&'a SharedBreaker),
+    Unguarded(Unguarded),
+}
+
+impl Admission for Admit<'_> {
+    #[inline]
+    fn name(&self) -> &Name {
+        match self {
+            Admit::Breaker(b) => b.name(),
+            Admit::Unguarded(u) => Admission::name(u),
+        }
+    }
+    #[inline]
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        match self {
+            Admit::Breaker(b) => b.try_acquire(now, attempt_timeout, &mut |e| events(e)),
+            Admit::Unguarded(u) => u.try_acquire(now, attempt_timeout, events),
+        }
+    }
+    #[inline]
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        match self {
+            Admit::Breaker(b) => b.check(now),
+            Admit::Unguarded(u) => u.check(now),
+        }
+    }
+    #[inline]
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        match self {
+            Admit::Breaker(b) => b.on_outcome(now, permit, outcome, &mut |e| events(e)),
+            Admit::Unguarded(u) => Admission::on_outcome(u, now, permit, outcome, events),
+        }
+    }
+    #[inline]
+    fn release(&mut self, permit: Permit) {
+        match self {
+            Admit::Breaker(b) => b.release(permit),
+            Admit::Unguarded(u) => u.release(permit),
+        }
+    }
+    #[inline]
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        match self {
+            Admit::Breaker(b) => b.normal_latency(now),
+            Admit::Unguarded(u) => u.normal_latency(now),
+        }
+    }
+    #[inline]
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        match self {
+            Admit::Breaker(b) => b.attempt_ceiling(now),
+            Admit::Unguarded(u) => u.attempt_ceiling(now),
+        }
+    }
+    #[inline]
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        match self {
+            Admit::Breaker(b) => b.slow_threshold(now),
+            Admit::Unguarded(u) => u.slow_threshold(now),
+        }
+    }
+    #[inline]
+    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        match self {
+            Admit::Breaker(b) => b.hedge_after(now),
+            Admit::Unguarded(u) => u.hedge_after(now),
+        }
+    }
+}
+
+/// The budget side of a policy's calls: its shared budget, or none (the core's `Option`).
+pub(crate) type Funds<'a> = Option<&'a SharedBudget>;
+
+/// A rate limiter a policy puts in front of its breaker (see [`PolicyBuilder::rate_limit`]):
+/// the core's lock-free [`SharedRateLimiter`] (GCRA) or [`SharedWindowLimiter`] (a window with
+/// a cooldown) in an `Arc`, so clones, and every policy given one, share its cells.
+///
+/// ```
+/// use stormguard_core::{Instant, limits::RateLimitSettings, limits::WindowLimitSettings};
+/// use stormguard_std::Limiter;
+///
+/// let api = Limiter::gcra(RateLimitSettings::per_second("api", 100)?);
+/// let stream = Limiter::window(WindowLimitSettings::defaults("stream")); // 50 a minute
+/// assert_eq!(api.name().as_str(), "api");
+/// assert_eq!(stream.available_at(Instant::from_secs(1)), 50);
+/// # Ok::<(), stormguard_std::SettingsError>(())
+/// ```
+///
+/// [`PolicyBuilder::rate_limit`]: crate::PolicyBuilder::rate_limit
+#[derive(Clone)]
+pub struct Limiter {
+    inner: Arc<LimiterForm>,
+}
+
+enum LimiterForm {
+    Gcra(SharedRateLimiter),
+    Window(SharedWindowLimiter),
+}
+
+impl Limiter {
+    /// A GCRA limiter with `settings`, full at start.
+    pub fn gcra(settings: RateLimitSettings) -> Limiter {
+        Limiter::from_gcra(SharedRateLimiter::new(settings))
+    }
+
+    /// A window-with-cooldown limiter with `settings`, empty at start.
+    pub fn window(settings: WindowLimitSettings) -> Limiter {
+        Limiter::from_window(SharedWindowLimiter::new(settings))
+    }
+
+    /// Takes ownership of a shared GCRA limiter.
+    pub fn from_gcra(limiter: SharedRateLimiter) -> Limiter {
+        Limiter {
+            inner: Arc::new(LimiterForm::Gcra(limiter)),
+        }
+    }
+
+    /// Takes ownership of a shared window limiter.
+    pub fn from_window(limiter: SharedWindowLimiter) -> Limiter {
+        Limiter {
+            inner: Arc::new(LimiterForm::Window(limiter)),
+        }
+    }
+
+    /// The limiter's name.
+    #[must_use]
+    pub fn name(&self) -> &Name {
+        match &*self.inner {
+            LimiterForm::Gcra(l) => l.name(),
+            LimiterForm::Window(l) => l.name(),
+        }
+    }
+
+    /// Cells that could be taken at `now` (an instant of the policy's clock). Changes nothing.
+    #[must_use]
+    pub fn available_at(&self, now: Instant) -> u32 {
+        match &*self.inner {
+            LimiterForm::Gcra(l) => l.available(now),
+            LimiterForm::Window(l) => l.available(now),
+        }
+    }
+
+    /// The shared GCRA limiter, if this is one.
+    #[must_use]
+    pub fn as_gcra(&self) -> Option<&SharedRateLimiter> {
+        match &*self.inner {
+            LimiterForm::Gcra(l) => Some(l),
+            LimiterForm::Window(_) => None,
+        }
+    }
+
+    /// The shared window limiter, if this is one.
+    #[must_use]
+    pub fn as_window(&self) -> Option<&SharedWindowLimiter> {
+        match &*self.inner {
+            LimiterForm::Window(l) => Some(l),
+            LimiterForm::Gcra(_) => None,
+        }
+    }
+
+    /// `true` when both handles share one limiter.
+    #[must_use]
+    pub fn same_as(&self, other: &Limiter) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    pub(super) fn cells(&self) -> Cells<'_> {
+        match &*self.inner {
+            LimiterForm::Gcra(l) => Cells::Gcra(l),
+            LimiterForm::Window(l) => Cells::Window(l),
+        }
+    }
+}
+
+impl fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let form = match &*self.inner {
+            LimiterForm::Gcra(_) => "gcra",
+            LimiterForm::Window(_) => "window",
+        };
+        f.debug_struct("Limiter")
+            .field("name", &self.name().as_str())
+            .field("form", &form)
+            .finish()
+    }
+}
+
+/// A limiter's cells, as the core's [`RateLimited`] takes them: one per attempt.
+#[derive(Clone, Copy)]
+pub(crate) enum Cells<'a> {
+    Gcra(&'a SharedRateLimiter),
+    Window(&'a SharedWindowLimiter),
+}
+
+impl Limit for Cells<'_> {
+    #[inline]
+    fn take(&mut self, now: Instant) -> Result<(), Refused> {
+        match self {
+            Cells::Gcra(l) => Limit::take(l, now),
+            Cells::Window(l) => Limit::take(l, now),
+        }
+    }
+    #[inline]
+    fn peek(&self, now: Instant) -> Result<(), Refused> {
+        match self {
+            Cells::Gcra(l) => Limit::peek(l, now),
+            Cells::Window(l) => Limit::peek(l, now),
+        }
+    }
+}
+
+/// A bulkhead a policy puts in front of its breaker (see [`PolicyBuilder::bulkhead`]): the
+/// core's lock-free [`SharedBulkhead`] in an `Arc`, so clones, and every policy given one,
+/// share its slots; with the wake-up that callers waiting for a slot sleep on.
+///
+/// Every attempt (a retry, a hedge) holds a slot while it runs, none during backoff waits. With
+/// a bounded wait in the settings, an async call that finds the bulkhead full waits for a slot
+/// before its first attempt (see [`PolicyBuilder::bulkhead`]).
+///
+/// ```
+/// use stormguard_core::{limits::BulkheadSettings, Duration};
+/// use stormguard_std::Bulkhead;
+///
+/// let db = Bulkhead::new(
+///     BulkheadSettings::builder("db")
+///         .max_in_flight(8)
+///         .bounded_wait(16, Duration::from_millis(250))
+///         .build()?,
+/// );
+/// assert_eq!((db.in_flight(), db.queued()), (0, 0));
+/// assert_eq!(db.settings().max_queue(), 16);
+/// # Ok::<(), stormguard_std::SettingsError>(())
+/// ```
+///
+/// [`PolicyBuilder::bulkhead`]: crate::PolicyBuilder::bulkhead
+#[derive(Clone)]
+pub struct Bulkhead {
+    pub(super) inner: Arc<BulkheadShared>,
+}
+
+pub(crate) struct BulkheadShared {
+    slots: SharedBulkhead,
+    /// Woken (one waiter) whenever a slot is freed while callers wait. Touched only when the
+    /// core says someone waits, so a bulkhead nobody waits on never takes its lock.
+    #[cfg(feature = "tokio")]
+    freed: tokio::sync::Notify,
+}
+
+impl BulkheadShared {
+    /// The core's bulkhead.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn slots(&self) -> &SharedBulkhead {
+        &self.slots
+    }
+
+    /// The wake-up waiting callers sleep on.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn freed(&self) -> &tokio::sync::Notify {
+        &self.freed
+    }
+
+    /// Whether callers may wait for a slot (a bounded wait is configured).
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn waits(&self) -> bool {
+        self.slots.settings().max_queue() > 0
+    }
+
+    /// Frees a slot and wakes one waiter if the core says callers wait.
+    #[inline]
+    fn leave(&self, permit: BulkheadPermit) -> bool {
+        let waiting = self.slots.leave(permit);
+        #[cfg(feature = "tokio")]
+        if waiting {
+            self.freed.notify_one();
+        }
+        waiting
+    }
+}
+
+impl Bulkhead {
+    /// An empty bulkhead with validated `settings`.
+    pub fn new(settings: BulkheadSettings) -> Bulkhead {
+        Bulkhead {
+            inner: Arc::new(BulkheadShared {
+                slots: SharedBulkhead::new(settings),
+                #[cfg(feature = "tokio")]
+                freed: tokio::sync::Notify::new(),
+            }),
+        }
+    }
+
+    /// A bulkhead called `name` admitting `max_in_flight` calls at once, with no waiting.
+    ///
+    /// ```
+    /// let b = stormguard_std::Bulkhead::of(4, "db")?;
+    /// assert_eq!(b.settings().max_in_flight(), 4);
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn of(max_in_flight: u32, name: &'static str) -> Result<Bulkhead, SettingsError> {
+        BulkheadSettings::builder(name)
+            .max_in_flight(max_in_flight)
+            .build()
+            .map(Bulkhead::new)
+    }
+
+    /// The core's shared bulkhead (to read it, or enter it outside a policy: a slot taken here
+    /// must be handed back with [`Bulkhead::leave`], which wakes a waiting caller).
+    #[must_use]
+    pub fn shared(&self) -> &SharedBulkhead {
+        &self.inner.slots
+    }
+
+    /// Hands back a slot taken through [`Bulkhead::shared`], waking one waiting caller if any.
+    pub fn leave(&self, permit: BulkheadPermit) {
+        let _ = self.inner.leave(permit);
+    }
+
+    /// The bulkhead's name.
+    #[must_use]
+    pub fn name(&self) -> &Name {
+        self.inner.slots.name()
+    }
+
+    /// The settings it was built with.
+    #[must_use]
+    pub fn settings(&self) -> &BulkheadSettings {
+        self.inner.slots.settings()
+    }
+
+    /// Calls (attempts) in flight now.
+    #[must_use]
+    pub fn in_flight(&self) -> u32 {
+        self.inner.slots.in_flight()
+    }
+
+    /// Callers waiting for a slot now.
+    #[must_use]
+    pub fn queued(&self) -> u32 {
+        self.inner.slots.queued()
+    }
+
+    /// Counts and limits, read from one word.
+    #[must_use]
+    pub fn snapshot(&self) -> BulkheadSnapshot {
+        self.inner.slots.snapshot()
+    }
+
+    /// `true` when both handles share one bulkhead.
+    #[must_use]
+    pub fn same_as(&self, other: &Bulkhead) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl fmt::Debug for Bulkhead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bulkhead")
+            .field("name", &self.name().as_str())
+            .field("in_flight", &self.in_flight())
+            .field("queued", &self.queued())
+            .finish()
+    }
+}
+
+/// A bulkhead's slots as the core's [`Bulkheaded`] takes them, holding the slot a caller won
+/// by waiting until its first attempt takes it, and waking a waiter whenever a slot is freed.
+pub(crate) struct Slots<'a> {
+    pub(super) bulkhead: &'a BulkheadShared,
+    pub(super) held: Option<BulkheadPermit>,
+}
+
+impl BulkheadSlots for Slots<'_> {
+    #[inline]
+    fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused> {
+        match self.held.take() {
+            Some(permit) => Ok(permit),
+            None => self.bulkhead.slots.try_enter(now),
+        }
+    }
+    #[inline]
+    fn leave(&mut self, permit: BulkheadPermit) -> bool {
+        self.bulkhead.leave(permit)
+    }
+    #[inline]
+    fn check(&self) -> Result<(), Refused> {
+        match self.held {
+            Some(_) => Ok(()),
+            None => self.bulkhead.slots.check(),
+        }
+    }
+}
+
+impl Drop for Slots<'_> {
+    fn drop(&mut self) {
+        // A slot won by waiting that no attempt took (the call was refused or cancelled first).
+        if let Some(permit) = self.held.take() {
+            let _ = self.bulkhead.leave(permit);
+        }
+    }
+}
+
+/// A policy's optional steps, borrowed for one call: what its admission is built from.
+#[derive(Clone, Copy)]
+pub(crate) struct Steps<'a> {
+    pub(super) name: &'a Name,
+    pub(super) breaker: Option<&'a SharedBreaker>,
+    pub(super) limiter: Option<Cells<'a>>,
+    pub(super) bulkhead: Option<&'a BulkheadShared>,
+}
+
+impl<'a> Steps<'a> {
+    /// The breaker alone (or none).
+    #[inline]
+    pub(crate) fn admit(self) -> Admit<'a> {
+        match self.breaker {
+            Some(b) => Admit::Breaker(b),
+            None => Admit::Unguarded(Unguarded(*self.name)),
+        }
+    }
+
+    /// The admission of one call: the breaker (or none), behind the bulkhead, behind the rate
+    /// limiter, as the core composes them. `held` is a slot the call already won by waiting.
+    #[inline]
+    pub(super) fn front(self, held: Option<BulkheadPermit>) -> Front<'a> {
+        let admit = self.admit();
+        match (self.limiter, self.bulkhead) {
+            (None, None) => Front::Plain(admit),
+            (Some(cells), None) => Front::Limited(RateLimited::new(admit, cells)),
+            (None, Some(bulkhead)) => {
+                Front::Bulkheaded(Bulkheaded::new(admit, Slots { bulkhead, held }))
+            }
+            (Some(cells), Some(bulkhead)) => Front::Both(RateLimited::new(
+                Bulkheaded::new(admit, Slots { bulkhead, held }),
+                cells,
+            )),
+        }
+    }
+}
+
+/// The admission side of a call: the breaker with the optional steps in front of it. Each form
+/// is the core's own composition ([`RateLimited`], [`Bulkheaded`]); this only picks one.
+pub(crate) enum Front<'a> {
+    Plain(Admit<'a>),
+    Limited(RateLimited<Admit<'a>, Cells<'a>>),
+    Bulkheaded(Bulkheaded<Admit<'a>, Slots<'a>>),
+    Both(RateLimited<Bulkheaded<Admit<'a>, Slots<'a>>, Cells<'a>>),
+}
+
+macro_rules! each_front {
+    ($self:expr, $a:ident => $body:expr) => {
+        match $self {
+            Front::Plain($a) => $body,
+            Front::Limited($a) => $body,
+            Front::Bulkheaded($a) => $body,
+            Front::Both($a) => $body,
+        }
+    };
+}
+
+impl Admission for Front<'_> {
+    #[inline]
+    fn name(&self) -> &Name {
+        each_front!(self, a => a.name())
+    }
+    #[inline]
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        each_front!(self, a => a.try_acquire(now, attempt_timeout, events))
+    }
+    #[inline]
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        each_front!(self, a => a.check(now))
+    }
+    #[inline]
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        each_front!(self, a => a.on_outcome(now, permit, outcome, events));
+    }
+    #[inline]
+    fn release(&mut self, permit: Permit) {
+        each_front!(self, a => a.release(permit));
+    }
+    #[inline]
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        each_front!(self, a => a.normal_latency(now))
+    }
+    #[inline]
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        each_front!(self, a => a.attempt_ceiling(now))
+    }
+    #[inline]
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        each_front!(self, a => a.slow_threshold(now))
+    }
+    #[inline]
+    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        each_front!(self, a => a.hedge_after(now))
+    }
+}
+
+/// A call's admission, built from the policy's steps and a bulkhead slot the call already won
+/// by waiting: the breaker alone ([`Admit`], for a policy with no step; it never holds a slot),
+/// or with the steps in front ([`Front`]).
+#[cfg(feature = "tokio")]
+pub(crate) trait FromSteps<'a>: Admission {
+    fn from_steps(steps: Steps<'a>, held: Option<BulkheadPermit>) -> Self;
+}
+
+#[cfg(feature = "tokio")]
+impl<'a> FromSteps<'a> for Admit<'a> {
+    #[inline]
+    fn from_steps(steps: Steps<'a>, held: Option<BulkheadPermit>) -> Self {
+        // Only a policy with a bulkhead waits for a slot, and it takes the other form.
+        let _ = held;
+        steps.admit()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl<'a> FromSteps<'a> for Front<'a> {
+    #[inline]
+    fn from_steps(steps: Steps<'a>, held: Option<BulkheadPermit>) -> Self {
+        steps.front(held)
+    }
+}
