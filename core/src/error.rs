@@ -272,6 +272,8 @@ pub enum Bound {
     /// The name the policy was given: settings built for one policy carry its name, so events,
     /// metrics and health reports name one thing once.
     PolicyName,
+    /// Must be on: a hedged policy launches its hedges after the p95 its breaker learns.
+    OnForHedging,
 }
 
 impl fmt::Display for Bound {
@@ -293,6 +295,7 @@ impl fmt::Display for Bound {
             Bound::NotBlank => f.write_str("not blank"),
             Bound::NoControlCharacters => f.write_str("free of control characters"),
             Bound::PolicyName => f.write_str("the policy's name"),
+            Bound::OnForHedging => f.write_str("on for a hedged policy"),
         }
     }
 }

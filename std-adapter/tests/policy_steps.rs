@@ -16,7 +16,8 @@ use std::time::Duration as StdDuration;
 
 use stormguard_core::{
     limits::BulkheadSettings, limits::RateLimitSettings, limits::WindowLimitSettings, Backoff,
-    Duration, Event, Instant, Jitter, RefusalReason, State, GUARD_PAUSE,
+    Bound, BreakerSettings, Duration, Event, Field, Instant, Jitter, RefusalReason, State,
+    GUARD_PAUSE,
 };
 use stormguard_std::{
     Both, Bulkhead, CallError, CallOptions, Clock, Limiter, ManualClock, Metrics, Policy,
@@ -998,4 +999,51 @@ fn a_policy_explains_its_rate_limit_and_bulkhead() {
     ] {
         assert!(text.lines().any(|l| l == line), "{line:?} not in:\n{text}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedged_policy_over_a_consecutive_only_breaker_learns_and_hedges() {
+    // A consecutive-only breaker keeps no statistics by itself; the hedged policy this builder
+    // makes over it learns the p95, so it hedges like any other.
+    let policy = Policy::builder("hedge-consecutive")
+        .breaker_settings(BreakerSettings::consecutive_only("hedge-consecutive", 3).unwrap())
+        .hedging(true)
+        .clock(TokioClock::global())
+        .build()
+        .unwrap();
+    let breaker = policy.breaker().unwrap();
+    assert!(breaker.settings().keeps_statistics());
+    assert_eq!(breaker.settings().consecutive_failures(), 3);
+    warm(&policy, 40).await;
+    let after: StdDuration = breaker.shared().hedge_after(now()).unwrap().into();
+    assert!(after >= ms(20) && after <= ms(23), "{after:?}");
+}
+
+#[test]
+fn a_hedged_policy_refuses_a_handed_in_breaker_that_learns_nothing() {
+    let quiet =
+        stormguard_std::Breaker::new(BreakerSettings::consecutive_only("hedge-quiet", 3).unwrap());
+    let e = Policy::builder("hedge-quiet")
+        .breaker(quiet.clone())
+        .hedging(true)
+        .build()
+        .err()
+        .unwrap();
+    assert_eq!((e.field, e.bound), (Field::Learn, Bound::OnForHedging));
+    // Unhedged, the same breaker serves.
+    assert!(Policy::builder("hedge-quiet")
+        .breaker(quiet)
+        .build()
+        .is_ok());
+    // One built to learn serves a hedged policy.
+    let learning = stormguard_std::Breaker::new(
+        BreakerSettings::consecutive_only("hedge-quiet", 3)
+            .unwrap()
+            .learning(),
+    );
+    assert!(Policy::builder("hedge-quiet")
+        .breaker(learning)
+        .hedging(true)
+        .build()
+        .is_ok());
 }

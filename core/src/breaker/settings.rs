@@ -636,6 +636,23 @@ impl BreakerSettings {
         self.learn
     }
 
+    /// These settings, learning the normal latency and failure rate whatever the rules (see
+    /// [`BreakerSettingsBuilder::learn`]): what a hedged policy builds its breaker from.
+    ///
+    /// ```
+    /// use stormguard_core::BreakerSettings;
+    /// let s = BreakerSettings::consecutive_only("db", 3)?;
+    /// assert!(!s.keeps_statistics());
+    /// assert!(s.learning().keeps_statistics());
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    #[must_use]
+    pub const fn learning(mut self) -> BreakerSettings {
+        self.learn = true;
+        self.keeps_statistics = true;
+        self
+    }
+
     /// The first setting that needs statistics, if any (for the lean breaker's check).
     pub(crate) const fn first_statistics_rule(&self) -> Option<Field> {
         if self.failure_rate.is_some() {

@@ -223,6 +223,12 @@ impl<K, L> PolicyBuilder<K, L> {
     /// The blocking form ([`Policy::call_blocking`]) never hedges: it cannot run two attempts
     /// of a borrowed closure at once, nor stop the loser.
     ///
+    /// A hedge waits for the p95 the breaker learns, whatever its trip rules: a breaker this
+    /// builder makes (from [`breaker_settings`](Self::breaker_settings), a consecutive-only one
+    /// included) is made to learn; a breaker handed in with [`breaker`](Self::breaker) must
+    /// keep statistics ([`BreakerSettings::learning`]), or `build` refuses with
+    /// [`Field::Learn`].
+    ///
     /// ```
     /// let p = stormguard_std::Policy::builder("search").hedging(true).build()?;
     /// assert!(p.settings().hedging());
@@ -392,6 +398,8 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     pub fn build(self) -> Result<Policy<K, L>, SettingsError> {
         self.name.check().map_err(SettingsError::name)?;
+        let settings = self.call.build()?;
+        let handed_in = matches!(self.breaker, Choice::Given(_));
         let breaker = match self.breaker {
             Choice::Default => Some(Breaker::new(
                 BreakerSettings::builder_named(self.name).build()?,
@@ -405,6 +413,20 @@ impl<K, L> PolicyBuilder<K, L> {
                 })
             }
             Choice::Off => None,
+        };
+        // A hedge starts after the p95 the breaker learns, whatever its trip rules: a breaker
+        // this builder made learns; one handed in (perhaps shared) must have been built so.
+        let breaker = match (breaker, settings.hedging(), handed_in) {
+            (Some(b), true, false) if !b.settings().keeps_statistics() => {
+                Some(Breaker::new(b.settings().learning()))
+            }
+            (Some(b), true, true) if !b.settings().keeps_statistics() => {
+                return Err(SettingsError {
+                    field: Field::Learn,
+                    bound: Bound::OnForHedging,
+                })
+            }
+            (b, _, _) => b,
         };
         let budget = match self.budget {
             Choice::Default => Some(Budget::new(
@@ -426,7 +448,7 @@ impl<K, L> PolicyBuilder<K, L> {
             budget,
             limiter: self.limiter,
             bulkhead: self.bulkhead,
-            settings: self.call.build()?,
+            settings,
             // One attempt cannot hedge: the single-attempt form runs without it.
             single: self.call.max_attempts(1).hedging(false).build()?,
             clock: SteadyClock::new(self.clock),
