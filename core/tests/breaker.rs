@@ -12,15 +12,10 @@ use stormguard_core::{
     RefusalReason, Refused, SlowCalls, State, TripReason,
 };
 
+mod support;
+use support::{ms, secs};
+
 const MS: Duration = Duration::from_millis(1);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 /// One attempt at `at`, lasting `latency`, ending with `outcome`.
 #[track_caller]

@@ -20,11 +20,10 @@ use stormguard_core::{
     Refused, SettingsError, Step, GUARD_PAUSE,
 };
 
-const T0: Instant = Instant::from_secs(100);
+mod support;
+use support::ms;
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+const T0: Instant = Instant::from_secs(100);
 
 #[track_caller]
 fn settings(max_in_flight: u32, max_queue: u32, max_wait: Duration) -> BulkheadSettings {

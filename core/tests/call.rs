@@ -15,13 +15,8 @@ use stormguard_core::{
     Instant, Jitter, Name, Outcome, Parts, RefusalReason, Rejection, Step, GUARD_PAUSE,
 };
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+mod support;
+use support::{ms, no_jitter, secs};
 
 /// What the adapter did, step by step.
 #[derive(Debug, PartialEq, Eq)]
@@ -83,13 +78,6 @@ where
         }
     };
     (result, did)
-}
-
-fn no_jitter() -> CallSettings {
-    CallSettings::builder()
-        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
-        .build()
-        .unwrap()
 }
 
 fn parts() -> Parts<Breaker, Budget> {

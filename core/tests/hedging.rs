@@ -13,9 +13,8 @@ use stormguard_core::{
     Outcome, Ratio,
 };
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+mod support;
+use support::ms;
 
 fn run(b: &mut Breaker, mut now: Instant, latency: Duration, outcome: Outcome, n: u32) -> Instant {
     for _ in 0..n {

@@ -19,15 +19,10 @@ use stormguard_core::{
     Recovery, RefusalReason, SharedBreaker, SharedBudget, State, Step, GUARD_PAUSE,
 };
 
+mod support;
+use support::{ms, secs};
+
 const HOUR: Duration = Duration::from_secs(3600);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 /// Instants at and next to the ends of the range, and ordinary ones (the ends and one ordinary
 /// instant under miri, where every call costs a thousand times more).

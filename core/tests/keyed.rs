@@ -8,13 +8,12 @@
 )]
 
 use stormguard_core::{
-    breaker::Keyed, breaker::KeyedRefusal, breaker::Member, Breaker, BreakerSettings, Duration,
-    Instant, LeanBreaker, Outcome, RefusalReason, State,
+    breaker::Keyed, breaker::KeyedRefusal, breaker::Member, Breaker, BreakerSettings, Instant,
+    LeanBreaker, Outcome, RefusalReason, State,
 };
 
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+mod support;
+use support::secs;
 
 fn table<const N: usize>() -> Keyed<u16, Breaker, N> {
     Keyed::new(Breaker::new(

@@ -16,13 +16,8 @@ use stormguard_core::{
     SlowCalls, State, Step, TripReason,
 };
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+mod support;
+use support::{ms, secs};
 
 /// Whether call `i` of a stream failing at exactly `per_mille / 1000` fails: spread evenly (the
 /// first of every thousand calls' share), so that no two failures are adjacent below 50% and

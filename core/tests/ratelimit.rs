@@ -21,15 +21,10 @@ use stormguard_core::{
     RefusalReason, Refused, SettingsError,
 };
 
+mod support;
+use support::{ms, secs};
+
 const T0: Instant = Instant::from_secs(1_000);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 fn gcra(cells: u32, period: Duration, burst: u32) -> RateLimitSettings {
     RateLimitSettings::builder("test")

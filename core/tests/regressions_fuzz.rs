@@ -13,9 +13,8 @@ use stormguard_core::{
     Parts, SharedBudget, Step,
 };
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+mod support;
+use support::ms;
 
 /// A breaker that has learned that healthy calls take 10 ms (a baseline, so it offers hedges),
 /// and a full budget; returns them and the instant the warm-up ended.

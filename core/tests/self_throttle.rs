@@ -11,20 +11,12 @@
 
 use stormguard_core::{
     limits::Bulkhead, limits::Bulkheaded, limits::RateLimitSettings, limits::RateLimited,
-    limits::SharedRateLimiter, Backoff, Breaker, Budget, BudgetSettings, Call, CallSettings,
-    Duration, Event, Instant, Jitter, Outcome, Parts, RefusalReason, Step, GUARD_PAUSE,
+    limits::SharedRateLimiter, Backoff, Breaker, Budget, BudgetSettings, Call, CallSettings, Event,
+    Instant, Outcome, Parts, RefusalReason, Step, GUARD_PAUSE,
 };
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn no_jitter() -> CallSettings {
-    CallSettings::builder()
-        .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
-        .build()
-        .unwrap()
-}
+mod support;
+use support::{ms, no_jitter};
 
 fn kinds(events: &mut Vec<String>) -> impl FnMut(Event<'_>) + '_ {
     |e| {

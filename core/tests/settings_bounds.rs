@@ -13,16 +13,11 @@ use stormguard_core::{
     Duration, Field, Recovery, SettingsError,
 };
 
+mod support;
+use support::{ms, secs};
+
 fn b() -> BreakerSettingsBuilder {
     BreakerSettings::builder("x")
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
 }
 
 #[track_caller]

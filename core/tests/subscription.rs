@@ -12,11 +12,10 @@ use stormguard_core::{
     Multiple,
 };
 
-const T0: Instant = Instant::from_secs(1_000);
+mod support;
+use support::secs;
 
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+const T0: Instant = Instant::from_secs(1_000);
 
 /// Fails `n` times in a row, each attempt made exactly when it is due; returns the waits.
 #[track_caller]

@@ -12,14 +12,11 @@
     missing_docs
 )]
 
-use std::time::Duration as StdDuration;
-
 use stormguard_core::State;
 use stormguard_std::{Breaker, CallError, CallOptions, Policy};
 
-fn ms(n: u64) -> StdDuration {
-    StdDuration::from_millis(n)
-}
+mod support;
+use support::ms;
 
 /// A healthy dependency: every call answers in 20 ms.
 async fn healthy(_: u32) -> Result<u32, &'static str> {

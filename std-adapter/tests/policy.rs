@@ -25,13 +25,8 @@ use stormguard_std::{
 use tokio::time::Instant as TokioInstant;
 use tokio_util::sync::CancellationToken;
 
-fn ms(n: u64) -> StdDuration {
-    StdDuration::from_millis(n)
-}
-
-fn no_jitter() -> Backoff {
-    Backoff::builder().jitter(Jitter::None).build().unwrap()
-}
+mod support;
+use support::{ms, no_jitter};
 
 /// A breaker that opens on the first failure, breaks for exactly 10 s, and closes on one
 /// successful probe.

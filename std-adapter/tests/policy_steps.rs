@@ -15,9 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use stormguard_core::{
-    limits::BulkheadSettings, limits::RateLimitSettings, limits::WindowLimitSettings, Backoff,
-    Bound, BreakerSettings, Duration, Event, Field, Instant, Jitter, RefusalReason, State,
-    GUARD_PAUSE,
+    limits::BulkheadSettings, limits::RateLimitSettings, limits::WindowLimitSettings, Bound,
+    BreakerSettings, Duration, Event, Field, Instant, RefusalReason, State, GUARD_PAUSE,
 };
 use stormguard_std::{
     Both, Bulkhead, CallError, CallOptions, Clock, Limiter, ManualClock, Metrics, Policy,
@@ -26,16 +25,11 @@ use stormguard_std::{
 use tokio::time::{sleep, Instant as TokioInstant};
 use tokio_util::sync::CancellationToken;
 
-fn ms(n: u64) -> StdDuration {
-    StdDuration::from_millis(n)
-}
+mod support;
+use support::{ms, no_jitter};
 
 fn now() -> Instant {
     TokioClock::global().now()
-}
-
-fn no_jitter() -> Backoff {
-    Backoff::builder().jitter(Jitter::None).build().unwrap()
 }
 
 async fn ok(_: u32) -> Result<u32, &'static str> {
