@@ -507,19 +507,22 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
     /// [`Outcome::Cancelled`] (never counted as a failure); a failure of one waits for the
     /// other. Each attempt keeps its own attempt deadline.
     ///
-    /// `op` is called once per attempt and its futures may run side by side, so it is a
-    /// `FnMut(attempt) -> Future` whose futures do not borrow it (e.g. `|_| read(&BUS)` over a
-    /// shared bus, or an async block that copies what it needs).
+    /// `op` is called once per attempt that runs (never for a hedge the core declines) and its
+    /// futures may run side by side, so it is a `FnMut(attempt) -> Future` whose futures do not
+    /// borrow it (e.g. `|_| read(&BUS)` over a shared bus, or an async block that copies what
+    /// it needs).
+    ///
+    /// The p95 comes from what the breaker learns: a full breaker whose settings keep
+    /// statistics (every default rule does; a consecutive-only one needs
+    /// [`BreakerSettings::learning`](stormguard_core::BreakerSettings::learning)). A lean
+    /// breaker learns nothing, so a policy over one never hedges.
     ///
     /// ```
     /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
     /// use stormguard_core::{BreakerSettings, CallSettings};
-    /// use stormguard_embassy::{Breaker, CallError, Policy};
+    /// use stormguard_embassy::{valid, Breaker, CallError, Policy};
     ///
-    /// const HEDGED: CallSettings = match CallSettings::builder().hedging(true).build() {
-    ///     Ok(s) => s,
-    ///     Err(_) => panic!(),
-    /// };
+    /// const HEDGED: CallSettings = valid!(CallSettings::builder().hedging(true).build());
     /// static BREAKER: Breaker<Cs> = Breaker::new(BreakerSettings::defaults("gateway"));
     /// static POLICY: Policy<'static, Cs> = Policy::new(&BREAKER, HEDGED);
     ///
