@@ -224,9 +224,42 @@ fn a_breaker_that_learned_a_20_percent_failure_rate_explains_the_raised_consecut
         .breaker_now(snapshot)
         .to_string();
     assert!(
-        text.contains(&format!(", trips after {run} consecutive failures\n")),
+        text.contains(&format!(
+            ", trips after {run} consecutive failures (raised from 5 by the failures seen so far)\n"
+        )),
         "{text}"
     );
     assert!(text.contains(", normal failure rate "), "{text}");
     assert!(!text.contains("trips after 5 consecutive"), "{text}");
+}
+
+#[test]
+fn a_raised_run_says_why_before_the_error_rate_baseline_is_armed() {
+    // 200 outcomes in 20 s, every fifth a failure: all inside the 30 s trip window, so the
+    // error-rate baseline is not armed yet, while the consecutive rule has learned 20% from the
+    // window. The text says the run was raised, so "no baseline yet" does not contradict it.
+    let settings = BreakerSettings::defaults("young");
+    let mut breaker = Breaker::new(settings);
+    let mut now = Instant::from_secs(1);
+    for i in 0..200 {
+        let p = breaker.try_acquire(now).unwrap();
+        let outcome = if i % 5 == 1 {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        breaker.on_outcome(now + Duration::from_millis(10), p, outcome, &mut |_| {});
+        now += Duration::from_millis(100);
+    }
+    let snapshot = breaker.snapshot(now);
+    assert_eq!(snapshot.normal_failure_rate, None, "{snapshot:?}");
+    assert_eq!(snapshot.consecutive_to_trip, 12, "{snapshot:?}");
+    let text = Explain::new(&CallSettings::DEFAULT)
+        .breaker(&settings)
+        .breaker_now(snapshot)
+        .to_string();
+    assert!(
+        text.contains(", no failure-rate baseline yet (cold), trips after 12 consecutive failures (raised from 5 by the failures seen so far)\n"),
+        "{text}"
+    );
 }

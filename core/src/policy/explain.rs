@@ -303,7 +303,7 @@ impl fmt::Display for Explain<'_> {
 
         // What is measured now.
         match (self.breaker, self.breaker_now) {
-            (Some(_), Some(s)) => {
+            (Some(settings), Some(s)) => {
                 write!(f, "- measured now: breaker {}", s.state)?;
                 match s.normal_latency {
                     Some(l) => write!(f, ", normal latency {l}")?,
@@ -318,6 +318,12 @@ impl fmt::Display for Explain<'_> {
                     ", trips after {} consecutive failures",
                     s.consecutive_to_trip
                 )?;
+                // The run rises with the failure rate the breaker has seen, which it learns
+                // from the trip window too, before the error-rate baseline above is armed.
+                let configured = settings.consecutive_failures();
+                if s.consecutive_to_trip > configured {
+                    write!(f, " (raised from {configured} by the failures seen so far)")?;
+                }
                 if s.state == State::Open {
                     write!(f, ", half-open in {}", s.until_half_open)?;
                 }
