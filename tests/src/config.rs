@@ -41,8 +41,8 @@ use std::fmt;
 
 use serde::Deserialize;
 use stormguard_core::{
-    Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration, FailureRate, Jitter,
-    Multiple, Name, Ratio, Recovery, SlowCalls,
+    Backoff, Bound, BreakerSettings, BudgetSettings, CallSettings, Duration, FailureRate, Field,
+    Jitter, Multiple, Name, Ratio, Recovery, SettingsError, SlowCalls,
 };
 
 use crate::model::{Dependency, Impairment};
@@ -254,8 +254,36 @@ fn fraction(at: &str, x: f64) -> Result<f64, ConfigError> {
     }
 }
 
-fn core(at: &str, e: stormguard_core::SettingsError) -> ConfigError {
-    err(at, e.to_string())
+/// A settings error from the core, named by the file's keys under `section` (the core names the
+/// builders' setters, which a scenario file spells differently in places).
+fn core(section: &str, e: SettingsError) -> ConfigError {
+    let bound = match e.bound {
+        Bound::NotBelow(other) => format!("at least `{}`", file_key(other)),
+        Bound::AtLeastTimes(n, other) => format!("at least {n} times `{}`", file_key(other)),
+        Bound::DivisibleBy(other) => format!("divisible into whole `{}`", file_key(other)),
+        bound => bound.to_string(),
+    };
+    err(
+        format!("{section}.{}", file_key(e.field)),
+        format!("must be {bound}"),
+    )
+}
+
+/// The key a scenario file gives a setting.
+fn file_key(field: Field) -> &'static str {
+    match field {
+        Field::MaxAttempts => "attempts",
+        Field::BreakDuration => "break",
+        Field::FailureMultiple => "failure_rate",
+        Field::SlowMultiple => "slow_calls",
+        Field::RecoveryFraction => "recovery",
+        Field::BackoffBase => "base",
+        Field::BackoffFactor => "factor",
+        Field::BackoffCap => "cap",
+        Field::RetryFraction => "fraction",
+        Field::FloorRate => "floor",
+        other => other.as_str(),
+    }
 }
 
 /// Reads a scenario from TOML text. Errors name the setting at fault (or, for a syntax error,
@@ -454,7 +482,7 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
     let mut strategies = Vec::new();
     for name in &file.strategies {
         match Strategy::builtin(name) {
-            Some(s) => strategies.push(s.map_err(|e| core("strategies", e))?),
+            Some(s) => strategies.push(s.map_err(|e| err("strategies", e.to_string()))?),
             None => {
                 return Err(err(
                     "strategies",
@@ -475,7 +503,7 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
             "no strategy to run: add [[strategy]] tables or a `strategies = [...]` list of built-ins",
         ));
     }
-    Ok(Scenario {
+    let scenario = Scenario {
         name: file.name,
         description: file.description,
         seed: file.seed,
@@ -484,7 +512,9 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
         arrivals,
         dependency,
         strategies,
-    })
+    };
+    scenario.check_size().map_err(|e| err("duration", e))?;
+    Ok(scenario)
 }
 
 fn strategy(at: &str, s: &StrategyFile) -> Result<Strategy, ConfigError> {

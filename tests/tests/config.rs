@@ -78,7 +78,23 @@ fn with(replace: &str, by: &str) -> String {
 
 #[test]
 fn a_bad_scenario_file_says_what_is_wrong_and_where() {
-    let cases: [(&str, &str, &str); 19] = [
+    let cases: [(&str, &str, &str); 22] = [
+        // The core's own errors name the file's keys, not the builders' setters.
+        (
+            "attempts = 3",
+            "attempts = 0",
+            "strategy[0].attempts: must be at least 1",
+        ),
+        (
+            "consecutive_failures = 5,",
+            "consecutive_failures = 0,",
+            "strategy[0].breaker.consecutive_failures: must be at least 1",
+        ),
+        (
+            "break = \"5s\"",
+            "break = \"500s\"",
+            "strategy[0].breaker.max_break: must be at least `break`",
+        ),
         (
             "p99 = \"200ms\"",
             "p99 = \"10ms\"",
