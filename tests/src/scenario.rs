@@ -228,6 +228,15 @@ pub struct Scenario {
     pub strategies: Vec<Strategy>,
 }
 
+#[allow(clippy::cast_precision_loss)] // an estimate
+fn seconds(d: Duration) -> f64 {
+    d.as_nanos() as f64 / 1e9
+}
+
+/// The most calls one strategy's run may be expected to make: about 11 s and 500 MB of
+/// per-call figures on a laptop core (the simulator keeps each call's start, end and latency).
+pub const MAX_CALLS: f64 = 20e6;
+
 impl Scenario {
     /// The calls per second the whole fleet offers (open-loop arrivals), if known.
     #[must_use]
@@ -235,5 +244,40 @@ impl Scenario {
         self.arrivals
             .mean_rate()
             .map(|rate| rate * f64::from(self.clients))
+    }
+
+    /// About how many calls one strategy's run makes: the offered rate over the duration, or
+    /// for a polling fleet one call per think time plus median latency per client.
+    #[must_use]
+    pub fn expected_calls(&self) -> f64 {
+        let per_second = self.offered_rate().unwrap_or_else(|| {
+            let Arrivals::Polling { think } = self.arrivals else {
+                return 0.0;
+            };
+            let cycle = seconds(think + self.dependency.p50).max(1e-3);
+            f64::from(self.clients) / cycle
+        });
+        per_second * seconds(self.duration)
+    }
+
+    /// Refuses a scenario too large to simulate (see [`MAX_CALLS`]), saying what to change,
+    /// before the run rather than a long silence and gigabytes later.
+    ///
+    /// # Errors
+    ///
+    /// When [`Scenario::expected_calls`] exceeds [`MAX_CALLS`].
+    pub fn check_size(&self) -> Result<(), String> {
+        let calls = self.expected_calls();
+        if calls <= MAX_CALLS {
+            return Ok(());
+        }
+        Err(format!(
+            "scenario {:?} would make about {calls:.3e} calls per strategy ({} clients over {} \
+             s), more than the simulator's {MAX_CALLS:.0e}: shorten `duration`, or lower \
+             `load.clients` (`--clients`) or `load.rate`",
+            self.name,
+            self.clients,
+            self.duration.as_secs()
+        ))
     }
 }

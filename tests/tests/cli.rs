@@ -17,11 +17,13 @@ use std::process::{Command, Output};
 use serde_json::{Map, Value};
 use stormguard_tests::{suite, Arrivals, Strategy};
 
-/// Runs `storm` in a scratch directory, so that a chart it writes by default lands there.
+/// Runs `storm` in a scratch directory, so that a chart it writes by default lands there (under
+/// `target/`: the caller's `CARGO_TARGET_DIR` is not passed on).
 fn storm(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_storm"))
         .args(args)
         .current_dir(env!("CARGO_TARGET_TMPDIR"))
+        .env_remove("CARGO_TARGET_DIR")
         .output()
         .unwrap()
 }
@@ -419,4 +421,92 @@ fn explain_describes_every_strategy_of_a_file_without_running_it() {
     }
     // Explaining runs nothing: no result table.
     assert!(!text.contains("availability"), "{text}");
+}
+
+#[test]
+fn explain_with_json_prints_each_strategys_explanation_as_json() {
+    let text = stdout_of(&["--scenario", "outage", "--explain", "--json"]);
+    let json: Value = serde_json::from_str(&text).unwrap();
+    let entries = json.as_array().unwrap();
+    let outage = suite::outage().unwrap();
+    assert_eq!(entries.len(), outage.strategies.len());
+    for (entry, strategy) in entries.iter().zip(&outage.strategies) {
+        assert_eq!(entry["scenario"], "outage");
+        assert_eq!(entry["strategy"], strategy.name.as_str());
+        assert_eq!(entry["explain"], strategy.explain().as_str());
+    }
+}
+
+#[test]
+fn progress_lines_come_in_the_order_the_runs_were_asked_for() {
+    let svg = scratch("cli-progress.svg");
+    let out = storm(&[
+        "--scenario",
+        "outage",
+        "--scenario",
+        "polling",
+        "--clients",
+        "2",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let announced: Vec<String> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("storm: ["))
+        .map(|l| {
+            l.split_once("] ")
+                .unwrap()
+                .1
+                .rsplit_once(" (")
+                .unwrap()
+                .0
+                .to_string()
+        })
+        .collect();
+    let mut want = Vec::new();
+    for s in [suite::outage().unwrap(), suite::polling().unwrap()] {
+        for st in &s.strategies {
+            want.push(format!("{} / {}", s.name, st.name));
+        }
+    }
+    assert_eq!(announced, want, "{stderr}");
+}
+
+#[test]
+fn the_chart_goes_to_cargos_target_directory_when_one_is_set() {
+    let dir = scratch("cli-target-dir");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_storm"))
+        .args(["--scenario", "outage", "--clients", "1"])
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
+        .env("CARGO_TARGET_DIR", &dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let chart = std::fs::read_to_string(dir.join("storm").join("load.svg")).unwrap();
+    assert!(chart.contains("<svg"));
+}
+
+#[test]
+fn a_run_too_large_to_simulate_is_refused_before_it_starts() {
+    // 100,000 clients at 30 calls per second for 4 minutes: 720 million calls.
+    let e = refusal(&["--scenario", "outage", "--clients", "100000"], 1);
+    assert!(e.contains("7.200e8 calls per strategy"), "{e}");
+    assert!(e.contains("--clients"), "{e}");
+    assert!(!e.contains("[1/"), "a run started: {e}");
+    let file = scratch("cli-too-long.toml");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/example.toml"
+    ))
+    .unwrap()
+    .replace("duration = \"4m\"", "duration = \"1000h\"");
+    std::fs::write(&file, text).unwrap();
+    let e = refusal(&["--scenario", file.to_str().unwrap()], 1);
+    assert!(
+        e.contains("duration: scenario \"payments-brownout\" would make about 1.800e9"),
+        "{e}"
+    );
 }

@@ -21,8 +21,10 @@ OPTIONS:
                            (default: the whole built-in suite)
     --seed N               the seed (default: each scenario's own)
     --clients N            clients in the fleet (default: each scenario's own)
-    --json                 print the figures as JSON (one object per scenario x strategy)
-    --svg PATH             where to write the chart (default: target/storm/load.svg)
+    --json                 print the figures as JSON (one object per scenario x strategy;
+                           with --explain, each strategy's explanation)
+    --svg PATH             where to write the chart (default: storm/load.svg under
+                           $CARGO_TARGET_DIR, else under ./target)
     --list                 list the built-in scenarios and strategies
     --explain              describe each strategy of the scenarios in plain text (what bounds a
                            call, its worst case, the load it can add, what is missing); no run
@@ -40,13 +42,22 @@ struct Options {
     explain: bool,
 }
 
+/// `storm/load.svg` in cargo's target directory: `$CARGO_TARGET_DIR` when set, else `./target`.
+fn default_svg() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from("target"), PathBuf::from)
+        .join("storm")
+        .join("load.svg")
+}
+
 fn parse_args() -> Result<Option<Options>, String> {
     let mut o = Options {
         scenarios: Vec::new(),
         seed: None,
         clients: None,
         json: false,
-        svg: PathBuf::from("target/storm/load.svg"),
+        svg: default_svg(),
         list: false,
         explain: false,
     };
@@ -139,6 +150,30 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
+    if o.explain && o.json {
+        let explained: Vec<serde_json::Value> = list
+            .iter()
+            .flat_map(|s| {
+                s.strategies.iter().map(|strategy| {
+                    serde_json::json!({
+                        "scenario": s.name,
+                        "strategy": strategy.name,
+                        "explain": strategy.explain(),
+                    })
+                })
+            })
+            .collect();
+        return match serde_json::to_string_pretty(&explained) {
+            Ok(j) => {
+                println!("{j}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("storm: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     if o.explain {
         for s in &list {
             println!("== {}: {}", s.name, s.description);
@@ -156,6 +191,10 @@ fn main() -> ExitCode {
         }
         if let Some(c) = o.clients {
             s.clients = c;
+        }
+        if let Err(e) = s.check_size() {
+            eprintln!("storm: {e}");
+            return ExitCode::from(1);
         }
     }
     let reports = run_all(&list);
@@ -212,15 +251,19 @@ fn main() -> ExitCode {
 }
 
 /// Runs every scenario x strategy, spread over the machine's cores; results in input order.
+/// Progress lines come in input order too: a finished run waits for those listed before it.
 fn run_all(list: &[Scenario]) -> Vec<Vec<Report>> {
     let jobs: Vec<(usize, usize)> = list
         .iter()
         .enumerate()
         .flat_map(|(i, s)| (0..s.strategies.len()).map(move |j| (i, j)))
         .collect();
-    let results: Mutex<Vec<Option<Report>>> = Mutex::new(vec![None; jobs.len()]);
+    let finished: Mutex<Finished> = Mutex::new(Finished {
+        reports: vec![None; jobs.len()],
+        took: vec![0.0; jobs.len()],
+        announced: 0,
+    });
     let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(jobs.len().max(1));
@@ -232,21 +275,20 @@ fn run_all(list: &[Scenario]) -> Vec<Vec<Report>> {
                 let s = &list[i];
                 let started = std::time::Instant::now();
                 let r = run(s, &s.strategies[j], s.seed);
-                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                eprintln!(
-                    "storm: [{n}/{}] {} / {} ({:.2} s)",
-                    jobs.len(),
-                    s.name,
-                    s.strategies[j].name,
-                    started.elapsed().as_secs_f64()
-                );
-                if let Ok(mut all) = results.lock() {
-                    all[k] = Some(r);
+                let took = started.elapsed().as_secs_f64();
+                if let Ok(mut f) = finished.lock() {
+                    f.reports[k] = Some(r);
+                    f.took[k] = took;
+                    f.announce(list, &jobs);
                 }
             });
         }
     });
-    let mut flat = results.into_inner().unwrap_or_default().into_iter();
+    let mut flat = finished
+        .into_inner()
+        .map(|f| f.reports)
+        .unwrap_or_default()
+        .into_iter();
     list.iter()
         .map(|s| {
             (0..s.strategies.len())
@@ -254,4 +296,29 @@ fn run_all(list: &[Scenario]) -> Vec<Vec<Report>> {
                 .collect()
         })
         .collect()
+}
+
+/// The runs done so far, and how many of them have been announced on stderr.
+struct Finished {
+    reports: Vec<Option<Report>>,
+    took: Vec<f64>,
+    announced: usize,
+}
+
+impl Finished {
+    /// Announces every finished run not yet announced whose predecessors all are.
+    fn announce(&mut self, list: &[Scenario], jobs: &[(usize, usize)]) {
+        while let Some(Some(_)) = self.reports.get(self.announced) {
+            let (i, j) = jobs[self.announced];
+            self.announced += 1;
+            eprintln!(
+                "storm: [{}/{}] {} / {} ({:.2} s)",
+                self.announced,
+                jobs.len(),
+                list[i].name,
+                list[i].strategies[j].name,
+                self.took[self.announced - 1]
+            );
+        }
+    }
 }
