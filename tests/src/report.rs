@@ -164,14 +164,90 @@ pub fn table(reports: &[&Report]) -> String {
             ]
         })
         .collect();
-    let mut widths = HEADERS.map(str::len);
-    for row in &rows {
+    let rows: Vec<Vec<String>> = rows.into_iter().map(Vec::from).collect();
+    aligned(&HEADERS.map(String::from), &rows)
+}
+
+/// The least, median and greatest of `values` (the lower middle for an even count); `None`
+/// when there are none.
+#[must_use]
+pub fn spread(mut values: Vec<f64>) -> Option<[f64; 3]> {
+    values.retain(|v| !v.is_nan());
+    values.sort_by(f64::total_cmp);
+    let median = values.len().checked_sub(1)? / 2;
+    Some([*values.first()?, *values.get(median)?, *values.last()?])
+}
+
+/// A plain-text table of each strategy's runs over several seeds: three rows per strategy, the
+/// least, the median and the greatest of each figure over its runs (a figure that did not
+/// happen in every run, such as the time to trip, is taken over the runs where it did, and
+/// marked with how many).
+#[must_use]
+pub fn spread_table(strategies: &[Vec<Report>]) -> String {
+    type Figure = (fn(&Report) -> Option<f64>, fn(f64) -> String);
+    fn count(v: u64) -> Option<f64> {
+        #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+        Some(v as f64)
+    }
+    let whole = |v: f64| format!("{v:.0}");
+    let figures: [Figure; 15] = [
+        (|r| count(r.calls), whole),
+        (|r| count(r.succeeded), whole),
+        (|r| count(r.failed), whole),
+        (|r| count(r.refused_locally), whole),
+        (|r| Some(r.availability), |v| format!("{v:.4}")),
+        (|r| Some(r.load_multiplier), |v| format!("{v:.3}x")),
+        (|r| Some(r.amplification), |v| format!("{v:.3}x")),
+        (|r| Some(r.retries_per_call), |v| format!("{v:.3}")),
+        (|r| Some(r.latency_p50_ms), |v| format!("{v:.0}ms")),
+        (|r| Some(r.latency_p99_ms), |v| format!("{v:.0}ms")),
+        (|r| count(r.breaker_opens), whole),
+        (|r| r.time_to_trip_ms, |v| secs(Some(v))),
+        (|r| r.time_to_recover_ms, |v| secs(Some(v))),
+        (|r| count(r.re_trips), whole),
+        (|r| count(r.false_trips), whole),
+    ];
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for runs in strategies {
+        let Some(first) = runs.first() else { continue };
+        let mut three = [
+            vec![first.strategy.clone(), "min".to_string()],
+            vec![String::new(), "median".to_string()],
+            vec![String::new(), "max".to_string()],
+        ];
+        for (value, show) in figures {
+            let values: Vec<f64> = runs.iter().filter_map(value).collect();
+            let seen = values.len();
+            match spread(values) {
+                Some(mmm) => {
+                    for (row, v) in three.iter_mut().zip(mmm) {
+                        let mut cell = show(v);
+                        if seen < runs.len() {
+                            cell.push_str(&format!(" ({seen}/{})", runs.len()));
+                        }
+                        row.push(cell);
+                    }
+                }
+                None => three.iter_mut().for_each(|row| row.push("-".to_string())),
+            }
+        }
+        rows.extend(three);
+    }
+    let mut headers: Vec<String> = vec![HEADERS[0].to_string(), "of seeds".to_string()];
+    headers.extend(HEADERS[1..].iter().map(|h| (*h).to_string()));
+    aligned(&headers, &rows)
+}
+
+/// `headers` and `rows` in columns: the first left-aligned, the rest right-aligned.
+fn aligned(headers: &[String], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(String::len).collect();
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row.iter()) {
-            *w = (*w).max(cell.len());
+            *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
-    let mut line = |cells: &[String]| {
+    for cells in std::iter::once(headers).chain(rows.iter().map(Vec::as_slice)) {
         let mut s = String::new();
         for (i, (cell, w)) in cells.iter().zip(widths.iter()).enumerate() {
             if i == 0 {
@@ -182,10 +258,6 @@ pub fn table(reports: &[&Report]) -> String {
         }
         out.push_str(s.trim_end());
         out.push('\n');
-    };
-    line(&HEADERS.map(String::from));
-    for row in &rows {
-        line(row);
     }
     out
 }

@@ -510,3 +510,55 @@ fn a_run_too_large_to_simulate_is_refused_before_it_starts() {
         "{e}"
     );
 }
+
+#[test]
+fn seeds_report_the_least_median_and_greatest_of_each_figure_over_the_runs() {
+    let svg = scratch("cli-seeds.svg");
+    let svg = svg.to_str().unwrap();
+    let base = ["--scenario", "polling", "--svg", svg];
+    // Each seed on its own.
+    let single: Vec<Vec<Map<String, Value>>> = ["5", "6", "7"]
+        .iter()
+        .map(|seed| {
+            let mut args = base.to_vec();
+            args.extend(["--seed", seed]);
+            reports(&args)
+        })
+        .collect();
+    let mut args = base.to_vec();
+    args.extend(["--seed", "5", "--seeds", "3"]);
+    let spread = reports(&args);
+    assert_eq!(spread.len(), single[0].len());
+    for (n, s) in spread.iter().enumerate() {
+        assert_eq!(s["strategy"], single[0][n]["strategy"]);
+        assert_eq!(s["seeds"], serde_json::json!([5, 6, 7]));
+        for key in ["calls", "availability", "latency_p99_ms", "load_multiplier"] {
+            let mut each: Vec<f64> = single.iter().map(|runs| num(&runs[n], key)).collect();
+            each.sort_by(f64::total_cmp);
+            let got = s[key].as_object().unwrap();
+            assert_eq!(num(got, "min"), each[0], "{key}");
+            assert_eq!(num(got, "median"), each[1], "{key}");
+            assert_eq!(num(got, "max"), each[2], "{key}");
+        }
+    }
+    // The table prints three rows per strategy.
+    let mut args = base.to_vec();
+    args.extend(["--seeds", "3"]);
+    let text = stdout_of(&args);
+    let seed = suite::polling().unwrap().seed;
+    assert!(
+        text.contains(&format!("(seeds {seed} to {},", seed + 2)),
+        "{text}"
+    );
+    let rows = ["min", "median", "max"];
+    for row in rows {
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.split_whitespace().any(|w| w == row))
+                .count(),
+            single[0].len(),
+            "{row} rows in:\n{text}"
+        );
+    }
+    assert!(refusal(&["--seeds", "0"], 2).contains("--seeds: 0 is not from 1 to 1000"));
+}

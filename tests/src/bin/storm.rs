@@ -20,6 +20,8 @@ OPTIONS:
     --scenario NAME|FILE   run one built-in scenario, or a scenario file (.toml); repeatable
                            (default: the whole built-in suite)
     --seed N               the seed (default: each scenario's own)
+    --seeds N              run each scenario x strategy over N seeds (the seed, the seed + 1,
+                           ...) and print the least, median and greatest of each figure
     --clients N            clients in the fleet (default: each scenario's own)
     --json                 print the figures as JSON (one object per scenario x strategy;
                            with --explain, each strategy's explanation)
@@ -32,9 +34,13 @@ OPTIONS:
 
 Progress goes to stderr, results to stdout. The same seed gives the same output, byte for byte.";
 
+/// The most seeds `--seeds` runs each scenario x strategy over.
+const MAX_SEEDS: u64 = 1_000;
+
 struct Options {
     scenarios: Vec<String>,
     seed: Option<u64>,
+    seeds: u64,
     clients: Option<u32>,
     json: bool,
     svg: PathBuf,
@@ -55,6 +61,7 @@ fn parse_args() -> Result<Option<Options>, String> {
     let mut o = Options {
         scenarios: Vec::new(),
         seed: None,
+        seeds: 1,
         clients: None,
         json: false,
         svg: default_svg(),
@@ -76,6 +83,16 @@ fn parse_args() -> Result<Option<Options>, String> {
                     v.parse()
                         .map_err(|_| format!("--seed: {v:?} is not a number"))?,
                 );
+            }
+            "--seeds" => {
+                let v = value("--seeds")?;
+                let n: u64 = v
+                    .parse()
+                    .map_err(|_| format!("--seeds: {v:?} is not a number"))?;
+                if !(1..=MAX_SEEDS).contains(&n) {
+                    return Err(format!("--seeds: {n} is not from 1 to {MAX_SEEDS}"));
+                }
+                o.seeds = n;
             }
             "--clients" => {
                 let v = value("--clients")?;
@@ -197,11 +214,32 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    let reports = run_all(&list);
+    let runs = run_all(&list, o.seeds);
+    // The chart, the commentary and a one-seed run's figures are the first seed's.
+    let reports: Vec<Vec<Report>> = runs
+        .iter()
+        .map(|strategies| {
+            strategies
+                .iter()
+                .filter_map(|seeds| seeds.first().cloned())
+                .collect()
+        })
+        .collect();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if o.json {
-        match serde_json::to_string_pretty(&reports.iter().flatten().collect::<Vec<_>>()) {
+        let json = if o.seeds > 1 {
+            serde_json::to_string_pretty(
+                &runs
+                    .iter()
+                    .flatten()
+                    .map(|seeds| spread_json(seeds))
+                    .collect::<Vec<_>>(),
+            )
+        } else {
+            serde_json::to_string_pretty(&reports.iter().flatten().collect::<Vec<_>>())
+        };
+        match json {
             Ok(j) => {
                 let _ = writeln!(out, "{j}");
             }
@@ -211,21 +249,29 @@ fn main() -> ExitCode {
             }
         }
     } else {
-        for (s, rs) in list.iter().zip(&reports) {
+        for ((s, rs), spread) in list.iter().zip(&reports).zip(&runs) {
+            let seeds = if o.seeds > 1 {
+                format!("seeds {} to {}", s.seed, s.seed.wrapping_add(o.seeds - 1))
+            } else {
+                format!("seed {}", s.seed)
+            };
             let _ = writeln!(
                 out,
-                "== {} (seed {}, {} client{}, {} s): {}",
+                "== {} ({seeds}, {} client{}, {} s): {}",
                 s.name,
-                s.seed,
                 s.clients,
                 if s.clients == 1 { "" } else { "s" },
                 s.duration.as_secs(),
                 s.description
             );
-            let refs: Vec<&Report> = rs.iter().collect();
-            let _ = write!(out, "{}", report::table(&refs));
-            for line in suite::commentary(s, rs) {
-                let _ = writeln!(out, "  {line}");
+            if o.seeds > 1 {
+                let _ = write!(out, "{}", report::spread_table(spread));
+            } else {
+                let refs: Vec<&Report> = rs.iter().collect();
+                let _ = write!(out, "{}", report::table(&refs));
+                for line in suite::commentary(s, rs) {
+                    let _ = writeln!(out, "  {line}");
+                }
             }
             let _ = writeln!(out);
         }
@@ -250,13 +296,16 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Runs every scenario x strategy, spread over the machine's cores; results in input order.
+/// Runs every scenario x strategy over `seeds` seeds (the scenario's, then the next ones), spread
+/// over the machine's cores; results in input order, indexed by scenario, strategy and seed.
 /// Progress lines come in input order too: a finished run waits for those listed before it.
-fn run_all(list: &[Scenario]) -> Vec<Vec<Report>> {
-    let jobs: Vec<(usize, usize)> = list
+fn run_all(list: &[Scenario], seeds: u64) -> Vec<Vec<Vec<Report>>> {
+    let jobs: Vec<Job> = list
         .iter()
         .enumerate()
-        .flat_map(|(i, s)| (0..s.strategies.len()).map(move |j| (i, j)))
+        .flat_map(|(i, s)| {
+            (0..s.strategies.len()).flat_map(move |j| (0..seeds).map(move |k| (i, j, k)))
+        })
         .collect();
     let finished: Mutex<Finished> = Mutex::new(Finished {
         reports: vec![None; jobs.len()],
@@ -270,16 +319,16 @@ fn run_all(list: &[Scenario]) -> Vec<Vec<Report>> {
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(i, j)) = jobs.get(k) else { break };
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(i, j, k)) = jobs.get(n) else { break };
                 let s = &list[i];
                 let started = std::time::Instant::now();
-                let r = run(s, &s.strategies[j], s.seed);
+                let r = run(s, &s.strategies[j], s.seed.wrapping_add(k));
                 let took = started.elapsed().as_secs_f64();
                 if let Ok(mut f) = finished.lock() {
-                    f.reports[k] = Some(r);
-                    f.took[k] = took;
-                    f.announce(list, &jobs);
+                    f.reports[n] = Some(r);
+                    f.took[n] = took;
+                    f.announce(list, &jobs, seeds);
                 }
             });
         }
@@ -292,11 +341,14 @@ fn run_all(list: &[Scenario]) -> Vec<Vec<Report>> {
     list.iter()
         .map(|s| {
             (0..s.strategies.len())
-                .filter_map(|_| flat.next().flatten())
+                .map(|_| (0..seeds).filter_map(|_| flat.next().flatten()).collect())
                 .collect()
         })
         .collect()
 }
+
+/// One run: a scenario, one of its strategies, and which of the seeds.
+type Job = (usize, usize, u64);
 
 /// The runs done so far, and how many of them have been announced on stderr.
 struct Finished {
@@ -307,18 +359,61 @@ struct Finished {
 
 impl Finished {
     /// Announces every finished run not yet announced whose predecessors all are.
-    fn announce(&mut self, list: &[Scenario], jobs: &[(usize, usize)]) {
-        while let Some(Some(_)) = self.reports.get(self.announced) {
-            let (i, j) = jobs[self.announced];
-            self.announced += 1;
+    fn announce(&mut self, list: &[Scenario], jobs: &[Job], seeds: u64) {
+        while let Some(Some(r)) = self.reports.get(self.announced) {
+            let (i, j, _) = jobs[self.announced];
+            let seed = if seeds > 1 {
+                format!(" / seed {}", r.seed)
+            } else {
+                String::new()
+            };
             eprintln!(
-                "storm: [{}/{}] {} / {} ({:.2} s)",
-                self.announced,
+                "storm: [{}/{}] {} / {}{seed} ({:.2} s)",
+                self.announced + 1,
                 jobs.len(),
                 list[i].name,
                 list[i].strategies[j].name,
-                self.took[self.announced - 1]
+                self.took[self.announced]
             );
+            self.announced += 1;
         }
     }
+}
+
+/// Each scenario x strategy's figures over its seeds, as JSON: the least, median and greatest
+/// of every number (over the runs where it is not `null`), names as they are, and the seeds.
+fn spread_json(runs: &[Report]) -> serde_json::Value {
+    let values: Vec<serde_json::Value> = runs
+        .iter()
+        .filter_map(|r| serde_json::to_value(r).ok())
+        .collect();
+    let mut out = serde_json::Map::new();
+    let Some(first) = values.first().and_then(|v| v.as_object()) else {
+        return serde_json::Value::Object(out);
+    };
+    for (key, value) in first {
+        let all: Vec<&serde_json::Value> = values.iter().filter_map(|v| v.get(key)).collect();
+        let numbers: Vec<f64> = all.iter().filter_map(|v| v.as_f64()).collect();
+        let entry = if key == "seed" {
+            serde_json::json!(runs.iter().map(|r| r.seed).collect::<Vec<_>>())
+        } else if value.is_string() {
+            value.clone()
+        } else if numbers.is_empty() && all.iter().all(|v| v.is_null()) {
+            serde_json::Value::Null
+        } else if let Some([min, median, max]) = report::spread(numbers) {
+            serde_json::json!({ "min": min, "median": median, "max": max })
+        } else {
+            // Lists and maps (the fault window, opens by reason): the first seed's.
+            value.clone()
+        };
+        out.insert(
+            if key == "seed" {
+                "seeds".to_string()
+            } else {
+                key.clone()
+            },
+            entry,
+        );
+    }
+    serde_json::Value::Object(out)
 }
