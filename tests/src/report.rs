@@ -97,6 +97,9 @@ pub struct Report {
     /// Calls that succeeded, per second of the run (by start).
     #[serde(skip)]
     pub successes_per_second: Vec<u32>,
+    /// Times a breaker opened, per second of the run.
+    #[serde(skip)]
+    pub opens_per_second: Vec<u32>,
 }
 
 impl Report {
@@ -166,6 +169,42 @@ pub fn table(reports: &[&Report]) -> String {
         .collect();
     let rows: Vec<Vec<String>> = rows.into_iter().map(Vec::from).collect();
     aligned(&HEADERS.map(String::from), &rows)
+}
+
+/// A second-by-second account of one run: calls made, calls that succeeded (by start),
+/// attempts at the dependency and their ratio to calls, and breaker opens, with the fault
+/// window marked.
+#[must_use]
+pub fn timeline(r: &Report) -> String {
+    let at = |v: &[u32], s: usize| v.get(s).copied().unwrap_or(0);
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // whole seconds of a run
+    let seconds = r.duration_s.max(0.0).ceil() as usize;
+    let [from, to] = r.fault_window_s;
+    let headers = ["second", "calls", "ok", "attempts", "load", "opens", ""].map(String::from);
+    let rows: Vec<Vec<String>> = (0..seconds)
+        .map(|s| {
+            let calls = at(&r.calls_per_second, s);
+            let attempts = at(&r.attempts_per_second, s);
+            let load = if calls == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.2}x", f64::from(attempts) / f64::from(calls))
+            };
+            #[allow(clippy::cast_precision_loss)]
+            let second = s as f64;
+            let impaired = second + 1.0 > from && second < to;
+            vec![
+                s.to_string(),
+                calls.to_string(),
+                at(&r.successes_per_second, s).to_string(),
+                attempts.to_string(),
+                load,
+                at(&r.opens_per_second, s).to_string(),
+                if impaired { "impaired" } else { "" }.to_string(),
+            ]
+        })
+        .collect();
+    aligned(&headers, &rows)
 }
 
 /// The least, median and greatest of `values` (the lower middle for an even count); `None`

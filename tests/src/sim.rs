@@ -805,6 +805,13 @@ impl Sim<'_> {
             refused_by_breaker: t.refused_by_breaker,
             refused_by_budget: t.refused_by_budget,
             unprobed_attempts_while_open: t.unprobed_while_open,
+            opens_per_second: {
+                let mut opens = Vec::new();
+                for trip in &t.trips {
+                    bump(&mut opens, trip.at);
+                }
+                opens
+            },
             calls_per_second: std::mem::take(&mut t.calls_ps),
             attempts_per_second: std::mem::take(&mut t.attempts_ps),
             successes_per_second: std::mem::take(&mut t.successes_ps),

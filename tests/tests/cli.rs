@@ -562,3 +562,50 @@ fn seeds_report_the_least_median_and_greatest_of_each_figure_over_the_runs() {
     }
     assert!(refusal(&["--seeds", "0"], 2).contains("--seeds: 0 is not from 1 to 1000"));
 }
+
+#[test]
+fn a_timeline_accounts_for_every_call_second_by_second() {
+    let svg = scratch("cli-timeline.svg");
+    let args = [
+        "--scenario",
+        "outage",
+        "--clients",
+        "2",
+        "--svg",
+        svg.to_str().unwrap(),
+    ];
+    let strategy = "retry-x3+breaker";
+    let mut with = args.to_vec();
+    with.extend(["--timeline", strategy]);
+    let text = stdout_of(&with);
+    let (_, rest) = text
+        .split_once(&format!("-- timeline of {strategy} (seed "))
+        .unwrap_or_else(|| panic!("no timeline in:\n{text}"));
+    let rows: Vec<Vec<&str>> = rest
+        .lines()
+        .skip(2)
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let outage = suite::outage().unwrap();
+    assert_eq!(rows.len() as u64, outage.duration.as_secs());
+    let column = |n: usize| -> u64 { rows.iter().map(|r| r[n].parse::<u64>().unwrap()).sum() };
+    let report = reports(&args)
+        .into_iter()
+        .find(|r| r["strategy"] == strategy)
+        .unwrap();
+    assert_eq!(column(1) as f64, num(&report, "calls"));
+    assert_eq!(column(2) as f64, num(&report, "succeeded"));
+    assert_eq!(column(5) as f64, num(&report, "breaker_opens"));
+    // The outage's seconds are marked, and only those.
+    let impaired = rows
+        .iter()
+        .filter(|r| r.last() == Some(&"impaired"))
+        .count();
+    assert_eq!(impaired, 60, "{rest}");
+    let e = refusal(&["--scenario", "outage", "--timeline", "nonesuch"], 2);
+    assert!(
+        e.contains("no scenario here has a strategy named \"nonesuch\""),
+        "{e}"
+    );
+}

@@ -27,6 +27,8 @@ OPTIONS:
                            with --explain, each strategy's explanation)
     --svg PATH             where to write the chart (default: storm/load.svg under
                            $CARGO_TARGET_DIR, else under ./target)
+    --timeline STRATEGY    also print, second by second, what that strategy did in each
+                           scenario that has it (calls, successes, attempts, load, opens)
     --list                 list the built-in scenarios and strategies
     --explain              describe each strategy of the scenarios in plain text (what bounds a
                            call, its worst case, the load it can add, what is missing); no run
@@ -41,6 +43,7 @@ struct Options {
     scenarios: Vec<String>,
     seed: Option<u64>,
     seeds: u64,
+    timeline: Option<String>,
     clients: Option<u32>,
     json: bool,
     svg: PathBuf,
@@ -62,6 +65,7 @@ fn parse_args() -> Result<Option<Options>, String> {
         scenarios: Vec::new(),
         seed: None,
         seeds: 1,
+        timeline: None,
         clients: None,
         json: false,
         svg: default_svg(),
@@ -84,6 +88,7 @@ fn parse_args() -> Result<Option<Options>, String> {
                         .map_err(|_| format!("--seed: {v:?} is not a number"))?,
                 );
             }
+            "--timeline" => o.timeline = Some(value("--timeline")?),
             "--seeds" => {
                 let v = value("--seeds")?;
                 let n: u64 = v
@@ -214,6 +219,15 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
+    if let Some(name) = &o.timeline {
+        if !list
+            .iter()
+            .any(|s| s.strategies.iter().any(|st| &st.name == name))
+        {
+            eprintln!("storm: --timeline: no scenario here has a strategy named {name:?}");
+            return ExitCode::from(2);
+        }
+    }
     let runs = run_all(&list, o.seeds);
     // The chart, the commentary and a one-seed run's figures are the first seed's.
     let reports: Vec<Vec<Report>> = runs
@@ -272,6 +286,10 @@ fn main() -> ExitCode {
                 for line in suite::commentary(s, rs) {
                     let _ = writeln!(out, "  {line}");
                 }
+            }
+            if let Some(r) = rs.iter().find(|r| Some(&r.strategy) == o.timeline.as_ref()) {
+                let _ = writeln!(out, "-- timeline of {} (seed {}):", r.strategy, r.seed);
+                let _ = write!(out, "{}", report::timeline(r));
             }
             let _ = writeln!(out);
         }
