@@ -8,6 +8,7 @@
 )]
 
 use stormguard_core::{
+    call::Admission, limits::RateLimitSettings, limits::RateLimited, limits::RateLimiter,
     Breaker, BreakerSettings, Duration, Event, FailureRate, Instant, Outcome, Ratio, Recovery,
     RefusalReason, Refused, SlowCalls, State, TripReason,
 };
@@ -726,6 +727,36 @@ fn into_ramp(b: &mut Breaker) -> Instant {
     let start = after + ms(20);
     assert_eq!(b.state(start), State::Recovering);
     start
+}
+
+/// A rate limiter that never runs dry changes nothing about who the ramp admits: its shedding
+/// moves on a running credit that only asking the breaker advances, so a limiter in front must
+/// still ask (a pre-check alone once shed every call until the ramp's end).
+#[test]
+fn a_ramp_behind_a_rate_limiter_with_cells_to_spare_admits_as_it_does_alone() {
+    let mut alone = Breaker::new(ramped());
+    let mut behind = Breaker::new(ramped());
+    let start = into_ramp(&mut alone);
+    assert_eq!(into_ramp(&mut behind), start);
+    let limiter = RateLimiter::new(RateLimitSettings::per_second("search", 1_000_000).unwrap());
+    let mut limited = RateLimited::new(&mut behind, limiter);
+    let (mut t, mut admitted_alone, mut admitted_behind, mut offered) = (start, 0u32, 0u32, 0u32);
+    while alone.state(t) == State::Recovering && offered < 100_000 {
+        offered += 1;
+        let a = alone.try_acquire(t);
+        let b = limited.try_acquire(t, None, &mut |_| {});
+        assert_eq!(a.is_ok(), b.is_ok(), "call {offered} at {t:?}");
+        if let (Ok(a), Ok(b)) = (a, b) {
+            admitted_alone += 1;
+            admitted_behind += 1;
+            alone.on_outcome(t, a, Outcome::Success, &mut |_| {});
+            limited.on_outcome(t, b, Outcome::Success, &mut |_| {});
+        }
+        t += ms(5);
+    }
+    assert!(admitted_alone > 100, "the ramp admitted {admitted_alone}");
+    assert_eq!(admitted_behind, admitted_alone);
+    assert_eq!(limited.breaker().state(t), State::Closed);
 }
 
 #[test]

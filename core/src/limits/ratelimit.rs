@@ -1347,7 +1347,22 @@ impl<A: Admission, L: Limit> Admission for RateLimited<A, L> {
         attempt_timeout: Option<Duration>,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Permit, Refused> {
-        self.breaker.check(now)?;
+        // The breaker is asked first so that a call it refuses spends no cell.
+        if let Err(refused) = self.breaker.check(now) {
+            if refused.reason != RefusalReason::RampShedding {
+                return Err(refused);
+            }
+            // A recovery ramp sheds on a running credit that only asking moves on: a check
+            // alone would shed every call until the ramp's end. The shed call spends no cell.
+            let permit = self.breaker.try_acquire(now, attempt_timeout, events)?;
+            return match self.limiter.take(now) {
+                Ok(()) => Ok(permit),
+                Err(limited) => {
+                    self.breaker.release(permit);
+                    Err(limited)
+                }
+            };
+        }
         self.limiter.take(now)?;
         self.breaker.try_acquire(now, attempt_timeout, events)
     }
