@@ -8,8 +8,8 @@
 )]
 
 use stormguard_core::{
-    call::Admission, limits::RateLimitSettings, limits::RateLimited, limits::RateLimiter,
-    Breaker, BreakerSettings, Duration, Event, FailureRate, Instant, Outcome, Ratio, Recovery,
+    call::Admission, limits::RateLimitSettings, limits::RateLimited, limits::RateLimiter, Breaker,
+    BreakerSettings, Duration, Event, FailureRate, Instant, Outcome, Ratio, Recovery,
     RefusalReason, Refused, SlowCalls, State, TripReason,
 };
 

@@ -41,8 +41,9 @@ use std::fmt;
 
 use serde::Deserialize;
 use stormguard_core::{
-    Backoff, Bound, BreakerSettings, BudgetSettings, CallSettings, Duration, FailureRate, Field,
-    Jitter, Multiple, Name, Ratio, Recovery, SettingsError, SlowCalls,
+    limits::BulkheadSettings, limits::RateLimitSettings, Backoff, Bound, BreakerSettings,
+    BudgetSettings, CallSettings, Duration, FailureRate, Field, Jitter, Multiple, Name, Ratio,
+    Recovery, SettingsError, SlowCalls,
 };
 
 use crate::model::{Dependency, Impairment};
@@ -139,6 +140,7 @@ struct ImpairmentFile {
     rate: Option<f64>,
     over: Option<String>,
     from: Option<f64>,
+    to: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -153,6 +155,24 @@ struct StrategyFile {
     backoff: Option<BackoffFile>,
     budget: Option<BudgetFile>,
     breaker: Option<BreakerFile>,
+    rate_limit: Option<RateLimitFile>,
+    bulkhead: Option<BulkheadFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateLimitFile {
+    per_second: u32,
+    burst: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BulkheadFile {
+    max_in_flight: u32,
+    /// Not modelled: the simulator holds no queue of waiters (see [`Layer::bulkhead`]).
+    max_queue: Option<toml::Value>,
+    max_wait: Option<toml::Value>,
 }
 
 fn one_u32() -> u32 {
@@ -282,6 +302,7 @@ fn file_key(field: Field) -> &'static str {
         Field::BackoffCap => "cap",
         Field::RetryFraction => "fraction",
         Field::FloorRate => "floor",
+        Field::Rate => "per_second",
         other => other.as_str(),
     }
 }
@@ -470,10 +491,26 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
                     from,
                 }
             }
+            "capacity_drop" => {
+                if dependency.capacity.is_none() {
+                    return Err(err(at("kind"), "a capacity_drop needs dependency.capacity"));
+                }
+                let to = imp
+                    .to
+                    .ok_or_else(|| err(at("to"), "a capacity_drop needs `to` (the capacity left, as a fraction)"))?;
+                if !(to > 0.0 && to <= 1.0) {
+                    return Err(err(at("to"), format!("{to} is not a fraction in (0, 1]")));
+                }
+                Impairment::CapacityDrop {
+                    at: start,
+                    lasting: need(imp.lasting.as_ref(), "lasting")?,
+                    to,
+                }
+            }
             other => {
                 return Err(err(
                     at("kind"),
-                    format!("unknown impairment {other:?}: expected outage, brownout, error_spike or cold_recovery"),
+                    format!("unknown impairment {other:?}: expected outage, brownout, error_spike, cold_recovery or capacity_drop"),
                 ))
             }
         };
@@ -587,10 +624,40 @@ fn strategy(at: &str, s: &StrategyFile) -> Result<Strategy, ConfigError> {
         .as_ref()
         .map(|b| breaker(&field("breaker"), b))
         .transpose()?;
+    let limiter = s
+        .rate_limit
+        .as_ref()
+        .map(|l| {
+            let mut b = RateLimitSettings::builder_named(DEPENDENCY)
+                .rate(l.per_second, Duration::from_secs(1));
+            if let Some(burst) = l.burst {
+                b = b.burst(burst);
+            }
+            b.build().map_err(|e| core(&field("rate_limit"), e))
+        })
+        .transpose()?;
+    let bulkhead = s
+        .bulkhead
+        .as_ref()
+        .map(|b| {
+            if b.max_queue.is_some() || b.max_wait.is_some() {
+                return Err(err(
+                    field("bulkhead"),
+                    "the simulator models no queue of waiters (`max_queue`, `max_wait`): a full \
+                     bulkhead refuses, and the call waits that out on its backoff",
+                ));
+            }
+            let builder =
+                BulkheadSettings::builder_named(DEPENDENCY).max_in_flight(b.max_in_flight);
+            builder.build().map_err(|e| core(&field("bulkhead"), e))
+        })
+        .transpose()?;
     let layer = Layer {
         call,
         breaker,
         budget,
+        limiter,
+        bulkhead,
     };
     let name = Name::try_from_str(&s.name).map_or(s.name.clone(), |n| n.as_str().to_string());
     Ok(Strategy {

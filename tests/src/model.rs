@@ -45,6 +45,17 @@ pub enum Impairment {
         /// The capacity at the start of the climb, as a fraction of normal, in (0, 1].
         from: f64,
     },
+    /// The dependency serves only `to` of its normal capacity for a while (a lost replica, a
+    /// noisy neighbour): past it calls queue, past three times it they are shed. Needs a
+    /// capacity.
+    CapacityDrop {
+        /// When it starts.
+        at: Duration,
+        /// How long it lasts.
+        lasting: Duration,
+        /// The capacity while it lasts, as a fraction of normal, in (0, 1].
+        to: f64,
+    },
 }
 
 impl Impairment {
@@ -55,7 +66,8 @@ impl Impairment {
             Impairment::Outage { at, .. }
             | Impairment::Brownout { at, .. }
             | Impairment::ErrorSpike { at, .. }
-            | Impairment::ColdRecovery { at, .. } => at,
+            | Impairment::ColdRecovery { at, .. }
+            | Impairment::CapacityDrop { at, .. } => at,
         }
     }
 
@@ -64,9 +76,9 @@ impl Impairment {
     #[must_use]
     pub fn end(&self) -> Option<Duration> {
         match *self {
-            Impairment::Outage { at, lasting } | Impairment::Brownout { at, lasting, .. } => {
-                Some(at.saturating_add(lasting))
-            }
+            Impairment::Outage { at, lasting }
+            | Impairment::Brownout { at, lasting, .. }
+            | Impairment::CapacityDrop { at, lasting, .. } => Some(at.saturating_add(lasting)),
             Impairment::ErrorSpike { at, lasting, .. } => lasting.map(|l| at.saturating_add(l)),
             Impairment::ColdRecovery { at, over, .. } => Some(at.saturating_add(over)),
         }
@@ -95,6 +107,7 @@ impl Impairment {
             Impairment::Brownout { .. } => "brownout",
             Impairment::ErrorSpike { .. } => "error_spike",
             Impairment::ColdRecovery { .. } => "cold_recovery",
+            Impairment::CapacityDrop { .. } => "capacity_drop",
         }
     }
 }
@@ -218,18 +231,21 @@ impl Dependency {
         last
     }
 
-    /// The capacity at `t` (normal, or part of the way up a cold recovery's climb).
+    /// The capacity at `t`: normal, part of the way up a cold recovery's climb, or dropped (the
+    /// lowest of those that apply).
     #[must_use]
     pub fn capacity_at(&self, t: Duration) -> Option<f64> {
         let cap = self.capacity?;
         let mut factor = 1.0_f64;
-        for i in &self.impairments {
-            if let Impairment::ColdRecovery { at, over, from } = *i {
-                if i.active(t) {
+        for i in self.impairments.iter().filter(|i| i.active(t)) {
+            match *i {
+                Impairment::ColdRecovery { at, over, from } => {
                     let done =
                         t.saturating_sub(at).as_nanos() as f64 / (over.as_nanos().max(1) as f64);
                     factor = factor.min(from + (1.0 - from) * done);
                 }
+                Impairment::CapacityDrop { to, .. } => factor = factor.min(to),
+                _ => {}
             }
         }
         Some(cap * factor)
@@ -255,7 +271,7 @@ impl Dependency {
                 Impairment::Outage { .. } => return down,
                 Impairment::Brownout { slower: s, .. } => slower *= s,
                 Impairment::ErrorSpike { rate: r, .. } => rate = r,
-                Impairment::ColdRecovery { .. } => {}
+                Impairment::ColdRecovery { .. } | Impairment::CapacityDrop { .. } => {}
             }
         }
         let load = f64::from(in_flight) + 1.0;

@@ -85,6 +85,9 @@ pub struct Report {
     pub refused_by_breaker: u64,
     /// Retries refused by a budget.
     pub refused_by_budget: u64,
+    /// Calls refused by the client's own rate limiter or bulkhead (after waiting for a slot or
+    /// a cell as long as the call's deadline and the bulkhead's bound allowed).
+    pub refused_by_limits: u64,
     /// Attempts a breaker admitted while it read open or half-open that were not half-open
     /// probes: the core must keep this at zero.
     pub unprobed_attempts_while_open: u64,

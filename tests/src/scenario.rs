@@ -2,8 +2,8 @@
 //! compared on it.
 
 use stormguard_core::{
-    policy::Explain, BreakerSettings, BudgetSettings, CallSettings, Duration, Name, Recovery,
-    SettingsError,
+    limits::BulkheadSettings, limits::RateLimitSettings, policy::Explain, BreakerSettings,
+    BudgetSettings, CallSettings, Duration, Name, Recovery, SettingsError,
 };
 
 use crate::model::Dependency;
@@ -56,7 +56,8 @@ impl Arrivals {
     }
 }
 
-/// One layer of a client's policy: the call settings plus, optionally, a breaker and a budget.
+/// One layer of a client's policy: the call settings plus, optionally, a breaker, a budget, a
+/// rate limiter and a bulkhead (each client's own, as each process of a fleet has its own).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layer {
     /// Attempts, deadline, attempt timeout, backoff. The seed is set per client by the simulator.
@@ -66,6 +67,14 @@ pub struct Layer {
     pub breaker: Option<BreakerSettings>,
     /// The retry budget funding this layer's retries, if any (otherwise unlimited).
     pub budget: Option<BudgetSettings>,
+    /// A GCRA rate limiter in front of every attempt of this layer, if any: its refusal is a
+    /// self-imposed throttle, which the call waits out within its deadline.
+    pub limiter: Option<RateLimitSettings>,
+    /// A bulkhead in front of every attempt of this layer, if any: attempts in flight at most.
+    /// The simulator holds no queue of waiters: a full bulkhead refuses, and the call waits that
+    /// out on its backoff as a self-imposed throttle (as the `&mut` form does on firmware); a
+    /// bounded wait in the settings is not modelled.
+    pub bulkhead: Option<BulkheadSettings>,
 }
 
 /// A client strategy: the policy every client of the fleet runs (each with its own objects).
@@ -82,6 +91,18 @@ pub struct Strategy {
 }
 
 impl Layer {
+    /// The call settings with no breaker, budget, limiter or bulkhead.
+    #[must_use]
+    pub fn plain(call: CallSettings) -> Layer {
+        Layer {
+            call,
+            breaker: None,
+            budget: None,
+            limiter: None,
+            bulkhead: None,
+        }
+    }
+
     /// The layer's plain-text self-description (the core's [`Explain`]): what bounds a call
     /// first, the worst-case timeline, the load it can add, and what is missing.
     pub fn explain(&self) -> Explain<'_> {
@@ -91,6 +112,12 @@ impl Layer {
         }
         if let Some(b) = &self.budget {
             e = e.budget(b);
+        }
+        if let Some(l) = &self.limiter {
+            e = e.rate_limit(l);
+        }
+        if let Some(b) = &self.bulkhead {
+            e = e.bulkhead(b);
         }
         e
     }
@@ -163,9 +190,9 @@ impl Strategy {
     pub fn builtin(name: &str) -> Option<Result<Strategy, SettingsError>> {
         let plain = |n: u32, br: Option<bool>, bu: bool| -> Result<Layer, SettingsError> {
             Ok(Layer {
-                call: attempts(n)?,
                 breaker: br.map(breaker).transpose()?,
                 budget: bu.then(budget),
+                ..Layer::plain(attempts(n)?)
             })
         };
         let one = |layer: Result<Layer, SettingsError>| -> Result<Strategy, SettingsError> {

@@ -9,8 +9,9 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use stormguard_core::{
-    call::Admission, call::Unguarded, Breaker, Budget, Call, CallSettings, Duration, Event,
-    Finished, Instant, Outcome, Parts, Permit, RefusalReason, State, Step, TripReason,
+    call::Admission, call::Unguarded, limits::Bulkhead, limits::Bulkheaded, limits::RateLimited,
+    limits::RateLimiter, Breaker, Budget, Call, CallSettings, Duration, Event, Finished, Instant,
+    Outcome, Parts, Permit, RefusalReason, State, Step, TripReason,
 };
 
 use crate::model::Dependency;
@@ -99,10 +100,32 @@ struct LayerState {
     settings: CallSettings,
     guard: Guard,
     purse: Option<Budget>,
+    limiter: Option<RateLimiter>,
+    bulkhead: Option<Bulkhead>,
     /// Whether this breaker has opened before (for re-trips).
     opened: bool,
     /// Its first trip at or after the first impairment's start.
     first_trip: Option<u64>,
+}
+
+/// The steps in front of a layer's attempts, as the core composes them: the bulkhead outermost,
+/// then the rate limiter, then the breaker (or none).
+type Front<'a> = Bulkheaded<
+    RateLimited<&'a mut dyn Admission, &'a mut Option<RateLimiter>>,
+    &'a mut Option<Bulkhead>,
+>;
+
+impl LayerState {
+    /// What the layer's call uses, for one poll or completion.
+    fn parts(&mut self) -> Parts<Front<'_>, &mut Option<Budget>> {
+        Parts {
+            breaker: Bulkheaded::new(
+                RateLimited::new(self.guard.admission(), &mut self.limiter),
+                &mut self.bulkhead,
+            ),
+            budget: &mut self.purse,
+        }
+    }
 }
 
 struct Client {
@@ -164,6 +187,7 @@ struct Tally {
     closed_outcomes: u64,
     refused_by_breaker: u64,
     refused_by_budget: u64,
+    refused_by_limits: u64,
     unprobed_while_open: u64,
 }
 
@@ -238,6 +262,8 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
                                 None => Guard::None(Unguarded(DEPENDENCY)),
                             },
                             purse: l.budget.map(Budget::new),
+                            limiter: l.limiter.map(RateLimiter::new),
+                            bulkhead: l.bulkhead.map(Bulkhead::new),
                             opened: false,
                             first_trip: None,
                         }
@@ -475,10 +501,7 @@ impl Sim<'_> {
             let state = ls.guard.state(now);
             let closed = state == Some(State::Closed);
             let open = matches!(state, Some(State::Open | State::HalfOpen));
-            let mut parts = Parts {
-                breaker: ls.guard.admission(),
-                budget: &mut ls.purse,
-            };
+            let mut parts = ls.parts();
             let mut seen = Vec::new();
             let step = frame
                 .call
@@ -524,6 +547,9 @@ impl Sim<'_> {
             Step::Reject(r) => {
                 match r.reason {
                     RefusalReason::BudgetExhausted => self.tally.refused_by_budget += 1,
+                    RefusalReason::RateLimited | RefusalReason::BulkheadFull => {
+                        self.tally.refused_by_limits += 1;
+                    }
                     _ => self.tally.refused_by_breaker += 1,
                 }
                 let at = self.now.saturating_add(r.pause.as_nanos());
@@ -608,10 +634,7 @@ impl Sim<'_> {
                 tally.closed_outcomes += 1;
             }
             let ls = &mut clients[frame.client as usize].layers[frame.layer];
-            let mut parts = Parts {
-                breaker: ls.guard.admission(),
-                budget: &mut ls.purse,
-            };
+            let mut parts = ls.parts();
             let mut seen = Vec::new();
             frame
                 .call
@@ -804,6 +827,7 @@ impl Sim<'_> {
             closed_outcomes: t.closed_outcomes,
             refused_by_breaker: t.refused_by_breaker,
             refused_by_budget: t.refused_by_budget,
+            refused_by_limits: t.refused_by_limits,
             unprobed_attempts_while_open: t.unprobed_while_open,
             opens_per_second: {
                 let mut opens = Vec::new();

@@ -1,7 +1,8 @@
 //! The built-in scenarios `storm` runs, and what to print beside their tables.
 
 use stormguard_core::{
-    BreakerSettings, BudgetSettings, CallSettings, Duration, Recovery, SettingsError,
+    limits::BulkheadSettings, BreakerSettings, BudgetSettings, CallSettings, Duration, Recovery,
+    SettingsError,
 };
 
 use crate::model::{Dependency, Impairment};
@@ -126,6 +127,46 @@ pub fn cold_recovery() -> Result<Scenario, SettingsError> {
     })
 }
 
+/// One gateway client offering 600 calls per second to a dependency that serves 20 at once
+/// (about 13.4 are in flight normally), whose capacity halves for 60 s, 30 s in: past 10 in
+/// flight calls queue, stretching every latency, and past 30 they are shed. A fixed bulkhead
+/// sized for the full capacity and one sized for the half are compared with none (no queue: a
+/// full bulkhead refuses, and the call waits that out as a self-imposed throttle).
+pub fn capacity_halves() -> Result<Scenario, SettingsError> {
+    let plain = builtin(&["retry-x3+breaker+budget"])?;
+    let mut strategies = plain.clone();
+    for slots in [20, 10] {
+        let mut bounded = plain[0].clone();
+        bounded.name = format!("retry-x3+breaker+budget+bulkhead{slots}");
+        bounded.layers[0].bulkhead = Some(
+            BulkheadSettings::builder_named(DEPENDENCY)
+                .max_in_flight(slots)
+                .build()?,
+        );
+        strategies.push(bounded);
+    }
+    Ok(Scenario {
+        name: "capacity-halves".to_string(),
+        description:
+            "the dependency serves half its capacity (10 at once, not 20) for 60 s, 30 s in"
+                .to_string(),
+        seed: 1,
+        duration: secs(150),
+        clients: 1,
+        arrivals: Arrivals::Poisson {
+            rate: RATE * f64::from(FLEET),
+        },
+        dependency: Dependency::healthy(ms(20), ms(60)).capacity(20.0).with(
+            Impairment::CapacityDrop {
+                at: secs(30),
+                lasting: secs(60),
+                to: 0.5,
+            },
+        ),
+        strategies,
+    })
+}
+
 /// The .NET original's documented simulation example, as close as our core allows.
 pub fn dotnet_example() -> Result<Scenario, SettingsError> {
     let call = |timeout: Duration| {
@@ -140,6 +181,8 @@ pub fn dotnet_example() -> Result<Scenario, SettingsError> {
             call: call(timeout)?,
             breaker: None,
             budget: budget.then(|| BudgetSettings::defaults("dependency")),
+            limiter: None,
+            bulkhead: None,
         })
     };
     // With a breaker, the call driver applies the breaker's measured attempt ceiling (3x the
@@ -148,6 +191,8 @@ pub fn dotnet_example() -> Result<Scenario, SettingsError> {
         call: call(secs(10))?,
         breaker: Some(BreakerSettings::builder_named(DEPENDENCY).build()?),
         budget: Some(BudgetSettings::defaults("dependency")),
+        limiter: None,
+        bulkhead: None,
     };
     Ok(Scenario {
         name: "dotnet-example".to_string(),
@@ -181,6 +226,8 @@ pub fn budget_experiment(percent: u32) -> Result<Scenario, SettingsError> {
             call: CallSettings::builder().max_attempts(attempts).build()?,
             breaker: None,
             budget: budget.then(|| BudgetSettings::defaults("dependency")),
+            limiter: None,
+            bulkhead: None,
         })
     };
     Ok(Scenario {
@@ -210,6 +257,8 @@ pub fn polling() -> Result<Scenario, SettingsError> {
             call: CallSettings::builder().max_attempts(attempts).build()?,
             breaker: Some(BreakerSettings::builder_named(DEPENDENCY).build()?),
             budget: Some(BudgetSettings::defaults("dependency")),
+            limiter: None,
+            bulkhead: None,
         })
     };
     Ok(Scenario {
@@ -254,6 +303,8 @@ pub fn stationary(
                 call: CallSettings::builder().max_attempts(1).build()?,
                 breaker: Some(BreakerSettings::builder_named(DEPENDENCY).build()?),
                 budget: None,
+                limiter: None,
+                bulkhead: None,
             },
         )],
     })
@@ -266,6 +317,7 @@ pub fn default_suite() -> Result<Vec<Scenario>, SettingsError> {
         brownout()?,
         error_spike()?,
         cold_recovery()?,
+        capacity_halves()?,
         dotnet_example()?,
         budget_experiment(25)?,
         budget_experiment(50)?,

@@ -38,6 +38,8 @@ fn brownout(trip_window: Duration) -> (Scenario, Strategy) {
                     .unwrap(),
             ),
             budget: None,
+            limiter: None,
+            bulkhead: None,
         },
     );
     let scenario = Scenario {

@@ -32,6 +32,8 @@ fn breaker(consecutive: u32) -> Strategy {
                     .unwrap(),
             ),
             budget: None,
+            limiter: None,
+            bulkhead: None,
         },
     )
 }

@@ -140,6 +140,8 @@ fn outage_the_last_client_trips_within_a_second_of_the_outage_at_30_calls_per_se
             call: CallSettings::builder().max_attempts(1).build().unwrap(),
             breaker: Some(BreakerSettings::builder_named(DEPENDENCY).build().unwrap()),
             budget: None,
+            limiter: None,
+            bulkhead: None,
         },
     ));
     for st in &strategies {

@@ -1,0 +1,143 @@
+//! The local limits in the simulator: a rate limiter holds the load it lets through to its rate,
+//! and a bulkhead sized for the dependency keeps a loss of capacity from becoming an outage.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic,
+    clippy::cast_precision_loss
+)]
+
+use stormguard_core::{limits::RateLimitSettings, CallSettings, Duration};
+use stormguard_tests::{
+    config, run, suite, Arrivals, Dependency, Layer, Report, Scenario, Strategy, DEPENDENCY,
+};
+
+fn by_name<'a>(reports: &'a [Report], name: &str) -> &'a Report {
+    reports.iter().find(|r| r.strategy == name).unwrap()
+}
+
+#[test]
+fn a_rate_limiter_holds_the_attempts_it_lets_through_to_its_rate_and_burst() {
+    // One client offering 100 calls a second through a limiter of 20 a second (burst 20).
+    let limited = Layer {
+        limiter: Some(
+            RateLimitSettings::builder_named(DEPENDENCY)
+                .rate(20, Duration::from_secs(1))
+                .build()
+                .unwrap(),
+        ),
+        ..Layer::plain(CallSettings::builder().max_attempts(3).build().unwrap())
+    };
+    let seconds = 60;
+    let s = Scenario {
+        name: "limited".to_string(),
+        description: String::new(),
+        seed: 3,
+        duration: Duration::from_secs(seconds),
+        clients: 1,
+        arrivals: Arrivals::Poisson { rate: 100.0 },
+        dependency: Dependency::healthy(Duration::from_millis(20), Duration::from_millis(60)),
+        strategies: vec![Strategy::single("limited", limited)],
+    };
+    let r = run(&s, &s.strategies[0], s.seed);
+    // The offered load is 5x the rate: most calls are refused by the limiter, as a throttle the
+    // call waited out on its backoff until its attempts ran out.
+    assert!(r.refused_by_limits > r.calls / 2, "{r:?}");
+    assert_eq!(r.refused_locally, r.refused_by_limits);
+    // GCRA: at most burst + rate x time, in any stretch of the run.
+    for from in 0..seconds as usize {
+        for to in (from + 1)..=(seconds as usize) {
+            let allowed = 20 + 20 * (to - from) as u64;
+            assert!(
+                r.attempts_between(from, to) <= allowed,
+                "{} attempts in [{from}, {to}) s",
+                r.attempts_between(from, to)
+            );
+        }
+    }
+    // And it lets its rate through: the dependency serves close to 20 a second.
+    assert!(r.attempts >= 19 * seconds, "{} attempts", r.attempts);
+}
+
+#[test]
+fn a_bulkhead_sized_for_the_dependency_keeps_half_its_capacity_from_becoming_an_outage() {
+    let s = suite::capacity_halves().unwrap();
+    let reports: Vec<Report> = s.strategies.iter().map(|st| run(&s, st, s.seed)).collect();
+    let plain = by_name(&reports, "retry-x3+breaker+budget");
+    let full = by_name(&reports, "retry-x3+breaker+budget+bulkhead20");
+    let half = by_name(&reports, "retry-x3+breaker+budget+bulkhead10");
+    for r in [plain, full, half] {
+        println!(
+            "{}: availability {:.3}, opens {}, refused by limits {}, served in the drop {}",
+            r.strategy,
+            r.availability,
+            r.breaker_opens,
+            r.refused_by_limits,
+            r.successes_between(30, 90)
+        );
+    }
+    // Unbounded, the queue past the lost capacity stretches every latency until the breaker
+    // trips on slow calls, again and again: it sheds far more than the lost half.
+    assert!(plain.breaker_opens >= 3, "{plain:?}");
+    // Sized for the full capacity, the bulkhead stops the queue at 20 in flight (twice the 10
+    // served): latencies stay near the slow-call threshold and the breaker stays closed.
+    assert_eq!(full.breaker_opens, 0);
+    assert!(full.successes_between(30, 90) > plain.successes_between(30, 90));
+    assert!(full.availability > plain.availability);
+    // Sized for the half, it also refuses when nothing is wrong (13 are in flight normally).
+    assert!(half.refused_by_limits > 0);
+    assert!(half.successes_between(0, 30) < full.successes_between(0, 30));
+    assert_eq!(plain.refused_by_limits, 0);
+}
+
+#[test]
+fn a_scenario_file_takes_a_rate_limit_a_bulkhead_and_a_capacity_drop() {
+    let text = r#"
+name = "limits"
+duration = "60s"
+[load]
+clients = 2
+rate = 50
+[dependency]
+p50 = "20ms"
+p99 = "60ms"
+capacity = 10
+[[impairment]]
+kind = "capacity_drop"
+at = "10s"
+lasting = "20s"
+to = 0.25
+[[strategy]]
+name = "guarded"
+rate_limit = { per_second = 40, burst = 5 }
+bulkhead = { max_in_flight = 4 }
+"#;
+    let s = config::parse(text).unwrap();
+    let layer = &s.strategies[0].layers[0];
+    let limiter = layer.limiter.unwrap();
+    assert_eq!(limiter.burst(), 5);
+    assert_eq!(limiter.emission_interval(), Duration::from_millis(25));
+    assert_eq!(layer.bulkhead.unwrap().max_in_flight(), 4);
+    assert_eq!(s.dependency.capacity_at(Duration::from_secs(5)), Some(10.0));
+    assert_eq!(s.dependency.capacity_at(Duration::from_secs(15)), Some(2.5));
+    assert_eq!(s.dependency.capacity_at(Duration::from_secs(30)), Some(10.0));
+    let explained = s.strategies[0].explain();
+    assert!(explained.contains("rate") && explained.contains("bulkhead"), "{explained}");
+
+    let error = |from: &str, to: &str| {
+        assert!(text.contains(from), "{from}");
+        config::parse(&text.replacen(from, to, 1))
+            .unwrap_err()
+            .to_string()
+    };
+    let e = error("per_second = 40", "per_second = 0");
+    assert!(e.contains("strategy[0].rate_limit.per_second: must be at least 1"), "{e}");
+    let e = error("max_in_flight = 4 }", "max_in_flight = 4, max_queue = 8 }");
+    assert!(e.contains("strategy[0].bulkhead: the simulator models no queue"), "{e}");
+    let e = error("to = 0.25", "to = 1.5");
+    assert!(e.contains("impairment[0].to: 1.5 is not a fraction"), "{e}");
+    let e = error("capacity = 10\n", "");
+    assert!(e.contains("a capacity_drop needs dependency.capacity"), "{e}");
+}
