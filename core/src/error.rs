@@ -175,6 +175,8 @@ pub enum Field {
     BreakerName,
     /// The name in the budget settings a policy is given.
     BudgetName,
+    /// The latency fault injection holds a slowed attempt back by.
+    InjectedLatency,
 }
 
 impl Field {
@@ -227,6 +229,7 @@ impl Field {
             Field::Capacity => "capacity",
             Field::BreakerName => "breaker_name",
             Field::BudgetName => "budget_name",
+            Field::InjectedLatency => "latency",
         }
     }
 }

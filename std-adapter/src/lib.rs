@@ -113,6 +113,7 @@
 )]
 
 mod cache;
+mod chaos;
 mod classify;
 mod clock;
 mod engine;
@@ -134,6 +135,7 @@ mod quanta;
 mod slots;
 #[cfg(feature = "tokio")]
 mod subscription;
+pub mod testing;
 #[cfg(feature = "tokio")]
 mod tokio;
 #[cfg(feature = "tower")]
@@ -147,6 +149,9 @@ pub use self::quanta::{CoarseClock, QuantaClock};
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use self::tokio::TokioClock;
 pub use cache::{CacheRule, SuccessCache, ZeroTtl};
+pub use chaos::Chaos;
+#[cfg(feature = "tower")]
+pub use chaos::{ChaosLayer, ChaosService, INJECTED_HEADER};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use classify::{http_outcome, retry_after, Http};

@@ -122,9 +122,15 @@ bulkhead = { max_in_flight = 4 }
     assert_eq!(layer.bulkhead.unwrap().max_in_flight(), 4);
     assert_eq!(s.dependency.capacity_at(Duration::from_secs(5)), Some(10.0));
     assert_eq!(s.dependency.capacity_at(Duration::from_secs(15)), Some(2.5));
-    assert_eq!(s.dependency.capacity_at(Duration::from_secs(30)), Some(10.0));
+    assert_eq!(
+        s.dependency.capacity_at(Duration::from_secs(30)),
+        Some(10.0)
+    );
     let explained = s.strategies[0].explain();
-    assert!(explained.contains("rate") && explained.contains("bulkhead"), "{explained}");
+    assert!(
+        explained.contains("rate") && explained.contains("bulkhead"),
+        "{explained}"
+    );
 
     let error = |from: &str, to: &str| {
         assert!(text.contains(from), "{from}");
@@ -133,11 +139,20 @@ bulkhead = { max_in_flight = 4 }
             .to_string()
     };
     let e = error("per_second = 40", "per_second = 0");
-    assert!(e.contains("strategy[0].rate_limit.per_second: must be at least 1"), "{e}");
+    assert!(
+        e.contains("strategy[0].rate_limit.per_second: must be at least 1"),
+        "{e}"
+    );
     let e = error("max_in_flight = 4 }", "max_in_flight = 4, max_queue = 8 }");
-    assert!(e.contains("strategy[0].bulkhead: the simulator models no queue"), "{e}");
+    assert!(
+        e.contains("strategy[0].bulkhead: the simulator models no queue"),
+        "{e}"
+    );
     let e = error("to = 0.25", "to = 1.5");
     assert!(e.contains("impairment[0].to: 1.5 is not a fraction"), "{e}");
     let e = error("capacity = 10\n", "");
-    assert!(e.contains("a capacity_drop needs dependency.capacity"), "{e}");
+    assert!(
+        e.contains("a capacity_drop needs dependency.capacity"),
+        "{e}"
+    );
 }
