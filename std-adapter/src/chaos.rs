@@ -3,6 +3,7 @@
 //! operation's own error type (or a 503 response), so the classifier, the retries, the breaker
 //! and the budget see it as they would a real one.
 
+#[cfg(feature = "tokio")]
 use std::future::Future;
 use std::sync::Arc;
 
