@@ -12,13 +12,14 @@ use core::pin::{pin, Pin};
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use core::task::{Context, Poll};
 
-use embassy_futures::select::{select, select3, Either, Either3, Select};
+use embassy_futures::select::{select3, Either3};
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_time::Timer;
 use stormguard_core::{
-    call::Admission, call::Funding, limits::BudgetSnapshot, policy::Explain, BreakerSettings,
-    BudgetSettings, Call, CallError, CallSettings, Classify, Event, EveryErrorTransient, Instant,
-    Outcome, Parts, Permit, Refused, Snapshot, Step,
+    call::Admission, call::Due, call::Funding, call::HedgedPair, call::Lane, call::PairNext,
+    limits::BudgetSnapshot, policy::Explain, BreakerSettings, BudgetSettings, Call, CallError,
+    CallSettings, Classify, Event, EveryErrorTransient, Instant, Outcome, Parts, Permit, Refused,
+    Snapshot, Step,
 };
 
 use crate::bulkhead::{BulkheadStep, NoBulkhead};
@@ -899,11 +900,9 @@ where
     }
 }
 
-/// One attempt of a hedged call: the operation's future raced against its own attempt deadline.
-type Timed<Fut> = Select<Fut, Until>;
-
 /// The call loop with hedging: as [`drive`], with a second attempt launched beside a slow one
-/// when the core says so.
+/// when the core says so. The core's [`HedgedPair`] says what the one timer is armed for and
+/// what each event means; this loop only waits.
 pub(crate) async fn drive_hedged<G, T, E, F, Fut, C, X>(
     gate: G,
     options: CallOptions<C, X>,
@@ -932,8 +931,8 @@ where
     // With a bulkhead that lets calls wait, the first attempt waits for its slot the way a
     // retry does after its backoff: through the same pause.
     let mut enter = G::QUEUES;
-    let mut first: Pin<&mut Option<Timed<Fut>>> = pin!(None);
-    let mut second: Pin<&mut Option<Timed<Fut>>> = pin!(None);
+    let mut first: Pin<&mut Option<Fut>> = pin!(None);
+    let mut second: Pin<&mut Option<Fut>> = pin!(None);
     loop {
         let step = if enter {
             enter = false;
@@ -944,97 +943,83 @@ where
         match step {
             Step::Attempt(permit) => {
                 // The first attempt, and when to hedge it if it is still running then.
-                let mut hedge = call
-                    .hedge_delay(&parts, now)
-                    .map(|d| Timer::at(to_embassy_instant(now.saturating_add(d))));
+                let mut pair = HedgedPair::begin(&call, now, call.hedge_delay(&parts, now));
                 let mut guards = [Some(PermitGuard::new(gate, permit)), None];
-                first.set(Some(select(
-                    op(call.attempts()),
-                    Until::at(call.attempt_deadline()),
-                )));
+                first.set(Some(op(call.attempts())));
                 loop {
+                    let mut timer = pair.wake_at().map(|at| Timer::at(to_embassy_instant(at)));
                     let ran = poll_fn(|cx| {
                         poll_pair(
                             cx,
                             cancel.as_mut(),
                             [first.as_mut(), second.as_mut()],
-                            &mut hedge,
+                            &mut timer,
                         )
                     })
                     .await;
                     now = clock.now();
-                    let (i, (outcome, answered)) = match ran {
+                    let [guard_first, guard_hedge] = &mut guards;
+                    let (lane, outcome, answered) = match ran {
                         Ran::Cancelled => {
                             first.set(None);
                             second.set(None);
-                            for guard in &mut guards {
-                                if let Some(permit) = guard.take().and_then(PermitGuard::disarm) {
-                                    call.complete(
-                                        &mut parts,
-                                        permit,
-                                        now,
-                                        Outcome::Cancelled,
-                                        &mut sink,
-                                    );
-                                }
+                            for (lane, guard) in
+                                [(Lane::First, guard_first), (Lane::Hedge, guard_hedge)]
+                            {
+                                let permit = guard.take().and_then(PermitGuard::disarm);
+                                pair.abandon(&mut call, &mut parts, lane, permit, now, &mut sink);
                             }
                             break;
                         }
-                        Ran::Hedge => {
-                            hedge = None;
-                            // The core grants the hedge before the operation is invoked.
-                            let launch = |number| Some(op(number));
-                            if let Ok((permit, attempt)) =
-                                call.hedge_with(&mut parts, now, &mut sink, launch)
-                            {
-                                guards[1] = Some(PermitGuard::new(gate, permit));
-                                second
-                                    .set(Some(select(attempt, Until::at(call.attempt_deadline()))));
-                            }
-                            continue;
-                        }
-                        Ran::Done(i, ran) => {
-                            let outcome = match ran {
-                                Either::First(result) => {
-                                    let outcome = classify.classify(&result);
-                                    let answered = result.is_ok();
-                                    last = Some(result);
-                                    (outcome, answered)
+                        Ran::Timer => match pair.due() {
+                            Some(Due::Deadline(lane)) => (lane, Outcome::TimedOut, false),
+                            Some(Due::Launch) => {
+                                // The core grants the hedge before the operation is invoked.
+                                let launch = |number| Some(op(number));
+                                if let Some((permit, attempt)) =
+                                    pair.launch(&mut call, &mut parts, now, &mut sink, launch)
+                                {
+                                    *guard_hedge = Some(PermitGuard::new(gate, permit));
+                                    second.set(Some(attempt));
                                 }
-                                Either::Second(()) => (Outcome::TimedOut, false),
-                            };
-                            (i, outcome)
+                                continue;
+                            }
+                            None => continue,
+                        },
+                        Ran::Returned(lane, result) => {
+                            let outcome = classify.classify(&result);
+                            let answered = result.is_ok();
+                            last = Some(result);
+                            (lane, outcome, answered)
                         }
                     };
-                    // One attempt ended: no hedge after that.
-                    hedge = None;
-                    let [a, b] = &mut guards;
-                    let (done, other, other_run) = if i == 0 {
-                        first.set(None);
-                        (a, b, second.as_mut())
-                    } else {
-                        second.set(None);
-                        (b, a, first.as_mut())
-                    };
-                    if let Some(permit) = done.take().and_then(PermitGuard::disarm) {
-                        call.complete_attempt(
-                            &mut parts, permit, now, outcome, answered, &mut sink,
-                        );
-                    }
-                    if other.is_none() {
-                        break;
-                    }
-                    if call.is_over() {
-                        // The first success (or a permanent failure) decides: the loser is
-                        // dropped, and reported as cancelled.
-                        let mut other_run = other_run;
-                        other_run.set(None);
-                        if let Some(permit) = other.take().and_then(PermitGuard::disarm) {
-                            call.complete(&mut parts, permit, now, Outcome::Cancelled, &mut sink);
+                    let (done, other, mut other_run) = match lane {
+                        Lane::First => {
+                            first.set(None);
+                            (guard_first, guard_hedge, second.as_mut())
                         }
-                        break;
+                        Lane::Hedge => {
+                            second.set(None);
+                            (guard_hedge, guard_first, first.as_mut())
+                        }
+                    };
+                    let permit = done.take().and_then(PermitGuard::disarm);
+                    let next = pair.finished(
+                        &mut call, &mut parts, lane, permit, now, outcome, answered, &mut sink,
+                    );
+                    match next {
+                        // A failure waits for the other attempt.
+                        PairNext::Wait => {}
+                        PairNext::Over => break,
+                        PairNext::Drop(other_lane) => {
+                            // The first success (or a permanent failure) decides: the loser is
+                            // dropped, and reported as cancelled.
+                            other_run.set(None);
+                            let permit = other.take().and_then(PermitGuard::disarm);
+                            pair.abandon(&mut call, &mut parts, other_lane, permit, now, &mut sink);
+                            break;
+                        }
                     }
-                    // A failure waits for the other attempt.
                 }
             }
             Step::Done(finished) => return finished.into_result(last),
@@ -1053,55 +1038,36 @@ where
 enum Ran<T> {
     /// The caller cancelled.
     Cancelled,
-    /// Attempt 0 (the first) or 1 (the hedge) ended: its result, or its deadline.
-    Done(usize, Either<T, ()>),
-    /// The time to hedge came.
-    Hedge,
+    /// An attempt of the pair returned.
+    Returned(Lane, T),
+    /// The timer armed for the pair's [`HedgedPair::wake_at`] fired.
+    Timer,
 }
 
-/// Polls the cancellation, then the attempts in flight, then the hedge timer.
+/// Polls the cancellation, then the attempts in flight (the first, then the hedge), then the
+/// pair's timer.
 fn poll_pair<X: Future, Fut: Future>(
     cx: &mut Context<'_>,
     cancel: Pin<&mut X>,
-    runs: [Pin<&mut Option<Timed<Fut>>>; 2],
-    hedge: &mut Option<Timer>,
+    runs: [Pin<&mut Option<Fut>>; 2],
+    timer: &mut Option<Timer>,
 ) -> Poll<Ran<Fut::Output>> {
     if cancel.poll(cx).is_ready() {
         return Poll::Ready(Ran::Cancelled);
     }
-    for (i, run) in runs.into_iter().enumerate() {
+    for (lane, run) in [Lane::First, Lane::Hedge].into_iter().zip(runs) {
         if let Some(attempt) = run.as_pin_mut() {
-            if let Poll::Ready(ran) = attempt.poll(cx) {
-                return Poll::Ready(Ran::Done(i, ran));
+            if let Poll::Ready(result) = attempt.poll(cx) {
+                return Poll::Ready(Ran::Returned(lane, result));
             }
         }
     }
-    if let Some(timer) = hedge {
+    if let Some(timer) = timer {
         if Pin::new(timer).poll(cx).is_ready() {
-            return Poll::Ready(Ran::Hedge);
+            return Poll::Ready(Ran::Timer);
         }
     }
     Poll::Pending
-}
-
-/// An attempt deadline as a future: a timer, or never without a deadline.
-pub(crate) struct Until(Option<Timer>);
-
-impl Until {
-    fn at(deadline: Option<Instant>) -> Until {
-        Until(deadline.map(|at| Timer::at(to_embassy_instant(at))))
-    }
-}
-
-impl Future for Until {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        match &mut self.0 {
-            Some(timer) => Pin::new(timer).poll(cx),
-            None => Poll::Pending,
-        }
-    }
 }
 
 /// A policy's device seed, settable at run time from any task: two halves and whether it is set,

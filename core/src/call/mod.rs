@@ -34,10 +34,12 @@
 pub(crate) mod backoff;
 pub(crate) mod classify;
 pub(crate) mod error;
+pub(crate) mod hedge;
 
 pub use self::backoff::{Backoff, BackoffBuilder, Jitter};
 pub use self::classify::{Classify, EveryErrorTransient};
 pub use self::error::CallError;
+pub use self::hedge::{Due, HedgedPair, Lane, PairNext};
 
 use core::fmt;
 
@@ -1132,6 +1134,40 @@ impl Call {
             attempt: self.attempts,
         });
         Ok((permit, made))
+    }
+
+    /// How an attempt's answer that came back at `now` counts, for an adapter that cannot cut
+    /// the attempt short at its deadline (a blocking operation runs to its end): an answer at
+    /// or after [`Call::attempt_deadline`] that is not a success counts as
+    /// [`Outcome::TimedOut`], as it would have had the attempt been dropped then (a late
+    /// success still stands: the caller has the value). `answered` is whether the operation
+    /// returned its result; an outcome counted as a timeout is no answer. The pair to hand to
+    /// [`Call::complete_attempt`].
+    ///
+    /// ```
+    /// use stormguard_core::{
+    ///     call::{Unguarded, Unlimited},
+    ///     Call, CallSettings, Duration, Instant, Outcome, Parts, Step,
+    /// };
+    ///
+    /// let mut parts = Parts { breaker: Unguarded("disk".into()), budget: Unlimited };
+    /// let now = Instant::from_secs(1);
+    /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
+    /// let Step::Attempt(_permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// let late = now + Duration::from_secs(11); // past the 10 s attempt timeout
+    /// let judged = |outcome| call.judge_answer(late, outcome, true);
+    /// assert_eq!(judged(Outcome::Transient), (Outcome::TimedOut, false));
+    /// assert_eq!(judged(Outcome::Success), (Outcome::Success, true));
+    /// ```
+    #[must_use]
+    pub fn judge_answer(&self, now: Instant, outcome: Outcome, answered: bool) -> (Outcome, bool) {
+        let late = self.attempt_deadline.is_some_and(|at| now >= at);
+        let outcome = if late && outcome != Outcome::Success {
+            Outcome::TimedOut
+        } else {
+            outcome
+        };
+        (outcome, answered && outcome != Outcome::TimedOut)
     }
 
     /// Reports how the attempt behind `permit` ended, at `now`. The breaker and budget learn

@@ -18,7 +18,7 @@ use std::cell::Cell;
 
 use stormguard_core::{
     limits::BulkheadPermit, policy::Explain, Call, CallError, CallSettings, Event, Finished,
-    Instant, Name, Outcome, Parts, Step,
+    Instant, Name, Parts, Step,
 };
 
 use crate::classify::Classify;
@@ -325,8 +325,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     /// failure. Waits and the guarded pause are `std::thread` sleeps.
     ///
     /// An attempt cannot be interrupted: one that returns after its attempt timeout counts as
-    /// [`Outcome::TimedOut`] unless it succeeded (the value is in hand; the breaker sees a slow
-    /// call). Set the operation's own I/O timeout to the policy's attempt timeout.
+    /// [`Outcome::TimedOut`](crate::Outcome::TimedOut) unless it succeeded (the value is in
+    /// hand; the breaker sees a slow call). Set the operation's own I/O timeout to the policy's
+    /// attempt timeout.
     ///
     /// The rate limiter and the bulkhead apply as in the async form, except that a full
     /// bulkhead refuses at once (no bounded wait), and the blocking form never hedges: one
@@ -394,12 +395,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     report.attempt(call.attempts());
                     let result = op(call.attempts());
                     now = self.clock.now();
-                    let mut outcome = options.classify.classify(&result);
-                    let late = call.attempt_deadline().is_some_and(|at| now >= at);
-                    if late && outcome != Outcome::Success {
-                        outcome = Outcome::TimedOut;
-                    }
-                    let answered = result.is_ok() && outcome != Outcome::TimedOut;
+                    // The attempt could not be cut short: the core judges a late answer.
+                    let outcome = options.classify.classify(&result);
+                    let (outcome, answered) = call.judge_answer(now, outcome, result.is_ok());
                     last = Some(result);
                     if let Some(permit) = guard.disarm() {
                         call.complete_attempt(

@@ -5,8 +5,9 @@ use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 
 use stormguard_core::{
-    call::Admission, limits::BulkheadEntry, limits::BulkheadPermit, limits::BulkheadTicket, Call,
-    Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
+    call::{Admission, Due, HedgedPair, Lane, PairNext},
+    limits::{BulkheadEntry, BulkheadPermit, BulkheadTicket},
+    Call, Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
 };
 use tokio_util::either::Either;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
@@ -557,47 +558,30 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             last,
         } = pair;
         let mut sink = |e: Event<'_>| self.emit(&e);
-        // Lane A is the attempt the driver started, lane B the hedge. One timer, armed for
-        // the earliest of: lane A's attempt deadline, lane B's, and the hedge's launch.
+        // The core's pair says what the one timer is armed for and what each event means.
+        let mut pair = HedgedPair::begin(call, now, Some(after));
         let mut fut_a = pin!(Some(first));
         let mut fut_b = pin!(None::<Fut>);
         let mut guard_a = Some(guard);
         let mut guard_b: Option<PermitGuard<'p>> = None;
-        let mut due_a = call.attempt_deadline();
-        let mut due_b = None;
-        let mut hedge_at = Some(now.saturating_add(after));
         let mut timer = pin!(None::<tokio::time::Sleep>);
         let mut cancelled = pin!(options.cancel.map(CancellationToken::cancelled));
         let mut succeeded_at = None;
         loop {
-            let armed = [
-                (PairEvent::Hedge, hedge_at),
-                (PairEvent::Ran(Lane::A, Ran::TimedOut), due_a),
-                (PairEvent::Ran(Lane::B, Ran::TimedOut), due_b),
-            ]
-            .into_iter()
-            .filter_map(|(event, at)| at.map(|at| (event, at)))
-            .min_by_key(|(_, at)| *at)
-            .map(|(event, at)| {
-                let d = at.saturating_duration_since(now);
-                timer.set(Some(tokio::time::sleep(d.into())));
-                event
-            });
-            let mut armed = armed;
+            let wake = pair.wake_at();
+            timer.set(wake.map(|at| tokio::time::sleep(at.saturating_duration_since(now).into())));
             let event = poll_fn(|cx| {
                 if let Some(Poll::Ready(r)) = fut_a.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
-                    return Poll::Ready(PairEvent::Ran(Lane::A, Ran::Returned(r)));
+                    return Poll::Ready(PairEvent::Ran(Lane::First, Ran::Returned(r)));
                 }
                 if let Some(Poll::Ready(r)) = fut_b.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
-                    return Poll::Ready(PairEvent::Ran(Lane::B, Ran::Returned(r)));
+                    return Poll::Ready(PairEvent::Ran(Lane::Hedge, Ran::Returned(r)));
                 }
                 if let Some(Poll::Ready(())) = cancelled.as_mut().as_pin_mut().map(|c| c.poll(cx)) {
                     return Poll::Ready(PairEvent::Cancelled);
                 }
                 if let Some(Poll::Ready(())) = timer.as_mut().as_pin_mut().map(|t| t.poll(cx)) {
-                    if let Some(event) = armed.take() {
-                        return Poll::Ready(event);
-                    }
+                    return Poll::Ready(PairEvent::Timer);
                 }
                 Poll::Pending
             })
@@ -605,65 +589,60 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             timer.set(None);
             now = self.clock.now();
             let (lane, ran) = match event {
-                PairEvent::Hedge => {
-                    hedge_at = None;
-                    let call_left = call.deadline().map(|d| d.saturating_duration_since(now));
-                    // The core grants the hedge first and only then has the future made:
-                    // the operation is never invoked for a hedge that does not run, and
-                    // one that cannot be repeated gives back what the hedge took.
-                    let launch = |number| op(Attempt { number, call_left });
-                    if let Ok((permit, fut)) = call.hedge_with(parts, now, &mut sink, launch) {
-                        guard_b = Some(PermitGuard::new(steps, permit));
-                        report.attempt(call.attempts());
-                        fut_b.set(Some(fut));
-                        due_b = call.attempt_deadline();
+                PairEvent::Ran(lane, ran) => (lane, ran),
+                PairEvent::Timer => match pair.due() {
+                    Some(Due::Deadline(lane)) => (lane, Ran::TimedOut),
+                    Some(Due::Launch) => {
+                        let call_left = call.deadline().map(|d| d.saturating_duration_since(now));
+                        // The core grants the hedge first and only then has the future made:
+                        // the operation is never invoked for a hedge that does not run, and
+                        // one that cannot be repeated gives back what the hedge took.
+                        let launch = |number| op(Attempt { number, call_left });
+                        if let Some((permit, fut)) =
+                            pair.launch(call, parts, now, &mut sink, launch)
+                        {
+                            guard_b = Some(PermitGuard::new(steps, permit));
+                            report.attempt(call.attempts());
+                            fut_b.set(Some(fut));
+                        }
+                        continue;
                     }
-                    continue;
-                }
+                    None => continue,
+                },
                 PairEvent::Cancelled => {
                     fut_a.set(None);
                     fut_b.set(None);
-                    for guard in [guard_a.take(), guard_b.take()].into_iter().flatten() {
-                        if let Some(permit) = guard.disarm() {
-                            call.complete(parts, permit, now, Outcome::Cancelled, &mut sink);
-                        }
+                    for (lane, guard) in [(Lane::First, &mut guard_a), (Lane::Hedge, &mut guard_b)]
+                    {
+                        let permit = guard.take().and_then(PermitGuard::disarm);
+                        pair.abandon(call, parts, lane, permit, now, &mut sink);
                     }
                     return (now, None);
                 }
-                PairEvent::Ran(lane, ran) => (lane, ran),
             };
-            hedge_at = None;
             let (mut mine, mine_guard, mut other, other_guard) = match lane {
-                Lane::A => {
-                    due_a = None;
-                    (fut_a.as_mut(), &mut guard_a, fut_b.as_mut(), &mut guard_b)
-                }
-                Lane::B => {
-                    due_b = None;
-                    (fut_b.as_mut(), &mut guard_b, fut_a.as_mut(), &mut guard_a)
-                }
+                Lane::First => (fut_a.as_mut(), &mut guard_a, fut_b.as_mut(), &mut guard_b),
+                Lane::Hedge => (fut_b.as_mut(), &mut guard_b, fut_a.as_mut(), &mut guard_a),
             };
             mine.set(None);
             let (outcome, answered) = classify(ran, &options.classify, last);
             if outcome == Outcome::Success {
                 succeeded_at = Some(now);
             }
-            if let Some(permit) = mine_guard.take().and_then(PermitGuard::disarm) {
-                call.complete_attempt(parts, permit, now, outcome, answered, &mut sink);
-            }
-            if other.is_none() {
-                return (now, succeeded_at);
-            }
-            if call.is_over() {
-                // The winner (or a permanent failure) ends the call: the other attempt is
-                // dropped, which cancels it, and reported so.
-                other.set(None);
-                if let Some(permit) = other_guard.take().and_then(PermitGuard::disarm) {
-                    call.complete(parts, permit, now, Outcome::Cancelled, &mut sink);
+            let permit = mine_guard.take().and_then(PermitGuard::disarm);
+            match pair.finished(call, parts, lane, permit, now, outcome, answered, &mut sink) {
+                // A failure: the other attempt goes on and decides.
+                PairNext::Wait => {}
+                PairNext::Over => return (now, succeeded_at),
+                PairNext::Drop(other_lane) => {
+                    // The winner (or a permanent failure) ends the call: the other attempt is
+                    // dropped, which cancels it, and reported so.
+                    other.set(None);
+                    let permit = other_guard.take().and_then(PermitGuard::disarm);
+                    pair.abandon(call, parts, other_lane, permit, now, &mut sink);
+                    return (now, succeeded_at);
                 }
-                return (now, succeeded_at);
             }
-            // A failure: the other attempt goes on and decides.
         }
     }
 }
@@ -690,15 +669,11 @@ impl<F: Future> Future for Cold<'_, F> {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Lane {
-    A,
-    B,
-}
-
+/// What ended a wait of the hedged pair.
 enum PairEvent<R> {
     Ran(Lane, Ran<R>),
-    Hedge,
+    /// The timer armed for the pair's [`HedgedPair::wake_at`].
+    Timer,
     Cancelled,
 }
 
