@@ -32,6 +32,7 @@
 
 use std::sync::{Arc, PoisonError};
 
+use stormguard_core::probe::{close_gap, next_slot, ProbeSlots};
 use stormguard_core::Instant;
 
 use crate::loom::{ArcCell, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
@@ -199,16 +200,29 @@ fn home(hash: u64, n: usize) -> usize {
     usize::try_from(hash.wrapping_shr(32)).unwrap_or(0) & n.wrapping_sub(1)
 }
 
-fn next_slot(i: usize, n: usize) -> usize {
-    i.wrapping_add(1) & n.wrapping_sub(1)
-}
+/// The slots as the probe table's removal sees them; used with the writers' lock held.
+struct Locked<'a, V>(&'a [ArcCell<Entry<V>>]);
 
-/// `true` when `i` lies in the cyclic range `(from, to]`.
-fn cyclic_between(from: usize, i: usize, to: usize) -> bool {
-    if from <= to {
-        from < i && i <= to
-    } else {
-        from < i || i <= to
+impl<V> ProbeSlots for Locked<'_, V> {
+    fn slot_count(&self) -> usize {
+        self.0.len()
+    }
+
+    fn home_of(&self, i: usize) -> Option<usize> {
+        let n = self.0.len();
+        self.0.get(i)?.read(|e| e.map(|e| home(e.hash, n)))
+    }
+
+    fn shift(&mut self, from: usize, to: usize) {
+        // Stored at the hole before it leaves `from`: a lookup sees it at least once, or
+        // misses and looks again under the lock.
+        let moved = self.0.get(from).and_then(ArcCell::load_full);
+        if let Some(hole) = self.0.get(to) {
+            hole.store(moved);
+        }
+        if let Some(left) = self.0.get(from) {
+            left.store(None);
+        }
     }
 }
 
@@ -426,32 +440,13 @@ impl<V: Occupant> Slots<V> {
 
     /// Empties slot `hole` and shifts back the keys after it that may move closer to home, so
     /// that no probe sequence is broken. Holds the writers' lock.
-    fn remove_at(&self, mut hole: usize) {
-        let slots = &self.slots;
-        let n = slots.len();
-        if let Some(slot) = slots.get(hole) {
+    fn remove_at(&self, hole: usize) {
+        if let Some(slot) = self.slots.get(hole) {
             if slot.swap(None).is_some() {
                 self.len.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        let mut j = hole;
-        for _ in 0..n {
-            j = next_slot(j, n);
-            let Some(entry) = slots.get(j).and_then(ArcCell::load_full) else {
-                return;
-            };
-            if !cyclic_between(hole, home(entry.hash, n), j) {
-                // Stored at the hole before it leaves `j`: a lookup sees it at least once, or
-                // misses and looks again under the lock.
-                if let Some(to) = slots.get(hole) {
-                    to.store(Some(entry));
-                }
-                if let Some(from) = slots.get(j) {
-                    from.store(None);
-                }
-                hole = j;
-            }
-        }
+        close_gap(&mut Locked(&self.slots), hole);
     }
 
     /// Removes the key with `hash` that `is` recognises, whatever its use; `true` when the
