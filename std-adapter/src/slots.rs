@@ -32,7 +32,7 @@
 
 use std::sync::{Arc, PoisonError};
 
-use stormguard_core::probe::{close_gap, next_slot, ProbeSlots};
+use stormguard_core::probe::{self, close_gap, next_slot, ProbeSlots};
 use stormguard_core::Instant;
 
 use crate::loom::{ArcCell, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
@@ -194,10 +194,10 @@ impl Hand {
     }
 }
 
-/// The home slot of `hash` in a table of `n` (a power of two) slots.
+/// The home slot of `hash` in a table of `n` slots: the probe table's, from the hash's high
+/// 32 bits (`RandomState` mixes every bit).
 fn home(hash: u64, n: usize) -> usize {
-    // The top bits: RandomState mixes every bit, and the slot count is a power of two.
-    usize::try_from(hash.wrapping_shr(32)).unwrap_or(0) & n.wrapping_sub(1)
+    probe::home(u32::try_from(hash.wrapping_shr(32)).unwrap_or(0), n)
 }
 
 /// The slots as the probe table's removal sees them; used with the writers' lock held.
