@@ -125,6 +125,9 @@ pub mod breaker;
 pub mod call;
 pub mod limits;
 pub mod policy;
+// The probe table under both keyed tables (the keyed limiter here, the std adapter's keyed
+// policy).
+pub mod probe;
 
 pub mod error;
 pub mod event;

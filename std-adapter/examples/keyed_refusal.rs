@@ -1,7 +1,8 @@
-//! What a refused new key costs in a full keyed table whose keys are all open (none may be
-//! evicted), at two capacities: the first refusal, and the mean of the refusals that follow
-//! within a trip window (each call's 100 ms guarded pause included in the runtime's paused time,
-//! so 250 of them span 25 s).
+//! What a new key costs in a full keyed table, at two capacities: in a table whose keys are all
+//! open (none may be evicted), the first refusal and the mean of the refusals that follow within
+//! a trip window (each call's 100 ms guarded pause included in the runtime's paused time, so 250
+//! of them span 25 s); in a table whose keys are all idle, the mean of 250 new keys that each
+//! make room by evicting one.
 //!
 //! `cargo run --release -p stormguard-std --example keyed_refusal`
 //!
@@ -28,6 +29,34 @@ async fn full_table(capacity: u32) -> Result<KeyedPolicy<u32>, Box<dyn std::erro
         }
     }
     Ok(hosts)
+}
+
+/// A table of `capacity` keys, every one closed and idle (quiet for longer than a trip window).
+async fn idle_table(capacity: u32) -> Result<KeyedPolicy<u32>, Box<dyn std::error::Error>> {
+    let template = Policy::builder("hosts")
+        .breaker(Breaker::new(BreakerSettings::consecutive_only("hosts", 2)?))
+        .max_attempts(1)
+        .no_attempt_timeout()
+        .build()?;
+    let hosts: KeyedPolicy<u32> = KeyedPolicy::new(template, usize::try_from(capacity)?)?;
+    for key in 0..capacity {
+        hosts.call(&key, |_| async { Ok::<_, &str>(()) }).await?;
+    }
+    tokio::time::advance(std::time::Duration::from_secs(3_600)).await;
+    Ok(hosts)
+}
+
+/// Admits `n` new keys into a full table of idle keys; the wall time in nanoseconds per key.
+async fn admit(
+    hosts: &KeyedPolicy<u32>,
+    from: u32,
+    n: u32,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    for key in from..from + n {
+        hosts.call(&key, |_| async { Ok::<_, &str>(()) }).await?;
+    }
+    Ok(started.elapsed().as_nanos() as f64 / f64::from(n))
 }
 
 /// Refuses `n` new keys; the wall time in nanoseconds per refusal.
@@ -58,8 +87,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let then = refuse(&hosts, capacity + 1, 250).await?;
             Ok::<_, Box<dyn std::error::Error>>((first, then))
         })?;
+        let evicting = runtime.block_on(async {
+            let hosts = idle_table(capacity).await?;
+            admit(&hosts, capacity, 250).await
+        })?;
         println!(
-            "capacity {capacity:>7}: first refusal {first:>12.0} ns, then {then:>10.0} ns per refusal (mean of 250)"
+            "capacity {capacity:>7}: first refusal {first:>12.0} ns, then {then:>10.0} ns per refusal (mean of 250); a new key evicting an idle one {evicting:>12.0} ns (mean of 250)"
         );
     }
     Ok(())

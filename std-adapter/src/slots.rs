@@ -12,17 +12,27 @@
 //!   fails once the bit is set; eviction reads the word once, applies the idle rule to that
 //!   reading and sets the bit with a compare-and-swap from exactly that reading, so a call that
 //!   started in between (or started and ended: the count moved) makes the eviction fail.
-//! - A full table whose scan found no key to evict remembers until when none can be: the
-//!   soonest instant a key it read with no call in flight becomes idle, and at most the quiet
-//!   time every key needs after its last call (a trip window) ahead. A new key refused before
-//!   then costs no scan. No call can make a key idle sooner: a call that is in flight during
-//!   the scan, or starts after it, ends after it, and its key needs that quiet time from then
-//!   on, so the call path takes no part. A change no call makes (a recovery ramp ending, an
-//!   operator's reset) is seen at the latest a trip window later. A key leaving the table (an
-//!   eviction, a removal) forgets the instant.
+//! - A new key in a full table makes room with a clock hand: it reads the keys of the next
+//!   [`HAND_SLOTS`] slots from where the hand stands (held with the writers' lock), evicts the
+//!   least recently used idle one among them, and moves the hand past them; when none of them
+//!   is idle the key is refused. So making room or refusing reads a bounded number of keys,
+//!   whatever the capacity, and the rule is approximately LRU: the least recently used idle
+//!   key of a window, not of the table. While a key is idle and no key leaves the table, the
+//!   hand reaches it within `slots / HAND_SLOTS` (rounded up) new keys that look for room, so
+//!   at most that many are refused before a key is evicted.
+//! - A sweep is the hand's trip over every slot without finding a key to evict. A full table
+//!   whose sweep ended remembers until when no key can be idle: the soonest instant a key it
+//!   read with no call in flight becomes idle, and at most the quiet time every key needs after
+//!   its last call (a trip window) after the sweep began. A new key refused before then reads
+//!   no key. No call can make a key idle sooner: a call that is in flight when the hand reads
+//!   its key, or starts after, ends after the sweep began, and its key needs that quiet time
+//!   from then on, so the call path takes no part. A change no call makes (a recovery ramp
+//!   ending, an operator's reset) is seen at the latest a trip window later. A key leaving the
+//!   table (an eviction, a removal) starts a new sweep and forgets the instant.
 
 use std::sync::{Arc, PoisonError};
 
+use stormguard_core::probe::{self, close_gap, next_slot, ProbeSlots};
 use stormguard_core::Instant;
 
 use crate::loom::{ArcCell, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
@@ -31,6 +41,11 @@ const EVICTED: u64 = 1 << 63;
 const OUT_MASK: u64 = 0xFFFF_FFFF;
 const STARTED_ONE: u64 = 1 << 32;
 const STARTED_MASK: u64 = !(EVICTED | OUT_MASK);
+
+/// Slots the clock hand reads for one new key in a full table (see the module docs): enough
+/// that a table of idle keys almost always finds one at once, few enough that a refusal costs
+/// a few microseconds.
+pub(crate) const HAND_SLOTS: usize = 128;
 
 /// What a slot holds, as the eviction rule sees it (the keyed policy's: the core's
 /// `Member::is_idle` and `Member::to_evict` on the key's breaker).
@@ -115,8 +130,8 @@ impl<V> Entry<V> {
         self.word.fetch_or(EVICTED, Ordering::AcqRel);
     }
 
-    /// Whether the key has been evicted (the model's check that no call runs on such a key).
-    #[cfg(all(test, loom))]
+    /// Whether the key has been evicted (the tests' check that no call runs on such a key).
+    #[cfg(test)]
     pub(crate) fn is_evicted(&self) -> bool {
         self.word.load(Ordering::Acquire) & EVICTED != 0
     }
@@ -142,30 +157,72 @@ pub(crate) struct Slots<V> {
     slots: Box<[ArcCell<Entry<V>>]>,
     capacity: usize,
     len: AtomicUsize,
-    /// Held by whoever adds or evicts keys; never on the call path of a key in the table.
-    writer: Mutex<()>,
-    /// The table is full and no key can be evicted before this instant (nanoseconds of the
-    /// callers' clock); 0 when unknown. Read and written under the writers' lock (an atomic so
-    /// that the table stays `Sync` without a lock of its own). See the module docs.
-    full_until: AtomicU64,
+    /// Held by whoever adds or evicts keys, with the eviction hand; never on the call path of a
+    /// key in the table.
+    writer: Mutex<Hand>,
 }
 
-/// The home slot of `hash` in a table of `n` (a power of two) slots.
+/// The clock hand that picks the key to evict (see the module docs), kept under the writers'
+/// lock.
+#[derive(Default)]
+struct Hand {
+    /// The next slot it reads.
+    at: usize,
+    /// Slots read in the current sweep (since a key last left the table).
+    swept: usize,
+    /// When the current sweep began.
+    since: Option<Instant>,
+    /// The soonest instant a key the current sweep read may be idle: the earliest idle instant
+    /// of a key read with no call in flight, and at most a quiet time after `since`.
+    soonest: Option<Instant>,
+    /// The last sweep ended without a key to evict: none can be before this instant.
+    full_until: Option<Instant>,
+}
+
+impl Hand {
+    /// A key left the table: what the sweep learnt no longer holds.
+    fn restart(&mut self) {
+        self.swept = 0;
+        self.since = None;
+        self.soonest = None;
+        self.full_until = None;
+    }
+
+    /// Folds an instant a key read may be idle into the sweep's soonest.
+    fn may_be_idle_at(&mut self, at: Instant) {
+        self.soonest = Some(self.soonest.map_or(at, |s| s.min(at)));
+    }
+}
+
+/// The home slot of `hash` in a table of `n` slots: the probe table's, from the hash's high
+/// 32 bits (`RandomState` mixes every bit).
 fn home(hash: u64, n: usize) -> usize {
-    // The top bits: RandomState mixes every bit, and the slot count is a power of two.
-    usize::try_from(hash.wrapping_shr(32)).unwrap_or(0) & n.wrapping_sub(1)
+    probe::home(u32::try_from(hash.wrapping_shr(32)).unwrap_or(0), n)
 }
 
-fn next_slot(i: usize, n: usize) -> usize {
-    i.wrapping_add(1) & n.wrapping_sub(1)
-}
+/// The slots as the probe table's removal sees them; used with the writers' lock held.
+struct Locked<'a, V>(&'a [ArcCell<Entry<V>>]);
 
-/// `true` when `i` lies in the cyclic range `(from, to]`.
-fn cyclic_between(from: usize, i: usize, to: usize) -> bool {
-    if from <= to {
-        from < i && i <= to
-    } else {
-        from < i || i <= to
+impl<V> ProbeSlots for Locked<'_, V> {
+    fn slot_count(&self) -> usize {
+        self.0.len()
+    }
+
+    fn home_of(&self, i: usize) -> Option<usize> {
+        let n = self.0.len();
+        self.0.get(i)?.read(|e| e.map(|e| home(e.hash, n)))
+    }
+
+    fn shift(&mut self, from: usize, to: usize) {
+        // Stored at the hole before it leaves `from`: a lookup sees it at least once, or
+        // misses and looks again under the lock.
+        let moved = self.0.get(from).and_then(ArcCell::load_full);
+        if let Some(hole) = self.0.get(to) {
+            hole.store(moved);
+        }
+        if let Some(left) = self.0.get(from) {
+            left.store(None);
+        }
     }
 }
 
@@ -183,8 +240,7 @@ impl<V> Slots<V> {
             slots: (0..n).map(|_| ArcCell::empty()).collect(),
             capacity,
             len: AtomicUsize::new(0),
-            writer: Mutex::new(()),
-            full_until: AtomicU64::new(0),
+            writer: Mutex::new(Hand::default()),
         })
     }
 
@@ -206,7 +262,7 @@ impl<V> Slots<V> {
             .filter_map(|(i, slot)| slot.load_full().map(|e| (i, e)))
     }
 
-    fn lock(&self) -> MutexGuard<'_, ()> {
+    fn lock(&self) -> MutexGuard<'_, Hand> {
         self.writer.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -239,11 +295,6 @@ impl<V> Slots<V> {
 }
 
 impl<V: Occupant> Slots<V> {
-    /// Forgets that the table was full (a key left it). Holds the writers' lock.
-    fn forget_full(&self) {
-        self.full_until.store(0, Ordering::Release);
-    }
-
     /// The entry of the key with `hash` that `is` recognises, with a call counted in:
     /// lock-free, and without reading the clock, for a key in the table. A new key is added
     /// with what `make` gives it (evicting a key to make room if the table is full), its last
@@ -271,7 +322,7 @@ impl<V: Occupant> Slots<V> {
         now: impl FnOnce() -> Instant,
         make: impl FnOnce() -> Result<V, R>,
     ) -> Result<Arc<Entry<V>>, Refusal<R>> {
-        let _writer = self.lock();
+        let mut hand = self.lock();
         if let Some(e) = self.find(hash, is) {
             // Evictions hold this lock too, so a key found now is not marked evicted.
             if e.enter() {
@@ -280,7 +331,7 @@ impl<V: Occupant> Slots<V> {
         }
         let now = now();
         if self.len() >= self.capacity {
-            self.make_room(now)?;
+            self.make_room(&mut hand, now)?;
         }
         let value = make().map_err(Refusal::Make)?;
         let entry = Arc::new(Entry {
@@ -306,96 +357,102 @@ impl<V: Occupant> Slots<V> {
         Err(Refusal::Full)
     }
 
-    /// Evicts the key the rule picks; `Full` when none may be. Holds the writers' lock.
+    /// Evicts the key the rule picks among the next [`HAND_SLOTS`] slots of the hand; `Full`
+    /// when none may be. Holds the writers' lock (`hand`).
     ///
-    /// A table that a scan found full of keys that may not be evicted refuses at once until
-    /// the soonest of them may be: a refusal does not scan the table again.
-    fn make_room<R>(&self, now: Instant) -> Result<(), Refusal<R>> {
-        let until = self.full_until.load(Ordering::Acquire);
-        if until != 0 && now.as_nanos() < until {
+    /// A table whose last sweep found no key to evict refuses at once until the soonest of them
+    /// may be idle: such a refusal reads no key.
+    fn make_room<R>(&self, hand: &mut Hand, now: Instant) -> Result<(), Refusal<R>> {
+        if hand.full_until.is_some_and(|until| now < until) {
             return Err(Refusal::Full);
         }
-        let live: Vec<_> = self.live().collect();
-        // Each failed mark means a key was used since it was read: it is no longer idle, so
-        // this ends within one round per key.
-        for _ in 0..=live.len() {
-            let readings: Vec<_> = live.iter().map(|(_, e)| e.reading()).collect();
-            let keys: Vec<_> = live
+        let n = self.slots.len();
+        let window = HAND_SLOTS.min(n);
+        let mut read = Vec::with_capacity(window);
+        let mut i = hand.at;
+        for _ in 0..window {
+            // Most slots are empty (twice as many slots as keys): those cost no reference.
+            let slot = self.slots.get(i);
+            if let Some(e) = slot.and_then(|s| s.read(|e| e.map(Arc::clone))) {
+                read.push((i, e));
+            }
+            i = next_slot(i, n);
+        }
+        hand.at = i;
+        if hand.swept == 0 {
+            hand.since = Some(now);
+            hand.soonest = None;
+        }
+        let mut readings: Vec<_> = read.iter().map(|(_, e)| e.reading()).collect();
+        // Each failed mark means a key was used since it was read: it is no longer idle, and
+        // leaves the candidates.
+        while !read.is_empty() {
+            let keys: Vec<_> = read
                 .iter()
                 .zip(&readings)
                 .map(|((_, e), &(_, out, last))| (&e.value, out, last))
                 .collect();
             let Some(victim) = V::to_evict(&keys, now) else {
-                self.remember_full(&keys, now);
+                self.note_sweep(hand, &keys, n, window, now);
                 return Err(Refusal::Full);
             };
-            let (Some((slot, entry)), Some(&(word, _, _))) =
-                (live.get(victim), readings.get(victim))
-            else {
-                self.forget_full();
-                return Err(Refusal::Full);
-            };
+            if victim >= read.len() {
+                break;
+            }
+            let (slot, entry) = read.swap_remove(victim);
+            let (word, _, _) = readings.swap_remove(victim);
             if entry.mark_evicted(word) {
-                self.remove_at(*slot);
-                self.forget_full();
+                self.remove_at(slot);
+                hand.restart();
                 return Ok(());
             }
         }
-        self.forget_full();
+        self.note_sweep(hand, &[], n, window, now);
         Err(Refusal::Full)
     }
 
-    /// Remembers until when none of `keys` (none idle at `now`) can be evicted: the soonest
-    /// instant one of them with no call in flight becomes idle, at most
-    /// [`Occupant::recheck_after`] ahead. Holds the writers' lock.
-    fn remember_full(&self, keys: &[(&V, u32, Instant)], now: Instant) {
-        let recheck = keys
-            .first()
-            .map_or(stormguard_core::Duration::ZERO, |(v, _, _)| {
-                v.recheck_after()
-            });
-        let soonest = keys
-            .iter()
-            .filter_map(|&(v, out, last)| v.idle_from(out, last, now))
-            .fold(now.saturating_add(recheck), Instant::min);
-        self.full_until
-            .store(soonest.as_nanos().max(1), Ordering::Release);
+    /// Counts `window` more slots read by the current sweep, whose `keys` (none idle at `now`)
+    /// may be idle from their idle instants, and a quiet time after the sweep began at the
+    /// latest; a sweep that read every one of the `n` slots makes the table refuse without
+    /// reading until the soonest of those. Holds the writers' lock (`hand`).
+    fn note_sweep(
+        &self,
+        hand: &mut Hand,
+        keys: &[(&V, u32, Instant)],
+        n: usize,
+        window: usize,
+        now: Instant,
+    ) {
+        let since = hand.since.unwrap_or(now);
+        for &(v, out, last) in keys {
+            hand.may_be_idle_at(since.saturating_add(v.recheck_after()));
+            if let Some(at) = v.idle_from(out, last, now) {
+                hand.may_be_idle_at(at);
+            }
+        }
+        hand.swept = hand.swept.saturating_add(window);
+        if hand.swept >= n {
+            let soonest = hand.soonest;
+            hand.restart();
+            hand.full_until = soonest;
+        }
     }
 
     /// Empties slot `hole` and shifts back the keys after it that may move closer to home, so
     /// that no probe sequence is broken. Holds the writers' lock.
-    fn remove_at(&self, mut hole: usize) {
-        let slots = &self.slots;
-        let n = slots.len();
-        if let Some(slot) = slots.get(hole) {
+    fn remove_at(&self, hole: usize) {
+        if let Some(slot) = self.slots.get(hole) {
             if slot.swap(None).is_some() {
                 self.len.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        let mut j = hole;
-        for _ in 0..n {
-            j = next_slot(j, n);
-            let Some(entry) = slots.get(j).and_then(ArcCell::load_full) else {
-                return;
-            };
-            if !cyclic_between(hole, home(entry.hash, n), j) {
-                // Stored at the hole before it leaves `j`: a lookup sees it at least once, or
-                // misses and looks again under the lock.
-                if let Some(to) = slots.get(hole) {
-                    to.store(Some(entry));
-                }
-                if let Some(from) = slots.get(j) {
-                    from.store(None);
-                }
-                hole = j;
-            }
-        }
+        close_gap(&mut Locked(&self.slots), hole);
     }
 
     /// Removes the key with `hash` that `is` recognises, whatever its use; `true` when the
     /// table held it.
     pub(crate) fn remove(&self, hash: u64, is: impl Fn(&V) -> bool) -> bool {
-        let _writer = self.lock();
+        let mut hand = self.lock();
         let n = self.slots.len();
         let mut i = home(hash, n);
         for _ in 0..n {
@@ -405,7 +462,7 @@ impl<V: Occupant> Slots<V> {
             if entry.hash == hash && is(&entry.value) {
                 entry.mark_removed();
                 self.remove_at(i);
-                self.forget_full();
+                hand.restart();
                 return true;
             }
             i = next_slot(i, n);
@@ -415,7 +472,7 @@ impl<V: Occupant> Slots<V> {
 
     /// Evicts every idle key at `now`; returns how many.
     pub(crate) fn evict_idle_at(&self, now: Instant) -> usize {
-        let _writer = self.lock();
+        let mut hand = self.lock();
         let n = self.slots.len();
         let mut evicted = 0usize;
         for i in 0..n {
@@ -427,7 +484,7 @@ impl<V: Occupant> Slots<V> {
                 let (word, out, last) = entry.reading();
                 if entry.value.is_idle(out, last, now) && entry.mark_evicted(word) {
                     self.remove_at(i);
-                    self.forget_full();
+                    hand.restart();
                     evicted = evicted.saturating_add(1);
                 } else {
                     break;
@@ -450,15 +507,21 @@ mod tests {
 
     use stormguard_core::{Duration, Instant};
 
-    use super::{Entry, Occupant, Refusal, Slots};
+    use super::{Entry, Occupant, Refusal, Slots, HAND_SLOTS};
 
     thread_local! {
-        /// This test's scans of its table (calls of the eviction rule over every key).
+        /// This test's reads of its table's keys (calls of the eviction rule).
         static SCANS: Cell<usize> = const { Cell::new(0) };
+        /// The most keys one call of the eviction rule was given.
+        static MOST_READ: Cell<usize> = const { Cell::new(0) };
     }
 
     fn scans() -> usize {
         SCANS.with(Cell::get)
+    }
+
+    fn most_read() -> usize {
+        MOST_READ.with(Cell::get)
     }
 
     /// A stand-in key: idle once no call is in flight and it has been quiet for `quiet`.
@@ -474,6 +537,7 @@ mod tests {
         }
         fn to_evict(keys: &[(&Self, u32, Instant)], now: Instant) -> Option<usize> {
             SCANS.with(|n| n.set(n.get() + 1));
+            MOST_READ.with(|m| m.set(m.get().max(keys.len())));
             keys.iter()
                 .position(|&(key, out, last)| key.is_idle(out, last, now))
         }
@@ -485,9 +549,13 @@ mod tests {
         }
     }
 
+    fn hash(id: u32) -> u64 {
+        u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
     fn enter(t: &Slots<Key>, id: u32, now: Instant) -> Result<Arc<Entry<Key>>, Refusal<()>> {
         t.enter(
-            u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            hash(id),
             |k| k.id == id,
             || now,
             || {
@@ -520,7 +588,7 @@ mod tests {
         assert_eq!(scans() - before, 1);
         assert!(enter(&t, 100, idle).is_ok());
         assert_eq!(scans() - before, 2);
-        assert!(t.get(0, |k| k.id == 0).is_none());
+        assert!(t.get(hash(0), |k| k.id == 0).is_none());
     }
 
     #[test]
@@ -540,5 +608,85 @@ mod tests {
             Err(Refusal::Full)
         ));
         assert_eq!(scans(), before + 1, "looked again");
+    }
+
+    #[test]
+    fn a_new_key_in_a_large_full_table_reads_a_bounded_number_of_keys() {
+        let t0 = Instant::from_secs(1);
+        let capacity = 4_000;
+        let t = Slots::new(capacity).unwrap();
+        let held: Vec<_> = (0..capacity)
+            .map(|id| enter(&t, u32::try_from(id).unwrap(), t0).ok().unwrap())
+            .collect();
+        let slots = t.slots.len();
+        let sweep = slots.div_ceil(HAND_SLOTS);
+        let before = scans();
+        // Every key has a call in flight: each refusal reads at most a window of the table,
+        // and once the hand has gone round, a refusal reads nothing.
+        for id in 10_000..10_000 + 2 * sweep {
+            let id = u32::try_from(id).unwrap();
+            assert!(matches!(enter(&t, id, t0), Err(Refusal::Full)));
+        }
+        assert!(
+            most_read() <= HAND_SLOTS,
+            "read {} keys at once",
+            most_read()
+        );
+        assert!(
+            scans() - before <= sweep,
+            "{} reads for a sweep of {sweep}",
+            scans() - before
+        );
+        assert_eq!(t.len(), capacity);
+        drop(held);
+    }
+
+    #[test]
+    fn an_idle_key_in_a_full_table_is_evicted_within_a_sweep_of_new_keys() {
+        let t0 = Instant::from_secs(1);
+        let idle_at = t0 + Duration::from_secs(10);
+        let capacity = 1_000;
+        for idle_id in [0u32, 1, 137, 500, 998, 999] {
+            let t = Slots::new(capacity).unwrap();
+            let held: Vec<_> = (0..u32::try_from(capacity).unwrap())
+                .map(|id| enter(&t, id, t0).ok().unwrap())
+                .collect();
+            // One key's call ends: it is idle 10 s later, every other key stays in use.
+            held[idle_id as usize].exit(t0);
+            let bound = t.slots.len().div_ceil(HAND_SLOTS);
+            let mut refused = 0;
+            let mut newcomer = 10_000;
+            while enter(&t, newcomer, idle_at).is_err() {
+                refused += 1;
+                newcomer += 1;
+                assert!(refused <= bound, "key {idle_id}: {refused} refusals");
+            }
+            assert!(t.get(hash(idle_id), |k| k.id == idle_id).is_none());
+            assert_eq!(t.len(), capacity);
+            for (id, e) in held.iter().enumerate() {
+                if id != idle_id as usize {
+                    assert!(t.get(hash(e.value.id), |k| k.id == e.value.id).is_some());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_with_a_call_in_flight_is_never_evicted_by_the_hand() {
+        let t0 = Instant::from_secs(1);
+        let t = Slots::new(300).unwrap();
+        let held: Vec<_> = (0..300).map(|id| enter(&t, id, t0).ok().unwrap()).collect();
+        // Long after: the hand goes round many times, and every new key is refused.
+        let late = t0 + Duration::from_secs(3_600);
+        for id in 1_000..1_000 + 5 * t.slots.len() {
+            let id = u32::try_from(id).unwrap();
+            assert!(matches!(
+                enter(&t, id, late + Duration::from_secs(u64::from(id))),
+                Err(Refusal::Full)
+            ));
+        }
+        for e in &held {
+            assert!(!e.is_evicted());
+        }
     }
 }

@@ -86,6 +86,7 @@ use crate::loom::AtomicU64;
 use crate::packed::{
     const_unless_loom, field, mask, pack_instant, put, unpack_instant, word, Word,
 };
+use crate::probe::{self, ProbeSlots};
 use crate::{Duration, Instant, Name, Outcome};
 
 // The settings fields the limiters' errors name.
@@ -1700,31 +1701,6 @@ impl<K, R: LimitRule, const N: usize, S> KeyedLimiter<K, R, N, S> {
     }
 }
 
-/// The home slot of a tag in a table of `n` slots: its position scaled to `[0, n)`.
-#[inline]
-const fn home(tag: NonZeroU32, n: usize) -> usize {
-    (tag.get() as u64).wrapping_mul(n as u64).wrapping_shr(32) as usize
-}
-
-#[inline]
-const fn next_slot(i: usize, n: usize) -> usize {
-    let j = i.wrapping_add(1);
-    if j >= n {
-        0
-    } else {
-        j
-    }
-}
-
-/// `true` when `i` lies in the cyclic range `(from, to]`.
-const fn cyclic_between(from: usize, i: usize, to: usize) -> bool {
-    if from <= to {
-        from < i && i <= to
-    } else {
-        from < i || i <= to
-    }
-}
-
 /// The last-use time after a request at `now`: a late reading changes nothing, a clock that
 /// stepped back further restarts the quiet time from it.
 #[inline]
@@ -1747,7 +1723,7 @@ impl<K: Eq + Hash, R: LimitRule, const N: usize, S: BuildHasher> KeyedLimiter<K,
 
     #[inline]
     fn probe(&self, tag: NonZeroU32, key: &K) -> Probe {
-        let mut i = home(tag, N);
+        let mut i = probe::home(tag.get(), N);
         for _ in 0..N {
             match self.slots.get(i) {
                 Some(Some(slot)) => {
@@ -1758,7 +1734,7 @@ impl<K: Eq + Hash, R: LimitRule, const N: usize, S: BuildHasher> KeyedLimiter<K,
                 Some(None) => return Probe::Vacant(i),
                 None => return Probe::Full,
             }
-            i = next_slot(i, N);
+            i = probe::next_slot(i, N);
         }
         Probe::Full
     }
@@ -1933,12 +1909,12 @@ impl<K: Eq + Hash, R: LimitRule, const N: usize, S: BuildHasher> KeyedLimiter<K,
         };
         self.remove_at(i);
         // Exactly one slot is free now; the new key's probe sequence reaches it.
-        let mut j = home(tag, N);
+        let mut j = probe::home(tag.get(), N);
         for _ in 0..N {
             if matches!(self.slots.get(j), Some(None)) {
                 return Ok(j);
             }
-            j = next_slot(j, N);
+            j = probe::next_slot(j, N);
         }
         Err(KeyedLimitError::Full {
             retry_after: soonest,
@@ -1947,26 +1923,31 @@ impl<K: Eq + Hash, R: LimitRule, const N: usize, S: BuildHasher> KeyedLimiter<K,
 
     /// Empties slot `hole` and shifts back the keys after it that may move closer to home, so
     /// that no probe sequence is broken (no tombstones).
-    fn remove_at(&mut self, mut hole: usize) {
+    fn remove_at(&mut self, hole: usize) {
         if let Some(place) = self.slots.get_mut(hole) {
             if place.take().is_some() {
                 self.len = self.len.saturating_sub(1);
             }
         }
-        let mut j = hole;
-        for _ in 0..N {
-            j = next_slot(j, N);
-            let Some(Some(slot)) = self.slots.get(j) else {
-                return;
-            };
-            // The key at `j` may fill the hole unless its home lies in (hole, j].
-            if !cyclic_between(hole, home(slot.tag, N), j) {
-                let moved = self.slots.get_mut(j).and_then(Option::take);
-                if let Some(place) = self.slots.get_mut(hole) {
-                    *place = moved;
-                }
-                hole = j;
-            }
+        probe::close_gap(self.slots.as_mut_slice(), hole);
+    }
+}
+
+/// The limiter's slots, as the probe table's removal sees them.
+impl<K> ProbeSlots for [Option<Slot<K>>] {
+    fn slot_count(&self) -> usize {
+        self.len()
+    }
+
+    fn home_of(&self, i: usize) -> Option<usize> {
+        let slot = self.get(i)?.as_ref()?;
+        Some(probe::home(slot.tag.get(), self.len()))
+    }
+
+    fn shift(&mut self, from: usize, to: usize) {
+        let moved = self.get_mut(from).and_then(Option::take);
+        if let Some(place) = self.get_mut(to) {
+            *place = moved;
         }
     }
 }
@@ -2078,20 +2059,5 @@ mod tests {
             Ok(RateLimitSettings::defaults("x"))
         );
         assert!(WindowLimitSettings::builder("x").build().is_ok());
-    }
-
-    #[test]
-    fn home_slots_lie_inside_the_table() {
-        for n in [1usize, 2, 3, 7, 16, 10_000] {
-            for t in [1u32, 2, 0x8000_0000, u32::MAX] {
-                let tag = NonZeroU32::new(t).unwrap();
-                assert!(home(tag, n) < n);
-            }
-        }
-        assert!(cyclic_between(2, 3, 5));
-        assert!(!cyclic_between(2, 2, 5));
-        assert!(cyclic_between(5, 0, 1));
-        assert!(cyclic_between(5, 6, 1));
-        assert!(!cyclic_between(5, 3, 1));
     }
 }

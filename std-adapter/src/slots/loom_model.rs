@@ -46,9 +46,11 @@ impl Occupant for Key {
     }
 }
 
-/// Key `id`'s hash: home slot `home`, told apart from other keys by its low bits.
-fn hash(id: u32, home: u64) -> u64 {
-    (home << 32) | u64::from(id)
+/// Key `id`'s hash in table `t`: home slot `home` (the probe table's home is the hash's top
+/// bits, as many as the slot count's), told apart from other keys by its low bits.
+fn hash(t: &Table, id: u32, home: u64) -> u64 {
+    let bits = t.slots.len().trailing_zeros();
+    home.wrapping_shl(64u32.wrapping_sub(bits)) | u64::from(id)
 }
 
 type Table = Slots<Key>;
@@ -66,7 +68,7 @@ fn enter_at(
     quiet: Duration,
 ) -> Result<Arc<Entry<Key>>, Refusal<()>> {
     t.enter(
-        hash(id, home),
+        hash(t, id, home),
         |k| k.id == id,
         || now,
         || {
@@ -89,7 +91,7 @@ fn call(t: &Table, id: u32, home: u64) -> Option<Arc<Entry<Key>>> {
     };
     assert!(!e.is_evicted(), "a call entered an evicted key");
     // `get`: a lock-free lookup may miss a key a removal is moving, and look again locked.
-    let found = t.get(hash(id, home), |k| k.id == id);
+    let found = t.get(hash(t, id, home), |k| k.id == id);
     assert!(
         found.is_some_and(|f| Arc::ptr_eq(&f, &e)),
         "a key in use left the table"
@@ -184,7 +186,7 @@ fn a_lookup_racing_the_removal_that_shifts_its_key_finds_the_key() {
         enter(&t, 1, 0).ok().unwrap().exit(T0);
         let two = t
             .enter(
-                hash(2, 0),
+                hash(&t, 2, 0),
                 |k| k.id == 2,
                 || T0,
                 || {
