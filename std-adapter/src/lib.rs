@@ -128,15 +128,15 @@ mod metrics;
 mod policy;
 #[cfg(feature = "quanta")]
 mod quanta;
-// The keyed table's slots: used by `keyed` (feature `tokio`), model-checked under `cfg(loom)`
-// without it.
-#[cfg(feature = "tokio")]
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod server;
+// The keyed table's slots: used by `keyed` (feature `tokio`), model-checked under `cfg(loom)`
+// without it.
 #[cfg(any(feature = "tokio", loom))]
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 mod slots;
+#[cfg(feature = "tokio")]
 mod subscription;
 pub mod testing;
 #[cfg(feature = "tokio")]

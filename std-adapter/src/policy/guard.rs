@@ -1,6 +1,8 @@
+#[cfg(feature = "tokio")]
+use stormguard_core::{Duration, Instant};
 use stormguard_core::{
-    call::Admission, call::Unguarded, limits::Bulkheaded, CallError, Duration, Finished, Instant,
-    Name, Permit, SharedBreaker,
+    call::Admission, call::Unguarded, limits::Bulkheaded, CallError, Finished, Name, Permit,
+    SharedBreaker,
 };
 
 use super::steps::{Admit, BulkheadShared, Slots, Steps};
