@@ -128,6 +128,7 @@ pub mod policy;
 
 pub mod error;
 pub mod event;
+pub mod grpc;
 mod loom;
 pub mod name;
 pub mod outcome;
