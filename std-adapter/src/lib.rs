@@ -147,6 +147,9 @@ pub use self::quanta::{CoarseClock, QuantaClock};
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use self::tokio::TokioClock;
 pub use cache::{CacheRule, SuccessCache, ZeroTtl};
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub use classify::{grpc_outcome, is_grpc, GrpcBodyEnd};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use classify::{http_outcome, retry_after, Http};
