@@ -21,6 +21,10 @@
 //! deadline and the attempt timeout). It can also carry the call's remaining deadline to the
 //! next hop in a header, and adopt one from the request it is given (both opt-in).
 //!
+//! With feature `tonic`, `GrpcLayer` does the same for a tonic channel or server by gRPC's
+//! rules: unary calls replayed, the status read from headers and trailers, each attempt's
+//! ceiling sent in `grpc-timeout` and an inbound one adopted.
+//!
 //! ```
 //! use std::convert::Infallible;
 //! use http::{Request, Response};
