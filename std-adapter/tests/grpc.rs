@@ -251,7 +251,8 @@ fn breaker() -> Breaker {
     )
 }
 
-const ATTEMPT_TIMEOUT: StdDuration = StdDuration::from_millis(300);
+/// Long enough that no healthy call on a loaded machine reaches it: only the stalls do.
+const ATTEMPT_TIMEOUT: StdDuration = StdDuration::from_secs(1);
 
 type Client = tonic::client::Grpc<
     stormguard_std::tower::PolicyService<
@@ -263,13 +264,13 @@ type Client = tonic::client::Grpc<
     >,
 >;
 
-/// A tonic client through the layer: 3 attempts of 300 ms at most, 2 ms apart.
+/// A tonic client through the layer: 3 attempts of 1 s at most, 2 ms apart.
 async fn client(url: String, breaker: &Breaker, seen: &Seen) -> Client {
     let policy = Policy::builder("inventory")
         .breaker(breaker.clone())
         .max_attempts(3)
         .attempt_timeout(ATTEMPT_TIMEOUT)
-        .deadline(StdDuration::from_secs(5))
+        .deadline(StdDuration::from_secs(10))
         .backoff(
             stormguard_std::Backoff::builder()
                 .base(Duration::from_millis(2))
@@ -304,7 +305,7 @@ async fn get(client: &mut Client) -> Result<u32, Status> {
 
 /// Runs `scenario` against a fresh server, bounded in time.
 async fn bounded<F: Future<Output = ()>>(scenario: F) {
-    tokio::time::timeout(StdDuration::from_secs(30), scenario)
+    tokio::time::timeout(StdDuration::from_secs(60), scenario)
         .await
         .expect("the gRPC scenario is bounded in time");
 }
@@ -451,4 +452,54 @@ async fn the_breaker_opens_on_a_failing_service_and_keeps_calls_off_it() {
         );
     })
     .await;
+}
+
+#[test]
+fn an_open_request_body_is_never_replayed_and_a_complete_one_is() {
+    use stormguard_std::tower::{GrpcRequests, Requests};
+    let call = |body: Body| {
+        http::Request::post(GET)
+            .header("content-type", "application/grpc")
+            .body(body)
+            .unwrap()
+    };
+    // A client stream still waiting for its caller: one attempt only.
+    let open = Body::new(Tail {
+        trailers: None,
+        stalls: true,
+    });
+    assert!(GrpcRequests.prepare(call(open)).1.is_none());
+    // One encoded message, there at once: buffered, and every replay carries it.
+    let message = Bytes::from_static(b"\0\0\0\0\x02\x0a\x00");
+    let complete = Body::new(http_body_util::Full::new(message.clone()));
+    let (first, template) = GrpcRequests.prepare(call(complete));
+    let replay = GrpcRequests.replay(&template.unwrap()).unwrap();
+    for req in [first, replay] {
+        let read = block_on(http_body_util::BodyExt::collect(req.into_body()));
+        assert_eq!(read.unwrap().to_bytes(), message);
+    }
+}
+
+#[test]
+fn a_buffered_grpc_post_is_replayable_under_the_http_rules_and_carries_its_ceiling() {
+    use stormguard_std::tower::{HttpRequests, Requests};
+    let grpc = http::Request::post(GET)
+        .header("content-type", "application/grpc+proto")
+        .body(String::new())
+        .unwrap();
+    let plain = http::Request::post(GET).body(String::new()).unwrap();
+    assert!(HttpRequests::default().template(&plain).is_none());
+    let mut grpc: http::Request<String> = HttpRequests::default()
+        .replay(&HttpRequests::default().template(&grpc).unwrap())
+        .unwrap();
+    HttpRequests::default().set_attempt_ceiling(&mut grpc, Duration::from_millis(80));
+    assert_eq!(grpc.headers()[GRPC_TIMEOUT], "100000u");
+}
+
+/// Runs a future that needs no timer or socket to its end on a small runtime.
+fn block_on<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(future)
 }
