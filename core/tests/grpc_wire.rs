@@ -21,7 +21,7 @@ use stormguard_core::{Duration, Outcome};
 /// and now and then any byte at all.
 fn header_bytes() -> impl Strategy<Value = Vec<u8>> {
     let byte = prop_oneof![
-        4 => (b'0'..=b'9'),
+        4 => b'0'..=b'9',
         2 => prop::sample::select(&b"HMSmunhs+- .\t"[..]),
         1 => any::<u8>(),
     ];
