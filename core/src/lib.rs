@@ -131,6 +131,7 @@ pub mod probe;
 
 pub mod error;
 pub mod event;
+pub mod grpc;
 mod loom;
 pub mod name;
 pub mod outcome;

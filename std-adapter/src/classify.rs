@@ -8,6 +8,107 @@ pub use stormguard_core::{Classify, EveryErrorTransient};
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use self::http_preset::{http_outcome, retry_after, Http};
 
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub use self::grpc_preset::{grpc_outcome, is_grpc, GrpcBodyEnd};
+
+#[cfg(feature = "tonic")]
+mod grpc_preset {
+    use http::{header::CONTENT_TYPE, HeaderMap, StatusCode};
+    use stormguard_core::grpc::{parse_pushback, parse_status, status_outcome_with_pushback, Code};
+    use stormguard_core::Outcome;
+
+    /// How the body of a gRPC response ended, as the tower layer read it before classifying
+    /// the response (see [`GrpcLayer`](crate::tower::GrpcLayer)): the layer puts it in the
+    /// response's extensions, where [`Http`](super::Http) finds the status a response sent in
+    /// its trailers.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub enum GrpcBodyEnd {
+        /// The body ended with these trailers (`grpc-status` among them, normally).
+        Trailers(HeaderMap),
+        /// The body ended without trailers: the response was cut short.
+        NoTrailers,
+        /// Reading the body failed (the connection broke mid-response).
+        Failed,
+    }
+
+    /// Whether `headers` say the message is gRPC: a content type of `application/grpc`,
+    /// alone or with a `+format` or parameters (gRPC-Web's `application/grpc-web`, whose
+    /// trailers travel in the body, is not).
+    ///
+    /// ```
+    /// use http::HeaderMap;
+    /// let mut h = HeaderMap::new();
+    /// h.insert("content-type", "application/grpc+proto".parse().unwrap());
+    /// assert!(stormguard_std::is_grpc(&h));
+    /// h.insert("content-type", "application/grpc-web".parse().unwrap());
+    /// assert!(!stormguard_std::is_grpc(&h));
+    /// ```
+    #[must_use]
+    pub fn is_grpc(headers: &HeaderMap) -> bool {
+        let Some(value) = headers.get(CONTENT_TYPE) else {
+            return false;
+        };
+        let Some(rest) = value.as_bytes().strip_prefix(b"application/grpc") else {
+            return false;
+        };
+        matches!(rest.first(), None | Some(b'+' | b';'))
+    }
+
+    /// How a gRPC response counts: its `grpc-status` (from the headers of a trailers-only
+    /// response, else from the trailers the layer read at the body's end, `end`) by the core's
+    /// rules ([`status_outcome`](stormguard_core::grpc::status_outcome): `UNAVAILABLE` and
+    /// `DEADLINE_EXCEEDED` transient, `RESOURCE_EXHAUSTED` throttled with the
+    /// `grpc-retry-pushback-ms` hint, `OK` a success, any other code permanent). An unreadable
+    /// or missing `grpc-status` is `UNKNOWN`. A non-200 HTTP status without a `grpc-status`
+    /// (a proxy's answer) counts by the HTTP rules; a body cut short or broken is transient; a
+    /// 200 whose body was not read (a stream) is a success so far.
+    ///
+    /// ```
+    /// use http::{HeaderMap, StatusCode};
+    /// use stormguard_std::{grpc_outcome, GrpcBodyEnd, Outcome};
+    ///
+    /// let mut headers = HeaderMap::new();
+    /// headers.insert("content-type", "application/grpc".parse().unwrap());
+    /// let mut trailers = HeaderMap::new();
+    /// trailers.insert("grpc-status", "14".parse().unwrap());
+    /// let end = GrpcBodyEnd::Trailers(trailers);
+    /// assert_eq!(grpc_outcome(StatusCode::OK, &headers, Some(&end)), Outcome::Transient);
+    /// headers.insert("grpc-status", "5".parse().unwrap()); // trailers-only: NOT_FOUND
+    /// assert_eq!(grpc_outcome(StatusCode::OK, &headers, None), Outcome::Permanent);
+    /// ```
+    #[must_use]
+    pub fn grpc_outcome(
+        status: StatusCode,
+        headers: &HeaderMap,
+        end: Option<&GrpcBodyEnd>,
+    ) -> Outcome {
+        if headers.contains_key("grpc-status") {
+            return status_in(headers);
+        }
+        if status != StatusCode::OK {
+            return super::http_outcome(status, headers);
+        }
+        match end {
+            Some(GrpcBodyEnd::Trailers(trailers)) => status_in(trailers),
+            Some(GrpcBodyEnd::NoTrailers | GrpcBodyEnd::Failed) => Outcome::Transient,
+            None => Outcome::Success,
+        }
+    }
+
+    /// The outcome of the `grpc-status` in `map` (headers or trailers).
+    fn status_in(map: &HeaderMap) -> Outcome {
+        let code = map
+            .get("grpc-status")
+            .and_then(|v| parse_status(v.as_bytes()))
+            .unwrap_or(Code::UNKNOWN);
+        let pushback = map
+            .get("grpc-retry-pushback-ms")
+            .and_then(|v| parse_pushback(v.as_bytes()));
+        status_outcome_with_pushback(code, pushback)
+    }
+}
+
 #[cfg(feature = "http")]
 mod http_preset {
     use http::{header::RETRY_AFTER, HeaderMap, Response, StatusCode};
@@ -52,6 +153,12 @@ mod http_preset {
     impl<B, E> Classify<Response<B>, E> for Http {
         fn classify(&self, result: &Result<Response<B>, E>) -> Outcome {
             match result {
+                #[cfg(feature = "tonic")]
+                Ok(response) if super::is_grpc(response.headers()) => super::grpc_outcome(
+                    response.status(),
+                    response.headers(),
+                    response.extensions().get::<super::GrpcBodyEnd>(),
+                ),
                 Ok(response) => http_outcome(response.status(), response.headers()),
                 Err(_) => Outcome::Transient,
             }

@@ -60,7 +60,8 @@
 //! - Observability: [`events`] (every core event to `tracing`, with care for levels),
 //!   [`Listener`], [`Metrics`] (counters under stable names), [`health`] (a registry of
 //!   named breakers and budgets, `serde`-serializable reports).
-//! - [`tower`] (feature `tower`): a `Layer`/`Service` applying a policy to any service.
+//! - [`tower`] (feature `tower`): a `Layer`/`Service` applying a policy to any service (with
+//!   feature `tonic`, a tonic client's or server's, by gRPC's rules).
 //! - [`KeyedPolicy`]: a breaker per key (host, service) from one policy template, fixed capacity,
 //!   idle keys evicted by the core's keyed rule; [`Subscription`]: keeps a subscription
 //!   established on the core's capped schedule; [`PolicyEngine`]: the core's policy engine,
@@ -98,6 +99,9 @@
 //! - `quanta`: [`QuantaClock`] and [`CoarseClock`].
 //! - `http`: the [`Http`] classifier.
 //! - `tower`: the [`tower`] layer (implies `tokio` and `http`).
+//! - `reqwest`: the layer's rules for a `reqwest::Client` (implies `tower`).
+//! - `tonic`: gRPC through the layer, `tower::GrpcLayer`, and the gRPC rules in [`Http`]
+//!   (implies `tower`).
 //! - `serde`: `Serialize` on health reports and metrics snapshots.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -154,7 +158,11 @@ pub use self::tokio::TokioClock;
 pub use cache::{CacheRule, SuccessCache, ZeroTtl};
 pub use chaos::Chaos;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use chaos::{ChaosLayer, ChaosService, INJECTED_HEADER};
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub use classify::{grpc_outcome, is_grpc, GrpcBodyEnd};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use classify::{http_outcome, retry_after, Http};

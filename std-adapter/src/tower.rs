@@ -21,6 +21,10 @@
 //! deadline and the attempt timeout). It can also carry the call's remaining deadline to the
 //! next hop in a header, and adopt one from the request it is given (both opt-in).
 //!
+//! With feature `tonic`, `GrpcLayer` does the same for a tonic channel or server by gRPC's
+//! rules: unary calls replayed, the status read from headers and trailers, each attempt's
+//! ceiling sent in `grpc-timeout` and an inbound one adopted.
+//!
 //! ```
 //! use std::convert::Infallible;
 //! use http::{Request, Response};
@@ -61,6 +65,15 @@ use crate::events::{Listener, NoListener};
 use crate::policy::Attempt;
 use crate::{CallError, CallOptions, Policy};
 
+#[cfg(feature = "tonic")]
+mod grpc;
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub use self::grpc::{
+    GrpcLayer, GrpcRequests, GrpcTemplate, ReadUnary, ReadUnaryFuture, Streaming,
+    GRPC_BUFFER_LIMIT, GRPC_TIMEOUT, GRPC_TIMEOUT_MARGIN,
+};
+
 /// The header the remaining deadline travels in by default: whole milliseconds left.
 pub const DEADLINE_HEADER: HeaderName = HeaderName::from_static("x-stormguard-deadline-ms");
 
@@ -97,6 +110,14 @@ pub trait Requests<Req> {
     /// A template to replay `req` from, or `None` if it must not (or cannot) be repeated.
     fn template(&self, req: &Req) -> Option<Self::Template>;
 
+    /// The request to send first and the template to replay it from, taking the request by
+    /// value: rules that must buffer a streaming body to replay it (gRPC's) put a buffered
+    /// one back. By default, `req` as it is and [`Requests::template`].
+    fn prepare(&self, req: Req) -> (Req, Option<Self::Template>) {
+        let template = self.template(&req);
+        (req, template)
+    }
+
     /// A fresh copy of the request; `None` if it cannot be made after all (the call then ends
     /// with the last attempt's result).
     fn replay(&self, template: &Self::Template) -> Option<Req>;
@@ -111,6 +132,13 @@ pub trait Requests<Req> {
     /// deadlines are propagated.
     fn set_deadline(&self, req: &mut Req, left: Duration) {
         let _ = (req, left);
+    }
+
+    /// Writes the time this attempt has (the sooner of the policy's attempt timeout and the
+    /// call's deadline) into its request, for protocols whose server honours one (gRPC's
+    /// `grpc-timeout`). By default, nothing.
+    fn set_attempt_ceiling(&self, req: &mut Req, ceiling: Duration) {
+        let _ = (req, ceiling);
     }
 }
 
@@ -208,13 +236,27 @@ impl HttpRequests {
 }
 
 /// Whether a request may be repeated without changing the outcome: its method is idempotent
-/// (RFC 9110, 9.2.2), it carries an [`IDEMPOTENCY_KEY`], or it is `marked` [`Idempotent`].
+/// (RFC 9110, 9.2.2), it carries an [`IDEMPOTENCY_KEY`], or it is `marked` [`Idempotent`];
+/// with feature `tonic`, a gRPC call too (a `POST`, repeatable by gRPC's rules: the body is
+/// buffered, so the call is a unary one or a complete stream).
 fn repeatable(method: &Method, headers: &HeaderMap, marked: bool) -> bool {
     matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
     ) || marked
         || headers.contains_key(IDEMPOTENCY_KEY)
+        || grpc_call(headers)
+}
+
+/// Whether `headers` are a gRPC call's (always `false` without feature `tonic`).
+fn grpc_call(headers: &HeaderMap) -> bool {
+    #[cfg(feature = "tonic")]
+    return crate::classify::is_grpc(headers);
+    #[cfg(not(feature = "tonic"))]
+    {
+        let _ = headers;
+        false
+    }
 }
 
 /// Everything of a request but its body, kept for replays.
@@ -259,6 +301,17 @@ impl<B: Clone + Send + 'static> Requests<Request<B>> for HttpRequests {
 
     fn set_deadline(&self, req: &mut Request<B>, left: Duration) {
         self.write_deadline(req.headers_mut(), left);
+    }
+
+    /// A gRPC call's ceiling goes in `grpc-timeout` (feature `tonic`), as `GrpcRequests`
+    /// sends it.
+    fn set_attempt_ceiling(&self, req: &mut Request<B>, ceiling: Duration) {
+        #[cfg(feature = "tonic")]
+        if grpc_call(req.headers()) {
+            grpc::write_grpc_timeout(req.headers_mut(), ceiling);
+        }
+        #[cfg(not(feature = "tonic"))]
+        let _ = (req, ceiling);
     }
 }
 
@@ -546,7 +599,7 @@ where
         let classify = self.classify.clone();
         let requests = self.requests.clone();
         Box::pin(async move {
-            let template = requests.template(&req);
+            let (req, template) = requests.prepare(req);
             let mut options = CallOptions::new().classify(classify);
             if template.is_none() {
                 options = options.single_attempt();
@@ -556,6 +609,7 @@ where
             }
             let mut first = Some((ready, req));
             let start = policy.clock().now();
+            let attempt_timeout = policy.settings().attempt_timeout();
             let op = move |attempt: Attempt| {
                 let (svc, mut req) = match first.take() {
                     Some(ready) => (Some(ready.0), ready.1),
@@ -563,6 +617,13 @@ where
                 };
                 if let Some(left) = attempt.call_left {
                     requests.set_deadline(&mut req, left);
+                }
+                let ceiling = match (attempt_timeout, attempt.call_left) {
+                    (Some(timeout), Some(left)) => Some(timeout.min(left)),
+                    (one, other) => one.or(other),
+                };
+                if let Some(ceiling) = ceiling {
+                    requests.set_attempt_ceiling(&mut req, ceiling);
                 }
                 let mut svc = svc.unwrap_or_else(|| spare.clone());
                 let fresh = attempt.number > 1;
