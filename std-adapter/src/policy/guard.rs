@@ -1,9 +1,9 @@
-#[cfg(feature = "tokio")]
-use stormguard_core::{Duration, Instant};
 use stormguard_core::{
     call::Admission, call::Unguarded, limits::Bulkheaded, CallError, Finished, Name, Permit,
     SharedBreaker,
 };
+#[cfg(feature = "tokio")]
+use stormguard_core::{Duration, Instant};
 
 use super::steps::{Admit, BulkheadShared, Slots, Steps};
 use crate::events::{Ended, Listener};
