@@ -32,6 +32,13 @@ use stormguard_core::{Event, Name, RefusalReason, State};
 
 use crate::events::{Ended, Listener};
 
+/// `mutex` locked; a test that panicked while holding it left the contents as they were.
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// One scripted answer, and how long it takes.
 #[derive(Clone, Debug)]
 struct Line<T, E> {
@@ -92,10 +99,7 @@ impl<T: Clone, E: Clone> Script<T, E> {
     }
 
     fn lock(&self) -> MutexGuard<'_, Lines<T, E>> {
-        // A test that panicked while holding the lock left the script as it was.
-        self.lines
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        locked(&self.lines)
     }
 
     /// The next line: taken off the script, or the last one again past its end.
@@ -182,9 +186,7 @@ impl EventRecorder {
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Recorded>> {
-        self.seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        locked(&self.seen)
     }
 
     /// Every event so far, in order.
@@ -214,19 +216,13 @@ impl EventRecorder {
     /// How each call ended so far, with its attempts, in order.
     #[must_use]
     pub fn calls(&self) -> Vec<(u32, Ended)> {
-        self.calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        locked(&self.calls).clone()
     }
 
     /// Forgets everything recorded.
     pub fn clear(&self) {
         self.lock().clear();
-        self.calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
+        locked(&self.calls).clear();
     }
 }
 
@@ -253,10 +249,7 @@ impl Listener for EventRecorder {
     }
 
     fn on_call(&self, _: &Name, attempts: u32, ended: Ended) {
-        self.calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push((attempts, ended));
+        locked(&self.calls).push((attempts, ended));
     }
 }
 
