@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use stormguard_core::BreakerSettings;
+use stormguard_std::BreakerSettings;
 use stormguard_std::{CallError, Policy};
 
 /// The dependency: fails while `outage` lasts, then answers.
@@ -22,9 +22,9 @@ fn read_exchange_rate(started: Instant, outage: Duration) -> Result<f64, String>
     }
 }
 
-fn main() -> Result<(), stormguard_core::SettingsError> {
+fn main() -> Result<(), stormguard_std::SettingsError> {
     let breaker = BreakerSettings::builder("rates")
-        .break_duration(stormguard_core::Duration::from_millis(500))
+        .break_duration(stormguard_std::Duration::from_millis(500))
         .jitter(false)
         .build()?;
     let policy = Policy::builder("rates")

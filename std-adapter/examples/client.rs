@@ -22,8 +22,8 @@ use http::Request;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use stormguard_core::BreakerSettings;
 use stormguard_std::tower::PolicyLayer;
+use stormguard_std::BreakerSettings;
 use stormguard_std::{CallError, Metrics, Policy};
 use tower::{Layer, ServiceExt};
 
@@ -51,7 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The client: hyper behind a policy with a short break, so the example is quick.
     let breaker = BreakerSettings::builder("quotes")
-        .break_duration(stormguard_core::Duration::from_millis(500))
+        .break_duration(stormguard_std::Duration::from_millis(500))
         .jitter(false)
         .build()?;
     let policy = Policy::builder("quotes")

@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use stormguard_core::BreakerSettings;
+use stormguard_std::BreakerSettings;
 use stormguard_std::{Breaker, KeyedPolicy, Policy};
 
 /// A table of `capacity` keys, every one open.

@@ -15,9 +15,9 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use stormguard_core::{Backoff, BreakerSettings};
 use stormguard_std::server::error_response;
 use stormguard_std::Policy;
+use stormguard_std::{Backoff, BreakerSettings};
 
 /// The service's state: its policy, and a switch standing in for a failing pricing database.
 struct Quotes {

@@ -23,7 +23,7 @@ struct Entry<T> {
 /// [`Policy::call_cached`](crate::Policy::call_cached).
 ///
 /// ```
-/// use stormguard_core::{Duration, Instant};
+/// use stormguard_std::{Duration, Instant};
 /// use stormguard_std::SuccessCache;
 ///
 /// let cache = SuccessCache::new(Duration::from_secs(5)).unwrap();
@@ -70,7 +70,7 @@ impl<T> SuccessCache<T> {
     /// Keeps `value` as stored at `now`, replacing what was there.
     ///
     /// ```
-    /// use stormguard_core::{Duration, Instant};
+    /// use stormguard_std::{Duration, Instant};
     /// let cache = stormguard_std::SuccessCache::new(Duration::from_secs(2)).unwrap();
     /// cache.store(Instant::ZERO, 1);
     /// cache.store(Instant::ZERO, 2);
@@ -84,7 +84,7 @@ impl<T> SuccessCache<T> {
     /// Forgets the cached value.
     ///
     /// ```
-    /// use stormguard_core::{Duration, Instant};
+    /// use stormguard_std::{Duration, Instant};
     /// let cache = stormguard_std::SuccessCache::new(Duration::from_secs(2)).unwrap();
     /// cache.store(Instant::ZERO, 1);
     /// cache.clear();
@@ -107,7 +107,7 @@ impl<T: Clone> SuccessCache<T> {
     /// [`SuccessCache::serve`]).
     ///
     /// ```
-    /// use stormguard_core::{Duration, Instant};
+    /// use stormguard_std::{Duration, Instant};
     /// let cache = stormguard_std::SuccessCache::<u8>::new(Duration::from_secs(2)).unwrap();
     /// assert_eq!(cache.get(Instant::ZERO), None);
     /// ```
@@ -120,7 +120,7 @@ impl<T: Clone> SuccessCache<T> {
     /// and the breaker is closed ([`CacheRule::may_serve`]).
     ///
     /// ```
-    /// use stormguard_core::{Duration, Instant, State};
+    /// use stormguard_std::{Duration, Instant, State};
     /// let cache = stormguard_std::SuccessCache::new(Duration::from_secs(2)).unwrap();
     /// cache.store(Instant::ZERO, 7);
     /// assert_eq!(cache.serve(Instant::ZERO, State::Closed), Some(7));

@@ -17,7 +17,7 @@ type Gate = Arc<dyn Fn() -> bool + Send + Sync>;
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use stormguard_core::{policy::ChaosSettings, Ratio};
+/// use stormguard_std::{ChaosSettings, Ratio};
 /// use stormguard_std::{CallError, Chaos, Policy};
 ///
 /// #[derive(Debug, PartialEq)]
@@ -157,7 +157,7 @@ mod layer {
     /// type's `Default`) and the [`INJECTED_HEADER`]; the request never reaches the service.
     ///
     /// ```
-    /// use stormguard_core::{policy::ChaosSettings, Duration, Ratio};
+    /// use stormguard_std::{ChaosSettings, Duration, Ratio};
     /// use stormguard_std::{Chaos, ChaosLayer};
     ///
     /// let chaos = Chaos::new(
@@ -172,7 +172,7 @@ mod layer {
     ///     uri.path().starts_with("/checkout") && uri.host() == Some("staging.internal")
     /// });
     /// # let _ = layer;
-    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     #[derive(Clone)]
     pub struct ChaosLayer {

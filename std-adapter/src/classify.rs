@@ -131,7 +131,7 @@ mod http_preset {
     ///
     /// ```
     /// use http::{Response, StatusCode};
-    /// use stormguard_core::{Duration, Outcome};
+    /// use stormguard_std::{Duration, Outcome};
     /// use stormguard_std::{Classify, Http};
     ///
     /// let status = |s: u16| Response::builder().status(s).body(()).unwrap();

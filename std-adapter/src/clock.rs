@@ -13,7 +13,7 @@ use stormguard_core::{Duration, Instant};
 /// clock skews every measurement.
 ///
 /// ```
-/// use stormguard_core::Instant;
+/// use stormguard_std::Instant;
 /// use stormguard_std::Clock;
 ///
 /// /// A clock frozen at one instant.
@@ -72,7 +72,7 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 /// offset, as clones of a policy share its breaker.
 ///
 /// ```
-/// use stormguard_core::{Duration, Instant};
+/// use stormguard_std::{Duration, Instant};
 /// use stormguard_std::{Clock, ManualClock, SteadyClock};
 ///
 /// let raw = ManualClock::starting_at(Instant::from_secs(7_200));
@@ -285,7 +285,7 @@ impl MonotonicClock {
     /// `at` in the core's terms: time since the epoch, [`Instant::ZERO`] for anything earlier.
     ///
     /// ```
-    /// use stormguard_core::{Duration, Instant};
+    /// use stormguard_std::{Duration, Instant};
     /// use stormguard_std::MonotonicClock;
     ///
     /// let clock = MonotonicClock::new();
@@ -301,7 +301,7 @@ impl MonotonicClock {
     /// `None` if the platform cannot represent it (only for instants centuries away).
     ///
     /// ```
-    /// use stormguard_core::{Duration, Instant};
+    /// use stormguard_std::{Duration, Instant};
     /// use stormguard_std::MonotonicClock;
     ///
     /// let clock = MonotonicClock::new();
@@ -335,7 +335,7 @@ impl Clock for MonotonicClock {
 /// and gives another to the code under test. Moving it saturates at [`Instant::MAX`].
 ///
 /// ```
-/// use stormguard_core::{Duration, Instant};
+/// use stormguard_std::{Duration, Instant};
 /// use stormguard_std::{Clock, ManualClock};
 ///
 /// let clock = ManualClock::new();

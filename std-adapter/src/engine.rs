@@ -118,7 +118,7 @@ impl<E> fmt::Display for Trail<'_, E> {
 /// The outcome of one evaluation: the first match, if any, and every evaluation that ran.
 ///
 /// ```
-/// use stormguard_core::policy::PolicyVerdict;
+/// use stormguard_std::PolicyVerdict;
 /// use stormguard_std::PolicyEngine;
 /// let mut engine: PolicyEngine<u32, &str, ()> = PolicyEngine::new();
 /// engine.add("small", |n: &u32| Ok(*n < 10), "inline")?;
@@ -168,7 +168,7 @@ pub type AddError<C, T, E> = AddPolicyError<C, T, E, Predicate<C, E>>;
 /// one and swap it in (e.g. with `arc_swap`).
 ///
 /// ```
-/// use stormguard_core::policy::PolicyVerdict;
+/// use stormguard_std::PolicyVerdict;
 /// use stormguard_std::PolicyEngine;
 ///
 /// struct Message { topic: String, bytes: usize }
@@ -227,7 +227,7 @@ impl<C, T, E> PolicyEngine<C, T, E> {
     /// [`MAX_RESERVED`](PolicyEngine::MAX_RESERVED).
     ///
     /// ```
-    /// use stormguard_core::{Bound, Field};
+    /// use stormguard_std::{Bound, Field};
     /// use stormguard_std::PolicyEngine;
     /// let e = PolicyEngine::<(), u8, ()>::with_capacity(1 << 40).unwrap_err();
     /// assert_eq!((e.field, e.bound), (Field::Capacity, Bound::AtMost(1 << 16)));

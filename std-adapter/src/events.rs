@@ -64,7 +64,7 @@ impl From<Finished> for Ended {
     /// called a success a succeeded one.
     ///
     /// ```
-    /// use stormguard_core::{Finished, Outcome};
+    /// use stormguard_std::{Finished, Outcome};
     /// use stormguard_std::Ended;
     /// assert_eq!(Ended::from(Finished::Failed(Outcome::Transient)), Ended::Failed);
     /// assert_eq!(Ended::from(Finished::Failed(Outcome::TimedOut)), Ended::TimedOut);
@@ -109,7 +109,7 @@ impl Ended {
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU32, Ordering};
-/// use stormguard_core::Event;
+/// use stormguard_std::Event;
 /// use stormguard_std::{Ended, Listener};
 ///
 /// #[derive(Default)]
@@ -117,13 +117,13 @@ impl Ended {
 ///
 /// impl Listener for Opens {
 ///     fn on_event(&self, event: &Event<'_>) {
-///         if let Event::StateChanged { to: stormguard_core::State::Open, .. } = event {
+///         if let Event::StateChanged { to: stormguard_std::State::Open, .. } = event {
 ///             self.0.fetch_add(1, Ordering::Relaxed);
 ///         }
 ///     }
 /// }
 /// let opens = Opens::default();
-/// opens.on_call(&stormguard_core::Name::new("db"), 1, Ended::Succeeded); // default: nothing
+/// opens.on_call(&stormguard_std::Name::new("db"), 1, Ended::Succeeded); // default: nothing
 /// ```
 pub trait Listener {
     /// A core event, delivered as it happens (a `Rejected` event before its pause is served).
@@ -147,7 +147,7 @@ pub trait Listener {
 ///
 /// ```
 /// use stormguard_std::{Listener, NoListener};
-/// NoListener.on_attempt(&stormguard_core::Name::new("db"), 1);
+/// NoListener.on_attempt(&stormguard_std::Name::new("db"), 1);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NoListener;
@@ -165,8 +165,8 @@ impl<F: Fn(&Event<'_>)> Listener for F {
 /// ```
 /// use stormguard_std::{Both, Listener, Metrics};
 /// let metrics = Metrics::new("db");
-/// let both = Both(metrics.clone(), |e: &stormguard_core::Event<'_>| println!("{}", e.kind()));
-/// both.on_attempt(&stormguard_core::Name::new("db"), 1);
+/// let both = Both(metrics.clone(), |e: &stormguard_std::Event<'_>| println!("{}", e.kind()));
+/// both.on_attempt(&stormguard_std::Name::new("db"), 1);
 /// assert_eq!(metrics.snapshot().attempts, 1);
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
@@ -190,7 +190,7 @@ impl<A: Listener, B: Listener> Listener for Both<A, B> {
 /// Logs one core event with `tracing` (target `stormguard`, levels as in the module docs).
 ///
 /// ```
-/// use stormguard_core::{Duration, Event, Name, RefusalReason};
+/// use stormguard_std::{Duration, Event, Name, RefusalReason};
 /// let name = Name::new("payments");
 /// stormguard_std::events::trace(&Event::Rejected {
 ///     name: &name,

@@ -39,7 +39,7 @@ pub fn entropy_seed() -> u64 {
 /// forms with that clock's readings.
 ///
 /// ```
-/// use stormguard_core::{BreakerSettings, State};
+/// use stormguard_std::{BreakerSettings, State};
 /// use stormguard_std::Breaker;
 ///
 /// let payments = Breaker::new(BreakerSettings::defaults("payments"));
@@ -81,7 +81,7 @@ impl Breaker {
     /// Wraps a breaker built elsewhere (its seed is kept as it is).
     ///
     /// ```
-    /// use stormguard_core::{BreakerSettings, SharedBreaker};
+    /// use stormguard_std::{BreakerSettings, SharedBreaker};
     /// let breaker = stormguard_std::Breaker::from_shared(
     ///     SharedBreaker::new(BreakerSettings::defaults("search")).with_seed(7),
     /// );
@@ -131,7 +131,7 @@ impl Breaker {
     /// The state now (process-wide clock); reading consumes nothing.
     ///
     /// ```
-    /// use stormguard_core::State;
+    /// use stormguard_std::State;
     /// assert_eq!(stormguard_std::Breaker::of(3, "db")?.state(), State::Closed);
     /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
@@ -143,7 +143,7 @@ impl Breaker {
     /// The state at `now`.
     ///
     /// ```
-    /// use stormguard_core::{Instant, State};
+    /// use stormguard_std::{Instant, State};
     /// let b = stormguard_std::Breaker::of(3, "db")?;
     /// assert_eq!(b.state_at(Instant::from_secs(1)), State::Closed);
     /// # Ok::<(), stormguard_std::SettingsError>(())
@@ -169,7 +169,7 @@ impl Breaker {
     /// A snapshot at `now`.
     ///
     /// ```
-    /// use stormguard_core::Instant;
+    /// use stormguard_std::Instant;
     /// let b = stormguard_std::Breaker::of(3, "db")?;
     /// assert_eq!(b.snapshot_at(Instant::from_secs(1)).window_calls, 0);
     /// # Ok::<(), stormguard_std::SettingsError>(())
@@ -184,7 +184,7 @@ impl Breaker {
     /// policy's listener.
     ///
     /// ```
-    /// use stormguard_core::State;
+    /// use stormguard_std::State;
     /// let b = stormguard_std::Breaker::of(3, "db")?;
     /// b.isolate();
     /// assert_eq!(b.state(), State::Isolated);
@@ -198,7 +198,7 @@ impl Breaker {
     /// Closes the breaker (the learned baselines stay); logged to `tracing`.
     ///
     /// ```
-    /// use stormguard_core::State;
+    /// use stormguard_std::State;
     /// let b = stormguard_std::Breaker::of(3, "db")?;
     /// b.isolate();
     /// b.reset();
@@ -272,7 +272,7 @@ impl Budget {
     /// Wraps a budget built elsewhere.
     ///
     /// ```
-    /// use stormguard_core::{BudgetSettings, SharedBudget};
+    /// use stormguard_std::{BudgetSettings, SharedBudget};
     /// let b = stormguard_std::Budget::from_shared(SharedBudget::new(BudgetSettings::defaults("db")));
     /// assert_eq!(b.name().as_str(), "db");
     /// ```
@@ -286,7 +286,7 @@ impl Budget {
     /// The core's shared budget.
     ///
     /// ```
-    /// use stormguard_core::Instant;
+    /// use stormguard_std::Instant;
     /// let b = stormguard_std::Budget::defaults("db");
     /// assert!(b.shared().try_withdraw(Instant::from_secs(1)).is_ok());
     /// ```
@@ -348,7 +348,7 @@ impl Budget {
     /// A snapshot at `now`.
     ///
     /// ```
-    /// use stormguard_core::Instant;
+    /// use stormguard_std::Instant;
     /// let b = stormguard_std::Budget::defaults("db");
     /// assert_eq!(b.snapshot_at(Instant::from_secs(1)).available, 30);
     /// ```

@@ -16,7 +16,7 @@ use crate::{Breaker, Budget};
 /// mapping from a breaker's state ([`Status::of_state`]) every report here uses.
 ///
 /// ```
-/// use stormguard_core::State;
+/// use stormguard_std::State;
 /// use stormguard_std::health::Status;
 /// assert_eq!(Status::of_state(State::Recovering), Status::Degraded);
 /// assert_eq!(Status::of_state(State::Isolated), Status::Unavailable);

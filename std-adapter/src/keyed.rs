@@ -200,8 +200,8 @@ impl<K, C, L> Occupant for Key<K, C, L> {
 ///         _ => "something else".into(),
 ///     }
 /// }
-/// # let rejection = stormguard_core::Rejection {
-/// #     reason: stormguard_core::RefusalReason::KeyedFull,
+/// # let rejection = stormguard_std::Rejection {
+/// #     reason: stormguard_std::RefusalReason::KeyedFull,
 /// #     retry_after: stormguard_std::Duration::from_secs(30),
 /// #     pause: stormguard_std::Duration::from_millis(100),
 /// #     last: None,
@@ -244,7 +244,7 @@ impl<E> KeyedError<E> {
     /// The core's keyed refusal, when the table refused the key.
     ///
     /// ```
-    /// use stormguard_core::{Duration, breaker::KeyedRefusal, RefusalReason, Rejection};
+    /// use stormguard_std::{Duration, KeyedRefusal, RefusalReason, Rejection};
     /// let rejection = Rejection {
     ///     reason: RefusalReason::KeyedFull,
     ///     retry_after: Duration::from_secs(30),
@@ -603,7 +603,7 @@ where
     /// `key`'s breaker, if the key is in the table (for its state, or to isolate it).
     ///
     /// ```
-    /// use stormguard_core::State;
+    /// use stormguard_std::State;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let hosts = stormguard_std::KeyedPolicy::new(stormguard_std::Policy::builder("hosts").build()?, 8)?;
@@ -636,7 +636,7 @@ where
     /// let report = hosts.snapshots();
     /// assert_eq!(report.len(), 1);
     /// assert_eq!(report[0].0, 7);
-    /// assert_eq!(report[0].1.state, stormguard_core::State::Closed);
+    /// assert_eq!(report[0].1.state, stormguard_std::State::Closed);
     /// # Ok(()) }
     /// ```
     #[must_use]

@@ -184,10 +184,11 @@ pub use stormguard_core::{
     limits::BudgetSnapshot, limits::BulkheadSettings, limits::BulkheadSettingsBuilder,
     limits::BulkheadSnapshot, limits::RateLimitSettings, limits::RateLimitSettingsBuilder,
     limits::WindowLimitSettings, limits::WindowLimitSettingsBuilder, name::NameError,
-    policy::SubscriptionRetry, policy::SubscriptionStatus, Backoff, Bound, BreakerSettings,
-    BudgetSettings, CallSettings, Duration, Event, FailureRate, Field, Health, Instant, Jitter,
-    Multiple, Name, Outcome, Ratio, Recovery, RefusalReason, Refused, Rejection, SettingsError,
-    SlowCalls, Snapshot, State, TripReason, GUARD_PAUSE,
+    policy::ChaosSettings, policy::PolicyVerdict, policy::SubscriptionRetry,
+    policy::SubscriptionStatus, Backoff, Bound, BreakerSettings, BudgetSettings, CallSettings,
+    Duration, Event, FailureRate, Field, Finished, Health, Instant, Jitter, Multiple, Name,
+    Outcome, Ratio, Recovery, RefusalReason, Refused, Rejection, SettingsError, SharedBreaker,
+    SharedBudget, SlowCalls, Snapshot, State, TripReason, GUARD_PAUSE,
 };
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]

@@ -21,7 +21,7 @@ const MAX_RETRY_AFTER_SECS: u64 = 3_600;
 /// The body never carries the dependency's error: that is for your logs, not your callers.
 ///
 /// ```
-/// use stormguard_core::{call::Rejection, CallError, Duration, RefusalReason};
+/// use stormguard_std::{Rejection, CallError, Duration, RefusalReason};
 /// use stormguard_std::server::error_response;
 ///
 /// let refused: CallError<std::io::Error> = CallError::Rejected {

@@ -53,7 +53,7 @@ impl SubscriptionEvent<'_> {
     /// A stable, lower-case name for logs and metrics labels.
     ///
     /// ```
-    /// use stormguard_core::Name;
+    /// use stormguard_std::Name;
     /// use stormguard_std::SubscriptionEvent;
     /// let name = Name::new("feed");
     /// assert_eq!(SubscriptionEvent::Lost { name: &name }.kind(), "lost");
@@ -198,7 +198,7 @@ impl Subscription {
     /// [`Subscription::new`] with a [`Name`] built at run time.
     ///
     /// ```
-    /// use stormguard_core::Name;
+    /// use stormguard_std::Name;
     /// let feed = stormguard_std::Subscription::named(Name::try_from_str("tenant-7").unwrap());
     /// assert_eq!(feed.name().as_str(), "tenant-7");
     /// ```
@@ -220,7 +220,7 @@ impl<K> Subscription<K> {
     /// Follows `backoff` instead (its base, factor, cap and jitter), starting afresh.
     ///
     /// ```
-    /// use stormguard_core::{Backoff, Duration};
+    /// use stormguard_std::{Backoff, Duration};
     /// let quick = Backoff::subscription().to_builder().cap(Duration::from_secs(10)).build()?;
     /// let feed = stormguard_std::Subscription::new("feed").backoff(quick);
     /// assert_eq!(feed.retry().backoff().cap(), Duration::from_secs(10));

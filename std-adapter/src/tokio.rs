@@ -13,7 +13,7 @@ use crate::Clock;
 /// clock, like [`MonotonicClock`](crate::MonotonicClock). Readings saturate at [`Instant::MAX`].
 ///
 /// ```
-/// use stormguard_core::{Duration, Instant};
+/// use stormguard_std::{Duration, Instant};
 /// use stormguard_std::{Clock, TokioClock};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]

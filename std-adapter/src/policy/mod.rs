@@ -94,7 +94,7 @@ impl Policy {
     /// A builder for a policy named `name`, e.g. from a configuration file.
     ///
     /// ```
-    /// use stormguard_core::Name;
+    /// use stormguard_std::Name;
     /// let name = Name::try_from_str(&String::from("orders")).unwrap();
     /// let p = stormguard_std::Policy::builder_named(name).build()?;
     /// assert_eq!(p.name().as_str(), "orders");
@@ -257,7 +257,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     /// listener. Does nothing without a breaker.
     ///
     /// ```
-    /// use stormguard_core::State;
+    /// use stormguard_std::State;
     /// let p = stormguard_std::Policy::builder("db").build()?;
     /// p.isolate();
     /// assert_eq!(p.breaker().unwrap().state(), State::Isolated);
