@@ -83,6 +83,7 @@
 //! checks them (`RUSTFLAGS="--cfg loom" cargo test --release -p stormguard-std
 //! --no-default-features --lib slots`).
 
+use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash, RandomState};
@@ -226,9 +227,6 @@ pub enum KeyedError<E> {
     /// trip window from the refusal (the soonest a key quiet from now on becomes idle),
     /// counted from the end of the pause.
     Full(Rejection),
-    /// The key's policy could not be built from the template. Does not happen with a template
-    /// built by [`PolicyBuilder`](crate::PolicyBuilder): its settings were validated then.
-    Settings(SettingsError),
 }
 
 impl<E> KeyedError<E> {
@@ -270,7 +268,6 @@ impl<E> KeyedError<E> {
         match self {
             KeyedError::Full(rejection) => Some(rejection),
             KeyedError::Call(e) => e.rejection(),
-            KeyedError::Settings(_) => None,
         }
     }
 
@@ -298,7 +295,35 @@ impl<E: fmt::Display> fmt::Display for KeyedError<E> {
                 KeyedRefusal::Full,
                 rejection.retry_after
             ),
-            KeyedError::Settings(e) => write!(f, "keyed policy not built: {e}"),
+        }
+    }
+}
+
+/// A full table's refusal is a guarded rejection like any other: [`CallError::Rejected`] with
+/// [`RefusalReason::KeyedFull`] and no last error (no attempt ran), so a caller that handles
+/// [`CallError`] (the tower layer's callers, [`server::error_response`](crate::server)) needs
+/// nothing more.
+///
+/// ```
+/// # let rejection = stormguard_std::Rejection {
+/// #     reason: stormguard_std::RefusalReason::KeyedFull,
+/// #     retry_after: stormguard_std::Duration::from_secs(30),
+/// #     pause: stormguard_std::Duration::from_millis(100),
+/// #     last: None,
+/// #     attempts: 0,
+/// # };
+/// use stormguard_std::{CallError, KeyedError, RefusalReason};
+/// let e: CallError<std::io::Error> = KeyedError::Full(rejection).into();
+/// assert_eq!(e.rejection().map(|r| r.reason), Some(RefusalReason::KeyedFull));
+/// ```
+impl<E> From<KeyedError<E>> for CallError<E> {
+    fn from(e: KeyedError<E>) -> Self {
+        match e {
+            KeyedError::Call(e) => e,
+            KeyedError::Full(rejection) => CallError::Rejected {
+                rejection,
+                last: None,
+            },
         }
     }
 }
@@ -327,7 +352,7 @@ pub enum KeyedSetupError {
         /// The largest capacity a table takes ([`MAX_KEYS`]).
         max: usize,
     },
-    /// A key's policy could not be built from the template's settings.
+    /// The template's settings were refused (the error of a builder, converted by `?`).
     Settings(SettingsError),
 }
 
@@ -446,9 +471,6 @@ where
             .breaker()
             .ok_or(KeyedSetupError::NoBreaker)?
             .settings();
-        // Builds one key's policy now, so that a template that cannot be copied is refused
-        // here rather than at a key's first call.
-        let _ = policy_for(&template, Breaker::new(breaker_settings))?;
         let slots = Slots::new(capacity).ok_or(KeyedSetupError::ZeroCapacity)?;
         // What a new key meets in a full table, named as every key's breaker is.
         let full = FullTable::of(&KeyBreaker(Breaker::new(breaker_settings)));
@@ -462,31 +484,6 @@ where
             }),
         })
     }
-}
-
-fn policy_for<C: Clone, L: Clone>(
-    template: &Policy<C, L>,
-    breaker: Breaker,
-) -> Result<Policy<C, L>, SettingsError> {
-    let builder = Policy::builder_named(*template.name())
-        .settings(*template.settings())
-        .breaker(breaker);
-    let mut builder = match template.budget() {
-        Some(budget) => builder.budget(budget.clone()),
-        None => builder.no_budget(),
-    };
-    // Like the budget, the template's rate limiter and bulkhead are shared by every key: they
-    // bound what the whole table sends, the breakers judge each key alone.
-    if let Some(limiter) = template.limiter() {
-        builder = builder.rate_limit(limiter.clone());
-    }
-    if let Some(bulkhead) = template.bulkhead() {
-        builder = builder.bulkhead(bulkhead.clone());
-    }
-    builder
-        .clock(template.clock().clone())
-        .listener(template.listener().clone())
-        .build()
 }
 
 impl<K, C, L> KeyedPolicy<K, C, L> {
@@ -530,7 +527,7 @@ where
     }
 
     /// The key's entry with a call counted in (see [`Slots::enter`]).
-    fn enter(&self, key: &K) -> Result<KeyEntry<K, C, L>, Refusal<SettingsError>> {
+    fn enter(&self, key: &K) -> Result<KeyEntry<K, C, L>, Refusal<Infallible>> {
         let table = &*self.table;
         table.slots.enter(
             self.hash(key),
@@ -538,8 +535,8 @@ where
             || table.template.clock().now(),
             || {
                 let breaker = Breaker::new(table.breaker_settings);
-                let policy = policy_for(&table.template, breaker.clone())?;
-                Ok(Key {
+                let policy = table.template.with_breaker(breaker.clone());
+                Ok::<_, Infallible>(Key {
                     key: key.clone(),
                     policy,
                     breaker: KeyBreaker(breaker),
@@ -710,7 +707,7 @@ where
         let clock = self.table.template.clock();
         let entry = match self.enter(key) {
             Ok(entry) => entry,
-            Err(Refusal::Make(e)) => return Err(KeyedError::Settings(e)),
+            Err(Refusal::Make(never)) => match never {},
             Err(Refusal::Full) => return self.refuse_full(&options).await,
         };
         let in_flight = InFlight {
