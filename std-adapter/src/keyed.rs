@@ -98,7 +98,7 @@ use stormguard_core::{
 use crate::classify::Classify;
 use crate::clock::{Clock, DefaultClock};
 use crate::events::{Listener, NoListener};
-use crate::policy::{Report, Slept};
+use crate::policy::{Attempt, Report, Slept};
 use crate::slots::{Entry, Occupant, Refusal, Slots};
 use crate::{Breaker, CallError, CallOptions, Policy};
 
@@ -697,10 +697,29 @@ where
         &self,
         key: &K,
         options: CallOptions<'_, Cl>,
-        op: F,
+        mut op: F,
     ) -> Result<T, KeyedError<E>>
     where
         F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        Cl: Classify<T, E>,
+    {
+        self.run(key, None, &options, |a: Attempt| Some(op(a.number)))
+            .await
+    }
+
+    /// The call proper, for [`KeyedPolicy::call_with`] and the tower layer's per-host scope:
+    /// `op` gets each attempt's number and time left, `start` is when the call began (now if
+    /// `None`).
+    pub(crate) async fn run<T, E, F, Fut, Cl>(
+        &self,
+        key: &K,
+        start: Option<Instant>,
+        options: &CallOptions<'_, Cl>,
+        op: F,
+    ) -> Result<T, KeyedError<E>>
+    where
+        F: FnMut(Attempt) -> Option<Fut>,
         Fut: Future<Output = Result<T, E>>,
         Cl: Classify<T, E>,
     {
@@ -708,13 +727,13 @@ where
         let entry = match self.enter(key) {
             Ok(entry) => entry,
             Err(Refusal::Make(never)) => match never {},
-            Err(Refusal::Full) => return self.refuse_full(&options).await,
+            Err(Refusal::Full) => return self.refuse_full(options).await,
         };
         let in_flight = InFlight {
             entry: &entry,
             clock,
         };
-        let result = entry.value.policy.call_with(options, op).await;
+        let result = entry.value.policy.run(start, options, op, None).await;
         drop(in_flight);
         result.map_err(KeyedError::Call)
     }

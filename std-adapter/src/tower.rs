@@ -62,6 +62,7 @@ use tower_service::Service;
 use crate::classify::{Classify, Http};
 use crate::clock::{Clock, DefaultClock};
 use crate::events::{Listener, NoListener};
+use crate::keyed::{KeyedPolicy, KeyedSetupError};
 use crate::policy::Attempt;
 use crate::{CallError, CallOptions, Policy};
 
@@ -139,6 +140,55 @@ pub trait Requests<Req> {
     /// `grpc-timeout`). By default, nothing.
     fn set_attempt_ceiling(&self, req: &mut Req, ceiling: Duration) {
         let _ = (req, ceiling);
+    }
+
+    /// The key of the scope `req` belongs to, for a layer with a breaker per scope
+    /// ([`PolicyLayer::per_host`]); requests without one share the scope `""`. By default
+    /// none; [`HttpRequests`] answers the request's authority (`host:port`, lower-cased), and
+    /// [`PolicyLayer::scope_by`] any function of the request.
+    fn scope(&self, req: &Req) -> Option<String> {
+        let _ = req;
+        None
+    }
+}
+
+/// Requests treated by `R`'s rules, in the scope `F` names ([`PolicyLayer::scope_by`]).
+#[derive(Clone)]
+pub struct ScopeBy<R, F> {
+    requests: R,
+    scope: F,
+}
+
+impl<R: fmt::Debug, F> fmt::Debug for ScopeBy<R, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScopeBy")
+            .field("requests", &self.requests)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Req, R: Requests<Req>, F: Fn(&Req) -> String> Requests<Req> for ScopeBy<R, F> {
+    type Template = R::Template;
+    fn template(&self, req: &Req) -> Option<Self::Template> {
+        self.requests.template(req)
+    }
+    fn prepare(&self, req: Req) -> (Req, Option<Self::Template>) {
+        self.requests.prepare(req)
+    }
+    fn replay(&self, template: &Self::Template) -> Option<Req> {
+        self.requests.replay(template)
+    }
+    fn incoming_deadline(&self, req: &Req) -> Option<Duration> {
+        self.requests.incoming_deadline(req)
+    }
+    fn set_deadline(&self, req: &mut Req, left: Duration) {
+        self.requests.set_deadline(req, left);
+    }
+    fn set_attempt_ceiling(&self, req: &mut Req, ceiling: Duration) {
+        self.requests.set_attempt_ceiling(req, ceiling);
+    }
+    fn scope(&self, req: &Req) -> Option<String> {
+        Some((self.scope)(req))
     }
 }
 
@@ -303,6 +353,12 @@ impl<B: Clone + Send + 'static> Requests<Request<B>> for HttpRequests {
         self.write_deadline(req.headers_mut(), left);
     }
 
+    fn scope(&self, req: &Request<B>) -> Option<String> {
+        req.uri()
+            .authority()
+            .map(|a| a.as_str().to_ascii_lowercase())
+    }
+
     /// A gRPC call's ceiling goes in `grpc-timeout` (feature `tonic`), as `GrpcRequests`
     /// sends it.
     fn set_attempt_ceiling(&self, req: &mut Request<B>, ceiling: Duration) {
@@ -398,6 +454,15 @@ impl Requests<reqwest::Request> for HttpRequests {
         self.deadline_in(req.headers())
     }
 
+    fn scope(&self, req: &reqwest::Request) -> Option<String> {
+        let url = req.url();
+        let host = url.host_str()?.to_ascii_lowercase();
+        Some(match url.port_or_known_default() {
+            Some(port) => format!("{host}:{port}"),
+            None => host,
+        })
+    }
+
     fn set_deadline(&self, req: &mut reqwest::Request, left: Duration) {
         self.write_deadline(req.headers_mut(), left);
     }
@@ -415,9 +480,14 @@ impl Requests<reqwest::Request> for HttpRequests {
 /// ```
 pub struct PolicyLayer<K = DefaultClock, L = NoListener, C = Http, R = HttpRequests> {
     policy: Arc<Policy<K, L>>,
+    /// A policy per scope (host), when [`PolicyLayer::per_host`] asked for one.
+    hosts: Option<KeyedPolicy<String, K, L>>,
     classify: C,
     requests: R,
 }
+
+/// How many hosts a [`PolicyLayer::per_host`] table holds: 1,024.
+pub const DEFAULT_HOSTS: usize = 1024;
 
 impl<K, L> PolicyLayer<K, L> {
     /// Applies `policy`, classifying with [`Http`] and replaying with [`HttpRequests`].
@@ -437,6 +507,7 @@ impl<K, L> PolicyLayer<K, L> {
     pub fn shared(policy: Arc<Policy<K, L>>) -> Self {
         PolicyLayer {
             policy,
+            hosts: None,
             classify: Http,
             requests: HttpRequests::default(),
         }
@@ -473,6 +544,7 @@ impl<K, L, C, R> PolicyLayer<K, L, C, R> {
     pub fn classify<C2>(self, classify: C2) -> PolicyLayer<K, L, C2, R> {
         PolicyLayer {
             policy: self.policy,
+            hosts: self.hosts,
             classify,
             requests: self.requests,
         }
@@ -491,14 +563,81 @@ impl<K, L, C, R> PolicyLayer<K, L, C, R> {
     pub fn requests<R2>(self, requests: R2) -> PolicyLayer<K, L, C, R2> {
         PolicyLayer {
             policy: self.policy,
+            hosts: self.hosts,
             classify: self.classify,
             requests,
         }
     }
 
-    /// The policy applied.
+    /// Puts each request in the scope `scope` names (a tenant, a service, a route) instead of
+    /// its host: with [`PolicyLayer::per_host`], each scope gets its own breaker.
+    ///
+    /// ```
+    /// use stormguard_std::tower::PolicyLayer;
+    /// let layer = PolicyLayer::new(stormguard_std::Policy::builder("api").build()?)
+    ///     .per_host()?
+    ///     .scope_by(|req: &http::Request<String>| {
+    ///         req.uri().path().split('/').nth(1).unwrap_or("").to_owned()
+    ///     });
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn scope_by<F>(self, scope: F) -> PolicyLayer<K, L, C, ScopeBy<R, F>> {
+        let requests = ScopeBy {
+            requests: self.requests,
+            scope,
+        };
+        PolicyLayer {
+            policy: self.policy,
+            hosts: self.hosts,
+            classify: self.classify,
+            requests,
+        }
+    }
+
+    /// The policy applied; with [`PolicyLayer::per_host`], the template each host's policy is
+    /// made from (its own breaker sees no call).
     pub fn policy(&self) -> &Arc<Policy<K, L>> {
         &self.policy
+    }
+
+    /// The table of per-host policies, with [`PolicyLayer::per_host`]: each host's breaker
+    /// ([`KeyedPolicy::snapshots`] for a health endpoint, [`KeyedPolicy::breaker`]).
+    pub fn hosts(&self) -> Option<&KeyedPolicy<String, K, L>> {
+        self.hosts.as_ref()
+    }
+}
+
+impl<K: Clock + Clone, L: Listener + Clone, C, R> PolicyLayer<K, L, C, R> {
+    /// A breaker per host: each request's host (its authority, `host:port`; or the scope
+    /// [`PolicyLayer::scope_by`] names) gets its own policy, a copy of this one with its own
+    /// breaker, in a table of [`DEFAULT_HOSTS`] (a [`KeyedPolicy`]: the least recently used
+    /// idle host makes room for a new one, an open breaker still asked for is never evicted,
+    /// and a new host meeting a full table is refused through the call driver as
+    /// [`CallError::Rejected`] with [`RefusalReason::KeyedFull`](crate::RefusalReason)). The
+    /// retry budget, rate limiter and bulkhead stay shared: they bound what the whole client
+    /// sends, while each breaker judges one host. The policy needs a breaker
+    /// ([`KeyedSetupError::NoBreaker`]).
+    ///
+    /// A host name comes from the request, so a client whose requests name hosts chosen by
+    /// remote input (links in fetched pages, a `Host` header passed on) should bound them
+    /// first: an allow-list, or [`PolicyLayer::scope_by`] mapping unknown hosts to one scope.
+    ///
+    /// ```
+    /// use stormguard_std::tower::PolicyLayer;
+    /// let layer = PolicyLayer::new(stormguard_std::Policy::builder("upstreams").build()?).per_host()?;
+    /// assert!(layer.hosts().is_some_and(|hosts| hosts.capacity() >= 1024));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn per_host(self) -> Result<Self, KeyedSetupError> {
+        self.per_host_capacity(DEFAULT_HOSTS)
+    }
+
+    /// [`PolicyLayer::per_host`] with room for `capacity` hosts (1 to
+    /// [`MAX_KEYS`](crate::MAX_KEYS)).
+    pub fn per_host_capacity(mut self, capacity: usize) -> Result<Self, KeyedSetupError> {
+        self.hosts = Some(KeyedPolicy::new((*self.policy).clone(), capacity)?);
+        Ok(self)
     }
 }
 
@@ -506,6 +645,7 @@ impl<K, L, C: Clone, R: Clone> Clone for PolicyLayer<K, L, C, R> {
     fn clone(&self) -> Self {
         PolicyLayer {
             policy: Arc::clone(&self.policy),
+            hosts: self.hosts.clone(),
             classify: self.classify.clone(),
             requests: self.requests.clone(),
         }
@@ -516,6 +656,7 @@ impl<K, L, C: fmt::Debug, R: fmt::Debug> fmt::Debug for PolicyLayer<K, L, C, R> 
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PolicyLayer")
             .field("policy", &self.policy.name().as_str())
+            .field("per_host", &self.hosts.is_some())
             .field("classify", &self.classify)
             .field("requests", &self.requests)
             .finish()
@@ -529,6 +670,7 @@ impl<S, K, L, C: Clone, R: Clone> Layer<S> for PolicyLayer<K, L, C, R> {
         PolicyService {
             inner,
             policy: Arc::clone(&self.policy),
+            hosts: self.hosts.clone(),
             classify: self.classify.clone(),
             requests: self.requests.clone(),
         }
@@ -542,6 +684,7 @@ impl<S, K, L, C: Clone, R: Clone> Layer<S> for PolicyLayer<K, L, C, R> {
 pub struct PolicyService<S, K = DefaultClock, L = NoListener, C = Http, R = HttpRequests> {
     inner: S,
     policy: Arc<Policy<K, L>>,
+    hosts: Option<KeyedPolicy<String, K, L>>,
     classify: C,
     requests: R,
 }
@@ -551,6 +694,7 @@ impl<S: Clone, K, L, C: Clone, R: Clone> Clone for PolicyService<S, K, L, C, R> 
         PolicyService {
             inner: self.inner.clone(),
             policy: Arc::clone(&self.policy),
+            hosts: self.hosts.clone(),
             classify: self.classify.clone(),
             requests: self.requests.clone(),
         }
@@ -575,8 +719,8 @@ where
     S::Response: Send,
     S::Error: Send,
     Req: Send + 'static,
-    K: Clock + Send + Sync + 'static,
-    L: Listener + Send + Sync + 'static,
+    K: Clock + Clone + Send + Sync + 'static,
+    L: Listener + Clone + Send + Sync + 'static,
     C: Classify<S::Response, S::Error> + Clone + Send + Sync + 'static,
     R: Requests<Req> + Clone + Send + Sync + 'static,
     R::Template: Send + Sync,
@@ -598,6 +742,10 @@ where
         let policy = Arc::clone(&self.policy);
         let classify = self.classify.clone();
         let requests = self.requests.clone();
+        let scope = self
+            .hosts
+            .clone()
+            .map(|hosts| (hosts, requests.scope(&req).unwrap_or_default()));
         Box::pin(async move {
             let (req, template) = requests.prepare(req);
             let mut options = CallOptions::new().classify(classify);
@@ -634,7 +782,13 @@ where
                     svc.call(req).await
                 })
             };
-            policy.run(Some(start), &options, op, None).await
+            match scope {
+                Some((hosts, host)) => hosts
+                    .run(&host, Some(start), &options, op)
+                    .await
+                    .map_err(CallError::from),
+                None => policy.run(Some(start), &options, op, None).await,
+            }
         })
     }
 }
