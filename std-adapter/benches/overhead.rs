@@ -10,12 +10,15 @@
 //!   1 and 2 threads, beside `failsafe` and `recloser`;
 //! - the shared budget's deposit / withdraw (reading `quanta` or the coarse clock) beside tower's
 //!   `TpsBudget` (which reads `std::time::Instant::now()` and takes a lock);
-//! - `governor`'s `check()` as a reference for a lock-free limiter.
+//! - `governor`'s `check()` as a reference for a lock-free limiter;
+//! - the tower layer around a ready service, with one policy and with a breaker per host
+//!   (`per_host`: the host's lookup in the keyed table, its key made from the request).
 #![allow(
     missing_docs,
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::arithmetic_side_effects,
+    clippy::indexing_slicing,
     clippy::panic
 )]
 
@@ -253,9 +256,46 @@ fn quick() -> Criterion {
         .sample_size(40)
 }
 
+/// The layer's own cost per request: a ready `service_fn` behind `PolicyLayer`, one policy
+/// against a breaker per host (the request names one of 16 hosts).
+fn layer(c: &mut Criterion) {
+    use stormguard_std::tower::PolicyLayer;
+    use tower::{Layer, Service, ServiceExt};
+
+    let inner = tower::service_fn(|_req: http::Request<()>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(()))
+    });
+    let policy = || {
+        Policy::builder("bench")
+            .clock(QuantaClock::global())
+            .build()
+            .unwrap()
+    };
+    let uris: Vec<http::Uri> = (0..16)
+        .map(|i| format!("http://host-{i}.example/item").parse().unwrap())
+        .collect();
+    let mut run = |label: &str, layer: PolicyLayer<QuantaClock>| {
+        let svc = layer.layer(inner);
+        let mut i = 0usize;
+        c.bench_function(label, |b| {
+            b.iter(|| {
+                i = (i + 1) % uris.len();
+                let req = http::Request::get(uris[i].clone()).body(()).unwrap();
+                let mut svc = svc.clone();
+                poll_once(async move { svc.ready().await.unwrap().call(req).await })
+            })
+        });
+    };
+    run("layer/one policy, quanta", PolicyLayer::new(policy()));
+    run(
+        "layer/per host (16 hosts), quanta",
+        PolicyLayer::new(policy()).per_host().unwrap(),
+    );
+}
+
 criterion_group! {
     name = overhead;
     config = quick();
-    targets = baseline_and_clocks, policy_call, breakers, budgets, limiter
+    targets = baseline_and_clocks, policy_call, breakers, budgets, limiter, layer
 }
 criterion_main!(overhead);
