@@ -30,6 +30,9 @@ pub type Status = Health;
 pub struct BreakerHealth {
     /// The breaker's name.
     pub name: String,
+    /// The key (host, service, tenant) of a keyed table's breaker
+    /// ([`Registry::add_keyed`]); `None` for a breaker of its own.
+    pub key: Option<String>,
     /// `healthy`, `degraded` or `unavailable`.
     pub status: Status,
     /// `closed`, `open`, `half_open`, `recovering` or `isolated`.
@@ -67,6 +70,7 @@ impl From<&Snapshot> for BreakerHealth {
         let ms = |d: stormguard_core::Duration| d.as_nanos() as f64 / 1e6;
         BreakerHealth {
             name: s.name.as_str().to_owned(),
+            key: None,
             status: Status::of_state(s.state),
             state: s.state.as_str(),
             consecutive_failures: s.consecutive_failures,
@@ -131,7 +135,11 @@ pub struct Report {
 struct Entries {
     breakers: Vec<Breaker>,
     budgets: Vec<Budget>,
+    /// Keyed tables, each read as its keys' breakers at a given instant.
+    keyed: Vec<KeyedReader>,
 }
+
+type KeyedReader = Box<dyn Fn(Instant) -> Vec<BreakerHealth> + Send + Sync>;
 
 /// A registry of named breakers and budgets for a health endpoint. Cloneable (one `Arc`); the
 /// registry's lock is taken by registration and reports only, never on the call path.
@@ -231,6 +239,53 @@ impl<K: Clock> Registry<K> {
         }
     }
 
+    /// Adds a keyed table (a [`KeyedPolicy`](crate::KeyedPolicy), or the tower layer's
+    /// [`hosts`](crate::tower::PolicyLayer::hosts)): every report lists each key's breaker, its
+    /// key in [`BreakerHealth::key`], after the breakers added one by one. A key's breaker
+    /// counts towards the report's status as `degraded` at worst: one host down leaves the
+    /// caller partly served. Add a table once.
+    ///
+    /// ```
+    /// use stormguard_std::health::{Registry, Status};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let template = stormguard_std::Policy::builder("hosts")
+    ///     .breaker(stormguard_std::Breaker::of(1, "hosts")?)
+    ///     .max_attempts(1)
+    ///     .build()?;
+    /// let hosts = stormguard_std::KeyedPolicy::<String>::new(template, 8)?;
+    /// let registry = Registry::new();
+    /// registry.add_keyed(&hosts);
+    /// let _ = hosts.call(&"down.example".to_owned(), |_| async { Err::<(), _>("reset") }).await;
+    /// let report = registry.report();
+    /// assert_eq!(report.breakers[0].key.as_deref(), Some("down.example"));
+    /// assert_eq!(report.breakers[0].status, Status::Unavailable);
+    /// assert_eq!(report.status, Status::Degraded);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn add_keyed<Q, C, L>(&self, table: &crate::KeyedPolicy<Q, C, L>)
+    where
+        Q: std::fmt::Display + Eq + std::hash::Hash + Clone + Send + Sync + 'static,
+        C: Clock + Clone + Send + Sync + 'static,
+        L: crate::Listener + Clone + Send + Sync + 'static,
+    {
+        let table = table.clone();
+        let read = move |now: Instant| {
+            table
+                .snapshots_at(now)
+                .iter()
+                .map(|(key, snapshot)| BreakerHealth {
+                    key: Some(key.to_string()),
+                    ..BreakerHealth::from(snapshot)
+                })
+                .collect()
+        };
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        entries.keyed.push(Box::new(read));
+    }
+
     /// Every entry's health now.
     ///
     /// ```
@@ -256,12 +311,18 @@ impl<K: Clock> Registry<K> {
             .iter()
             .map(|b| BudgetHealth::from(&b.snapshot_at(now)))
             .collect();
+        let keyed: Vec<BreakerHealth> = entries.keyed.iter().flat_map(|read| read(now)).collect();
+        // One key down is the table's caller partly served, not the service down.
+        let keyed_status = keyed.iter().map(|b| b.status.min(Status::Degraded));
         let status = breakers
             .iter()
             .map(|b| b.status)
             .chain(budgets.iter().map(|b| b.status))
+            .chain(keyed_status)
             .max()
             .unwrap_or(Status::Healthy);
+        let mut breakers = breakers;
+        breakers.extend(keyed);
         Report {
             status,
             breakers,

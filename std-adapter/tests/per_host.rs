@@ -237,3 +237,36 @@ async fn over_real_sockets_a_failing_server_is_shed_while_its_neighbour_is_serve
     assert_eq!(hosts.breaker(&down_key).unwrap().state(), State::Open);
     assert_eq!(hosts.breaker(&up_key).unwrap().state(), State::Closed);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_health_report_lists_each_host_and_one_host_down_degrades_it() {
+    use stormguard_std::health::{Registry, Status};
+    let hits = Arc::new(AtomicU32::new(0));
+    let layer = PolicyLayer::new(policy()).per_host().unwrap();
+    let registry = Registry::new();
+    registry.add_keyed(layer.hosts().unwrap());
+    let svc = layer.layer(hosts_service(hits));
+    assert!(registry.report().breakers.is_empty());
+    for uri in [
+        "http://up.example/",
+        "http://down.example/",
+        "http://down.example/",
+    ] {
+        let _ = svc.clone().oneshot(get_from(uri)).await;
+    }
+    let report = registry.report();
+    let mut hosts: Vec<(Option<&str>, Status)> = report
+        .breakers
+        .iter()
+        .map(|b| (b.key.as_deref(), b.status))
+        .collect();
+    hosts.sort();
+    assert_eq!(
+        hosts,
+        [
+            (Some("down.example"), Status::Unavailable),
+            (Some("up.example"), Status::Healthy)
+        ]
+    );
+    assert_eq!(report.status, Status::Degraded);
+}

@@ -118,6 +118,7 @@ impl<K: Clone, L: Clone> Policy<K, L> {
     /// This policy with `breaker` in place of its own (or of none): everything else (budget,
     /// limiter, bulkhead, settings, clock, listener) shared with or copied from this one. A
     /// keyed table makes each key's policy so; `breaker` must carry this policy's name.
+    #[cfg(feature = "tokio")]
     pub(crate) fn with_breaker(&self, breaker: Breaker) -> Policy<K, L> {
         Policy {
             breaker: Some(breaker),
