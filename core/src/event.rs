@@ -77,6 +77,14 @@ pub enum Event<'a> {
         /// The attempt launched (2 when the first attempt is hedged).
         attempt: u32,
     },
+    /// A request arrived that is itself a caller's retry (its attempt number travelled with
+    /// it): retries stacked on retries multiply a failing dependency's load layer by layer.
+    NestedRetry {
+        /// The name of what received it (the server's).
+        name: &'a Name,
+        /// The caller's attempt number (2 for its first retry).
+        attempt: u32,
+    },
 }
 
 impl Event<'_> {
@@ -90,7 +98,8 @@ impl Event<'_> {
             | Event::RampStep { name, .. }
             | Event::Rejected { name, .. }
             | Event::Retry { name, .. }
-            | Event::Hedged { name, .. } => name,
+            | Event::Hedged { name, .. }
+            | Event::NestedRetry { name, .. } => name,
         }
     }
 
@@ -142,6 +151,7 @@ impl Event<'_> {
                 after,
             },
             Event::Hedged { attempt, .. } => Event::Hedged { name, attempt },
+            Event::NestedRetry { attempt, .. } => Event::NestedRetry { name, attempt },
         }
     }
 
@@ -156,6 +166,7 @@ impl Event<'_> {
             Event::Rejected { .. } => "rejected",
             Event::Retry { .. } => "retry",
             Event::Hedged { .. } => "hedged",
+            Event::NestedRetry { .. } => "nested_retry",
         }
     }
 }
@@ -199,6 +210,10 @@ mod tests {
             Event::Hedged {
                 name: &a,
                 attempt: 2,
+            },
+            Event::NestedRetry {
+                name: &a,
+                attempt: 3,
             },
         ];
         for e in events {

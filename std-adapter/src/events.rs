@@ -273,6 +273,12 @@ pub fn trace(event: &Event<'_>) {
             attempt,
             "hedged: a second attempt launched beside a slow one"
         ),
+        Event::NestedRetry { attempt, .. } => tracing::debug!(
+            target: "stormguard",
+            breaker,
+            attempt,
+            "received a caller's retry"
+        ),
         Event::RampStep { fraction, cap, .. } => tracing::debug!(
             target: "stormguard",
             breaker,

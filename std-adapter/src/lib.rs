@@ -129,6 +129,8 @@ mod keyed;
 #[cfg(any(feature = "tokio", loom))]
 mod loom;
 mod metrics;
+#[cfg(feature = "tokio")]
+mod nested;
 mod policy;
 #[cfg(feature = "quanta")]
 mod quanta;
@@ -175,6 +177,9 @@ pub use handles::{entropy_seed, Breaker, Budget};
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError, MAX_KEYS};
 pub use metrics::{Metrics, MetricsSnapshot};
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use nested::inbound_retry;
 pub use policy::{Bulkhead, CallOptions, Limiter, Policy, PolicyBuilder};
 pub use stormguard_core::CallError;
 // The core vocabulary this crate's API takes and returns, so a host user needs only this crate.

@@ -6,6 +6,7 @@
 //! | `stormguard_attempts_total` | counter | `breaker` | attempts started |
 //! | `stormguard_retries_total` | counter | `breaker` | retries scheduled (the core's `Retry` events) |
 //! | `stormguard_hedges_total` | counter | `breaker` | hedged attempts launched (the core's `Hedged` events) |
+//! | `stormguard_nested_retries_total` | counter | `breaker` | requests received that were a caller's retry (the core's `NestedRetry` events, from [`NestedRetryLayer`](crate::tower::NestedRetryLayer)) |
 //! | `stormguard_rejections_total` | counter | `breaker`, `reason` | refusals, by [`RefusalReason::as_str`] |
 //! | `stormguard_state_changes_total` | counter | `breaker`, `to` | breaker transitions, by the [`State::as_str`] entered |
 //! | `stormguard_breaker_state` | gauge | `breaker`, `state` | 1 for the current state, 0 for the others |
@@ -88,6 +89,7 @@ struct Counters {
     attempts: AtomicU64,
     retries: AtomicU64,
     hedges: AtomicU64,
+    nested_retries: AtomicU64,
     rejections: [AtomicU64; 9],
     state_changes: [AtomicU64; 5],
 }
@@ -193,6 +195,7 @@ impl Metrics {
             attempts: load(&c.attempts),
             retries: load(&c.retries),
             hedges: load(&c.hedges),
+            nested_retries: load(&c.nested_retries),
             rejections: std::array::from_fn(|i| (REASONS.get(i).copied().unwrap_or(""), 0)),
             state_changes: std::array::from_fn(|i| (STATES.get(i).copied().unwrap_or(""), 0)),
             breaker_state: self.inner.breaker.as_ref().map(|b| b.state().as_str()),
@@ -265,6 +268,7 @@ impl Listener for Metrics {
             Event::StateChanged { to, .. } => bump(c.state_changes.get(state_index(*to))),
             Event::Retry { .. } => bump(Some(&c.retries)),
             Event::Hedged { .. } => bump(Some(&c.hedges)),
+            Event::NestedRetry { .. } => bump(Some(&c.nested_retries)),
             _ => {}
         }
     }
@@ -294,6 +298,8 @@ pub struct MetricsSnapshot {
     pub retries: u64,
     /// Hedged attempts launched.
     pub hedges: u64,
+    /// Requests received that were a caller's retry.
+    pub nested_retries: u64,
     /// Refusals by reason (`other` for reasons added to the core later).
     pub rejections: [(&'static str, u64); 9],
     /// Breaker transitions, by the state entered.
@@ -375,6 +381,12 @@ impl MetricsSnapshot {
             "counter",
             &[("breaker", b)],
             as_f64(self.hedges),
+        );
+        f(
+            "stormguard_nested_retries_total",
+            "counter",
+            &[("breaker", b)],
+            as_f64(self.nested_retries),
         );
         for (reason, n) in &self.rejections {
             f(
@@ -468,6 +480,10 @@ mod tests {
             name: &name,
             attempt: 2,
         });
+        m.on_event(&Event::NestedRetry {
+            name: &name,
+            attempt: 3,
+        });
         m.on_attempt(&name, 1);
         m.on_attempt(&name, 2);
         m.on_call(&name, 2, Ended::Rejected(RefusalReason::BudgetExhausted));
@@ -476,6 +492,7 @@ mod tests {
         assert_eq!(s.entered("open"), 1);
         assert_eq!(s.attempts, 2);
         assert_eq!(s.hedges, 1);
+        assert_eq!(s.nested_retries, 1);
         assert_eq!(s.calls, 1);
         assert_eq!(s.calls_ended("rejected"), 1);
         let text = m.to_prometheus();
@@ -483,6 +500,7 @@ mod tests {
             .contains("stormguard_rejections_total{breaker=\"db\",reason=\"budget_exhausted\"} 1"));
         assert!(text.contains("stormguard_state_changes_total{breaker=\"db\",to=\"open\"} 1"));
         assert!(text.contains("stormguard_hedges_total{breaker=\"db\"} 1"));
+        assert!(text.contains("stormguard_nested_retries_total{breaker=\"db\"} 1"));
         assert_eq!(
             text.matches("# TYPE stormguard_calls_total counter")
                 .count(),

@@ -74,6 +74,7 @@ pub use self::grpc::{
     GrpcLayer, GrpcRequests, GrpcTemplate, ReadUnary, ReadUnaryFuture, Streaming,
     GRPC_BUFFER_LIMIT, GRPC_TIMEOUT, GRPC_TIMEOUT_MARGIN,
 };
+pub use crate::nested::{NestedRetryLayer, NestedRetryService, ATTEMPT_HEADER};
 
 /// The header the remaining deadline travels in by default: whole milliseconds left.
 pub const DEADLINE_HEADER: HeaderName = HeaderName::from_static("x-stormguard-deadline-ms");
@@ -142,6 +143,13 @@ pub trait Requests<Req> {
         let _ = (req, ceiling);
     }
 
+    /// Marks an attempt's request with its number (`number` 1 is the first attempt). By
+    /// default nothing; [`HttpRequests`] writes a retry's number (2 and up) into
+    /// [`ATTEMPT_HEADER`], for a [`NestedRetryLayer`] on the receiving side.
+    fn set_attempt(&self, req: &mut Req, number: u32) {
+        let _ = (req, number);
+    }
+
     /// The key of the scope `req` belongs to, for a layer with a breaker per scope
     /// ([`PolicyLayer::per_host`]); requests without one share the scope `""`. By default
     /// none; [`HttpRequests`] answers the request's authority (`host:port`, lower-cased), and
@@ -186,6 +194,9 @@ impl<Req, R: Requests<Req>, F: Fn(&Req) -> String> Requests<Req> for ScopeBy<R, 
     }
     fn set_attempt_ceiling(&self, req: &mut Req, ceiling: Duration) {
         self.requests.set_attempt_ceiling(req, ceiling);
+    }
+    fn set_attempt(&self, req: &mut Req, number: u32) {
+        self.requests.set_attempt(req, number);
     }
     fn scope(&self, req: &Req) -> Option<String> {
         Some((self.scope)(req))
@@ -309,6 +320,14 @@ fn grpc_call(headers: &HeaderMap) -> bool {
     }
 }
 
+/// Writes a retry's attempt number into [`ATTEMPT_HEADER`] (a first attempt is left as the
+/// caller made it).
+fn mark_attempt(headers: &mut HeaderMap, number: u32) {
+    if number >= 2 {
+        headers.insert(ATTEMPT_HEADER, HeaderValue::from(number));
+    }
+}
+
 /// Everything of a request but its body, kept for replays.
 #[derive(Clone, Debug)]
 pub struct HttpTemplate<B> {
@@ -351,6 +370,10 @@ impl<B: Clone + Send + 'static> Requests<Request<B>> for HttpRequests {
 
     fn set_deadline(&self, req: &mut Request<B>, left: Duration) {
         self.write_deadline(req.headers_mut(), left);
+    }
+
+    fn set_attempt(&self, req: &mut Request<B>, number: u32) {
+        mark_attempt(req.headers_mut(), number);
     }
 
     fn scope(&self, req: &Request<B>) -> Option<String> {
@@ -452,6 +475,10 @@ impl Requests<reqwest::Request> for HttpRequests {
 
     fn incoming_deadline(&self, req: &reqwest::Request) -> Option<Duration> {
         self.deadline_in(req.headers())
+    }
+
+    fn set_attempt(&self, req: &mut reqwest::Request, number: u32) {
+        mark_attempt(req.headers_mut(), number);
     }
 
     fn scope(&self, req: &reqwest::Request) -> Option<String> {
@@ -763,6 +790,7 @@ where
                     Some(ready) => (Some(ready.0), ready.1),
                     None => (None, requests.replay(template.as_ref()?)?),
                 };
+                requests.set_attempt(&mut req, attempt.number);
                 if let Some(left) = attempt.call_left {
                     requests.set_deadline(&mut req, left);
                 }

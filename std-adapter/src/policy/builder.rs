@@ -49,6 +49,7 @@ pub struct PolicyBuilder<K = DefaultClock, L = NoListener> {
     pub(super) limiter: Option<Limiter>,
     pub(super) bulkhead: Option<Bulkhead>,
     pub(super) call: CallSettingsBuilder,
+    pub(super) retries_when_nested: bool,
     pub(super) clock: K,
     pub(super) listener: L,
 }
@@ -239,6 +240,24 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
+    /// Whether this policy retries while it serves a request that was itself a caller's retry
+    /// (default `true`). With `false`, a call made while serving such a request (one that
+    /// arrived through a [`NestedRetryLayer`](crate::tower::NestedRetryLayer) carrying an
+    /// attempt number of 2 or more; see [`inbound_retry`](crate::inbound_retry)) makes a
+    /// single attempt: the caller that retried already multiplies the load, and this layer
+    /// leaves the retrying to it. Calls serving a first attempt, and calls outside any
+    /// request, retry as configured.
+    ///
+    /// ```
+    /// let p = stormguard_std::Policy::builder("inventory").retries_when_nested(false).build()?;
+    /// assert!(!p.retries_when_nested());
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn retries_when_nested(mut self, on: bool) -> Self {
+        self.retries_when_nested = on;
+        self
+    }
+
     /// Takes the retry settings from `settings` (attempts, deadline, attempt timeout,
     /// measured ceiling, hedging, backoff); the jitter seed stays the builder's.
     ///
@@ -362,6 +381,7 @@ impl<K, L> PolicyBuilder<K, L> {
             limiter: self.limiter,
             bulkhead: self.bulkhead,
             call: self.call,
+            retries_when_nested: self.retries_when_nested,
             clock,
             listener: self.listener,
         }
@@ -384,6 +404,7 @@ impl<K, L> PolicyBuilder<K, L> {
             limiter: self.limiter,
             bulkhead: self.bulkhead,
             call: self.call,
+            retries_when_nested: self.retries_when_nested,
             clock: self.clock,
             listener,
         }
@@ -451,6 +472,7 @@ impl<K, L> PolicyBuilder<K, L> {
             settings,
             // One attempt cannot hedge: the single-attempt form runs without it.
             single: self.call.max_attempts(1).hedging(false).build()?,
+            retries_when_nested: self.retries_when_nested,
             clock: SteadyClock::new(self.clock),
             listener: self.listener,
         })

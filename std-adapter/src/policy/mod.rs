@@ -79,6 +79,8 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
     settings: CallSettings,
     /// The same settings with one attempt, for calls that cannot be repeated.
     single: CallSettings,
+    /// Whether calls serving a caller's retry may retry ([`PolicyBuilder::retries_when_nested`]).
+    retries_when_nested: bool,
     clock: SteadyClock<K>,
     listener: L,
 }
@@ -108,6 +110,7 @@ impl Policy {
             limiter: None,
             bulkhead: None,
             call: CallSettings::builder().seed(entropy_seed()),
+            retries_when_nested: true,
             clock: default_clock(),
             listener: NoListener,
         }
@@ -128,6 +131,22 @@ impl<K: Clone, L: Clone> Policy<K, L> {
 }
 
 impl<K, L> Policy<K, L> {
+    /// Whether calls made while serving a caller's retry may retry
+    /// ([`PolicyBuilder::retries_when_nested`]).
+    #[must_use]
+    pub fn retries_when_nested(&self) -> bool {
+        self.retries_when_nested
+    }
+
+    /// Whether this call serves a caller's retry and this policy leaves retrying to it.
+    #[inline]
+    fn nested_and_held(&self) -> bool {
+        #[cfg(feature = "tokio")]
+        return !self.retries_when_nested && crate::nested::inbound_retry().is_some();
+        #[cfg(not(feature = "tokio"))]
+        false
+    }
+
     /// The policy's name.
     #[must_use]
     pub fn name(&self) -> &Name {
@@ -196,6 +215,7 @@ impl<K, L> Policy<K, L> {
             bulkhead: self.bulkhead,
             settings: self.settings,
             single: self.single,
+            retries_when_nested: self.retries_when_nested,
             clock: self.clock,
             listener,
         }
@@ -244,7 +264,7 @@ impl<K, L> Policy<K, L> {
     /// The settings a call made with `options` runs under.
     #[inline]
     pub(crate) fn call_settings<C>(&self, options: &CallOptions<'_, C>) -> &CallSettings {
-        if options.single_attempt {
+        if options.single_attempt || self.nested_and_held() {
             &self.single
         } else {
             &self.settings
