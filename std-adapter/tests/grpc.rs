@@ -65,13 +65,15 @@ const STALL: u8 = 5;
 const STALL_AFTER_HEADERS: u8 = 6;
 
 /// The dependency: misbehaves `for_calls` times in `mode`, then answers; counts every call and
-/// keeps the `grpc-timeout` of the last.
+/// keeps the `grpc-timeout` and attempt mark of each.
 #[derive(Default)]
 struct Dependency {
     mode: AtomicU8,
     for_calls: AtomicU32,
     calls: AtomicU32,
     timeout: Mutex<Option<String>>,
+    /// The attempt number each call carried in `x-stormguard-attempt` ("" for none).
+    marks: Mutex<Vec<String>>,
 }
 
 impl Dependency {
@@ -134,6 +136,11 @@ impl Service<http::Request<Body>> for Inventory {
                 .headers()
                 .get(GRPC_TIMEOUT)
                 .map(|v| v.to_str().unwrap().to_owned());
+            dep.marks.lock().unwrap().push(
+                req.headers()
+                    .get(stormguard_std::tower::ATTEMPT_HEADER)
+                    .map_or(String::new(), |v| v.to_str().unwrap().to_owned()),
+            );
             match dep.next_mode() {
                 UNAVAILABLE => return Ok(grpc_response(Some("14"))),
                 INVALID => return Ok(grpc_response(Some("3"))),
@@ -320,10 +327,12 @@ async fn unavailable_is_retried_from_headers_and_from_trailers() {
         assert_eq!(get(&mut client).await.unwrap(), 7);
         assert_eq!(dep.calls(), 1);
 
-        // Twice UNAVAILABLE, trailers-only: two retries, then the answer.
+        // Twice UNAVAILABLE, trailers-only: two retries, then the answer; each retry carries
+        // its attempt number for the server's nested-retry rule.
         dep.misbehave(UNAVAILABLE, 2);
         assert_eq!(get(&mut client).await.unwrap(), 7);
         assert_eq!(dep.calls(), 4);
+        assert_eq!(*dep.marks.lock().unwrap(), ["", "", "2", "3"]);
 
         // Twice UNAVAILABLE in trailers after a 200's headers: the layer reads them too.
         dep.misbehave(UNAVAILABLE_IN_TRAILERS, 2);

@@ -163,6 +163,12 @@ impl Requests<Request<Body>> for GrpcRequests {
     fn set_attempt_ceiling(&self, req: &mut Request<Body>, ceiling: Duration) {
         write_grpc_timeout(req.headers_mut(), ceiling);
     }
+
+    /// A retry carries its number in [`ATTEMPT_HEADER`](super::ATTEMPT_HEADER) (gRPC metadata
+    /// is headers), as the HTTP rules send it.
+    fn set_attempt(&self, req: &mut Request<Body>, number: u32) {
+        super::mark_attempt(req.headers_mut(), number);
+    }
 }
 
 /// Writes `ceiling` plus [`GRPC_TIMEOUT_MARGIN`] into `grpc-timeout`.
