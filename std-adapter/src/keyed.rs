@@ -68,6 +68,17 @@
 //! --example keyed_refusal` measures both). A change no call makes (a recovery ramp ending, an
 //! operator's reset) is seen at the latest a trip window later.
 //!
+//! That work stays under the writers' lock, on the calling task's worker, on purpose. Only
+//! writers take the lock (a call for a key already in the table takes it only in the rare race
+//! below), so a refusal delays other new keys, not calls. What it does there is bounded: at
+//! most 128 slot reads, and none while the table knows no key can be evicted yet. A whole
+//! refusal, call driver and timer included, measured a mean of about 13 us at 10,000 keys and
+//! 21 to 36 us at 100,000 (the first, which reads its window, 29 to 83 us) on a 2-core machine
+//! loaded by other builds: within the tens of microseconds a task may run between two
+//! `.await`s without starving its worker. Handing the work to another thread would cost a
+//! wake-up and a thread hop of the same order, and would make every new key's admission wait
+//! on that thread.
+//!
 //! A lookup that races a writer moving keys may miss its key; it then takes the writers' lock
 //! and looks again, so it never adds a key twice.
 //!

@@ -55,6 +55,25 @@ async fn calls_within_5ms_of_a_healthy_20ms_dependency_leave_the_policys_breaker
     assert_eq!(policy.call(healthy).await, Ok(7));
 }
 
+#[tokio::test(start_paused = true)]
+async fn calls_within_5ms_of_a_healthy_20ms_dependency_leave_a_cold_breaker_closed() {
+    // No call has taught the breaker its dependency's latency yet: a cut shorter than the 50 ms
+    // floor of a slow call is still the caller's own hurry, however early it comes.
+    let policy = Policy::builder("ledger").build().unwrap();
+    let breaker = policy.breaker().unwrap().clone();
+    assert!(breaker.snapshot().normal_latency.is_none());
+    for _ in 0..10 {
+        let start = tokio::time::Instant::now();
+        let r = policy
+            .call_with(CallOptions::new().within(ms(5)), healthy)
+            .await;
+        assert_eq!(r, Err(CallError::DeadlineExceeded { last: None }));
+        assert_eq!(start.elapsed(), ms(5), "cut at the caller's deadline");
+    }
+    untouched(&breaker);
+    assert_eq!(policy.call(healthy).await, Ok(7));
+}
+
 #[cfg(feature = "tower")]
 mod tower_layer {
     use std::convert::Infallible;
@@ -97,6 +116,28 @@ mod tower_layer {
         }
         untouched(&breaker);
         // A caller with no such hurry is served.
+        let r = client.clone().oneshot(request(None)).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_asking_for_5ms_of_a_20ms_service_leave_a_cold_layers_breaker_closed() {
+        // The first requests this layer sees carry 5 ms deadlines: nothing learned yet.
+        let policy = Policy::builder("ledger").build().unwrap();
+        let breaker = policy.breaker().unwrap().clone();
+        let service = tower::service_fn(|_req: Request<()>| async {
+            tokio::time::sleep(ms(20)).await;
+            Ok::<_, Infallible>(Response::new(()))
+        });
+        let client = PolicyLayer::new(policy).adopt_deadline().layer(service);
+        assert!(breaker.snapshot().normal_latency.is_none());
+        for _ in 0..10 {
+            let start = tokio::time::Instant::now();
+            let r = client.clone().oneshot(request(Some("5"))).await;
+            assert_eq!(r.unwrap_err(), CallError::DeadlineExceeded { last: None });
+            assert_eq!(start.elapsed(), ms(5));
+        }
+        untouched(&breaker);
         let r = client.clone().oneshot(request(None)).await.unwrap();
         assert_eq!(r.status(), StatusCode::OK);
     }
