@@ -10,7 +10,6 @@
 
 use std::time::{Duration, Instant};
 
-use stormguard_std::BreakerSettings;
 use stormguard_std::{CallError, Policy};
 
 /// The dependency: fails while `outage` lasts, then answers.
@@ -23,12 +22,11 @@ fn read_exchange_rate(started: Instant, outage: Duration) -> Result<f64, String>
 }
 
 fn main() -> Result<(), stormguard_std::SettingsError> {
-    let breaker = BreakerSettings::builder("rates")
-        .break_duration(stormguard_std::Duration::from_millis(500))
-        .jitter(false)
-        .build()?;
     let policy = Policy::builder("rates")
-        .breaker_settings(breaker)
+        .breaker_with(|b| {
+            b.break_duration(stormguard_std::Duration::from_millis(500))
+                .jitter(false)
+        })
         .deadline(Duration::from_secs(2))
         .build()?;
     let started = Instant::now();

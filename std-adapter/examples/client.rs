@@ -23,7 +23,6 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use stormguard_std::tower::PolicyLayer;
-use stormguard_std::BreakerSettings;
 use stormguard_std::{CallError, Metrics, Policy};
 use tower::{Layer, ServiceExt};
 
@@ -50,12 +49,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     // The client: hyper behind a policy with a short break, so the example is quick.
-    let breaker = BreakerSettings::builder("quotes")
-        .break_duration(stormguard_std::Duration::from_millis(500))
-        .jitter(false)
-        .build()?;
     let policy = Policy::builder("quotes")
-        .breaker_settings(breaker)
+        .breaker_with(|b| {
+            b.break_duration(stormguard_std::Duration::from_millis(500))
+                .jitter(false)
+        })
         .deadline(Duration::from_secs(2))
         .build()?;
     let metrics = Metrics::for_policy(&policy);

@@ -16,8 +16,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use stormguard_std::server::error_response;
+use stormguard_std::Backoff;
 use stormguard_std::Policy;
-use stormguard_std::{Backoff, BreakerSettings};
 
 /// The service's state: its policy, and a switch standing in for a failing pricing database.
 struct Quotes {
@@ -46,11 +46,7 @@ async fn quote(State(quotes): State<Arc<Quotes>>) -> Response {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pricing = Policy::builder("pricing")
-        .breaker_settings(
-            BreakerSettings::builder("pricing")
-                .consecutive_failures(2)
-                .build()?,
-        )
+        .breaker_with(|b| b.consecutive_failures(2))
         .backoff(
             Backoff::builder()
                 .base(Duration::from_millis(5).into())

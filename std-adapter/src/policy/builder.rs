@@ -1,6 +1,7 @@
 use stormguard_core::{
-    call::CallSettingsBuilder, Backoff, Bound, BreakerSettings, BudgetSettings, CallSettings,
-    Duration, Field, Name, SettingsError,
+    breaker::BreakerSettingsBuilder, call::CallSettingsBuilder, limits::BudgetSettingsBuilder,
+    Backoff, Bound, BreakerSettings, BudgetSettings, CallSettings, Duration, Field, Name,
+    SettingsError,
 };
 
 use super::{Bulkhead, Limiter, Policy};
@@ -14,6 +15,8 @@ pub(super) enum Choice<T> {
     /// Built from settings handed to this policy's builder: they must carry the policy's name.
     Built(T),
     Off,
+    /// Settings configured through this builder that failed validation: `build` reports it.
+    Invalid(SettingsError),
 }
 
 /// Builds a [`Policy`]: its name, breaker, budget, retries, deadline, attempt timeout,
@@ -85,6 +88,32 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
+    /// Guards calls with a new breaker configured by `configure`, which is handed a settings
+    /// builder already named as the policy: the name is given once. Invalid values are
+    /// reported by [`build`](PolicyBuilder::build).
+    ///
+    /// ```
+    /// use stormguard_std::{Duration, Field, Policy};
+    /// let p = Policy::builder("payments")
+    ///     .breaker_with(|b| b.consecutive_failures(3).break_duration(Duration::from_secs(10)))
+    ///     .build()?;
+    /// let settings = p.breaker().unwrap().settings();
+    /// assert_eq!((settings.name().as_str(), settings.consecutive_failures()), ("payments", 3));
+    /// let e = Policy::builder("payments").breaker_with(|b| b.consecutive_failures(0)).build();
+    /// assert_eq!(e.err().map(|e| e.field), Some(Field::ConsecutiveFailures));
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn breaker_with(
+        mut self,
+        configure: impl FnOnce(BreakerSettingsBuilder) -> BreakerSettingsBuilder,
+    ) -> Self {
+        self.breaker = match configure(BreakerSettings::builder_named(self.name)).build() {
+            Ok(settings) => Choice::Built(Breaker::new(settings)),
+            Err(e) => Choice::Invalid(e),
+        };
+        self
+    }
+
     /// No breaker: every attempt is admitted (the retry budget, attempts and deadline still
     /// bound the calls).
     ///
@@ -119,6 +148,28 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     pub fn budget_settings(mut self, settings: BudgetSettings) -> Self {
         self.budget = Choice::Built(Budget::new(settings));
+        self
+    }
+
+    /// Bounds retries with a new budget configured by `configure`, which is handed a settings
+    /// builder already named as the policy: the name is given once. Invalid values are
+    /// reported by [`build`](PolicyBuilder::build).
+    ///
+    /// ```
+    /// let p = stormguard_std::Policy::builder("db")
+    ///     .budget_with(|b| b.floor_per_second(1.0))
+    ///     .build()?;
+    /// assert_eq!(p.budget().unwrap().settings().capacity(), 10);
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn budget_with(
+        mut self,
+        configure: impl FnOnce(BudgetSettingsBuilder) -> BudgetSettingsBuilder,
+    ) -> Self {
+        self.budget = match configure(BudgetSettings::builder_named(self.name)).build() {
+            Ok(settings) => Choice::Built(Budget::new(settings)),
+            Err(e) => Choice::Invalid(e),
+        };
         self
     }
 
@@ -434,6 +485,7 @@ impl<K, L> PolicyBuilder<K, L> {
                 })
             }
             Choice::Off => None,
+            Choice::Invalid(e) => return Err(e),
         };
         // A hedge starts after the p95 the breaker learns, whatever its trip rules: a breaker
         // this builder made learns; one handed in (perhaps shared) must have been built so.
@@ -462,6 +514,7 @@ impl<K, L> PolicyBuilder<K, L> {
                 })
             }
             Choice::Off => None,
+            Choice::Invalid(e) => return Err(e),
         };
         Ok(Policy {
             name: self.name,
