@@ -44,7 +44,7 @@ const STARTED_MASK: u64 = !(EVICTED | OUT_MASK);
 
 /// Slots the clock hand reads for one new key in a full table (see the module docs): enough
 /// that a table of idle keys almost always finds one at once, few enough that a refusal costs
-/// a few microseconds.
+/// tens of microseconds whatever the table's size.
 pub(crate) const HAND_SLOTS: usize = 128;
 
 /// What a slot holds, as the eviction rule sees it (the keyed policy's: the core's
