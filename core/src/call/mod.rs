@@ -183,6 +183,134 @@ impl Admission for Unguarded {
     }
 }
 
+/// A breaker that may be absent: the breaker when there is one, else an [`Unguarded`] call
+/// under the name its events carry. (`Option` cannot stand in: an absent breaker still names
+/// the call.)
+///
+/// ```
+/// use stormguard_core::{call::Admission, call::OptionalBreaker, Breaker, Instant, Name};
+///
+/// let guarded = OptionalBreaker::new(Some(Breaker::of(5, "payments")?), Name::new("api"));
+/// let unguarded = OptionalBreaker::<Breaker>::new(None, Name::new("api"));
+/// assert_eq!(guarded.name().as_str(), "payments");
+/// assert_eq!(unguarded.name().as_str(), "api");
+/// assert!(guarded.breaker().is_some() && unguarded.breaker().is_none());
+/// assert!(unguarded.check(Instant::ZERO).is_ok()); // every attempt is admitted
+/// # Ok::<(), stormguard_core::SettingsError>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum OptionalBreaker<A> {
+    /// A breaker judges every attempt.
+    Breaker(A),
+    /// No breaker: every attempt is admitted.
+    Unguarded(Unguarded),
+}
+
+impl<A> OptionalBreaker<A> {
+    /// `breaker`, or an unguarded call called `name` when there is none.
+    #[inline]
+    pub fn new(breaker: Option<A>, name: Name) -> Self {
+        match breaker {
+            Some(breaker) => OptionalBreaker::Breaker(breaker),
+            None => OptionalBreaker::Unguarded(Unguarded(name)),
+        }
+    }
+
+    /// The breaker, if there is one.
+    #[inline]
+    pub const fn breaker(&self) -> Option<&A> {
+        match self {
+            OptionalBreaker::Breaker(breaker) => Some(breaker),
+            OptionalBreaker::Unguarded(_) => None,
+        }
+    }
+}
+
+impl<A: Admission> Admission for OptionalBreaker<A> {
+    #[inline]
+    fn name(&self) -> &Name {
+        match self {
+            OptionalBreaker::Breaker(b) => b.name(),
+            OptionalBreaker::Unguarded(u) => u.name(),
+        }
+    }
+    #[inline]
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.try_acquire(now, attempt_timeout, events),
+            OptionalBreaker::Unguarded(u) => u.try_acquire(now, attempt_timeout, events),
+        }
+    }
+    #[inline]
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.check(now),
+            OptionalBreaker::Unguarded(u) => u.check(now),
+        }
+    }
+    #[inline]
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        match self {
+            OptionalBreaker::Breaker(b) => b.on_outcome(now, permit, outcome, events),
+            OptionalBreaker::Unguarded(u) => u.on_outcome(now, permit, outcome, events),
+        }
+    }
+    #[inline]
+    fn release(&mut self, permit: Permit) {
+        match self {
+            OptionalBreaker::Breaker(b) => b.release(permit),
+            OptionalBreaker::Unguarded(u) => u.release(permit),
+        }
+    }
+    #[inline]
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.normal_latency(now),
+            OptionalBreaker::Unguarded(u) => u.normal_latency(now),
+        }
+    }
+    #[inline]
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.attempt_ceiling(now),
+            OptionalBreaker::Unguarded(u) => u.attempt_ceiling(now),
+        }
+    }
+    #[inline]
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.slow_threshold(now),
+            OptionalBreaker::Unguarded(u) => u.slow_threshold(now),
+        }
+    }
+    #[inline]
+    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.hedge_after(now),
+            OptionalBreaker::Unguarded(u) => u.hedge_after(now),
+        }
+    }
+    #[inline]
+    fn self_limits(&self) -> bool {
+        match self {
+            OptionalBreaker::Breaker(b) => b.self_limits(),
+            OptionalBreaker::Unguarded(u) => u.self_limits(),
+        }
+    }
+}
+
 impl<A: Admission + ?Sized> Admission for &mut A {
     fn name(&self) -> &Name {
         (**self).name()
