@@ -9,14 +9,11 @@ use stormguard_core::{
     limits::{BulkheadEntry, BulkheadPermit, BulkheadTicket},
     Call, Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
 };
-use tokio_util::either::Either;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::guard::CallEnd;
-use super::steps::{Admit, BulkheadShared, FromSteps};
-use super::{
-    Attempt, CallError, CallOptions, Front, Funds, PermitGuard, Policy, Report, Slept, Steps,
-};
+use super::steps::BulkheadShared;
+use super::{Attempt, CallError, CallOptions, Funds, PermitGuard, Policy, Report, Slept, Steps};
 use crate::cache::SuccessCache;
 use crate::classify::Classify;
 use crate::clock::Clock;
@@ -369,21 +366,14 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
     {
-        if self.limiter.is_none() && self.bulkhead.is_none() {
-            // No optional step: the loop over the breaker alone, so a policy without the
-            // steps pays no dispatch for them.
-            Either::Left(self.drive::<_, _, _, _, _, Admit<'s>>(start, options, op, end))
-        } else {
-            Either::Right(self.drive::<_, _, _, _, _, Front<'s>>(start, options, op, end))
-        }
+        self.drive(start, options, op, end)
     }
 
-    /// The loop proper, over the call's admission `A` (the breaker alone, or with the
-    /// optional steps in front), for a call that began at `start`.
+    /// The loop proper, for a call that began at `start`.
     // Few, narrow arguments (the options by reference, the steps and the report made
     // here): an async fn moves its arguments into place when first polled, just after the
     // caller wrote them, and wide moves of narrow writes stall the processor.
-    async fn drive<'p, 'o, T, E, F, Fut, C, A>(
+    async fn drive<'p, 'o, T, E, F, Fut, C>(
         &'p self,
         start: Option<Instant>,
         options: &'o CallOptions<'o, C>,
@@ -394,7 +384,6 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         F: FnMut(Attempt) -> Option<Fut>,
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
-        A: FromSteps<'p>,
     {
         // A start read elsewhere (from the inner clock) never lies before a reading the
         // policy already handed out.
@@ -430,7 +419,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             }
         }
         let mut parts = Parts {
-            breaker: A::from_steps(steps, held),
+            breaker: steps.admission(held),
             budget: self.funds(),
         };
         let mut sink = |e: Event<'_>| self.emit(&e);
