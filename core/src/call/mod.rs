@@ -46,7 +46,6 @@ use core::fmt;
 use crate::breaker::{HedgeSuppressed, Permit};
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
-use crate::limits::budget::Budget;
 use crate::rng::JitterRng;
 use crate::{Duration, Instant, Name, Outcome};
 
@@ -136,7 +135,8 @@ pub trait Admission {
     }
 }
 
-/// The budget side of a call: implemented by [`Budget`], the shared budget, and [`Unlimited`].
+/// The budget side of a call: implemented by [`Budget`](crate::Budget), the shared budget, and
+/// [`Unlimited`].
 pub trait Funding {
     /// Takes one retry's worth, or refuses.
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused>;
@@ -352,18 +352,6 @@ impl<A: Admission + ?Sized> Admission for &mut A {
     }
     fn self_limits(&self) -> bool {
         (**self).self_limits()
-    }
-}
-
-impl Funding for Budget {
-    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
-        self.try_withdraw(now)
-    }
-    fn refund_retry(&mut self, now: Instant) {
-        self.refund(now);
-    }
-    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
-        Budget::on_outcome(self, now, outcome);
     }
 }
 
