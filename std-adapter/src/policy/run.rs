@@ -5,10 +5,11 @@ use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 
 use stormguard_core::{
-    call::{Admission, Due, HedgedPair, Lane, PairNext},
+    call::{Admission, Due, HedgedPair, Lane, OptionalBreaker, PairNext},
     limits::{BulkheadEntry, BulkheadPermit, BulkheadTicket},
     Call, Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
 };
+use tokio_util::either::Either;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::guard::CallEnd;
@@ -366,24 +367,37 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
     {
-        self.drive(start, options, op, end)
+        if self.limiter.is_none() && self.bulkhead.is_none() {
+            // No optional step: the loop over the breaker (or none) alone, so that a policy
+            // without the steps pays nothing for them (measured: the composition with both
+            // absent costs the plain path a few percent).
+            let admission = |steps: Steps<'s>, _| OptionalBreaker::new(steps.breaker, *steps.name);
+            Either::Left(self.drive(start, options, op, end, admission))
+        } else {
+            Either::Right(self.drive(start, options, op, end, Steps::admission))
+        }
     }
 
-    /// The loop proper, for a call that began at `start`.
+    /// The loop proper, over the call's admission `A` (built by `admission` from the policy's
+    /// steps and a bulkhead slot the call already won by waiting), for a call that began at
+    /// `start`.
     // Few, narrow arguments (the options by reference, the steps and the report made
     // here): an async fn moves its arguments into place when first polled, just after the
     // caller wrote them, and wide moves of narrow writes stall the processor.
-    async fn drive<'p, 'o, T, E, F, Fut, C>(
+    async fn drive<'p, 'o, T, E, F, Fut, C, A, M>(
         &'p self,
         start: Option<Instant>,
         options: &'o CallOptions<'o, C>,
         mut op: F,
         end: Option<&'o mut CallEnd>,
+        admission: M,
     ) -> Result<T, CallError<E>>
     where
         F: FnMut(Attempt) -> Option<Fut>,
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
+        A: Admission,
+        M: FnOnce(Steps<'p>, Option<BulkheadPermit>) -> A,
     {
         // A start read elsewhere (from the inner clock) never lies before a reading the
         // policy already handed out.
@@ -419,7 +433,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             }
         }
         let mut parts = Parts {
-            breaker: steps.admission(held),
+            breaker: admission(steps, held),
             budget: self.funds(),
         };
         let mut sink = |e: Event<'_>| self.emit(&e);
