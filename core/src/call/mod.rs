@@ -35,15 +35,17 @@ pub(crate) mod backoff;
 pub(crate) mod classify;
 pub(crate) mod error;
 pub(crate) mod hedge;
+pub(crate) mod permit;
 
 pub use self::backoff::{Backoff, BackoffBuilder, Jitter};
 pub use self::classify::{Classify, EveryErrorTransient};
 pub use self::error::CallError;
 pub use self::hedge::{Due, HedgedPair, Lane, PairNext};
+pub(crate) use self::permit::Kind;
+pub use self::permit::Permit;
 
 use core::fmt;
 
-use crate::breaker::{HedgeSuppressed, Permit};
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
 use crate::rng::JitterRng;
@@ -78,6 +80,21 @@ const fn is_self_imposed(reason: RefusalReason) -> bool {
         reason,
         RefusalReason::RateLimited | RefusalReason::BulkheadFull
     )
+}
+
+/// Why a hedged attempt is not to be launched now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub enum HedgeSuppressed {
+    /// The breaker is not closed: no hedging while half-open, recovering or open.
+    NotClosed,
+    /// There is no learned latency yet to hedge against (fewer than 20 successes).
+    NoBaseline,
+    /// The dependency is near the breaker's trip point: a hedge would add load to a
+    /// dependency that is already failing.
+    NearTrip,
 }
 
 /// The breaker side of a call: implemented by [`Breaker`](crate::Breaker) (`&mut`), by the shared breaker, and

@@ -78,8 +78,8 @@ use core::fmt;
 use core::hash::{BuildHasher, Hash, Hasher};
 use core::num::NonZeroU32;
 
-use crate::breaker::Permit;
 use crate::call::Admission;
+use crate::call::Permit;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
 use crate::loom::AtomicU64;
