@@ -692,3 +692,34 @@ proptest! {
         prop_assert_eq!((shared.in_flight(), shared.queued()), (0, 0));
     }
 }
+
+#[test]
+fn an_absent_rate_limiter_in_front_admits_as_the_bulkhead_and_breaker_alone() {
+    use stormguard_core::call::Admission;
+    use stormguard_core::limits::{RateLimited, RateLimiter};
+    // An open breaker behind a full bulkhead: alone, the bulkhead refuses first.
+    let mut breaker = Breaker::of(1, "db").unwrap();
+    let p = breaker.try_acquire(T0).unwrap();
+    breaker.on_outcome(T0, p, Outcome::Transient, &mut |_| {});
+    let mut alone = Bulkheaded::new(breaker.clone(), Bulkhead::of(1, "db").unwrap());
+    let mut fronted = RateLimited::new(
+        Bulkheaded::new(breaker, Bulkhead::of(1, "db").unwrap()),
+        None::<RateLimiter>,
+    );
+    let held = alone.bulkhead_mut().try_enter(T0).unwrap();
+    let held_too = fronted.breaker_mut().bulkhead_mut().try_enter(T0).unwrap();
+    let expected = alone.try_acquire(T0, None, &mut |_| {}).unwrap_err();
+    assert_eq!(expected.reason, RefusalReason::BulkheadFull);
+    assert_eq!(fronted.try_acquire(T0, None, &mut |_| {}), Err(expected));
+    alone.bulkhead_mut().leave(held);
+    fronted.breaker_mut().bulkhead_mut().leave(held_too);
+    // With a slot free, both ask the open breaker and give the slot back.
+    assert_eq!(
+        fronted
+            .try_acquire(T0, None, &mut |_| {})
+            .unwrap_err()
+            .reason,
+        RefusalReason::BreakerOpen
+    );
+    assert_eq!(fronted.breaker().bulkhead().in_flight(), 0);
+}

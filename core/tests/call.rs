@@ -1396,3 +1396,35 @@ fn an_empty_budgets_retry_after_is_the_floors_accrual_time_less_the_pause() {
     assert_eq!(r.retry_after, ms(234));
     assert_eq!(announced, Some(r.retry_after));
 }
+
+#[test]
+fn an_optional_breaker_is_the_breaker_when_present_and_an_unguarded_call_when_absent() {
+    use stormguard_core::call::{Admission, OptionalBreaker};
+    let settings = BreakerSettings::builder("payments")
+        .consecutive_failures(2)
+        .jitter(false)
+        .build()
+        .unwrap();
+    let now = Instant::from_secs(1);
+    let mut present = OptionalBreaker::new(Some(Breaker::new(settings)), Name::new("api"));
+    let mut absent = OptionalBreaker::<Breaker>::new(None, Name::new("api"));
+    assert_eq!(present.name().as_str(), "payments");
+    assert_eq!(absent.name().as_str(), "api");
+    // A bare breaker and an unguarded call both say no limiter refuses in front of them.
+    assert!(!present.self_limits() && !absent.self_limits());
+    let mut events = Vec::new();
+    for _ in 0..2 {
+        let mut sink = |e: Event<'_>| events.push(e.kind());
+        let permit = present.try_acquire(now, None, &mut sink).unwrap();
+        present.on_outcome(now, permit, Outcome::Transient, &mut sink);
+        let permit = absent.try_acquire(now, None, &mut sink).unwrap();
+        absent.on_outcome(now, permit, Outcome::Transient, &mut sink);
+    }
+    // The breaker tripped on its two failures; the unguarded call has nothing to trip.
+    assert_eq!(events, ["state_changed"]);
+    let refused = present.try_acquire(now, None, &mut |_| {}).unwrap_err();
+    assert_eq!(refused.reason, RefusalReason::BreakerOpen);
+    assert_eq!(present.check(now), Err(refused));
+    assert!(absent.try_acquire(now, None, &mut |_| {}).is_ok());
+    assert!(present.breaker().is_some() && absent.breaker().is_none());
+}

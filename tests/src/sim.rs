@@ -9,7 +9,7 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use stormguard_core::{
-    call::Admission, call::Unguarded, limits::Bulkhead, limits::Bulkheaded, limits::RateLimited,
+    call::OptionalBreaker, limits::Bulkhead, limits::Bulkheaded, limits::RateLimited,
     limits::RateLimiter, Breaker, Budget, Call, CallSettings, Duration, Event, Finished, Instant,
     Outcome, Parts, Permit, RefusalReason, State, Step, TripReason,
 };
@@ -75,30 +75,10 @@ impl Ord for Item {
     }
 }
 
-/// A layer's breaker, or none.
-enum Guard {
-    None(Unguarded),
-    Breaker(Box<Breaker>),
-}
-
-impl Guard {
-    fn admission(&mut self) -> &mut dyn Admission {
-        match self {
-            Guard::None(u) => u,
-            Guard::Breaker(b) => &mut **b,
-        }
-    }
-    fn state(&self, now: Instant) -> Option<State> {
-        match self {
-            Guard::None(_) => None,
-            Guard::Breaker(b) => Some(b.state(now)),
-        }
-    }
-}
-
 struct LayerState {
     settings: CallSettings,
-    guard: Guard,
+    /// The layer's breaker, or none (its calls are then unguarded).
+    breaker: Option<Box<Breaker>>,
     purse: Option<Budget>,
     limiter: Option<RateLimiter>,
     bulkhead: Option<Bulkhead>,
@@ -111,7 +91,7 @@ struct LayerState {
 /// The steps in front of a layer's attempts, as the core composes them: the bulkhead outermost,
 /// then the rate limiter, then the breaker (or none).
 type Front<'a> = Bulkheaded<
-    RateLimited<&'a mut dyn Admission, &'a mut Option<RateLimiter>>,
+    RateLimited<OptionalBreaker<&'a mut Breaker>, &'a mut Option<RateLimiter>>,
     &'a mut Option<Bulkhead>,
 >;
 
@@ -120,7 +100,10 @@ impl LayerState {
     fn parts(&mut self) -> Parts<Front<'_>, &mut Option<Budget>> {
         Parts {
             breaker: Bulkheaded::new(
-                RateLimited::new(self.guard.admission(), &mut self.limiter),
+                RateLimited::new(
+                    OptionalBreaker::new(self.breaker.as_deref_mut(), DEPENDENCY),
+                    &mut self.limiter,
+                ),
                 &mut self.bulkhead,
             ),
             budget: &mut self.purse,
@@ -255,12 +238,9 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
                             .unwrap_or(l.call);
                         LayerState {
                             settings,
-                            guard: match l.breaker {
-                                Some(b) => Guard::Breaker(Box::new(
-                                    Breaker::new(b).with_seed(derive(seed, c64, 0xB4EA + k64)),
-                                )),
-                                None => Guard::None(Unguarded(DEPENDENCY)),
-                            },
+                            breaker: l.breaker.map(|b| {
+                                Box::new(Breaker::new(b).with_seed(derive(seed, c64, 0xB4EA + k64)))
+                            }),
                             purse: l.budget.map(Budget::new),
                             limiter: l.limiter.map(RateLimiter::new),
                             bulkhead: l.bulkhead.map(Bulkhead::new),
@@ -498,7 +478,7 @@ impl Sim<'_> {
                 return;
             };
             let ls = &mut clients[frame.client as usize].layers[frame.layer];
-            let state = ls.guard.state(now);
+            let state = ls.breaker.as_ref().map(|b| b.state(now));
             let closed = state == Some(State::Closed);
             let open = matches!(state, Some(State::Open | State::HalfOpen));
             let mut parts = ls.parts();
@@ -730,7 +710,7 @@ impl Sim<'_> {
             .clients
             .iter()
             .flat_map(|c| c.layers.iter())
-            .filter(|l| matches!(l.guard, Guard::Breaker(_)))
+            .filter(|l| l.breaker.is_some())
             .collect();
         let firsts: Vec<u64> = breakers.iter().filter_map(|l| l.first_trip).collect();
         let start = self.first_impairment;

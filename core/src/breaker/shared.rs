@@ -1,6 +1,6 @@
-//! The shared forms: a breaker and a budget that many threads use through `&self`, with no lock
-//! on the call path. They run the very code of the single-threaded forms over atomic words
-//! (`portable-atomic`), so no rule is written twice.
+//! The shared breaker: many threads use it through `&self`, with no lock on the call path. It
+//! runs the very code of the single-threaded forms over atomic words (`portable-atomic`), so no
+//! rule is written twice. (The shared budget, built the same way, lives with the budget.)
 //!
 //! # Consistency
 //! The breaker's control state (phase, period, counts, probes, break) is one word installed by
@@ -19,13 +19,9 @@
 use core::fmt;
 
 use crate::breaker::{admission_via_core, Core, HedgeSuppressed, Permit, Snapshot, State};
-use crate::call::Funding;
-use crate::limits::budget::{BudgetCore, BudgetSnapshot};
 use crate::loom::AtomicU64;
 use crate::packed::const_unless_loom;
-use crate::{
-    BreakerSettings, BudgetSettings, Duration, Event, Instant, Name, Outcome, Ratio, Refused,
-};
+use crate::{BreakerSettings, Duration, Event, Instant, Name, Outcome, Ratio, Refused};
 
 /// A circuit breaker shared by many threads through `&self`, lock-free. Same settings, same
 /// rules, same decisions as [`Breaker`](crate::Breaker) for any sequential input.
@@ -233,85 +229,7 @@ impl Drop for PermitGuard<'_> {
     }
 }
 
-/// A retry budget shared by many threads through `&self`, lock-free: one atomic word driven by
-/// the rules of [`Budget`](crate::Budget).
-///
-/// ```
-/// use stormguard_core::{BudgetSettings, Instant, Outcome, SharedBudget};
-///
-/// static RETRIES: SharedBudget = SharedBudget::new(BudgetSettings::defaults("payments"));
-/// let now = Instant::from_secs(1);
-/// assert!(RETRIES.try_withdraw(now).is_ok());
-/// RETRIES.on_outcome(now, Outcome::Success);
-/// assert_eq!(RETRIES.available(now), 29);
-/// ```
-#[derive(Debug)]
-pub struct SharedBudget {
-    core: BudgetCore<AtomicU64>,
-}
-
-impl SharedBudget {
-    const_unless_loom! {
-        /// A full budget; usable in a `static`.
-        #[must_use]
-        pub fn new(settings: BudgetSettings) -> SharedBudget {
-            SharedBudget { core: BudgetCore::new(settings) }
-        }
-    }
-
-    /// Spends one retry, or refuses with the time the floor needs to accrue one.
-    pub fn try_withdraw(&self, now: Instant) -> Result<(), Refused> {
-        self.core.try_withdraw(now)
-    }
-
-    /// Records an attempt's outcome (successes fund retries).
-    pub fn on_outcome(&self, now: Instant, outcome: Outcome) {
-        self.core.on_outcome(now, outcome);
-    }
-
-    /// Funds a success's fraction of a retry.
-    pub fn deposit(&self, now: Instant) {
-        self.core.deposit(now);
-    }
-
-    /// Whole retries available at `now`.
-    #[must_use]
-    pub fn available(&self, now: Instant) -> u32 {
-        self.core.available(now)
-    }
-
-    /// How much of the budget is spent: 0 full, 1 empty.
-    #[must_use]
-    pub fn utilization(&self, now: Instant) -> Ratio {
-        self.core.utilization(now)
-    }
-
-    /// Name, contents and utilization at `now`.
-    #[must_use]
-    pub fn snapshot(&self, now: Instant) -> BudgetSnapshot {
-        self.core.snapshot(now)
-    }
-
-    /// The settings the budget was built with.
-    #[must_use]
-    pub const fn settings(&self) -> &BudgetSettings {
-        self.core.settings()
-    }
-}
-
 admission_via_core!(impl [] for &SharedBreaker);
-
-impl Funding for &SharedBudget {
-    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
-        self.core.try_withdraw(now)
-    }
-    fn refund_retry(&mut self, now: Instant) {
-        self.core.refund(now);
-    }
-    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
-        self.core.on_outcome(now, outcome);
-    }
-}
 
 impl fmt::Display for SharedBreaker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -323,13 +241,6 @@ impl fmt::Display for SharedBreaker {
 impl defmt::Format for SharedBreaker {
     fn format(&self, f: defmt::Formatter<'_>) {
         defmt::write!(f, "SharedBreaker({})", self.name());
-    }
-}
-
-#[cfg(feature = "defmt")]
-impl defmt::Format for SharedBudget {
-    fn format(&self, f: defmt::Formatter<'_>) {
-        defmt::write!(f, "SharedBudget({})", self.core.settings().name());
     }
 }
 

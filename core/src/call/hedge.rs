@@ -47,8 +47,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use super::{Admission, Call, Funding, Parts};
-use crate::breaker::Permit;
+use super::{Admission, Call, Funding, Parts, Permit};
 use crate::event::Event;
 use crate::{Duration, Instant, Outcome};
 

@@ -35,18 +35,19 @@ pub(crate) mod backoff;
 pub(crate) mod classify;
 pub(crate) mod error;
 pub(crate) mod hedge;
+pub(crate) mod permit;
 
 pub use self::backoff::{Backoff, BackoffBuilder, Jitter};
 pub use self::classify::{Classify, EveryErrorTransient};
 pub use self::error::CallError;
 pub use self::hedge::{Due, HedgedPair, Lane, PairNext};
+pub(crate) use self::permit::Kind;
+pub use self::permit::Permit;
 
 use core::fmt;
 
-use crate::breaker::{HedgeSuppressed, Permit};
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
-use crate::limits::budget::Budget;
 use crate::rng::JitterRng;
 use crate::{Duration, Instant, Name, Outcome};
 
@@ -79,6 +80,21 @@ const fn is_self_imposed(reason: RefusalReason) -> bool {
         reason,
         RefusalReason::RateLimited | RefusalReason::BulkheadFull
     )
+}
+
+/// Why a hedged attempt is not to be launched now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub enum HedgeSuppressed {
+    /// The breaker is not closed: no hedging while half-open, recovering or open.
+    NotClosed,
+    /// There is no learned latency yet to hedge against (fewer than 20 successes).
+    NoBaseline,
+    /// The dependency is near the breaker's trip point: a hedge would add load to a
+    /// dependency that is already failing.
+    NearTrip,
 }
 
 /// The breaker side of a call: implemented by [`Breaker`](crate::Breaker) (`&mut`), by the shared breaker, and
@@ -136,7 +152,8 @@ pub trait Admission {
     }
 }
 
-/// The budget side of a call: implemented by [`Budget`], the shared budget, and [`Unlimited`].
+/// The budget side of a call: implemented by [`Budget`](crate::Budget), the shared budget, and
+/// [`Unlimited`].
 pub trait Funding {
     /// Takes one retry's worth, or refuses.
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused>;
@@ -183,6 +200,134 @@ impl Admission for Unguarded {
     }
 }
 
+/// A breaker that may be absent: the breaker when there is one, else an [`Unguarded`] call
+/// under the name its events carry. (`Option` cannot stand in: an absent breaker still names
+/// the call.)
+///
+/// ```
+/// use stormguard_core::{call::Admission, call::OptionalBreaker, Breaker, Instant, Name};
+///
+/// let guarded = OptionalBreaker::new(Some(Breaker::of(5, "payments")?), Name::new("api"));
+/// let unguarded = OptionalBreaker::<Breaker>::new(None, Name::new("api"));
+/// assert_eq!(guarded.name().as_str(), "payments");
+/// assert_eq!(unguarded.name().as_str(), "api");
+/// assert!(guarded.breaker().is_some() && unguarded.breaker().is_none());
+/// assert!(unguarded.check(Instant::ZERO).is_ok()); // every attempt is admitted
+/// # Ok::<(), stormguard_core::SettingsError>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum OptionalBreaker<A> {
+    /// A breaker judges every attempt.
+    Breaker(A),
+    /// No breaker: every attempt is admitted.
+    Unguarded(Unguarded),
+}
+
+impl<A> OptionalBreaker<A> {
+    /// `breaker`, or an unguarded call called `name` when there is none.
+    #[inline]
+    pub fn new(breaker: Option<A>, name: Name) -> Self {
+        match breaker {
+            Some(breaker) => OptionalBreaker::Breaker(breaker),
+            None => OptionalBreaker::Unguarded(Unguarded(name)),
+        }
+    }
+
+    /// The breaker, if there is one.
+    #[inline]
+    pub const fn breaker(&self) -> Option<&A> {
+        match self {
+            OptionalBreaker::Breaker(breaker) => Some(breaker),
+            OptionalBreaker::Unguarded(_) => None,
+        }
+    }
+}
+
+impl<A: Admission> Admission for OptionalBreaker<A> {
+    #[inline]
+    fn name(&self) -> &Name {
+        match self {
+            OptionalBreaker::Breaker(b) => b.name(),
+            OptionalBreaker::Unguarded(u) => u.name(),
+        }
+    }
+    #[inline]
+    fn try_acquire(
+        &mut self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.try_acquire(now, attempt_timeout, events),
+            OptionalBreaker::Unguarded(u) => u.try_acquire(now, attempt_timeout, events),
+        }
+    }
+    #[inline]
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.check(now),
+            OptionalBreaker::Unguarded(u) => u.check(now),
+        }
+    }
+    #[inline]
+    fn on_outcome(
+        &mut self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        match self {
+            OptionalBreaker::Breaker(b) => b.on_outcome(now, permit, outcome, events),
+            OptionalBreaker::Unguarded(u) => u.on_outcome(now, permit, outcome, events),
+        }
+    }
+    #[inline]
+    fn release(&mut self, permit: Permit) {
+        match self {
+            OptionalBreaker::Breaker(b) => b.release(permit),
+            OptionalBreaker::Unguarded(u) => u.release(permit),
+        }
+    }
+    #[inline]
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.normal_latency(now),
+            OptionalBreaker::Unguarded(u) => u.normal_latency(now),
+        }
+    }
+    #[inline]
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.attempt_ceiling(now),
+            OptionalBreaker::Unguarded(u) => u.attempt_ceiling(now),
+        }
+    }
+    #[inline]
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.slow_threshold(now),
+            OptionalBreaker::Unguarded(u) => u.slow_threshold(now),
+        }
+    }
+    #[inline]
+    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.hedge_after(now),
+            OptionalBreaker::Unguarded(u) => u.hedge_after(now),
+        }
+    }
+    #[inline]
+    fn self_limits(&self) -> bool {
+        match self {
+            OptionalBreaker::Breaker(b) => b.self_limits(),
+            OptionalBreaker::Unguarded(u) => u.self_limits(),
+        }
+    }
+}
+
 impl<A: Admission + ?Sized> Admission for &mut A {
     fn name(&self) -> &Name {
         (**self).name()
@@ -224,18 +369,6 @@ impl<A: Admission + ?Sized> Admission for &mut A {
     }
     fn self_limits(&self) -> bool {
         (**self).self_limits()
-    }
-}
-
-impl Funding for Budget {
-    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
-        self.try_withdraw(now)
-    }
-    fn refund_retry(&mut self, now: Instant) {
-        self.refund(now);
-    }
-    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
-        Budget::on_outcome(self, now, outcome);
     }
 }
 

@@ -29,7 +29,9 @@
 use core::cell::Cell;
 use core::fmt;
 
+use crate::call::Funding;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
+use crate::loom::AtomicU64;
 use crate::packed::{const_unless_loom, word, Word};
 use crate::ratio::{Ratio, PPM};
 use crate::time::Tick;
@@ -700,6 +702,103 @@ pub struct BudgetSnapshot {
     pub capacity_micro: u32,
     /// How much is spent: 0 when full, 1 when empty.
     pub utilization: Ratio,
+}
+
+impl Funding for Budget {
+    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
+        self.try_withdraw(now)
+    }
+    fn refund_retry(&mut self, now: Instant) {
+        self.refund(now);
+    }
+    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
+        Budget::on_outcome(self, now, outcome);
+    }
+}
+
+/// A retry budget shared by many threads through `&self`, lock-free: one atomic word driven by
+/// the rules of [`Budget`](crate::Budget).
+///
+/// ```
+/// use stormguard_core::{BudgetSettings, Instant, Outcome, SharedBudget};
+///
+/// static RETRIES: SharedBudget = SharedBudget::new(BudgetSettings::defaults("payments"));
+/// let now = Instant::from_secs(1);
+/// assert!(RETRIES.try_withdraw(now).is_ok());
+/// RETRIES.on_outcome(now, Outcome::Success);
+/// assert_eq!(RETRIES.available(now), 29);
+/// ```
+#[derive(Debug)]
+pub struct SharedBudget {
+    core: BudgetCore<AtomicU64>,
+}
+
+impl SharedBudget {
+    const_unless_loom! {
+        /// A full budget; usable in a `static`.
+        #[must_use]
+        pub fn new(settings: BudgetSettings) -> SharedBudget {
+            SharedBudget { core: BudgetCore::new(settings) }
+        }
+    }
+
+    /// Spends one retry, or refuses with the time the floor needs to accrue one.
+    pub fn try_withdraw(&self, now: Instant) -> Result<(), Refused> {
+        self.core.try_withdraw(now)
+    }
+
+    /// Records an attempt's outcome (successes fund retries).
+    pub fn on_outcome(&self, now: Instant, outcome: Outcome) {
+        self.core.on_outcome(now, outcome);
+    }
+
+    /// Funds a success's fraction of a retry.
+    pub fn deposit(&self, now: Instant) {
+        self.core.deposit(now);
+    }
+
+    /// Whole retries available at `now`.
+    #[must_use]
+    pub fn available(&self, now: Instant) -> u32 {
+        self.core.available(now)
+    }
+
+    /// How much of the budget is spent: 0 full, 1 empty.
+    #[must_use]
+    pub fn utilization(&self, now: Instant) -> Ratio {
+        self.core.utilization(now)
+    }
+
+    /// Name, contents and utilization at `now`.
+    #[must_use]
+    pub fn snapshot(&self, now: Instant) -> BudgetSnapshot {
+        self.core.snapshot(now)
+    }
+
+    /// The settings the budget was built with.
+    #[must_use]
+    pub const fn settings(&self) -> &BudgetSettings {
+        self.core.settings()
+    }
+}
+
+impl Funding for &SharedBudget {
+    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
+        self.core.try_withdraw(now)
+    }
+    fn refund_retry(&mut self, now: Instant) {
+        self.core.refund(now);
+    }
+    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
+        self.core.on_outcome(now, outcome);
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for SharedBudget {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "SharedBudget({})", self.core.settings().name());
+    }
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 use core::cell::Cell;
 use core::fmt;
 
-use crate::breaker::Permit;
 use crate::call::Admission;
+use crate::call::Permit;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::loom::AtomicU64;
 use crate::packed::{const_unless_loom, field, put, word, Word};

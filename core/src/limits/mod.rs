@@ -4,7 +4,9 @@ pub(crate) mod budget;
 pub(crate) mod bulkhead;
 pub(crate) mod ratelimit;
 
-pub use self::budget::{Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot};
+pub use self::budget::{
+    Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot, SharedBudget,
+};
 pub use self::bulkhead::{
     Bulkhead, BulkheadEntry, BulkheadGuard, BulkheadPermit, BulkheadSettings,
     BulkheadSettingsBuilder, BulkheadSlots, BulkheadSnapshot, BulkheadTicket, Bulkheaded,
@@ -16,4 +18,3 @@ pub use self::ratelimit::{
     RateLimiter, SharedRateLimiter, SharedWindowLimiter, WindowLimitSettings,
     WindowLimitSettingsBuilder, WindowLimiter, MAX_WINDOW_EVENTS,
 };
-pub use crate::breaker::shared::SharedBudget;

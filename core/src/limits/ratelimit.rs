@@ -78,8 +78,8 @@ use core::fmt;
 use core::hash::{BuildHasher, Hash, Hasher};
 use core::num::NonZeroU32;
 
-use crate::breaker::Permit;
 use crate::call::Admission;
+use crate::call::Permit;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
 use crate::loom::AtomicU64;
@@ -1205,6 +1205,11 @@ pub trait Limit {
     fn take(&mut self, now: Instant) -> Result<(), Refused>;
     /// Would a cell be granted at `now`? Changes nothing.
     fn peek(&self, now: Instant) -> Result<(), Refused>;
+    /// Whether there is a limiter at all: `false` for an absent one (`None`), so that a
+    /// [`RateLimited`] in front of a breaker admits exactly as the breaker alone does.
+    fn is_present(&self) -> bool {
+        true
+    }
 }
 
 /// A part that may be absent: no limiter grants every cell.
@@ -1222,6 +1227,10 @@ impl<L: Limit> Limit for Option<L> {
             Some(l) => l.peek(now),
             None => Ok(()),
         }
+    }
+    #[inline]
+    fn is_present(&self) -> bool {
+        self.as_ref().is_some_and(Limit::is_present)
     }
 }
 
@@ -1257,6 +1266,9 @@ impl<L: Limit + ?Sized> Limit for &mut L {
     }
     fn peek(&self, now: Instant) -> Result<(), Refused> {
         (**self).peek(now)
+    }
+    fn is_present(&self) -> bool {
+        (**self).is_present()
     }
 }
 
@@ -1348,6 +1360,11 @@ impl<A: Admission, L: Limit> Admission for RateLimited<A, L> {
         attempt_timeout: Option<Duration>,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Permit, Refused> {
+        if !self.limiter.is_present() {
+            // No limiter: the breaker alone. Asking it first would put its refusal before that
+            // of a bulkhead behind this wrapper.
+            return self.breaker.try_acquire(now, attempt_timeout, events);
+        }
         // The breaker is asked first so that a call it refuses spends no cell.
         if let Err(refused) = self.breaker.check(now) {
             if refused.reason != RefusalReason::RampShedding {

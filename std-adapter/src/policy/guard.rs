@@ -1,11 +1,11 @@
 use stormguard_core::{
-    call::Admission, call::Unguarded, limits::Bulkheaded, CallError, Finished, Name, Permit,
+    call::Admission, call::OptionalBreaker, limits::Bulkheaded, CallError, Finished, Name, Permit,
     SharedBreaker,
 };
 #[cfg(feature = "tokio")]
 use stormguard_core::{Duration, Instant};
 
-use super::steps::{Admit, BulkheadShared, Slots, Steps};
+use super::steps::{BulkheadShared, Slots, Steps};
 use crate::events::{Ended, Listener};
 
 /// Gives an attempt's permit back if the call is dropped before the attempt's outcome is
@@ -42,21 +42,14 @@ impl Drop for PermitGuard<'_> {
         };
         // Released through the core's composition that admitted it (the rate limiter only
         // forwards a release): the breaker's probe slot and the bulkhead's slot go back.
-        let mut admit = match self.breaker {
-            Some(b) => Admit::Breaker(b),
-            None => Admit::Unguarded(Unguarded(Name::new(""))),
-        };
-        match self.bulkhead {
-            Some(bulkhead) => Bulkheaded::new(
-                admit,
-                Slots {
-                    bulkhead,
-                    held: None,
-                },
-            )
-            .release(permit),
-            None => admit.release(permit),
-        }
+        Bulkheaded::new(
+            OptionalBreaker::new(self.breaker, Name::new("")),
+            self.bulkhead.map(|bulkhead| Slots {
+                bulkhead,
+                held: None,
+            }),
+        )
+        .release(permit);
     }
 }
 

@@ -36,7 +36,7 @@ pub use options::CallOptions;
 #[cfg(feature = "tokio")]
 use options::DEFAULT_OPTIONS;
 pub use steps::{Bulkhead, Limiter};
-use steps::{Front, Funds, Steps};
+use steps::{CallAdmission, Funds, Steps};
 
 /// Retries, deadline, attempt timeout, backoff, breaker and retry budget for one dependency:
 /// `policy.call(|attempt| async { ... }).await`.
@@ -239,9 +239,9 @@ impl<K, L> Policy<K, L> {
         &'a self,
         steps: Steps<'a>,
         held: Option<BulkheadPermit>,
-    ) -> Parts<Front<'a>, Funds<'a>> {
+    ) -> Parts<CallAdmission<'a>, Funds<'a>> {
         Parts {
-            breaker: steps.front(held),
+            breaker: steps.admission(held),
             budget: self.funds(),
         }
     }

@@ -2,95 +2,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use stormguard_core::{
-    breaker::HedgeSuppressed, call::Admission, call::Unguarded, limits::BulkheadPermit,
-    limits::BulkheadSettings, limits::BulkheadSlots, limits::BulkheadSnapshot, limits::Bulkheaded,
-    limits::Limit, limits::RateLimitSettings, limits::RateLimited, limits::SharedBulkhead,
-    limits::SharedRateLimiter, limits::SharedWindowLimiter, limits::WindowLimitSettings, Duration,
-    Event, Instant, Name, Outcome, Permit, Refused, SettingsError, SharedBreaker, SharedBudget,
+    call::OptionalBreaker, limits::BulkheadPermit, limits::BulkheadSettings, limits::BulkheadSlots,
+    limits::BulkheadSnapshot, limits::Bulkheaded, limits::Limit, limits::RateLimitSettings,
+    limits::RateLimited, limits::SharedBulkhead, limits::SharedRateLimiter,
+    limits::SharedWindowLimiter, limits::WindowLimitSettings, Instant, Name, Refused,
+    SettingsError, SharedBreaker, SharedBudget,
 };
-
-/// The breaker side of a policy's calls: its shared breaker, or none.
-pub(crate) enum Admit<'a> {
-    Breaker(&'a SharedBreaker),
-    Unguarded(Unguarded),
-}
-
-impl Admission for Admit<'_> {
-    #[inline]
-    fn name(&self) -> &Name {
-        match self {
-            Admit::Breaker(b) => b.name(),
-            Admit::Unguarded(u) => Admission::name(u),
-        }
-    }
-    #[inline]
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        match self {
-            Admit::Breaker(b) => b.try_acquire(now, attempt_timeout, &mut |e| events(e)),
-            Admit::Unguarded(u) => u.try_acquire(now, attempt_timeout, events),
-        }
-    }
-    #[inline]
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        match self {
-            Admit::Breaker(b) => b.check(now),
-            Admit::Unguarded(u) => u.check(now),
-        }
-    }
-    #[inline]
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        match self {
-            Admit::Breaker(b) => b.on_outcome(now, permit, outcome, &mut |e| events(e)),
-            Admit::Unguarded(u) => Admission::on_outcome(u, now, permit, outcome, events),
-        }
-    }
-    #[inline]
-    fn release(&mut self, permit: Permit) {
-        match self {
-            Admit::Breaker(b) => b.release(permit),
-            Admit::Unguarded(u) => u.release(permit),
-        }
-    }
-    #[inline]
-    fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        match self {
-            Admit::Breaker(b) => b.normal_latency(now),
-            Admit::Unguarded(u) => u.normal_latency(now),
-        }
-    }
-    #[inline]
-    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
-        match self {
-            Admit::Breaker(b) => b.attempt_ceiling(now),
-            Admit::Unguarded(u) => u.attempt_ceiling(now),
-        }
-    }
-    #[inline]
-    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
-        match self {
-            Admit::Breaker(b) => b.slow_threshold(now),
-            Admit::Unguarded(u) => u.slow_threshold(now),
-        }
-    }
-    #[inline]
-    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
-        match self {
-            Admit::Breaker(b) => b.hedge_after(now),
-            Admit::Unguarded(u) => u.hedge_after(now),
-        }
-    }
-}
 
 /// The budget side of a policy's calls: its shared budget, or none (the core's `Option`).
 pub(crate) type Funds<'a> = Option<&'a SharedBudget>;
@@ -435,126 +352,23 @@ pub(crate) struct Steps<'a> {
 }
 
 impl<'a> Steps<'a> {
-    /// The breaker alone (or none).
-    #[inline]
-    pub(crate) fn admit(self) -> Admit<'a> {
-        match self.breaker {
-            Some(b) => Admit::Breaker(b),
-            None => Admit::Unguarded(Unguarded(*self.name)),
-        }
-    }
-
     /// The admission of one call: the breaker (or none), behind the bulkhead, behind the rate
     /// limiter, as the core composes them. `held` is a slot the call already won by waiting.
     #[inline]
-    pub(super) fn front(self, held: Option<BulkheadPermit>) -> Front<'a> {
-        let admit = self.admit();
-        match (self.limiter, self.bulkhead) {
-            (None, None) => Front::Plain(admit),
-            (Some(cells), None) => Front::Limited(RateLimited::new(admit, cells)),
-            (None, Some(bulkhead)) => {
-                Front::Bulkheaded(Bulkheaded::new(admit, Slots { bulkhead, held }))
-            }
-            (Some(cells), Some(bulkhead)) => Front::Both(RateLimited::new(
-                Bulkheaded::new(admit, Slots { bulkhead, held }),
-                cells,
-            )),
-        }
+    pub(super) fn admission(self, held: Option<BulkheadPermit>) -> CallAdmission<'a> {
+        RateLimited::new(
+            Bulkheaded::new(
+                OptionalBreaker::new(self.breaker, *self.name),
+                self.bulkhead.map(|bulkhead| Slots { bulkhead, held }),
+            ),
+            self.limiter,
+        )
     }
 }
 
-/// The admission side of a call: the breaker with the optional steps in front of it. Each form
-/// is the core's own composition ([`RateLimited`], [`Bulkheaded`]); this only picks one.
-pub(crate) enum Front<'a> {
-    Plain(Admit<'a>),
-    Limited(RateLimited<Admit<'a>, Cells<'a>>),
-    Bulkheaded(Bulkheaded<Admit<'a>, Slots<'a>>),
-    Both(RateLimited<Bulkheaded<Admit<'a>, Slots<'a>>, Cells<'a>>),
-}
-
-macro_rules! each_front {
-    ($self:expr, $a:ident => $body:expr) => {
-        match $self {
-            Front::Plain($a) => $body,
-            Front::Limited($a) => $body,
-            Front::Bulkheaded($a) => $body,
-            Front::Both($a) => $body,
-        }
-    };
-}
-
-impl Admission for Front<'_> {
-    #[inline]
-    fn name(&self) -> &Name {
-        each_front!(self, a => a.name())
-    }
-    #[inline]
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        each_front!(self, a => a.try_acquire(now, attempt_timeout, events))
-    }
-    #[inline]
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        each_front!(self, a => a.check(now))
-    }
-    #[inline]
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        each_front!(self, a => a.on_outcome(now, permit, outcome, events));
-    }
-    #[inline]
-    fn release(&mut self, permit: Permit) {
-        each_front!(self, a => a.release(permit));
-    }
-    #[inline]
-    fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        each_front!(self, a => a.normal_latency(now))
-    }
-    #[inline]
-    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
-        each_front!(self, a => a.attempt_ceiling(now))
-    }
-    #[inline]
-    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
-        each_front!(self, a => a.slow_threshold(now))
-    }
-    #[inline]
-    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
-        each_front!(self, a => a.hedge_after(now))
-    }
-}
-
-/// A call's admission, built from the policy's steps and a bulkhead slot the call already won
-/// by waiting: the breaker alone ([`Admit`], for a policy with no step; it never holds a slot),
-/// or with the steps in front ([`Front`]).
-#[cfg(feature = "tokio")]
-pub(crate) trait FromSteps<'a>: Admission {
-    fn from_steps(steps: Steps<'a>, held: Option<BulkheadPermit>) -> Self;
-}
-
-#[cfg(feature = "tokio")]
-impl<'a> FromSteps<'a> for Admit<'a> {
-    #[inline]
-    fn from_steps(steps: Steps<'a>, held: Option<BulkheadPermit>) -> Self {
-        // Only a policy with a bulkhead waits for a slot, and it takes the other form.
-        let _ = held;
-        steps.admit()
-    }
-}
-
-#[cfg(feature = "tokio")]
-impl<'a> FromSteps<'a> for Front<'a> {
-    #[inline]
-    fn from_steps(steps: Steps<'a>, held: Option<BulkheadPermit>) -> Self {
-        steps.front(held)
-    }
-}
+/// The admission side of a call: the breaker with the optional steps in front of it, each one
+/// the core's part that may be absent.
+pub(crate) type CallAdmission<'a> = RateLimited<
+    Bulkheaded<OptionalBreaker<&'a SharedBreaker>, Option<Slots<'a>>>,
+    Option<Cells<'a>>,
+>;

@@ -1,0 +1,97 @@
+//! The permit a breaker grants for one attempt, which the call driver hands back with the
+//! attempt's outcome.
+
+use crate::packed::{field, put};
+use crate::{Duration, Instant};
+
+/// What kind of admission a permit records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub(crate) enum Kind {
+    /// Admitted by a closed breaker.
+    Normal = 0,
+    /// A half-open probe: holds a probe slot until its outcome (or release).
+    Probe = 1,
+    /// Admitted by the recovery ramp.
+    Ramp = 2,
+    /// No breaker guards this call.
+    Unguarded = 3,
+}
+
+/// The right to make one attempt, granted at an instant in one breaker period (epoch).
+///
+/// Hand it back with [`Breaker::on_outcome`](crate::Breaker::on_outcome). An outcome reported after the breaker has changed
+/// period (opened, closed, been reset) is recorded for the baselines but decides nothing. A probe
+/// permit that is dropped without an outcome keeps its slot until it is reclaimed: after the
+/// attempt timeout it was granted for, or without one, after the break just served. (The
+/// adapters hand the slot back at once from a drop guard, via [`Breaker::release`](crate::Breaker::release).)
+///
+/// A permit is one word: the grant instant's low 54 bits of nanoseconds, the period and the kind.
+/// Latency is therefore measured modulo 2^54 ns, exact for any attempt shorter than 104 days.
+/// The period is kept modulo 256. A new period starts at every open, the end of every break,
+/// every close, the start of a ramp, every reclaim of lost probes, and at `isolate` and `reset`;
+/// a permit held across exactly a multiple of 256 of them would decide again. A flapping breaker
+/// spends two of them per break, so at the defaults (breaks of at least 7.5 s) that takes over a
+/// quarter of an hour; an attempt timeout keeps a permit far shorter.
+#[must_use = "a permit must be handed back with on_outcome (or release)"]
+#[derive(Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Permit {
+    word: u64,
+}
+
+/// Bits of the grant instant a permit keeps.
+const STARTED_BITS: u32 = 54;
+
+impl Permit {
+    #[inline]
+    pub(crate) const fn new(epoch: u8, kind: Kind, started: Instant) -> Permit {
+        Permit {
+            word: put(started.as_nanos(), 0, STARTED_BITS)
+                | put(epoch as u64, STARTED_BITS, 8)
+                | put(kind as u64, STARTED_BITS + 8, 2),
+        }
+    }
+
+    /// The breaker period (wrapping) this permit was granted in. Probe slots belong to a
+    /// period: a probe still out when its period ends (a sibling failed and re-opened the
+    /// breaker, or it was reclaimed) no longer holds a slot, and its outcome decides nothing.
+    #[must_use]
+    #[inline]
+    pub const fn period(&self) -> u8 {
+        // Masked to 8 bits.
+        field(self.word, STARTED_BITS, 8) as u8
+    }
+
+    #[inline]
+    pub(crate) const fn kind(&self) -> Kind {
+        match field(self.word, STARTED_BITS + 8, 2) {
+            0 => Kind::Normal,
+            1 => Kind::Probe,
+            2 => Kind::Ramp,
+            _ => Kind::Unguarded,
+        }
+    }
+
+    /// `true` for a half-open probe.
+    #[must_use]
+    pub const fn is_probe(&self) -> bool {
+        matches!(self.kind(), Kind::Probe)
+    }
+
+    /// Time from the grant to `now`: zero if `now` is earlier (a clock that stepped back).
+    #[must_use]
+    pub const fn latency(&self, now: Instant) -> Duration {
+        let elapsed = field(now.as_nanos().wrapping_sub(self.word), 0, STARTED_BITS);
+        if elapsed >= 1 << (STARTED_BITS - 1) {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos(elapsed)
+        }
+    }
+
+    /// A permit for a call no breaker guards.
+    pub(crate) const fn unguarded(started: Instant) -> Permit {
+        Permit::new(0, Kind::Unguarded, started)
+    }
+}
