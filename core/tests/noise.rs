@@ -394,6 +394,132 @@ fn with_a_normal_failure_rate_of_zero_one_ramp_failure_reopens() {
     assert_eq!(trips, vec![TripReason::RampFailure]);
 }
 
+/// Learns `per_mille` from 3000 calls, trips with an outage and waits out the first break:
+/// the breaker is half-open at the returned time.
+fn into_half_open(b: &mut Breaker, per_mille: u64) -> Instant {
+    let t = learned(b, per_mille, 3000);
+    let (n, _) = failures_to_trip(b, t);
+    let after = t + ms(100 * u64::from(n)) + secs(16);
+    assert_eq!(b.state(after), State::HalfOpen);
+    after
+}
+
+/// Runs one probe at `t` with `outcome`; returns the state after it and why it opened, if it did.
+fn probe(b: &mut Breaker, t: Instant, outcome: Outcome) -> (State, Option<TripReason>) {
+    let p = b.try_acquire(t).expect("half-open admits a probe");
+    let mut reason = None;
+    b.on_outcome(t + ms(10), p, outcome, &mut |e| {
+        if let Event::StateChanged {
+            to: State::Open,
+            reason: r,
+            ..
+        } = e
+        {
+            reason = r;
+        }
+    });
+    (b.state(t + ms(10)), reason)
+}
+
+#[test]
+fn a_probe_failing_at_the_learned_rate_does_not_reopen() {
+    // Normal 5%: one failed probe is what the dependency does one call in twenty; the next two
+    // probes succeed and close the breaker, with no doubled break in between.
+    let mut b = Breaker::new(defaults());
+    let t = into_half_open(&mut b, 50);
+    assert_eq!(
+        probe(&mut b, t, Outcome::Transient),
+        (State::HalfOpen, None)
+    );
+    assert_eq!(
+        probe(&mut b, t + ms(20), Outcome::Success),
+        (State::HalfOpen, None)
+    );
+    assert_eq!(
+        probe(&mut b, t + ms(40), Outcome::Success),
+        (State::Closed, None)
+    );
+}
+
+#[test]
+fn a_dependency_still_down_reopens_within_the_learned_run() {
+    // Normal 5%: seven failures in a row have a chance under 1e-8 (0.05^7 = 8e-10, 0.05^6 =
+    // 1.6e-8 is not enough), so the seventh failed probe re-opens, as the consecutive rule
+    // would trip on the seventh failure while closed.
+    let mut b = Breaker::new(defaults());
+    let t = into_half_open(&mut b, 50);
+    for i in 1..=6u64 {
+        assert_eq!(
+            probe(&mut b, t + ms(20 * i), Outcome::Transient),
+            (State::HalfOpen, None),
+            "failed probe {i}"
+        );
+    }
+    assert_eq!(
+        probe(&mut b, t + ms(140), Outcome::Transient),
+        (State::Open, Some(TripReason::ProbeFailed))
+    );
+}
+
+#[test]
+fn probe_failures_beyond_the_learned_rate_reopen_between_successes() {
+    // Normal 5%, probes failing half the time, twenty successful probes to close: the failures
+    // count across the successes between them, and re-open before the twentieth success.
+    let settings = BreakerSettings::builder("noisy")
+        .jitter(false)
+        .probe_successes(20)
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let t = into_half_open(&mut b, 50);
+    let mut opened = None;
+    for i in 0..40u64 {
+        let outcome = if i % 2 == 0 {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        let (state, reason) = probe(&mut b, t + ms(20 * i), outcome);
+        if state != State::HalfOpen {
+            assert_eq!(
+                (state, reason),
+                (State::Open, Some(TripReason::ProbeFailed))
+            );
+            opened = Some(i + 1);
+            break;
+        }
+    }
+    let probes = opened.expect("half the probes failing re-opens");
+    assert!((10..=30).contains(&probes), "re-opened after {probes} probes");
+}
+
+#[test]
+fn with_a_normal_failure_rate_of_zero_one_failed_probe_reopens() {
+    let mut b = Breaker::new(defaults());
+    let t = into_half_open(&mut b, 0);
+    assert_eq!(
+        probe(&mut b, t, Outcome::Transient),
+        (State::Open, Some(TripReason::ProbeFailed))
+    );
+}
+
+#[test]
+fn a_breaker_that_learns_nothing_reopens_on_one_failed_probe() {
+    // No statistics: the documents' rule, whatever the dependency did before.
+    let settings = BreakerSettings::builder("cold")
+        .jitter(false)
+        .failure_rate(None)
+        .slow_calls(None)
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let t = into_half_open(&mut b, 50);
+    assert_eq!(
+        probe(&mut b, t, Outcome::Transient),
+        (State::Open, Some(TripReason::ProbeFailed))
+    );
+}
+
 #[test]
 fn the_shared_breaker_judges_noise_exactly_as_the_single_threaded_one() {
     // The same outcome sequence through both forms: the same decisions, call by call.

@@ -177,6 +177,9 @@ pub(crate) struct Control {
     pub(crate) probes: u8,
     /// HalfOpen: successful probes. At most [`MAX_COUNT`].
     pub(crate) successes: u16,
+    /// HalfOpen: failed probes the learned failure rate still explains (see
+    /// [`probe_failures_reopen`]). At most [`MAX_COUNT`].
+    pub(crate) probe_failures: u16,
     /// Consecutive opens without a close in between: the break's exponent.
     pub(crate) opens: u8,
     /// Open: when the break ends. HalfOpen with probes out: when they are reclaimed.
@@ -261,6 +264,7 @@ impl Control {
             count: 0,
             probes: 0,
             successes: 0,
+            probe_failures: 0,
             opens: 0,
             mark: Mark(0),
         }
@@ -273,6 +277,7 @@ impl Control {
             | put(self.probes as u64, 21, 5)
             | put(self.opens as u64, 26, 5)
             | put(self.successes as u64, 31, 10)
+            | put(self.probe_failures as u64, 41, 10)
     }
 
     pub(crate) const fn unpack(w: u64) -> Control {
@@ -291,6 +296,7 @@ impl Control {
             probes: field(w, 21, 5) as u8,
             opens: field(w, 26, 5) as u8,
             successes: field(w, 31, 10) as u16,
+            probe_failures: field(w, 41, 10) as u16,
             mark: Mark::PENDING,
         }
     }
@@ -581,6 +587,7 @@ fn open<M: Measure>(
     c.mark = Mark::deadline(now, d);
     c.probes = 0;
     c.successes = 0;
+    c.probe_failures = 0;
     n.change(Change {
         from,
         to: State::Open,
@@ -597,6 +604,7 @@ fn close(c: &mut Control, from: State, n: &mut Notes) {
     c.probes = 0;
     c.opens = 0;
     c.successes = 0;
+    c.probe_failures = 0;
     n.change(Change {
         from,
         to: State::Closed,
@@ -615,6 +623,7 @@ fn recovered<M: Measure>(c: &mut Control, s: &BreakerSettings, now: Instant, n: 
     c.count = 0;
     c.probes = 0;
     c.successes = 0;
+    c.probe_failures = 0;
     c.mark = Mark::of(now);
     n.change(Change {
         from: State::HalfOpen,
@@ -644,6 +653,7 @@ pub(crate) fn advance<M: Measure>(
             c.epoch = c.epoch.wrapping_add(1);
             c.probes = 0;
             c.successes = 0;
+            c.probe_failures = 0;
             n.change(Change {
                 from: State::Open,
                 to: State::HalfOpen,
@@ -802,7 +812,10 @@ pub(crate) fn complete<M: Measure>(
             c.probes = c.probes.saturating_sub(1);
             if outcome.is_failure() {
                 c.count = c.count.saturating_add(1).min(MAX_COUNT);
-                open::<M>(c, r, s, seed, now, TripReason::ProbeFailed, n);
+                c.probe_failures = c.probe_failures.saturating_add(1).min(MAX_COUNT);
+                if probe_failures_reopen::<M>(c, s, readings) {
+                    open::<M>(c, r, s, seed, now, TripReason::ProbeFailed, n);
+                }
             } else if outcome.is_success() {
                 c.count = 0;
                 // One probe is one sample: it says the dependency answers, not that it is still
@@ -875,19 +888,49 @@ fn consecutive_needed<M: Measure>(
 
 /// Whether the failures among the calls a ramp admitted withdraw it: on a cold breaker (no
 /// learned failure rate) one failure does; once the normal rate is learned, only failures beyond
-/// what it explains within the noise bound (see [`stats::beyond_noise`]). The ramp's own
-/// outcomes are left out of the learned rate.
+/// what it explains within the noise bound (see [`failures_beyond_noise`]).
 pub(crate) fn ramp_failures_reopen(
     r: &Ramp,
     s: &BreakerSettings,
     readings: Option<&Readings>,
 ) -> bool {
-    let leave_out = (u32::from(r.failures), u32::from(r.outcomes));
+    failures_beyond_noise(r.failures, r.outcomes, s, readings)
+}
+
+/// Whether the probes' failures in this half-open period re-open the breaker: judged like the
+/// ramp's, so that a probe failing at the dependency's normal rate does not double the break of
+/// a dependency that is back. An outage still re-opens within the run the consecutive rule
+/// would need (one failure when the normal rate is near zero); a breaker that learns nothing
+/// re-opens on the first failed probe, as the documents say.
+fn probe_failures_reopen<M: Measure>(
+    c: &Control,
+    s: &BreakerSettings,
+    readings: Option<&Readings>,
+) -> bool {
+    if !M::KEEPS {
+        // Nothing learned: one failure re-opens, and no noise arithmetic linked.
+        return c.probe_failures > 0;
+    }
+    let outcomes = c.probe_failures.saturating_add(c.successes);
+    failures_beyond_noise(c.probe_failures, outcomes, s, readings)
+}
+
+/// Whether `failures` among `outcomes` (a ramp's or the probes') are evidence: with no learned
+/// failure rate any failure is; once it is learned, only failures beyond what it explains within
+/// the noise bound (see [`stats::beyond_noise`]). The outcomes being judged are left out of the
+/// learned rate, so that the evidence does not vouch for itself.
+fn failures_beyond_noise(
+    failures: u16,
+    outcomes: u16,
+    s: &BreakerSettings,
+    readings: Option<&Readings>,
+) -> bool {
+    let leave_out = (u32::from(failures), u32::from(outcomes));
     match readings.and_then(|rd| stats::learned_failure_rate(rd, s, leave_out)) {
-        None => r.failures > 0,
+        None => failures > 0,
         Some((f, c)) => stats::beyond_noise(
-            u32::from(r.outcomes),
-            u32::from(r.failures),
+            u32::from(outcomes),
+            u32::from(failures),
             f,
             c,
             s.noise_bound(),
@@ -1410,12 +1453,18 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             self.stats.record(now, s, sample);
             // The ratios are judged when evidence against the dependency arrives: a failure or
             // a slow call (a fast success can only lower them).
-            // A ramp's failure is judged against the learned failure rate too.
+            // A ramp's or a probe's failure is judged against the learned failure rate too.
             let ramp_failure = current
                 && at_outcome.phase == Phase::Recovering
                 && permit.kind() == Kind::Ramp
                 && outcome.is_failure();
-            if (closed && (outcome.is_failure() || (slow && outcome.is_counted()))) || ramp_failure
+            let probe_failure = current
+                && at_outcome.phase == Phase::HalfOpen
+                && permit.kind() == Kind::Probe
+                && outcome.is_failure();
+            if (closed && (outcome.is_failure() || (slow && outcome.is_counted())))
+                || ramp_failure
+                || probe_failure
             {
                 readings = Some(self.stats.readings(now, s));
             }
@@ -1540,6 +1589,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             c.epoch = c.epoch.wrapping_add(1);
             c.probes = 0;
             c.successes = 0;
+            c.probe_failures = 0;
             c.pack()
         });
         let mut n = Notes::default();
@@ -2049,6 +2099,7 @@ mod tests {
             count: 1000,
             probes: 31,
             successes: 999,
+            probe_failures: 1000,
             opens: 31,
             mark: Mark::PENDING,
         };
