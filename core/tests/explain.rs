@@ -9,7 +9,7 @@
 
 use stormguard_core::{
     policy::Explain, Backoff, Breaker, BreakerSettings, Budget, BudgetSettings, CallSettings,
-    Duration, Instant, Jitter, Outcome,
+    Duration, Instant, Jitter, Outcome, Ratio,
 };
 
 #[test]
@@ -237,7 +237,7 @@ fn a_breaker_that_learned_a_20_percent_failure_rate_explains_the_raised_consecut
 fn a_raised_run_says_why_before_the_error_rate_baseline_is_armed() {
     // 200 outcomes in 20 s, every fifth a failure: all inside the 30 s trip window, so the
     // error-rate baseline is not armed yet, while the consecutive rule has learned 20% from the
-    // window. The text says the run was raised, so "no baseline yet" does not contradict it.
+    // window. The text reports that rate and says the run was raised by it.
     let settings = BreakerSettings::defaults("young");
     let mut breaker = Breaker::new(settings);
     let mut now = Instant::from_secs(1);
@@ -252,14 +252,21 @@ fn a_raised_run_says_why_before_the_error_rate_baseline_is_armed() {
         now += Duration::from_millis(100);
     }
     let snapshot = breaker.snapshot(now);
-    assert_eq!(snapshot.normal_failure_rate, None, "{snapshot:?}");
+    assert_eq!(
+        snapshot.normal_failure_rate,
+        Ratio::from_percent(20),
+        "{snapshot:?}"
+    );
     assert_eq!(snapshot.consecutive_to_trip, 12, "{snapshot:?}");
     let text = Explain::new(&CallSettings::DEFAULT)
         .breaker(&settings)
         .breaker_now(snapshot)
         .to_string();
     assert!(
-        text.contains(", no failure-rate baseline yet (cold), trips after 12 consecutive failures (raised from 5 by the failures seen so far)\n"),
+        text.contains(&format!(
+            ", normal failure rate {}, trips after 12 consecutive failures (raised from 5 by the failures seen so far)\n",
+            Ratio::from_percent(20).unwrap()
+        )),
         "{text}"
     );
 }

@@ -12,8 +12,8 @@
 
 use stormguard_core::{
     call::Unlimited, rng::JitterRng, Bound, Breaker, BreakerSettings, Call, CallSettings, Duration,
-    Event, FailureRate, Field, Instant, Outcome, Parts, Recovery, RefusalReason, SharedBreaker,
-    SlowCalls, State, Step, TripReason,
+    Event, FailureRate, Field, Instant, Outcome, Parts, Ratio, Recovery, RefusalReason,
+    SharedBreaker, SlowCalls, State, Step, TripReason,
 };
 
 mod support;
@@ -125,6 +125,36 @@ fn the_learned_rate_is_used_only_once_armed() {
     assert_eq!(b.snapshot(t).consecutive_to_trip, 5);
     assert_eq!(b.snapshot(t).normal_failure_rate, None);
     assert_eq!(failures_to_trip(&mut b, t).0, 5);
+}
+
+#[test]
+fn the_snapshot_reports_the_failure_rate_as_soon_as_the_noise_rules_use_it() {
+    // 150 outcomes at 20% over 15 s, all still in the 30 s trip window: the error baseline
+    // holds none of them, yet the consecutive rule uses the rate they show. The snapshot reads
+    // that rate, the one in force, at every step on the way.
+    let mut b = Breaker::new(consecutive_only_with_statistics());
+    let mut t = Instant::from_secs(1);
+    for i in 0..150u64 {
+        let p = b.try_acquire(t).unwrap();
+        let outcome = if evenly(i, 200) {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        b.on_outcome(t + ms(10), p, outcome, &mut |_| {});
+        t += ms(100);
+        let snap = b.snapshot(t);
+        let raised = snap.consecutive_to_trip > 5;
+        assert_eq!(
+            snap.normal_failure_rate.is_some(),
+            i + 1 >= 100,
+            "after {} outcomes: {snap:?}",
+            i + 1
+        );
+        assert!(!raised || snap.normal_failure_rate.is_some(), "{snap:?}");
+    }
+    assert_eq!(b.snapshot(t).consecutive_to_trip, 12);
+    assert_eq!(b.normal_failure_rate(t), Ratio::from_percent(20));
 }
 
 #[test]
@@ -490,7 +520,10 @@ fn probe_failures_beyond_the_learned_rate_reopen_between_successes() {
         }
     }
     let probes = opened.expect("half the probes failing re-opens");
-    assert!((10..=30).contains(&probes), "re-opened after {probes} probes");
+    assert!(
+        (10..=30).contains(&probes),
+        "re-opened after {probes} probes"
+    );
 }
 
 #[test]

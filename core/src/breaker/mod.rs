@@ -978,7 +978,8 @@ pub struct Snapshot {
     pub ramp_fraction: Option<Ratio>,
     /// The learned median latency of successful calls.
     pub normal_latency: Option<Duration>,
-    /// The learned normal failure rate (once armed).
+    /// The learned normal failure rate the noise rules use (once armed; see
+    /// [`Breaker::normal_failure_rate`]).
     pub normal_failure_rate: Option<Ratio>,
     /// Calls counted in the trip window.
     pub window_calls: u32,
@@ -1715,13 +1716,12 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         }
     }
 
+    /// The normal failure rate the noise rules use (see [`stats::learned_failure_rate`]), so
+    /// that what is reported is what is in force: never none while a rule uses a rate.
     pub(crate) fn normal_failure_rate(&self, now: Instant) -> Option<Ratio> {
         let r = self.stats.readings(now, self.s());
-        let arming = self.s().failure_rate().map_or(100, |f| f.arming_outcomes());
-        if r.baseline_calls < arming {
-            return None;
-        }
-        Ratio::of(u64::from(r.baseline_failures), u64::from(r.baseline_calls))
+        let (failures, calls) = stats::learned_failure_rate(&r, self.s(), (0, 0))?;
+        Ratio::of(u64::from(failures), u64::from(calls))
     }
 
     pub(crate) fn ramp_fraction(&self, now: Instant) -> Option<Ratio> {
@@ -1996,8 +1996,9 @@ macro_rules! single_threaded_api {
             self.core.normal_latency(now)
         }
 
-        /// The learned normal failure rate, once the baseline holds enough outcomes to arm the
-        /// relative rule (or 100 without one).
+        /// The learned normal failure rate, as the noise rules read it: over every outcome the
+        /// breaker remembers (its trip window and its error baseline), once they are as many as
+        /// the relative rule's arming count (or 100 without that rule); none before.
         #[must_use]
         pub fn normal_failure_rate(&self, now: Instant) -> Option<Ratio> {
             self.core.normal_failure_rate(now)

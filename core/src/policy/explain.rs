@@ -318,8 +318,8 @@ impl fmt::Display for Explain<'_> {
                     ", trips after {} consecutive failures",
                     s.consecutive_to_trip
                 )?;
-                // The run rises with the failure rate the breaker has seen, which it learns
-                // from the trip window too, before the error-rate baseline above is armed.
+                // The run rises with the normal failure rate above, which the breaker learns
+                // from its trip window too, before the relative error-rate rule is armed.
                 let configured = settings.consecutive_failures();
                 if s.consecutive_to_trip > configured {
                     write!(f, " (raised from {configured} by the failures seen so far)")?;
