@@ -1688,8 +1688,12 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             Some(p) if samples >= TAIL_SAMPLES => p,
             _ => return Err(HedgeSuppressed::NoBaseline),
         };
-        let consecutive_near = c.count.saturating_mul(2) >= s.consecutive_failures();
-        if consecutive_near || stats::near_trip(&self.stats.readings(now, s), s) {
+        let readings = self.stats.readings(now, s);
+        // Half the run that trips now: on a noisy dependency the learned rate raised it, and
+        // half the configured count is then ordinary noise, not a breaker about to open.
+        let to_trip = consecutive_needed::<M>(s, Some(&readings), c.count);
+        let consecutive_near = c.count.saturating_mul(2) >= to_trip;
+        if consecutive_near || stats::near_trip(&readings, s) {
             return Err(HedgeSuppressed::NearTrip);
         }
         Ok(p95.max(HEDGE_FLOOR))
