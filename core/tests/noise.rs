@@ -492,6 +492,39 @@ fn a_dependency_still_down_reopens_within_the_learned_run() {
 }
 
 #[test]
+fn the_failed_probes_of_a_long_outage_are_not_learned_as_normal() {
+    // Normal 5%, then an outage through three half-open periods: each re-opens on its seventh
+    // failed probe, and the rate they are judged against stays the one learned before the
+    // outage (a baseline of an hour, so that nothing ages out meanwhile).
+    let settings = BreakerSettings::builder("noisy")
+        .jitter(false)
+        .baseline_window(Some(secs(3600)))
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let mut t = into_half_open(&mut b, 50);
+    let normal = b.normal_failure_rate(t);
+    assert!(normal.is_some());
+    for round in 0..3 {
+        let mut failed = 0;
+        loop {
+            failed += 1;
+            let (state, reason) = probe(&mut b, t, Outcome::Transient);
+            t += ms(20);
+            if state == State::Open {
+                assert_eq!(reason, Some(TripReason::ProbeFailed));
+                break;
+            }
+        }
+        assert_eq!(failed, 7, "half-open period {round}");
+        assert_eq!(b.normal_failure_rate(t), normal, "after period {round}");
+        while b.state(t) != State::HalfOpen {
+            t += secs(1);
+        }
+    }
+}
+
+#[test]
 fn probe_failures_beyond_the_learned_rate_reopen_between_successes() {
     // Normal 5%, probes failing half the time, twenty successful probes to close: the failures
     // count across the successes between them, and re-open before the twentieth success.

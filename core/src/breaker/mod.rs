@@ -894,7 +894,8 @@ pub(crate) fn ramp_failures_reopen(
     s: &BreakerSettings,
     readings: Option<&Readings>,
 ) -> bool {
-    failures_beyond_noise(r.failures, r.outcomes, s, readings)
+    let judged = (r.failures, r.outcomes);
+    failures_beyond_noise(judged, judged, s, readings)
 }
 
 /// Whether the probes' failures in this half-open period re-open the breaker: judged like the
@@ -912,20 +913,22 @@ fn probe_failures_reopen<M: Measure>(
         return c.probe_failures > 0;
     }
     let outcomes = c.probe_failures.saturating_add(c.successes);
-    failures_beyond_noise(c.probe_failures, outcomes, s, readings)
+    // The probes' outcomes are not in the learned rate (see `on_outcome_slow`): nothing to
+    // leave out of it.
+    failures_beyond_noise((c.probe_failures, outcomes), (0, 0), s, readings)
 }
 
-/// Whether `failures` among `outcomes` (a ramp's or the probes') are evidence: with no learned
-/// failure rate any failure is; once it is learned, only failures beyond what it explains within
-/// the noise bound (see [`stats::beyond_noise`]). The outcomes being judged are left out of the
-/// learned rate, so that the evidence does not vouch for itself.
+/// Whether `(failures, outcomes)` being judged (a ramp's or the probes') are evidence: with no
+/// learned failure rate any failure is; once it is learned, only failures beyond what it
+/// explains within the noise bound (see [`stats::beyond_noise`]). `leave_out` is the part of
+/// them the learned rate holds, taken out of it so that the evidence does not vouch for itself.
 fn failures_beyond_noise(
-    failures: u16,
-    outcomes: u16,
+    (failures, outcomes): (u16, u16),
+    leave_out: (u16, u16),
     s: &BreakerSettings,
     readings: Option<&Readings>,
 ) -> bool {
-    let leave_out = (u32::from(failures), u32::from(outcomes));
+    let leave_out = (u32::from(leave_out.0), u32::from(leave_out.1));
     match readings.and_then(|rd| stats::learned_failure_rate(rd, s, leave_out)) {
         None => failures > 0,
         Some((f, c)) => stats::beyond_noise(
@@ -1444,9 +1447,12 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             // is not taught to the latency baseline: a brownout would otherwise become the
             // normal it is judged against, and end a ramp that should stay at its floor.
             let teaches = outcome.is_success() && (!slow || at_outcome.phase == Phase::Closed);
+            // A probe's outcome is evidence about a dependency that was failing, not a sample
+            // of its normal: taught to the error baseline, the failed probes of a long outage
+            // would raise the rate they are judged against at every half-open.
             let sample = Sample {
                 to_window: closed,
-                counted: outcome.is_counted(),
+                counted: outcome.is_counted() && permit.kind() != Kind::Probe,
                 failure: outcome.is_failure(),
                 slow,
                 baseline_latency: teaches.then_some(latency),
