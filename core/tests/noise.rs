@@ -99,9 +99,9 @@ fn a_cold_breaker_trips_on_the_configured_run() {
 
 #[test]
 fn a_learned_failure_rate_lengthens_the_run_that_trips() {
-    // p^n <= 1e-8: at 20% a run of 12 (0.2^11 = 2e-8 is not enough), at 5% 7, at 1% the
-    // configured 5 (0.01^4 = 1e-8 already is).
-    for (per_mille, run) in [(200, 12), (100, 8), (50, 7), (10, 5), (0, 5)] {
+    // p^n <= 1e-8: at 30% a run of 16 (0.3^15 = 1.4e-8 is not enough), at 20% 12 (0.2^11 =
+    // 2e-8 is not), at 5% 7, at 1% the configured 5 (0.01^4 = 1e-8 already is).
+    for (per_mille, run) in [(300, 16), (200, 12), (100, 8), (50, 7), (10, 5), (0, 5)] {
         let mut b = Breaker::new(consecutive_only_with_statistics());
         let t = learned(&mut b, per_mille, 1000);
         assert_eq!(
