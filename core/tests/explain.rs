@@ -270,3 +270,47 @@ fn a_raised_run_says_why_before_the_error_rate_baseline_is_armed() {
         "{text}"
     );
 }
+
+#[test]
+fn a_hedged_policy_over_a_breaker_that_learns_nothing_is_told_it_never_hedges() {
+    let settings = CallSettings::builder()
+        .max_attempts(2)
+        .deadline(Some(Duration::from_secs(2)))
+        .attempt_timeout(Some(Duration::from_millis(500)))
+        .hedging(true)
+        .build()
+        .unwrap();
+    let silent = BreakerSettings::consecutive_only("search", 3).unwrap();
+    let learning = silent.learning();
+    // What the explanation must match: after the same 40 healthy calls, the consecutive-only
+    // breaker has no p95 to hedge or cut attempts at, and the learning one has both.
+    let healthy = |settings: BreakerSettings| {
+        let mut breaker = Breaker::new(settings);
+        let mut now = Instant::from_secs(1);
+        for _ in 0..40 {
+            let p = breaker.try_acquire(now).unwrap();
+            now += Duration::from_millis(20);
+            breaker.on_outcome(now, p, Outcome::Success, &mut |_| {});
+        }
+        (breaker.hedge_after(now), breaker.attempt_ceiling(now))
+    };
+    let (hedge, ceiling) = healthy(silent);
+    assert!(hedge.is_err() && ceiling.is_none(), "{hedge:?} {ceiling:?}");
+    let (hedge, ceiling) = healthy(learning);
+    assert!(hedge.is_ok() && ceiling.is_some(), "{hedge:?} {ceiling:?}");
+
+    let text = Explain::new(&settings).breaker(&silent).to_string();
+    assert!(!text.contains("gets a hedge"), "{text}");
+    assert!(!text.contains("cut at 3x the learned p95"), "{text}");
+    assert!(
+        text.contains(
+            "hedging is on but the breaker learns no p95 (consecutive-only, not learning): no \
+             hedge is ever launched"
+        ),
+        "{text}"
+    );
+    let text = Explain::new(&settings).breaker(&learning).to_string();
+    assert!(text.contains("gets a hedge"), "{text}");
+    assert!(text.contains("cut at 3x the learned p95"), "{text}");
+    assert!(!text.contains("hedging is on but"), "{text}");
+}
