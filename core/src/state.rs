@@ -125,9 +125,10 @@ pub enum TripReason {
     FailureRatio,
     /// The share of slow calls in the window reached the slow-call ratio.
     SlowCalls,
-    /// A half-open probe failed.
+    /// The half-open probes failed: one failure on a breaker with no learned failure rate, or
+    /// more than that rate explains once it is learned.
     ProbeFailed,
-    /// A call admitted by the recovery ramp failed.
+    /// Calls admitted by the recovery ramp failed (beyond the learned rate, once learned).
     RampFailure,
 }
 

@@ -9,7 +9,7 @@
 
 use stormguard_core::{
     policy::Explain, Backoff, Breaker, BreakerSettings, Budget, BudgetSettings, CallSettings,
-    Duration, Instant, Jitter, Outcome,
+    Duration, Instant, Jitter, Outcome, Ratio,
 };
 
 #[test]
@@ -237,7 +237,7 @@ fn a_breaker_that_learned_a_20_percent_failure_rate_explains_the_raised_consecut
 fn a_raised_run_says_why_before_the_error_rate_baseline_is_armed() {
     // 200 outcomes in 20 s, every fifth a failure: all inside the 30 s trip window, so the
     // error-rate baseline is not armed yet, while the consecutive rule has learned 20% from the
-    // window. The text says the run was raised, so "no baseline yet" does not contradict it.
+    // window. The text reports that rate and says the run was raised by it.
     let settings = BreakerSettings::defaults("young");
     let mut breaker = Breaker::new(settings);
     let mut now = Instant::from_secs(1);
@@ -252,14 +252,65 @@ fn a_raised_run_says_why_before_the_error_rate_baseline_is_armed() {
         now += Duration::from_millis(100);
     }
     let snapshot = breaker.snapshot(now);
-    assert_eq!(snapshot.normal_failure_rate, None, "{snapshot:?}");
+    assert_eq!(
+        snapshot.normal_failure_rate,
+        Ratio::from_percent(20),
+        "{snapshot:?}"
+    );
     assert_eq!(snapshot.consecutive_to_trip, 12, "{snapshot:?}");
     let text = Explain::new(&CallSettings::DEFAULT)
         .breaker(&settings)
         .breaker_now(snapshot)
         .to_string();
     assert!(
-        text.contains(", no failure-rate baseline yet (cold), trips after 12 consecutive failures (raised from 5 by the failures seen so far)\n"),
+        text.contains(&format!(
+            ", normal failure rate {}, trips after 12 consecutive failures (raised from 5 by the failures seen so far)\n",
+            Ratio::from_percent(20).unwrap()
+        )),
         "{text}"
     );
+}
+
+#[test]
+fn a_hedged_policy_over_a_breaker_that_learns_nothing_is_told_it_never_hedges() {
+    let settings = CallSettings::builder()
+        .max_attempts(2)
+        .deadline(Some(Duration::from_secs(2)))
+        .attempt_timeout(Some(Duration::from_millis(500)))
+        .hedging(true)
+        .build()
+        .unwrap();
+    let silent = BreakerSettings::consecutive_only("search", 3).unwrap();
+    let learning = silent.learning();
+    // What the explanation must match: after the same 40 healthy calls, the consecutive-only
+    // breaker has no p95 to hedge or cut attempts at, and the learning one has both.
+    let healthy = |settings: BreakerSettings| {
+        let mut breaker = Breaker::new(settings);
+        let mut now = Instant::from_secs(1);
+        for _ in 0..40 {
+            let p = breaker.try_acquire(now).unwrap();
+            now += Duration::from_millis(20);
+            breaker.on_outcome(now, p, Outcome::Success, &mut |_| {});
+        }
+        (breaker.hedge_after(now), breaker.attempt_ceiling(now))
+    };
+    let (hedge, ceiling) = healthy(silent);
+    assert!(hedge.is_err() && ceiling.is_none(), "{hedge:?} {ceiling:?}");
+    let (hedge, ceiling) = healthy(learning);
+    assert!(hedge.is_ok() && ceiling.is_some(), "{hedge:?} {ceiling:?}");
+
+    let text = Explain::new(&settings).breaker(&silent).to_string();
+    assert!(!text.contains("gets a hedge"), "{text}");
+    assert!(!text.contains("cut at 3x the learned p95"), "{text}");
+    assert!(
+        text.contains(
+            "hedging is on but the breaker learns no p95 (consecutive-only, not learning): no \
+             hedge is ever launched"
+        ),
+        "{text}"
+    );
+    let text = Explain::new(&settings).breaker(&learning).to_string();
+    assert!(text.contains("gets a hedge"), "{text}");
+    assert!(text.contains("cut at 3x the learned p95"), "{text}");
+    assert!(!text.contains("hedging is on but"), "{text}");
 }

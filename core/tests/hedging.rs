@@ -9,8 +9,8 @@
 )]
 
 use stormguard_core::{
-    Backoff, Bound, Breaker, BreakerSettings, CallSettings, Duration, Field, Instant, Jitter,
-    Outcome, Ratio,
+    Backoff, Bound, Breaker, BreakerSettings, CallSettings, Duration, FailureRate, Field, Instant,
+    Jitter, Outcome, Ratio,
 };
 
 mod support;
@@ -69,6 +69,40 @@ fn hedging_is_suppressed_near_the_trip_point_only_once_the_window_holds_its_mini
     // With the window's minimum calls, the same rate suppresses the hedge.
     let now = run(&mut b, now, ms(20), Outcome::Success, 2);
     let now = run(&mut b, now, ms(20), Outcome::Transient, 1);
+    assert_eq!(
+        b.hedge_after(now),
+        Err(stormguard_core::breaker::HedgeSuppressed::NearTrip)
+    );
+}
+
+#[test]
+fn hedging_near_the_consecutive_trip_point_is_judged_against_the_run_the_learned_rate_needs() {
+    // Only the consecutive rule trips (the relative one's floor is 100%), over a dependency
+    // failing 20% of the time: the run that trips is 12, not the configured 5.
+    let mut b = Breaker::new(
+        BreakerSettings::builder("flaky")
+            .jitter(false)
+            .failure_rate(Some(FailureRate::above(5).floor_ppm(1_000_000)))
+            .slow_calls(None)
+            .build()
+            .unwrap(),
+    );
+    let mut now = Instant::from_secs(1);
+    for i in 0..500 {
+        let outcome = if i % 5 == 2 {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        now = run(&mut b, now, ms(20), outcome, 1) + ms(80);
+    }
+    assert_eq!(b.snapshot(now).consecutive_to_trip, 12);
+    // Three failures in a row: over half the configured 5, a quarter of the 12 in force. At
+    // 20% such runs are ordinary; the hedge is still useful.
+    let now = run(&mut b, now, ms(20), Outcome::Transient, 3);
+    assert!(b.hedge_after(now).is_ok(), "{:?}", b.hedge_after(now));
+    // Six in a row: half the run in force, suppressed.
+    let now = run(&mut b, now, ms(20), Outcome::Transient, 3);
     assert_eq!(
         b.hedge_after(now),
         Err(stormguard_core::breaker::HedgeSuppressed::NearTrip)

@@ -12,8 +12,8 @@
 
 use stormguard_core::{
     call::Unlimited, rng::JitterRng, Bound, Breaker, BreakerSettings, Call, CallSettings, Duration,
-    Event, FailureRate, Field, Instant, Outcome, Parts, Recovery, RefusalReason, SharedBreaker,
-    SlowCalls, State, Step, TripReason,
+    Event, FailureRate, Field, Instant, Outcome, Parts, Ratio, Recovery, RefusalReason,
+    SharedBreaker, SlowCalls, State, Step, TripReason,
 };
 
 mod support;
@@ -99,9 +99,9 @@ fn a_cold_breaker_trips_on_the_configured_run() {
 
 #[test]
 fn a_learned_failure_rate_lengthens_the_run_that_trips() {
-    // p^n <= 1e-8: at 20% a run of 12 (0.2^11 = 2e-8 is not enough), at 5% 7, at 1% the
-    // configured 5 (0.01^4 = 1e-8 already is).
-    for (per_mille, run) in [(200, 12), (100, 8), (50, 7), (10, 5), (0, 5)] {
+    // p^n <= 1e-8: at 30% a run of 16 (0.3^15 = 1.4e-8 is not enough), at 20% 12 (0.2^11 =
+    // 2e-8 is not), at 5% 7, at 1% the configured 5 (0.01^4 = 1e-8 already is).
+    for (per_mille, run) in [(300, 16), (200, 12), (100, 8), (50, 7), (10, 5), (0, 5)] {
         let mut b = Breaker::new(consecutive_only_with_statistics());
         let t = learned(&mut b, per_mille, 1000);
         assert_eq!(
@@ -125,6 +125,36 @@ fn the_learned_rate_is_used_only_once_armed() {
     assert_eq!(b.snapshot(t).consecutive_to_trip, 5);
     assert_eq!(b.snapshot(t).normal_failure_rate, None);
     assert_eq!(failures_to_trip(&mut b, t).0, 5);
+}
+
+#[test]
+fn the_snapshot_reports_the_failure_rate_as_soon_as_the_noise_rules_use_it() {
+    // 150 outcomes at 20% over 15 s, all still in the 30 s trip window: the error baseline
+    // holds none of them, yet the consecutive rule uses the rate they show. The snapshot reads
+    // that rate, the one in force, at every step on the way.
+    let mut b = Breaker::new(consecutive_only_with_statistics());
+    let mut t = Instant::from_secs(1);
+    for i in 0..150u64 {
+        let p = b.try_acquire(t).unwrap();
+        let outcome = if evenly(i, 200) {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        b.on_outcome(t + ms(10), p, outcome, &mut |_| {});
+        t += ms(100);
+        let snap = b.snapshot(t);
+        let raised = snap.consecutive_to_trip > 5;
+        assert_eq!(
+            snap.normal_failure_rate.is_some(),
+            i + 1 >= 100,
+            "after {} outcomes: {snap:?}",
+            i + 1
+        );
+        assert!(!raised || snap.normal_failure_rate.is_some(), "{snap:?}");
+    }
+    assert_eq!(b.snapshot(t).consecutive_to_trip, 12);
+    assert_eq!(b.normal_failure_rate(t), Ratio::from_percent(20));
 }
 
 #[test]
@@ -392,6 +422,168 @@ fn with_a_normal_failure_rate_of_zero_one_ramp_failure_reopens() {
     let (state, admitted, trips) = ride(&mut b, start, |i| i == 3);
     assert_eq!((state, admitted), (State::Open, 4));
     assert_eq!(trips, vec![TripReason::RampFailure]);
+}
+
+/// Learns `per_mille` from 3000 calls, trips with an outage and waits out the first break:
+/// the breaker is half-open at the returned time.
+fn into_half_open(b: &mut Breaker, per_mille: u64) -> Instant {
+    let t = learned(b, per_mille, 3000);
+    let (n, _) = failures_to_trip(b, t);
+    let after = t + ms(100 * u64::from(n)) + secs(16);
+    assert_eq!(b.state(after), State::HalfOpen);
+    after
+}
+
+/// Runs one probe at `t` with `outcome`; returns the state after it and why it opened, if it did.
+fn probe(b: &mut Breaker, t: Instant, outcome: Outcome) -> (State, Option<TripReason>) {
+    let p = b.try_acquire(t).expect("half-open admits a probe");
+    let mut reason = None;
+    b.on_outcome(t + ms(10), p, outcome, &mut |e| {
+        if let Event::StateChanged {
+            to: State::Open,
+            reason: r,
+            ..
+        } = e
+        {
+            reason = r;
+        }
+    });
+    (b.state(t + ms(10)), reason)
+}
+
+#[test]
+fn a_probe_failing_at_the_learned_rate_does_not_reopen() {
+    // Normal 5%: one failed probe is what the dependency does one call in twenty; the next two
+    // probes succeed and close the breaker, with no doubled break in between.
+    let mut b = Breaker::new(defaults());
+    let t = into_half_open(&mut b, 50);
+    assert_eq!(
+        probe(&mut b, t, Outcome::Transient),
+        (State::HalfOpen, None)
+    );
+    assert_eq!(
+        probe(&mut b, t + ms(20), Outcome::Success),
+        (State::HalfOpen, None)
+    );
+    assert_eq!(
+        probe(&mut b, t + ms(40), Outcome::Success),
+        (State::Closed, None)
+    );
+}
+
+#[test]
+fn a_dependency_still_down_reopens_within_the_learned_run() {
+    // Normal 5%: seven failures in a row have a chance under 1e-8 (0.05^7 = 8e-10, 0.05^6 =
+    // 1.6e-8 is not enough), so the seventh failed probe re-opens, as the consecutive rule
+    // would trip on the seventh failure while closed.
+    let mut b = Breaker::new(defaults());
+    let t = into_half_open(&mut b, 50);
+    for i in 1..=6u64 {
+        assert_eq!(
+            probe(&mut b, t + ms(20 * i), Outcome::Transient),
+            (State::HalfOpen, None),
+            "failed probe {i}"
+        );
+    }
+    assert_eq!(
+        probe(&mut b, t + ms(140), Outcome::Transient),
+        (State::Open, Some(TripReason::ProbeFailed))
+    );
+}
+
+#[test]
+fn the_failed_probes_of_a_long_outage_are_not_learned_as_normal() {
+    // Normal 5%, then an outage through three half-open periods: each re-opens on its seventh
+    // failed probe, and the rate they are judged against stays the one learned before the
+    // outage (a baseline of an hour, so that nothing ages out meanwhile).
+    let settings = BreakerSettings::builder("noisy")
+        .jitter(false)
+        .baseline_window(Some(secs(3600)))
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let mut t = into_half_open(&mut b, 50);
+    let normal = b.normal_failure_rate(t);
+    assert!(normal.is_some());
+    for round in 0..3 {
+        let mut failed = 0;
+        loop {
+            failed += 1;
+            let (state, reason) = probe(&mut b, t, Outcome::Transient);
+            t += ms(20);
+            if state == State::Open {
+                assert_eq!(reason, Some(TripReason::ProbeFailed));
+                break;
+            }
+        }
+        assert_eq!(failed, 7, "half-open period {round}");
+        assert_eq!(b.normal_failure_rate(t), normal, "after period {round}");
+        while b.state(t) != State::HalfOpen {
+            t += secs(1);
+        }
+    }
+}
+
+#[test]
+fn probe_failures_beyond_the_learned_rate_reopen_between_successes() {
+    // Normal 5%, probes failing half the time, twenty successful probes to close: the failures
+    // count across the successes between them, and re-open before the twentieth success.
+    let settings = BreakerSettings::builder("noisy")
+        .jitter(false)
+        .probe_successes(20)
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let t = into_half_open(&mut b, 50);
+    let mut opened = None;
+    for i in 0..40u64 {
+        let outcome = if i % 2 == 0 {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        let (state, reason) = probe(&mut b, t + ms(20 * i), outcome);
+        if state != State::HalfOpen {
+            assert_eq!(
+                (state, reason),
+                (State::Open, Some(TripReason::ProbeFailed))
+            );
+            opened = Some(i + 1);
+            break;
+        }
+    }
+    let probes = opened.expect("half the probes failing re-opens");
+    assert!(
+        (10..=30).contains(&probes),
+        "re-opened after {probes} probes"
+    );
+}
+
+#[test]
+fn with_a_normal_failure_rate_of_zero_one_failed_probe_reopens() {
+    let mut b = Breaker::new(defaults());
+    let t = into_half_open(&mut b, 0);
+    assert_eq!(
+        probe(&mut b, t, Outcome::Transient),
+        (State::Open, Some(TripReason::ProbeFailed))
+    );
+}
+
+#[test]
+fn a_breaker_that_learns_nothing_reopens_on_one_failed_probe() {
+    // No statistics: the documents' rule, whatever the dependency did before.
+    let settings = BreakerSettings::builder("cold")
+        .jitter(false)
+        .failure_rate(None)
+        .slow_calls(None)
+        .build()
+        .unwrap();
+    let mut b = Breaker::new(settings);
+    let t = into_half_open(&mut b, 50);
+    assert_eq!(
+        probe(&mut b, t, Outcome::Transient),
+        (State::Open, Some(TripReason::ProbeFailed))
+    );
 }
 
 #[test]

@@ -345,3 +345,91 @@ proptest! {
         }
     }
 }
+
+/// A breaker over the default rules that has learned a normal failure rate of exactly
+/// `per_mille / 1000` from 1000 outcomes at 10 a second, its failures spread evenly (never two
+/// in a row below 50%, so the cold rule never trips while it learns). Returns the time after.
+fn learned_at(per_mille: u64) -> (Breaker, Instant) {
+    let mut b = Breaker::new(
+        BreakerSettings::builder("noisy")
+            .jitter(false)
+            .build()
+            .unwrap(),
+    );
+    let mut t = Instant::from_secs(1);
+    for i in 0..1000u64 {
+        let fail = (i * per_mille) % 1000 < per_mille && i < 999;
+        let p = b.try_acquire(t).unwrap();
+        let outcome = if fail {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        b.on_outcome(t + Duration::from_millis(10), p, outcome, &mut |_| {});
+        t += Duration::from_millis(100);
+    }
+    (b, t)
+}
+
+/// Whether `b` opened on the outcome just reported: counts the opens into `trips`.
+fn report(b: &mut Breaker, t: Instant, p: Permit, outcome: Outcome, trips: &mut u32) {
+    b.on_outcome(t + Duration::from_millis(10), p, outcome, &mut |e| {
+        if let Event::StateChanged {
+            to: State::Open, ..
+        } = e
+        {
+            *trips += 1;
+        }
+    });
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// A dependency that is flaky but stable, at any rate up to 30%: once its rate is learned,
+    /// the breaker trips on chance alone at most at the noise bound's rate (1e-8 per closed
+    /// outcome): over 6000 outcomes, at most the one trip that ceil(6000 x 1e-8) allows.
+    #[test]
+    fn a_stationary_bernoulli_stream_trips_at_most_at_the_bounds_rate(
+        per_mille in 0u64..=300,
+        seed in any::<u64>(),
+    ) {
+        let (mut b, mut t) = learned_at(per_mille);
+        let mut rng = stormguard_core::rng::JitterRng::with_seed(seed);
+        let outcomes = 6000u64;
+        let mut trips = 0;
+        for _ in 0..outcomes {
+            if let Ok(p) = b.try_acquire(t) {
+                let outcome = if rng.up_to(999) < per_mille {
+                    Outcome::Transient
+                } else {
+                    Outcome::Success
+                };
+                report(&mut b, t, p, outcome, &mut trips);
+            }
+            t += Duration::from_millis(33);
+        }
+        let allowed = outcomes.div_ceil(BreakerSettings::defaults("x").noise_bound());
+        prop_assert!(u64::from(trips) <= allowed, "{trips} trips at {per_mille} per mille");
+    }
+
+    /// An outage after any learned rate up to 30%: every call fails, and the breaker opens
+    /// within the run the snapshot said was needed, which is the shortest run whose chance
+    /// under the learned rate is within the bound (at most 16, the one for 30%).
+    #[test]
+    fn an_all_failure_stream_trips_within_the_effective_count(per_mille in 0u64..=300) {
+        let (mut b, mut t) = learned_at(per_mille);
+        let needed = b.snapshot(t).consecutive_to_trip;
+        prop_assert!((5..=16).contains(&needed), "{needed} at {per_mille} per mille");
+        let mut trips = 0;
+        let mut failures = 0;
+        while trips == 0 && failures < 1000 {
+            let p = b.try_acquire(t).unwrap();
+            report(&mut b, t, p, Outcome::Transient, &mut trips);
+            failures += 1;
+            t += Duration::from_millis(33);
+        }
+        prop_assert_eq!(trips, 1);
+        prop_assert!(failures <= needed, "{failures} failures, {needed} needed at {per_mille} per mille");
+    }
+}

@@ -345,6 +345,57 @@ async fn a_full_bulkhead_with_no_retry_left_is_a_guarded_rejection() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_full_bulkheads_refusal_is_retried_as_a_throttle_uncharged_and_unseen_by_the_breaker() {
+    // Another caller holds the only slot for 300 ms. The refused attempt runs nothing, is
+    // retried on the throttled curve once the slot is free, and costs neither a retry from
+    // the budget nor any evidence against the dependency: the refusal was the caller's own.
+    let bulkhead = Bulkhead::of(1, "db").unwrap();
+    let other = Arc::new(
+        Policy::builder("db")
+            .bulkhead(bulkhead.clone())
+            .build()
+            .unwrap(),
+    );
+    let holder = hold_slot(&other, ms(300));
+    tokio::task::yield_now().await;
+    assert_eq!(bulkhead.in_flight(), 1);
+    let policy = Policy::builder("db")
+        .bulkhead(bulkhead.clone())
+        .backoff(no_jitter())
+        .build()
+        .unwrap();
+    let runs = AtomicU32::new(0);
+    let r = policy
+        .call(|_| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, &str>(7) }
+        })
+        .await;
+    assert_eq!(r, Ok(7));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the refused attempt ran nothing"
+    );
+    assert_eq!(holder.await.unwrap(), 1);
+    let budget = policy.budget().unwrap().snapshot_at(now());
+    assert_eq!(
+        budget.available, 30,
+        "the retry drew nothing from the full budget"
+    );
+    let breaker = policy.breaker().unwrap().snapshot_at(now());
+    assert_eq!(
+        (
+            breaker.window_calls,
+            breaker.window_failures,
+            breaker.consecutive_failures
+        ),
+        (1, 0, 0),
+        "the breaker saw the one attempt that ran, a success: {breaker:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn with_a_bounded_wait_a_call_gets_the_slot_when_it_frees() {
     let bulkhead = waiting_bulkhead(1, 1, 500);
     let policy = Arc::new(

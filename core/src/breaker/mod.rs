@@ -89,6 +89,9 @@ pub(crate) struct Control {
     pub(crate) probes: u8,
     /// HalfOpen: successful probes. At most [`MAX_COUNT`].
     pub(crate) successes: u16,
+    /// HalfOpen: failed probes the learned failure rate still explains (see
+    /// [`probe_failures_reopen`]). At most [`MAX_COUNT`].
+    pub(crate) probe_failures: u16,
     /// Consecutive opens without a close in between: the break's exponent.
     pub(crate) opens: u8,
     /// Open: when the break ends. HalfOpen with probes out: when they are reclaimed.
@@ -173,6 +176,7 @@ impl Control {
             count: 0,
             probes: 0,
             successes: 0,
+            probe_failures: 0,
             opens: 0,
             mark: Mark(0),
         }
@@ -185,6 +189,7 @@ impl Control {
             | put(self.probes as u64, 21, 5)
             | put(self.opens as u64, 26, 5)
             | put(self.successes as u64, 31, 10)
+            | put(self.probe_failures as u64, 41, 10)
     }
 
     pub(crate) const fn unpack(w: u64) -> Control {
@@ -203,6 +208,7 @@ impl Control {
             probes: field(w, 21, 5) as u8,
             opens: field(w, 26, 5) as u8,
             successes: field(w, 31, 10) as u16,
+            probe_failures: field(w, 41, 10) as u16,
             mark: Mark::PENDING,
         }
     }
@@ -478,6 +484,7 @@ fn open<M: Measure>(
     c.mark = Mark::deadline(now, d);
     c.probes = 0;
     c.successes = 0;
+    c.probe_failures = 0;
     n.change(Change {
         from,
         to: State::Open,
@@ -494,6 +501,7 @@ fn close(c: &mut Control, from: State, n: &mut Notes) {
     c.probes = 0;
     c.opens = 0;
     c.successes = 0;
+    c.probe_failures = 0;
     n.change(Change {
         from,
         to: State::Closed,
@@ -512,6 +520,7 @@ fn recovered<M: Measure>(c: &mut Control, s: &BreakerSettings, now: Instant, n: 
     c.count = 0;
     c.probes = 0;
     c.successes = 0;
+    c.probe_failures = 0;
     c.mark = Mark::of(now);
     n.change(Change {
         from: State::HalfOpen,
@@ -541,6 +550,7 @@ pub(crate) fn advance<M: Measure>(
             c.epoch = c.epoch.wrapping_add(1);
             c.probes = 0;
             c.successes = 0;
+            c.probe_failures = 0;
             n.change(Change {
                 from: State::Open,
                 to: State::HalfOpen,
@@ -699,7 +709,10 @@ pub(crate) fn complete<M: Measure>(
             c.probes = c.probes.saturating_sub(1);
             if outcome.is_failure() {
                 c.count = c.count.saturating_add(1).min(MAX_COUNT);
-                open::<M>(c, r, s, seed, now, TripReason::ProbeFailed, n);
+                c.probe_failures = c.probe_failures.saturating_add(1).min(MAX_COUNT);
+                if probe_failures_reopen::<M>(c, s, readings) {
+                    open::<M>(c, r, s, seed, now, TripReason::ProbeFailed, n);
+                }
             } else if outcome.is_success() {
                 c.count = 0;
                 // One probe is one sample: it says the dependency answers, not that it is still
@@ -772,19 +785,52 @@ fn consecutive_needed<M: Measure>(
 
 /// Whether the failures among the calls a ramp admitted withdraw it: on a cold breaker (no
 /// learned failure rate) one failure does; once the normal rate is learned, only failures beyond
-/// what it explains within the noise bound (see [`stats::beyond_noise`]). The ramp's own
-/// outcomes are left out of the learned rate.
+/// what it explains within the noise bound (see [`failures_beyond_noise`]).
 pub(crate) fn ramp_failures_reopen(
     r: &Ramp,
     s: &BreakerSettings,
     readings: Option<&Readings>,
 ) -> bool {
-    let leave_out = (u32::from(r.failures), u32::from(r.outcomes));
+    let judged = (r.failures, r.outcomes);
+    failures_beyond_noise(judged, judged, s, readings)
+}
+
+/// Whether the probes' failures in this half-open period re-open the breaker: judged like the
+/// ramp's, so that a probe failing at the dependency's normal rate does not double the break of
+/// a dependency that is back. An outage still re-opens within the run the consecutive rule
+/// would need (one failure when the normal rate is near zero); a breaker that learns nothing
+/// re-opens on the first failed probe, as the documents say.
+fn probe_failures_reopen<M: Measure>(
+    c: &Control,
+    s: &BreakerSettings,
+    readings: Option<&Readings>,
+) -> bool {
+    if !M::KEEPS {
+        // Nothing learned: one failure re-opens, and no noise arithmetic linked.
+        return c.probe_failures > 0;
+    }
+    let outcomes = c.probe_failures.saturating_add(c.successes);
+    // The probes' outcomes are not in the learned rate (see `on_outcome_slow`): nothing to
+    // leave out of it.
+    failures_beyond_noise((c.probe_failures, outcomes), (0, 0), s, readings)
+}
+
+/// Whether `(failures, outcomes)` being judged (a ramp's or the probes') are evidence: with no
+/// learned failure rate any failure is; once it is learned, only failures beyond what it
+/// explains within the noise bound (see [`stats::beyond_noise`]). `leave_out` is the part of
+/// them the learned rate holds, taken out of it so that the evidence does not vouch for itself.
+fn failures_beyond_noise(
+    (failures, outcomes): (u16, u16),
+    leave_out: (u16, u16),
+    s: &BreakerSettings,
+    readings: Option<&Readings>,
+) -> bool {
+    let leave_out = (u32::from(leave_out.0), u32::from(leave_out.1));
     match readings.and_then(|rd| stats::learned_failure_rate(rd, s, leave_out)) {
-        None => r.failures > 0,
+        None => failures > 0,
         Some((f, c)) => stats::beyond_noise(
-            u32::from(r.outcomes),
-            u32::from(r.failures),
+            u32::from(outcomes),
+            u32::from(failures),
             f,
             c,
             s.noise_bound(),
@@ -832,7 +878,8 @@ pub struct Snapshot {
     pub ramp_fraction: Option<Ratio>,
     /// The learned median latency of successful calls.
     pub normal_latency: Option<Duration>,
-    /// The learned normal failure rate (once armed).
+    /// The learned normal failure rate the noise rules use (once armed; see
+    /// [`Breaker::normal_failure_rate`]).
     pub normal_failure_rate: Option<Ratio>,
     /// Calls counted in the trip window.
     pub window_calls: u32,
@@ -1297,9 +1344,12 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             // is not taught to the latency baseline: a brownout would otherwise become the
             // normal it is judged against, and end a ramp that should stay at its floor.
             let teaches = outcome.is_success() && (!slow || at_outcome.phase == Phase::Closed);
+            // A probe's outcome is evidence about a dependency that was failing, not a sample
+            // of its normal: taught to the error baseline, the failed probes of a long outage
+            // would raise the rate they are judged against at every half-open.
             let sample = Sample {
                 to_window: closed,
-                counted: outcome.is_counted(),
+                counted: outcome.is_counted() && permit.kind() != Kind::Probe,
                 failure: outcome.is_failure(),
                 slow,
                 baseline_latency: teaches.then_some(latency),
@@ -1307,12 +1357,18 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             self.stats.record(now, s, sample);
             // The ratios are judged when evidence against the dependency arrives: a failure or
             // a slow call (a fast success can only lower them).
-            // A ramp's failure is judged against the learned failure rate too.
+            // A ramp's or a probe's failure is judged against the learned failure rate too.
             let ramp_failure = current
                 && at_outcome.phase == Phase::Recovering
                 && permit.kind() == Kind::Ramp
                 && outcome.is_failure();
-            if (closed && (outcome.is_failure() || (slow && outcome.is_counted()))) || ramp_failure
+            let probe_failure = current
+                && at_outcome.phase == Phase::HalfOpen
+                && permit.kind() == Kind::Probe
+                && outcome.is_failure();
+            if (closed && (outcome.is_failure() || (slow && outcome.is_counted())))
+                || ramp_failure
+                || probe_failure
             {
                 readings = Some(self.stats.readings(now, s));
             }
@@ -1437,6 +1493,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             c.epoch = c.epoch.wrapping_add(1);
             c.probes = 0;
             c.successes = 0;
+            c.probe_failures = 0;
             c.pack()
         });
         let mut n = Notes::default();
@@ -1534,8 +1591,12 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             Some(p) if samples >= TAIL_SAMPLES => p,
             _ => return Err(HedgeSuppressed::NoBaseline),
         };
-        let consecutive_near = c.count.saturating_mul(2) >= s.consecutive_failures();
-        if consecutive_near || stats::near_trip(&self.stats.readings(now, s), s) {
+        let readings = self.stats.readings(now, s);
+        // Half the run that trips now: on a noisy dependency the learned rate raised it, and
+        // half the configured count is then ordinary noise, not a breaker about to open.
+        let to_trip = consecutive_needed::<M>(s, Some(&readings), c.count);
+        let consecutive_near = c.count.saturating_mul(2) >= to_trip;
+        if consecutive_near || stats::near_trip(&readings, s) {
             return Err(HedgeSuppressed::NearTrip);
         }
         Ok(p95.max(HEDGE_FLOOR))
@@ -1562,13 +1623,12 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         }
     }
 
+    /// The normal failure rate the noise rules use (see [`stats::learned_failure_rate`]), so
+    /// that what is reported is what is in force: never none while a rule uses a rate.
     pub(crate) fn normal_failure_rate(&self, now: Instant) -> Option<Ratio> {
         let r = self.stats.readings(now, self.s());
-        let arming = self.s().failure_rate().map_or(100, |f| f.arming_outcomes());
-        if r.baseline_calls < arming {
-            return None;
-        }
-        Ratio::of(u64::from(r.baseline_failures), u64::from(r.baseline_calls))
+        let (failures, calls) = stats::learned_failure_rate(&r, self.s(), (0, 0))?;
+        Ratio::of(u64::from(failures), u64::from(calls))
     }
 
     pub(crate) fn ramp_fraction(&self, now: Instant) -> Option<Ratio> {
@@ -1843,8 +1903,9 @@ macro_rules! single_threaded_api {
             self.core.normal_latency(now)
         }
 
-        /// The learned normal failure rate, once the baseline holds enough outcomes to arm the
-        /// relative rule (or 100 without one).
+        /// The learned normal failure rate, as the noise rules read it: over every outcome the
+        /// breaker remembers (its trip window and its error baseline), once they are as many as
+        /// the relative rule's arming count (or 100 without that rule); none before.
         #[must_use]
         pub fn normal_failure_rate(&self, now: Instant) -> Option<Ratio> {
             self.core.normal_failure_rate(now)
@@ -1946,6 +2007,7 @@ mod tests {
             count: 1000,
             probes: 31,
             successes: 999,
+            probe_failures: 1000,
             opens: 31,
             mark: Mark::PENDING,
         };

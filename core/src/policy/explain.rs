@@ -151,6 +151,8 @@ impl fmt::Display for Explain<'_> {
         let call = self.call;
         let attempts = call.max_attempts();
         let retries = attempts.saturating_sub(1);
+        // Hedges and the measured ceiling wait for a p95 only a breaker keeping statistics has.
+        let learns_p95 = self.breaker.is_some_and(BreakerSettings::keeps_statistics);
         let (noun, take) = if attempts == 1 {
             ("attempt", "takes")
         } else {
@@ -239,13 +241,13 @@ impl fmt::Display for Explain<'_> {
         {
             writeln!(f, "    a refusal is reported after a {GUARD_PAUSE} pause (less if the deadline is nearer)")?;
         }
-        if call.measured_ceiling() && self.breaker.is_some() {
+        if call.measured_ceiling() && learns_p95 {
             writeln!(
                 f,
                 "    attempts are also cut at 3x the learned p95 once the breaker knows it"
             )?;
         }
-        if call.hedging() && self.breaker.is_some() && attempts > 1 {
+        if call.hedging() && learns_p95 && attempts > 1 {
             writeln!(
                 f,
                 "    an attempt still running at the learned p95 gets a hedge beside it (at most 2 \
@@ -318,8 +320,8 @@ impl fmt::Display for Explain<'_> {
                     ", trips after {} consecutive failures",
                     s.consecutive_to_trip
                 )?;
-                // The run rises with the failure rate the breaker has seen, which it learns
-                // from the trip window too, before the error-rate baseline above is armed.
+                // The run rises with the normal failure rate above, which the breaker learns
+                // from its trip window too, before the relative error-rate rule is armed.
                 let configured = settings.consecutive_failures();
                 if s.consecutive_to_trip > configured {
                     write!(f, " (raised from {configured} by the failures seen so far)")?;
@@ -365,11 +367,17 @@ impl fmt::Display for Explain<'_> {
                 "no attempt timeout: a hung attempt holds the call until the deadline",
             )?;
         }
-        if call.hedging() && self.breaker.is_none() {
-            gap(
+        match self.breaker {
+            None if call.hedging() => gap(
                 f,
                 "hedging is on but no breaker learns the p95 it waits for: no hedge is ever launched",
-            )?;
+            )?,
+            Some(_) if call.hedging() && !learns_p95 => gap(
+                f,
+                "hedging is on but the breaker learns no p95 (consecutive-only, not learning): no \
+                 hedge is ever launched",
+            )?,
+            _ => {}
         }
         if !missing {
             writeln!(f, "- missing: nothing")?;
