@@ -157,6 +157,13 @@ struct StrategyFile {
     breaker: Option<BreakerFile>,
     rate_limit: Option<RateLimitFile>,
     bulkhead: Option<BulkheadFile>,
+    /// Whether a layer below the top retries a call that is the layer above's retry.
+    #[serde(default = "yes")]
+    retries_when_nested: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Deserialize)]
@@ -658,6 +665,7 @@ fn strategy(at: &str, s: &StrategyFile) -> Result<Strategy, ConfigError> {
         budget,
         limiter,
         bulkhead,
+        retries_when_nested: s.retries_when_nested,
     };
     let name = Name::try_from_str(&s.name).map_or(s.name.clone(), |n| n.as_str().to_string());
     Ok(Strategy {

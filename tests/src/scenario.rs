@@ -75,6 +75,10 @@ pub struct Layer {
     /// out on its backoff as a self-imposed throttle (as the `&mut` form does on firmware); a
     /// bounded wait in the settings is not modelled.
     pub bulkhead: Option<BulkheadSettings>,
+    /// Whether a call that is an upper layer's retry may retry here (as std's
+    /// `retries_when_nested`): `false` makes it one attempt, leaving the retrying to the layer
+    /// that started it. Meaningless on the top layer, whose calls are nobody's retry.
+    pub retries_when_nested: bool,
 }
 
 /// A client strategy: the policy every client of the fleet runs (each with its own objects).
@@ -100,6 +104,7 @@ impl Layer {
             budget: None,
             limiter: None,
             bulkhead: None,
+            retries_when_nested: true,
         }
     }
 
@@ -170,7 +175,7 @@ impl Strategy {
     }
 
     /// The names of the built-in strategies, in the order tables show them.
-    pub const BUILTIN: [&'static str; 8] = [
+    pub const BUILTIN: [&'static str; 9] = [
         "no-retry",
         "retry-x3",
         "retry-x3+budget",
@@ -179,6 +184,7 @@ impl Strategy {
         "retry-x3+breaker+budget+ramp",
         "3-layer-x3",
         "3-layer-x3+budget",
+        "3-layer-x3+nested",
     ];
 
     /// A built-in strategy by name. "x3" is three *retries*: up to 4 attempts per call (per
@@ -186,7 +192,8 @@ impl Strategy {
     /// exponential backoff from 100 ms with full jitter, the default breaker (5 consecutive
     /// failures, 5x the learned error rate, 3x the learned latency, a 15 s break doubling to
     /// 2 min), the default budget (0.1 of a retry per success, 3 per second, 30 banked), and
-    /// for the ramp `Recovery::over(0.25)`.
+    /// for the ramp `Recovery::over(0.25)`. "+nested": the layers below the top make one attempt
+    /// for a call that is the upper layer's retry (std's `retries_when_nested(false)`).
     pub fn builtin(name: &str) -> Option<Result<Strategy, SettingsError>> {
         let plain = |n: u32, br: Option<bool>, bu: bool| -> Result<Layer, SettingsError> {
             Ok(Layer {
@@ -198,8 +205,11 @@ impl Strategy {
         let one = |layer: Result<Layer, SettingsError>| -> Result<Strategy, SettingsError> {
             Ok(Strategy::single(name, layer?))
         };
-        let three = |bu: bool| -> Result<Strategy, SettingsError> {
-            let layer = plain(4, None, bu)?;
+        let three = |bu: bool, nested: bool| -> Result<Strategy, SettingsError> {
+            let layer = Layer {
+                retries_when_nested: nested,
+                ..plain(4, None, bu)?
+            };
             Ok(Strategy {
                 name: name.to_string(),
                 layers: vec![layer.clone(), layer.clone(), layer],
@@ -212,8 +222,9 @@ impl Strategy {
             "retry-x3+breaker" => one(plain(4, Some(false), false)),
             "retry-x3+breaker+budget" => one(plain(4, Some(false), true)),
             "retry-x3+breaker+budget+ramp" => one(plain(4, Some(true), true)),
-            "3-layer-x3" => three(false),
-            "3-layer-x3+budget" => three(true),
+            "3-layer-x3" => three(false, true),
+            "3-layer-x3+budget" => three(true, true),
+            "3-layer-x3+nested" => three(false, false),
             _ => return None,
         })
     }

@@ -77,6 +77,9 @@ impl Ord for Item {
 
 struct LayerState {
     settings: CallSettings,
+    /// The settings of a call that is the upper layer's retry, when this layer holds its own
+    /// retries for those (one attempt); `None` when it retries them as any call.
+    nested: Option<CallSettings>,
     /// The layer's breaker, or none (its calls are then unguarded).
     breaker: Option<Box<Breaker>>,
     purse: Option<Budget>,
@@ -236,8 +239,17 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
                             .seed(derive(seed, c64, 0xCA11 + k64))
                             .build()
                             .unwrap_or(l.call);
+                        // One attempt, the rest as the layer's (cannot fail: `settings` is valid).
+                        let nested = (!l.retries_when_nested).then(|| {
+                            settings
+                                .to_builder()
+                                .max_attempts(1)
+                                .build()
+                                .unwrap_or(settings)
+                        });
                         LayerState {
                             settings,
+                            nested,
                             breaker: l.breaker.map(|b| {
                                 Box::new(Breaker::new(b).with_seed(derive(seed, c64, 0xB4EA + k64)))
                             }),
@@ -424,19 +436,25 @@ impl Sim<'_> {
         if now >= self.window.0 && now < self.window.1 {
             self.tally.window_calls += 1;
         }
-        let f = self.spawn(c, 0, None, None);
+        let f = self.spawn(c, 0, None, false, None);
         self.drive(f);
     }
 
+    /// A call at `layer`, for the upper layer's attempt `parent` (a retry when `retry`).
     fn spawn(
         &mut self,
         client: u32,
         layer: usize,
         parent: Option<(usize, u64)>,
+        retry: bool,
         deadline: Option<Instant>,
     ) -> usize {
         let now = Instant::from_nanos(self.now);
-        let settings = &self.clients[client as usize].layers[layer].settings;
+        let ls = &self.clients[client as usize].layers[layer];
+        let settings = match (&ls.nested, retry) {
+            (Some(single), true) => single,
+            _ => &ls.settings,
+        };
         let mut call = Call::begin(settings, now);
         if let Some(d) = deadline {
             call = call.with_deadline(d);
@@ -514,7 +532,8 @@ impl Sim<'_> {
                     frame.admitted_closed = closed;
                 }
                 if layer + 1 < self.clients[client as usize].layers.len() {
-                    let child = self.spawn(client, layer + 1, Some((f, id)), deadline);
+                    let child =
+                        self.spawn(client, layer + 1, Some((f, id)), attempts > 1, deadline);
                     self.drive(child);
                 } else {
                     self.send(f, id, probe, deadline);

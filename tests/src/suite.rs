@@ -183,6 +183,7 @@ pub fn dotnet_example() -> Result<Scenario, SettingsError> {
             budget: budget.then(|| BudgetSettings::defaults("dependency")),
             limiter: None,
             bulkhead: None,
+            retries_when_nested: true,
         })
     };
     // With a breaker, the call driver applies the breaker's measured attempt ceiling (3x the
@@ -193,6 +194,7 @@ pub fn dotnet_example() -> Result<Scenario, SettingsError> {
         budget: Some(BudgetSettings::defaults("dependency")),
         limiter: None,
         bulkhead: None,
+        retries_when_nested: true,
     };
     Ok(Scenario {
         name: "dotnet-example".to_string(),
@@ -228,6 +230,7 @@ pub fn budget_experiment(percent: u32) -> Result<Scenario, SettingsError> {
             budget: budget.then(|| BudgetSettings::defaults("dependency")),
             limiter: None,
             bulkhead: None,
+            retries_when_nested: true,
         })
     };
     Ok(Scenario {
@@ -259,6 +262,7 @@ pub fn polling() -> Result<Scenario, SettingsError> {
             budget: Some(BudgetSettings::defaults("dependency")),
             limiter: None,
             bulkhead: None,
+            retries_when_nested: true,
         })
     };
     Ok(Scenario {
@@ -305,6 +309,7 @@ pub fn stationary(
                 budget: None,
                 limiter: None,
                 bulkhead: None,
+                retries_when_nested: true,
             },
         )],
     })
@@ -410,6 +415,14 @@ pub fn commentary(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
                     a.load_multiplier,
                     b.load_multiplier,
                     1.0 + 3.0 * (3.0 + 30.0 / fault) / rate
+                ));
+            }
+            if let Some(n) = find(reports, "3-layer-x3+nested") {
+                out.push(format!(
+                    "3-layer-x3+nested: {:.1}x when the layers below hold a retry's retries (at \
+                     most 7 + 3 x 4 = 19x: only a layer's first attempt reaches a call below that \
+                     retries)",
+                    n.load_multiplier
                 ));
             }
         }

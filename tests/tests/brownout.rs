@@ -40,6 +40,7 @@ fn brownout(trip_window: Duration) -> (Scenario, Strategy) {
             budget: None,
             limiter: None,
             bulkhead: None,
+            retries_when_nested: true,
         },
     );
     let scenario = Scenario {

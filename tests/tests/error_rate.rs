@@ -34,6 +34,7 @@ fn breaker(consecutive: u32) -> Strategy {
             budget: None,
             limiter: None,
             bulkhead: None,
+            retries_when_nested: true,
         },
     )
 }
