@@ -11,15 +11,15 @@
 )]
 
 use core::future::{pending, Future};
-use core::pin::{pin, Pin};
-use core::task::{Context, Poll, Waker};
+use core::pin::pin;
+use core::task::Poll;
 use std::cell::{Cell, RefCell};
 use std::string::{String, ToString};
 use std::vec::Vec;
 
 use embassy_sync::blocking_mutex::raw::NoopRawMutex;
 use embassy_sync::signal::Signal;
-use embassy_time::{Duration as EDuration, Instant as EInstant, MockDriver, Timer};
+use embassy_time::{Duration as EDuration, Timer};
 use serial_test::serial;
 use stormguard_core::{
     breaker::HedgeSuppressed, call::Admission, limits::BulkheadSettings, limits::RateLimitSettings,
@@ -37,65 +37,8 @@ use stormguard_embassy::{
 // ---------------------------------------------------------------------------------------------
 // Harness
 
-fn poll<F: Future>(f: Pin<&mut F>) -> Poll<F::Output> {
-    f.poll(&mut Context::from_waker(Waker::noop()))
-}
-
-fn advance(d: EDuration) {
-    MockDriver::get().advance(d);
-}
-
-fn ms(n: u64) -> EDuration {
-    EDuration::from_millis(n)
-}
-
-fn now() -> EInstant {
-    EInstant::now()
-}
-
-fn fresh() {
-    MockDriver::get().reset();
-}
-
-/// Polls `f` to completion, moving mock time 1 ms after every pending poll; the output and the
-/// mock time that passed.
-fn run_ms<F: Future>(f: F) -> (F::Output, EDuration) {
-    let start = now();
-    let mut f = pin!(f);
-    for _ in 0..1_000_000 {
-        if let Poll::Ready(out) = poll(f.as_mut()) {
-            return (out, now() - start);
-        }
-        advance(ms(1));
-    }
-    panic!("the future did not finish within a million steps");
-}
-
-/// Polls two futures side by side (two tasks), 1 ms per step, until both are done; each output
-/// with the mock time at which it finished.
-fn run_both<A: Future, B: Future>(a: A, b: B) -> ((A::Output, EDuration), (B::Output, EDuration)) {
-    let start = now();
-    let (mut a, mut b) = (pin!(a), pin!(b));
-    let (mut ra, mut rb) = (None, None);
-    for _ in 0..1_000_000 {
-        if ra.is_none() {
-            if let Poll::Ready(out) = poll(a.as_mut()) {
-                ra = Some((out, now() - start));
-            }
-        }
-        if rb.is_none() {
-            if let Poll::Ready(out) = poll(b.as_mut()) {
-                rb = Some((out, now() - start));
-            }
-        }
-        if let (Some(a), Some(b)) = (&ra, &rb) {
-            let _ = (a, b);
-            return (ra.take().unwrap(), rb.take().unwrap());
-        }
-        advance(ms(1));
-    }
-    panic!("the futures did not finish within a million steps");
-}
+mod support;
+use support::{advance, fresh, ms, now, poll, run_both, run_ms};
 
 /// Events as short strings, in order.
 #[derive(Default)]

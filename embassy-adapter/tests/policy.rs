@@ -13,14 +13,14 @@
 
 use core::future::Future;
 use core::pin::{pin, Pin};
-use core::task::{Context, Poll, Waker};
+use core::task::Poll;
 use std::cell::{Cell, RefCell};
 use std::string::{String, ToString};
 use std::vec::Vec;
 
 use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex, NoopRawMutex};
 use embassy_sync::signal::Signal;
-use embassy_time::{Duration as EDuration, Instant as EInstant, MockDriver, Timer};
+use embassy_time::{Duration as EDuration, Timer};
 use serial_test::serial;
 use stormguard_core::{
     breaker::ConstSettings, breaker::Fixed, Backoff, Bound, BreakerSettings, BudgetSettings,
@@ -35,44 +35,8 @@ use stormguard_embassy::{
 // ---------------------------------------------------------------------------------------------
 // Harness
 
-fn poll<F: Future>(f: Pin<&mut F>) -> Poll<F::Output> {
-    f.poll(&mut Context::from_waker(Waker::noop()))
-}
-
-fn advance(d: EDuration) {
-    MockDriver::get().advance(d);
-}
-
-fn ms(n: u64) -> EDuration {
-    EDuration::from_millis(n)
-}
-
-fn now() -> EInstant {
-    EInstant::now()
-}
-
-/// Polls `f` to completion, moving mock time forward `step` after every pending poll. Returns
-/// the output and how much mock time passed.
-fn run<F: Future>(f: F, step: EDuration) -> (F::Output, EDuration) {
-    let start = now();
-    let mut f = pin!(f);
-    for _ in 0..1_000_000 {
-        if let Poll::Ready(out) = poll(f.as_mut()) {
-            return (out, now() - start);
-        }
-        advance(step);
-    }
-    panic!("the future did not finish within a million steps");
-}
-
-/// Runs `f` in 1 ms steps.
-fn run_ms<F: Future>(f: F) -> (F::Output, EDuration) {
-    run(f, ms(1))
-}
-
-fn fresh() {
-    MockDriver::get().reset();
-}
+mod support;
+use support::{advance, fresh, ms, now, poll, run, run_ms};
 
 /// Events as short strings, in order.
 #[derive(Default)]

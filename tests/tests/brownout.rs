@@ -14,9 +14,8 @@ use stormguard_tests::{
     run, scenario::DEPENDENCY, suite, Arrivals, Dependency, Impairment, Layer, Scenario, Strategy,
 };
 
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+mod support;
+use support::secs;
 
 /// Five clients at 40 calls per second, p50 20 ms and p99 64 ms (sigma 0.5), a 10x brownout
 /// starting 40 s in (after the latency baseline has armed) for 60 s; no retries, a breaker.

@@ -16,9 +16,8 @@ use stormguard_tests::{
     Strategy,
 };
 
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+mod support;
+use support::secs;
 
 fn breaker(consecutive: u32) -> Strategy {
     Strategy::single(
