@@ -29,7 +29,9 @@ tokio::task_local! {
 }
 
 /// The caller's attempt number of the inbound request this task is serving, when that request
-/// was a retry (2 or more) and arrived through a [`NestedRetryLayer`]; `None` otherwise.
+/// was a retry (2 or more) and arrived through a `NestedRetryLayer` (feature `tower`); `None`
+/// otherwise. The number lives in the serving task (a tokio task-local): work the handler
+/// moves to a task of its own (`tokio::spawn`) does not see it unless it is passed on.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
