@@ -48,9 +48,8 @@
 //!   agrees on time. A policy reads its clock through a [`SteadyClock`], so a custom clock that
 //!   steps back holds no call past its deadline and no breaker past its break.
 //! - Handles: [`Breaker`] and [`Budget`], cloneable `Send + Sync` `Arc`s around the core's
-//!   [`SharedBreaker`](stormguard_core::SharedBreaker) and
-//!   [`SharedBudget`](stormguard_core::SharedBudget): no `Mutex`, `RwLock` or spin lock on the
-//!   call path. Breakers are seeded from the process's entropy ([`entropy_seed`]).
+//!   [`SharedBreaker`] and [`SharedBudget`]: no `Mutex`, `RwLock` or spin lock on the call
+//!   path. Breakers are seeded from the process's entropy ([`entropy_seed`]).
 //! - [`Policy`]: `policy.call(|attempt| async { ... }).await`, [`Policy::call_with`] and
 //!   [`CallOptions`] (classifier, [`CancellationToken`](tokio_util::sync::CancellationToken),
 //!   deadline), [`Policy::call_or`] (fallback for refusals), [`Policy::call_cached`]
