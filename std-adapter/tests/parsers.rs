@@ -1,6 +1,7 @@
 //! Property tests of every parser of network input in the std adapter: the `Retry-After`
-//! header (`retry_after`, read by the HTTP classifier) and the incoming deadline header
-//! (`HttpRequests::adopt_from`, read by the tower layer). Each is fed seeded random bytes and
+//! header (`retry_after`, read by the HTTP classifier), the incoming deadline header
+//! (`HttpRequests::adopt_from`, read by the tower layer) and the attempt number a retry carries
+//! (`ATTEMPT_HEADER`, read by `NestedRetryLayer`). Each is fed seeded random bytes and
 //! strings: it never panics, what it yields is bounded, and well-formed input reads back as the
 //! value written.
 #![cfg(feature = "tower")]
@@ -19,8 +20,10 @@ use std::time::{Duration as StdDuration, SystemTime};
 use http::header::RETRY_AFTER;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use stormguard_core::{rng::JitterRng, Backoff, Duration, Outcome};
-use stormguard_std::tower::{HttpRequests, PolicyLayer, Requests, DEADLINE_HEADER};
-use stormguard_std::{http_outcome, retry_after, CallError, Policy};
+use stormguard_std::tower::{
+    HttpRequests, NestedRetryLayer, PolicyLayer, Requests, ATTEMPT_HEADER, DEADLINE_HEADER,
+};
+use stormguard_std::{http_outcome, inbound_retry, retry_after, CallError, Policy};
 use tower::{Layer, ServiceExt};
 
 /// Cases per property.
@@ -378,4 +381,44 @@ async fn an_adopted_deadline_is_held_to_the_policys_and_zero_ends_the_call_at_on
         );
         assert_eq!(start.elapsed(), ends_after, "{text}");
     }
+}
+
+/// The attempt number a server's `NestedRetryLayer` reads, as the request's handler sees it.
+async fn inbound_attempt(value: HeaderValue) -> Option<u32> {
+    let server =
+        NestedRetryLayer::new("server").layer(tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, std::convert::Infallible>(inbound_retry())
+        }));
+    let mut req = Request::get("/").body(()).unwrap();
+    req.headers_mut().insert(ATTEMPT_HEADER, value);
+    server.oneshot(req).await.unwrap()
+}
+
+#[tokio::test]
+async fn the_attempt_header_never_panics_and_reads_only_a_short_run_of_digits() {
+    let mut g = Gen::new(7);
+    for case in 0..CASES {
+        let bytes = g.value();
+        let Ok(value) = HeaderValue::from_bytes(&bytes) else {
+            continue;
+        };
+        let Some(n) = inbound_attempt(value).await else {
+            continue;
+        };
+        // Read only from at most nine ASCII digits, and only a retry (2 or more) is one.
+        assert!(
+            bytes.len() <= 9 && bytes.iter().all(u8::is_ascii_digit),
+            "case {case}: {bytes:?} read as {n}"
+        );
+        assert!(n >= 2, "case {case}");
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap().parse::<u32>().unwrap(),
+            n
+        );
+    }
+    // What a client writes reads back.
+    for n in [2u32, 3, 17, 999_999_999] {
+        assert_eq!(inbound_attempt(HeaderValue::from(n)).await, Some(n));
+    }
+    assert_eq!(inbound_attempt(HeaderValue::from(1u32)).await, None);
 }
