@@ -271,6 +271,32 @@ where
     }
 }
 
+/// One run: `call` under load while the server flips through its modes, then the checks
+/// (every mode served, every call in time, counters adding up) and the breaker settling.
+async fn hostile_run<F, Fut>(
+    what: &str,
+    seed: u64,
+    server: &Arc<Server>,
+    breaker: &Breaker,
+    metrics: &Metrics,
+    call: F,
+) where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = (bool, bool)> + Send,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let start = StdInstant::now();
+    let flipper = flip(server.clone(), stop.clone(), seed);
+    load(seed, stop, tally.clone(), call.clone()).await;
+    let phases = flipper.await.unwrap();
+    let took = start.elapsed();
+    report(what, &tally, server, took);
+    assert!(phases.iter().all(|&n| n > 0), "phases by mode: {phases:?}");
+    check(&tally, metrics, server);
+    settles(breaker, call).await;
+}
+
 /// With the server healthy for good, the breaker closes within a bounded time and holds no
 /// probe slot.
 async fn settles<F, Fut>(breaker: &Breaker, call: F)
@@ -380,17 +406,7 @@ async fn policy_run(seed: u64) {
         }
     };
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let tally = Arc::new(Tally::default());
-    let start = StdInstant::now();
-    let flipper = flip(server.clone(), stop.clone(), seed);
-    load(seed, stop, tally.clone(), call.clone()).await;
-    let phases = flipper.await.unwrap();
-    let took = start.elapsed();
-    report("policy", &tally, &server, took);
-    assert!(phases.iter().all(|&n| n > 0), "phases by mode: {phases:?}");
-    check(&tally, &metrics, &server);
-    settles(&breaker, call).await;
+    hostile_run("policy", seed, &server, &breaker, &metrics, call).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -420,15 +436,5 @@ async fn layer_run(seed: u64) {
         }
     };
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let tally = Arc::new(Tally::default());
-    let start = StdInstant::now();
-    let flipper = flip(server.clone(), stop.clone(), seed);
-    load(seed, stop, tally.clone(), call.clone()).await;
-    let phases = flipper.await.unwrap();
-    let took = start.elapsed();
-    report("layer", &tally, &server, took);
-    assert!(phases.iter().all(|&n| n > 0), "phases by mode: {phases:?}");
-    check(&tally, &metrics, &server);
-    settles(&breaker, call).await;
+    hostile_run("layer", seed, &server, &breaker, &metrics, call).await;
 }
