@@ -32,6 +32,21 @@ fn untouched(breaker: &Breaker) {
     assert_eq!(s.window_failures, 0, "{s:?}");
 }
 
+/// Ten calls cut by their own 5 ms deadline end so, at that deadline, and leave `breaker` as
+/// it was; the next call is served.
+async fn cut_calls_leave_it_closed(policy: &Policy, breaker: &Breaker) {
+    for _ in 0..10 {
+        let start = tokio::time::Instant::now();
+        let r = policy
+            .call_with(CallOptions::new().within(ms(5)), healthy)
+            .await;
+        assert_eq!(r, Err(CallError::DeadlineExceeded { last: None }));
+        assert_eq!(start.elapsed(), ms(5), "cut at the caller's deadline");
+    }
+    untouched(breaker);
+    assert_eq!(policy.call(healthy).await, Ok(7));
+}
+
 #[tokio::test(start_paused = true)]
 async fn calls_within_5ms_of_a_healthy_20ms_dependency_leave_the_policys_breaker_closed() {
     // The default breaker opens on 5 failures in a row: ten calls cut by their own 5 ms
@@ -43,16 +58,7 @@ async fn calls_within_5ms_of_a_healthy_20ms_dependency_leave_the_policys_breaker
     }
     // 30 samples of 20 ms: the learned median (and the slow-call threshold, 3x it) is armed.
     assert!(breaker.snapshot().normal_latency.is_some());
-    for _ in 0..10 {
-        let start = tokio::time::Instant::now();
-        let r = policy
-            .call_with(CallOptions::new().within(ms(5)), healthy)
-            .await;
-        assert_eq!(r, Err(CallError::DeadlineExceeded { last: None }));
-        assert_eq!(start.elapsed(), ms(5), "cut at the caller's deadline");
-    }
-    untouched(&breaker);
-    assert_eq!(policy.call(healthy).await, Ok(7));
+    cut_calls_leave_it_closed(&policy, &breaker).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -62,16 +68,7 @@ async fn calls_within_5ms_of_a_healthy_20ms_dependency_leave_a_cold_breaker_clos
     let policy = Policy::builder("ledger").build().unwrap();
     let breaker = policy.breaker().unwrap().clone();
     assert!(breaker.snapshot().normal_latency.is_none());
-    for _ in 0..10 {
-        let start = tokio::time::Instant::now();
-        let r = policy
-            .call_with(CallOptions::new().within(ms(5)), healthy)
-            .await;
-        assert_eq!(r, Err(CallError::DeadlineExceeded { last: None }));
-        assert_eq!(start.elapsed(), ms(5), "cut at the caller's deadline");
-    }
-    untouched(&breaker);
-    assert_eq!(policy.call(healthy).await, Ok(7));
+    cut_calls_leave_it_closed(&policy, &breaker).await;
 }
 
 #[cfg(feature = "tower")]
