@@ -36,7 +36,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::{Layer, ServiceExt};
 
 mod support;
-use support::ms;
+use support::{ms, Seeded};
 
 const HEALTHY: u8 = 0;
 const FAILING: u8 = 1;
@@ -64,24 +64,6 @@ const SLACK: StdDuration = StdDuration::from_millis(400);
 const RUN: StdDuration = StdDuration::from_secs(2);
 /// How long the server keeps one behaviour.
 const PHASE: StdDuration = StdDuration::from_millis(120);
-
-/// A small seeded generator (xorshift64*), so that a failing run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The server's behaviour now, and how many requests it has read.
 #[derive(Default)]
@@ -153,7 +135,7 @@ fn flip(
     seed: u64,
 ) -> tokio::task::JoinHandle<[u32; MODES as usize]> {
     tokio::spawn(async move {
-        let mut rng = Rng::new(seed);
+        let mut rng = Seeded::new(seed);
         let mut seen = [0u32; MODES as usize];
         'run: loop {
             let mut round: Vec<u8> = (0..MODES).collect();
@@ -245,7 +227,7 @@ where
     for id in 0..TASKS {
         let (stop, tally, call) = (stop.clone(), tally.clone(), call.clone());
         tasks.spawn(async move {
-            let mut rng = Rng::new(seed ^ (id + 1));
+            let mut rng = Seeded::new(seed ^ (id + 1));
             while !stop.load(Ordering::Relaxed) {
                 let start = StdInstant::now();
                 if rng.below(5) == 0 {

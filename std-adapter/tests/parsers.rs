@@ -26,24 +26,25 @@ use stormguard_std::tower::{
 use stormguard_std::{http_outcome, inbound_retry, retry_after, CallError, Policy};
 use tower::{Layer, ServiceExt};
 
+mod support;
+use support::Seeded;
+
 /// Cases per property.
 const CASES: u32 = 20_000;
 
-/// A small seeded generator (xorshift64*): a failure names its case and can be replayed.
-struct Gen(u64);
+/// The shared seeded generator, with the header values parsers are fed: a failure names its
+/// case and can be replayed.
+struct Gen(Seeded);
 
 impl Gen {
     fn new(seed: u64) -> Gen {
-        Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Gen(Seeded::new(seed))
     }
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0.next()
     }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.below(n)
     }
 
     /// Bytes a header value may hold, biased towards the ones parsers trip on: digits, signs,

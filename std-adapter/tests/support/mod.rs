@@ -15,3 +15,26 @@ pub fn ms(n: u64) -> Duration {
 pub fn no_jitter() -> Backoff {
     Backoff::builder().jitter(Jitter::None).build().unwrap()
 }
+
+/// A small seeded generator (xorshift64*), so that a failing run or case can be replayed.
+pub struct Seeded(u64);
+
+impl Seeded {
+    /// A generator from `seed` (any value, zero included).
+    pub fn new(seed: u64) -> Seeded {
+        Seeded(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number below `n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
