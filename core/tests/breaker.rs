@@ -623,6 +623,35 @@ fn an_error_spike_trips_the_relative_error_rate_rule() {
 }
 
 #[test]
+fn an_outage_tripped_by_a_run_keeps_the_calls_before_it_as_the_normal_baseline() {
+    let mut b = Breaker::new(unjittered("payments"));
+    // 20 s at 1% failures, all still inside the 30 s trip window: nothing has aged out of it
+    // into the error baseline yet.
+    let (t, trips) = traffic(&mut b, Instant::from_secs(1), 20, 30, |i| {
+        let outcome = if i % 100 == 50 {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        (ms(20), outcome)
+    });
+    assert!(trips.is_empty());
+    let before = b.normal_failure_rate(t).unwrap().as_f64();
+    assert!((0.009..0.011).contains(&before), "{before}");
+    // Then every call fails: the run of five trips the breaker.
+    let mut seen = Vec::new();
+    for k in 0..5 {
+        call_seeing(&mut b, t + ms(k), ms(1), Outcome::Transient, &mut seen).unwrap();
+    }
+    assert_eq!(seen, vec![TripReason::ConsecutiveFailures]);
+    // The run was the evidence; the 600 calls before it were the dependency as it normally
+    // is, and a probe or a ramp after the break is judged against them, not as on a cold
+    // breaker (where one failure re-opens).
+    let after = b.normal_failure_rate(t + secs(1)).map(Ratio::as_f64);
+    assert_eq!(after, Some(before));
+}
+
+#[test]
 fn the_relative_error_rate_rule_never_trips_during_warm_up() {
     let mut b = Breaker::new(rate_only());
     // 40% failures from a cold start, for fewer than the 100 outcomes that arm the rule.

@@ -95,9 +95,11 @@ fn outage_behind_an_open_breaker_only_probes_reach_the_dependency() {
     // non-probe attempt through an open or half-open breaker.
     assert_eq!(r.unprobed_attempts_while_open, 0);
     // Each client trips after 5 consecutive failures (plus whatever was already in flight: a
-    // failure takes 1 ms, so at most one more attempt). Then one probe per break: the breaks
-    // are jittered into [7.5, 15], [15, 30], [30, 60] s..., so at most 4 begin inside a 60 s
-    // outage (7.5 + 15 + 30 = 52.5 s < 60 s < 112.5 s).
+    // failure takes 1 ms, so at most one more attempt). Then the probes of each break: the
+    // breaks are jittered into [7.5, 15], [15, 30], [30, 60] s..., so at most 4 begin inside a
+    // 60 s outage (7.5 + 15 + 30 = 52.5 s < 60 s < 112.5 s). The trip keeps the calls before
+    // the run as the learned normal (one failure in a thousand), and failed probes re-open once
+    // that rate cannot explain them: 3 in a row (0.001^3 = 1e-9, within the 1e-8 bound).
     let clients = u64::from(s.clients);
     let attempts = r.attempts_between(START, END);
     println!(
@@ -106,7 +108,7 @@ fn outage_behind_an_open_breaker_only_probes_reach_the_dependency() {
         r.probes
     );
     assert!(
-        attempts <= clients * (5 + 1 + 4),
+        attempts <= clients * (5 + 1 + 4 * 3),
         "{attempts} attempts reached the dependency"
     );
     assert_eq!(r.tripped_breakers, clients);
@@ -200,12 +202,14 @@ fn three_layer_stack_multiplies_load_by_about_64_without_budgets_and_about_1_33_
     assert!(budgeted.load_multiplier > 1.2, "the floors do fund retries");
 }
 
-/// The false trips are split by the rule that made them, and a re-open of the recovery ramp is
-/// filed as the ramp's, not as the failure-rate rule's: in the built-in run (240 s, 20 clients)
-/// a client's ramp re-opens on a failure among the calls it admitted after the outage, and no
-/// breaker opens by the failure-rate rule or the ratio ceiling at all.
+/// The false trips are split by the rule that made them, a re-open of the recovery ramp filed
+/// as the ramp's, not the failure-rate rule's. In the built-in run (240 s, 20 clients) no breaker
+/// opens by the failure-rate rule or the ratio ceiling at all, and no ramp re-opens after the
+/// outage: the trip kept the calls before it as the normal rate, and a failure among the calls
+/// a ramp admits is judged against it (when the trip dropped them, a ramp judged as on a cold
+/// breaker re-opened on one failure, for a break of up to two minutes).
 #[test]
-fn outage_a_ramp_reopen_outside_the_outage_is_counted_as_the_ramps_not_the_failure_rate_rules() {
+fn outage_false_trips_are_split_by_rule_and_no_ramp_reopens_after_the_outage() {
     let s = suite::outage().unwrap();
     for st in &s.strategies {
         let r = run(&s, st, s.seed);
@@ -234,6 +238,9 @@ fn outage_a_ramp_reopen_outside_the_outage_is_counted_as_the_ramps_not_the_failu
     );
     assert!(!r.opens_by_reason.contains_key("failure_rate"));
     assert!(!r.opens_by_reason.contains_key("failure_ratio"));
-    assert!(r.false_trips_ramp >= 1, "a ramp re-opened after the outage");
-    assert_eq!(r.false_trips_failure_rate, 0);
+    assert_eq!(r.false_trips, 0, "a breaker re-opened after the outage");
+    assert!(
+        r.time_to_recover_ms.is_some(),
+        "the fleet recovered within the run"
+    );
 }

@@ -39,7 +39,7 @@ use core::cell::Cell;
 use core::fmt;
 use core::marker::PhantomData;
 
-use self::stats::{Measure, NoStats, Readings, Sample, Stats};
+use self::stats::{Fold, Measure, NoStats, Readings, Sample, Stats};
 use crate::call::Kind;
 use crate::error::{RefusalReason, Refused};
 use crate::event::Event;
@@ -353,6 +353,8 @@ pub(crate) struct Notes {
     pub(crate) probe_started: bool,
     pub(crate) reclaimed: u8,
     pub(crate) ramp_step: bool,
+    /// The run of failures that tripped the consecutive rule, when it did (0 otherwise).
+    pub(crate) trip_run: u16,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -695,6 +697,7 @@ pub(crate) fn complete<M: Measure>(
                 if c.count >= s.consecutive_failures()
                     && c.count >= consecutive_needed::<M>(s, readings, c.count)
                 {
+                    n.trip_run = c.count;
                     open::<M>(c, r, s, seed, now, TripReason::ConsecutiveFailures, n);
                     return None;
                 }
@@ -1522,7 +1525,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             }
             .pack()
         });
-        self.stats.clear_window(now, self.s(), false);
+        self.stats.clear_window(now, self.s(), Fold::All);
         let mut n = Notes::default();
         n.change(Change {
             from,
@@ -1547,10 +1550,16 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     }
 
     /// Clears the trip window once a decision has used its evidence (see [`Notes::decided`]):
-    /// dropped after a trip, folded into the error baseline after a close.
+    /// after a close folded into the error baseline; after a trip by a run of failures, all
+    /// but the run; after a trip by the window's rates, dropped.
     fn clear_decided_window(&self, now: Instant, n: &Notes) {
         if n.decided() {
-            self.stats.clear_window(now, self.s(), n.opened());
+            let fold = match (n.opened(), n.trip_run) {
+                (false, _) => Fold::All,
+                (true, 0) => Fold::Nothing,
+                (true, run) => Fold::AllBut(run),
+            };
+            self.stats.clear_window(now, self.s(), fold);
         }
     }
 

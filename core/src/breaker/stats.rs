@@ -686,17 +686,40 @@ impl<W: Word> Stats<W> {
         }
     }
 
-    /// Clears the trip window (its counts were evidence for a decision now made). After a
-    /// close or a reset what it held measured the dependency as it normally is, so it moves into
-    /// the error baseline; after a trip (`tripped`) it is dropped: a window picked for its
-    /// failures is no sample of normal, and folding each outage in would raise the next trip
-    /// point.
-    pub(crate) fn clear_window(&self, now: Instant, s: &BreakerSettings, tripped: bool) {
+    /// Clears the trip window (its counts were evidence for a decision now made) and folds
+    /// into the error baseline what `fold` says measured the dependency as it normally is.
+    pub(crate) fn clear_window(&self, now: Instant, s: &BreakerSettings, fold: Fold) {
         let held = self.trip.clear();
-        if held.calls > 0 && !tripped {
-            self.to_baseline(now, s, held);
+        let kept = match fold {
+            Fold::All => held,
+            Fold::AllBut(run) => {
+                let run = u32::from(run);
+                Counts {
+                    calls: held.calls.saturating_sub(run),
+                    failures: held.failures.saturating_sub(run),
+                    slow: 0,
+                }
+            }
+            Fold::Nothing => Counts::default(),
+        };
+        if kept.calls > 0 {
+            self.to_baseline(now, s, kept);
         }
     }
+}
+
+/// What a decision leaves of the trip window for the error baseline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fold {
+    /// After a close or a reset: the window measured the dependency as it normally is.
+    All,
+    /// After a trip by a run of this many failures: the run was the evidence, and the calls
+    /// before it tripped nothing. Dropping them too would forget the last trip window of normal
+    /// history at every outage, and a ramp or a probe after it would be judged cold.
+    AllBut(u16),
+    /// After a trip by the window's rates: the window was the evidence, picked for its
+    /// failures; folding each such window in would raise the next trip point.
+    Nothing,
 }
 
 /// What a breaker measures, as the breaker sees it: the full statistics, or nothing at all for a
@@ -719,8 +742,8 @@ pub(crate) trait Measure {
     fn tail(&self, now: Instant, s: &BreakerSettings) -> (Option<Duration>, u32);
     /// The slow-call threshold in force.
     fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration>;
-    /// Empties the trip window.
-    fn clear_window(&self, now: Instant, s: &BreakerSettings, tripped: bool);
+    /// Empties the trip window, folding what `fold` says into the error baseline.
+    fn clear_window(&self, now: Instant, s: &BreakerSettings, fold: Fold);
 }
 
 impl<W: Word> Measure for Stats<W> {
@@ -744,8 +767,8 @@ impl<W: Word> Measure for Stats<W> {
     fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration> {
         Stats::slow_threshold(self, now, s)
     }
-    fn clear_window(&self, now: Instant, s: &BreakerSettings, tripped: bool) {
-        Stats::clear_window(self, now, s, tripped);
+    fn clear_window(&self, now: Instant, s: &BreakerSettings, fold: Fold) {
+        Stats::clear_window(self, now, s, fold);
     }
 }
 
@@ -769,7 +792,7 @@ impl Measure for NoStats {
     fn slow_threshold(&self, _: Instant, s: &BreakerSettings) -> Option<Duration> {
         slow_threshold(s, None, 0)
     }
-    fn clear_window(&self, _: Instant, _: &BreakerSettings, _: bool) {}
+    fn clear_window(&self, _: Instant, _: &BreakerSettings, _: Fold) {}
 }
 
 fn baseline_bucket(s: &BreakerSettings) -> Duration {
