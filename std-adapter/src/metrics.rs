@@ -2,7 +2,7 @@
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
-//! | `stormguard_calls_total` | counter | `breaker`, `result` | calls ended, by [`Ended::as_str`] (`succeeded`, `failed`, `timed_out`, `rejected`, `deadline_exceeded`, `cancelled`, `cached`) |
+//! | `stormguard_calls_total` | counter | `breaker`, `result` | calls ended, by [`Ended::as_str`] (`succeeded`, `failed`, `timed_out`, `rejected`, `deadline_exceeded`, `cancelled`, `cached`, `drained`) |
 //! | `stormguard_attempts_total` | counter | `breaker` | attempts started |
 //! | `stormguard_retries_total` | counter | `breaker` | retries scheduled (the core's `Retry` events) |
 //! | `stormguard_hedges_total` | counter | `breaker` | hedged attempts launched (the core's `Hedged` events) |
@@ -23,7 +23,7 @@ use stormguard_core::{Event, Name, RefusalReason, State};
 use crate::events::{Ended, Listener};
 use crate::{Breaker, Budget};
 
-const RESULTS: [&str; 7] = [
+const RESULTS: [&str; 8] = [
     "succeeded",
     "failed",
     "timed_out",
@@ -31,6 +31,7 @@ const RESULTS: [&str; 7] = [
     "deadline_exceeded",
     "cancelled",
     "cached",
+    "drained",
 ];
 
 const REASONS: [&str; 9] = [
@@ -56,6 +57,7 @@ fn result_index(ended: Ended) -> usize {
         Ended::DeadlineExceeded => 4,
         Ended::Cancelled => 5,
         Ended::Cached => 6,
+        Ended::Drained => 7,
     }
 }
 
@@ -85,7 +87,7 @@ fn state_index(state: State) -> usize {
 
 #[derive(Debug, Default)]
 struct Counters {
-    calls: [AtomicU64; 7],
+    calls: [AtomicU64; 8],
     attempts: AtomicU64,
     retries: AtomicU64,
     hedges: AtomicU64,
@@ -186,7 +188,7 @@ impl Metrics {
     pub fn snapshot(&self) -> MetricsSnapshot {
         let c = &self.inner.counters;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let calls_by_result: [(&'static str, u64); 7] =
+        let calls_by_result: [(&'static str, u64); 8] =
             std::array::from_fn(|i| (RESULTS.get(i).copied().unwrap_or(""), 0));
         let mut snapshot = MetricsSnapshot {
             name: self.inner.label.clone(),
@@ -291,7 +293,7 @@ pub struct MetricsSnapshot {
     /// Calls ended, any way.
     pub calls: u64,
     /// Calls ended, by result (`stormguard_calls_total{result}`).
-    pub calls_by_result: [(&'static str, u64); 7],
+    pub calls_by_result: [(&'static str, u64); 8],
     /// Attempts started.
     pub attempts: u64,
     /// Retries scheduled.
