@@ -179,6 +179,8 @@ pub use metrics::{Metrics, MetricsSnapshot};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use nested::inbound_retry;
+#[cfg(feature = "tokio")]
+pub use policy::Drain;
 pub use policy::{Bulkhead, CallOptions, Limiter, Policy, PolicyBuilder};
 pub use stormguard_core::CallError;
 // The core vocabulary this crate's API takes and returns, so a host user needs only this crate.

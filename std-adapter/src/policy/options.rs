@@ -3,6 +3,8 @@ use stormguard_core::{Call, Duration, Instant};
 use crate::classify::EveryErrorTransient;
 
 #[cfg(feature = "tokio")]
+use super::Drain;
+#[cfg(feature = "tokio")]
 use tokio_util::sync::CancellationToken;
 
 /// What one call may add to its policy: a classifier, a cancellation token, a tighter
@@ -36,6 +38,8 @@ pub struct CallOptions<'a, C = EveryErrorTransient> {
     pub(super) cancel: Option<&'a CancellationToken>,
     #[cfg(not(feature = "tokio"))]
     pub(super) cancel: Option<std::marker::PhantomData<&'a ()>>,
+    #[cfg(feature = "tokio")]
+    pub(super) drain: Option<&'a Drain>,
     deadline: Option<Instant>,
     within: Option<Duration>,
     pub(super) single_attempt: bool,
@@ -48,6 +52,8 @@ impl CallOptions<'_> {
         CallOptions {
             classify: EveryErrorTransient,
             cancel: None,
+            #[cfg(feature = "tokio")]
+            drain: None,
             deadline: None,
             within: None,
             single_attempt: false,
@@ -94,6 +100,8 @@ impl<'a, C> CallOptions<'a, C> {
         CallOptions {
             classify,
             cancel: self.cancel,
+            #[cfg(feature = "tokio")]
+            drain: self.drain,
             deadline: self.deadline,
             within: self.within,
             single_attempt: self.single_attempt,
@@ -119,6 +127,25 @@ impl<'a, C> CallOptions<'a, C> {
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn cancel_on(mut self, token: &'a CancellationToken) -> Self {
         self.cancel = Some(token);
+        self
+    }
+
+    /// Watches `drain` (in place of the policy's own, if it has one): once the drain begins,
+    /// the call starts no new attempt or retry, its deadline is clamped to the drain's grace,
+    /// an attempt in flight finishes, and a call the drain stopped returns
+    /// [`CallError::Drained`] with the last error it had (see [`Drain`]).
+    ///
+    /// ```
+    /// let drain = stormguard_std::Drain::new();
+    /// let o = stormguard_std::CallOptions::new().drain_on(&drain);
+    /// # let _ = o;
+    /// ```
+    ///
+    /// [`CallError::Drained`]: crate::CallError::Drained
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn drain_on(mut self, drain: &'a Drain) -> Self {
+        self.drain = Some(drain);
         self
     }
 
