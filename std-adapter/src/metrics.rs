@@ -34,7 +34,7 @@ const RESULTS: [&str; 8] = [
     "drained",
 ];
 
-const REASONS: [&str; 9] = [
+const REASONS: [&str; 10] = [
     "breaker_open",
     "half_open_full",
     "ramp_shedding",
@@ -43,6 +43,7 @@ const REASONS: [&str; 9] = [
     "rate_limited",
     "bulkhead_full",
     "keyed_full",
+    "shed",
     "other",
 ];
 
@@ -71,7 +72,8 @@ fn reason_index(reason: RefusalReason) -> usize {
         RefusalReason::RateLimited => 5,
         RefusalReason::BulkheadFull => 6,
         RefusalReason::KeyedFull => 7,
-        _ => 8,
+        RefusalReason::Shed => 8,
+        _ => 9,
     }
 }
 
@@ -92,7 +94,7 @@ struct Counters {
     retries: AtomicU64,
     hedges: AtomicU64,
     nested_retries: AtomicU64,
-    rejections: [AtomicU64; 9],
+    rejections: [AtomicU64; 10],
     state_changes: [AtomicU64; 5],
 }
 
@@ -303,7 +305,7 @@ pub struct MetricsSnapshot {
     /// Requests received that were a caller's retry.
     pub nested_retries: u64,
     /// Refusals by reason (`other` for reasons added to the core later).
-    pub rejections: [(&'static str, u64); 9],
+    pub rejections: [(&'static str, u64); 10],
     /// Breaker transitions, by the state entered.
     pub state_changes: [(&'static str, u64); 5],
     /// The breaker's state now, if the metrics know the breaker.

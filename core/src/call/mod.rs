@@ -33,12 +33,14 @@
 
 pub(crate) mod backoff;
 pub(crate) mod classify;
+pub(crate) mod criticality;
 pub(crate) mod error;
 pub(crate) mod hedge;
 pub(crate) mod permit;
 
 pub use self::backoff::{Backoff, BackoffBuilder, Jitter};
 pub use self::classify::{Classify, EveryErrorTransient};
+pub use self::criticality::Criticality;
 pub use self::error::CallError;
 pub use self::hedge::{Due, HedgedPair, Lane, PairNext};
 pub(crate) use self::permit::Kind;
@@ -170,6 +172,13 @@ pub trait Funding {
     fn refund_retry(&mut self, now: Instant);
     /// Learns from an attempt's outcome (successes fund future retries).
     fn on_outcome(&mut self, now: Instant, outcome: Outcome);
+    /// Whether a [sheddable](Criticality::Sheddable) call may retry: refused with
+    /// [`RefusalReason::Shed`] once more than half of the budget is spent. Changes nothing.
+    /// Without a budget to read, `Ok`.
+    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
+        let _ = now;
+        Ok(())
+    }
 }
 
 /// No breaker: every attempt is admitted. Carries the name events use.
@@ -416,6 +425,13 @@ impl<F: Funding> Funding for Option<F> {
             f.on_outcome(now, outcome);
         }
     }
+    #[inline]
+    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
+        match self {
+            Some(f) => f.check_shed(now),
+            None => Ok(()),
+        }
+    }
 }
 
 impl<F: Funding + ?Sized> Funding for &mut F {
@@ -427,6 +443,9 @@ impl<F: Funding + ?Sized> Funding for &mut F {
     }
     fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
         (**self).on_outcome(now, outcome);
+    }
+    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
+        (**self).check_shed(now)
     }
 }
 
@@ -763,6 +782,8 @@ pub enum NoHedge {
     Unrepeatable,
     /// A drain began ([`Call::on_drain`]): no new attempt starts, a hedge included.
     Draining,
+    /// The call is [sheddable](Criticality::Sheddable): sheddable work is never hedged.
+    Sheddable,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -818,6 +839,8 @@ pub struct Call {
     answered: bool,
     /// Whether a drain began ([`Call::on_drain`]): no attempt or retry starts any more.
     draining: bool,
+    /// How much the call matters ([`Call::set_criticality`]).
+    criticality: Criticality,
 }
 
 impl Call {
@@ -882,6 +905,7 @@ impl Call {
             rng: JitterRng::with_seed(seed),
             answered: false,
             draining: false,
+            criticality: Criticality::Default,
         }
     }
 
@@ -961,6 +985,43 @@ impl Call {
         if self.phase == Phase::InFlight {
             self.attempt_deadline = Some(self.attempt_deadline.map_or(by, |d| d.min(by)));
         }
+    }
+
+    /// Labels how much the call matters (default [`Criticality::Default`]), before its first
+    /// [`Call::poll`]. A [sheddable](Criticality::Sheddable) call is never hedged
+    /// ([`NoHedge::Sheddable`]) and gets no retry once the retry budget is more than half
+    /// spent: the call then ends as the guarded rejection with [`RefusalReason::Shed`]
+    /// (carrying the last outcome), or with the dependency's answer when it answered, as for
+    /// any refused retry ([`Call::complete_attempt`]). Critical and default calls retry as the
+    /// budget allows.
+    ///
+    /// ```
+    /// use stormguard_core::{
+    ///     call::{Criticality, Unguarded}, Budget, BudgetSettings, Call, CallSettings, Instant,
+    ///     Outcome, Parts, RefusalReason, Step,
+    /// };
+    ///
+    /// let mut parts = Parts { breaker: Unguarded("feed".into()), budget: Budget::new(BudgetSettings::defaults("feed")) };
+    /// let now = Instant::from_secs(1);
+    /// for _ in 0..16 {
+    ///     parts.budget.try_withdraw(now)?; // more than half of 30 spent
+    /// }
+    /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
+    /// call.set_criticality(Criticality::Sheddable);
+    /// let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// call.complete(&mut parts, permit, now, Outcome::Transient, &mut |_| {});
+    /// let Step::Reject(r) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// assert_eq!(r.reason, RefusalReason::Shed);
+    /// # Ok::<(), stormguard_core::Refused>(())
+    /// ```
+    pub fn set_criticality(&mut self, criticality: Criticality) {
+        self.criticality = criticality;
+    }
+
+    /// How much the call matters ([`Call::set_criticality`]).
+    #[must_use]
+    pub const fn criticality(&self) -> Criticality {
+        self.criticality
     }
 
     /// Whether a drain began ([`Call::on_drain`]).
@@ -1226,6 +1287,9 @@ impl Call {
         }
         if self.draining {
             return Err(NoHedge::Draining);
+        }
+        if self.criticality.is_sheddable() {
+            return Err(NoHedge::Sheddable);
         }
         if self.phase != Phase::InFlight
             || self.running != 1
@@ -1506,7 +1570,16 @@ impl Call {
                 return;
             }
         }
-        if let Err(refused) = parts.budget.try_fund_retry(now) {
+        let funded = if self.criticality.is_sheddable() {
+            // Sheddable work leaves the second half of the budget to work that matters more.
+            parts
+                .budget
+                .check_shed(now)
+                .and_then(|()| parts.budget.try_fund_retry(now))
+        } else {
+            parts.budget.try_fund_retry(now)
+        };
+        if let Err(refused) = funded {
             let rejection = self.rejection(parts, refused, now, events);
             self.phase = match self.answered_failure() {
                 // The dependency's answer stands, handed back at once.
