@@ -1,4 +1,4 @@
-use stormguard_core::{Call, Duration, Instant};
+use stormguard_core::{call::Criticality, Call, Duration, Instant};
 
 use crate::classify::EveryErrorTransient;
 
@@ -43,6 +43,7 @@ pub struct CallOptions<'a, C = EveryErrorTransient> {
     deadline: Option<Instant>,
     within: Option<Duration>,
     pub(super) single_attempt: bool,
+    criticality: Criticality,
 }
 
 impl CallOptions<'_> {
@@ -57,6 +58,7 @@ impl CallOptions<'_> {
             deadline: None,
             within: None,
             single_attempt: false,
+            criticality: Criticality::Default,
         }
     }
 }
@@ -66,10 +68,11 @@ impl CallOptions<'_> {
 pub(super) const DEFAULT_OPTIONS: CallOptions<'static> = CallOptions::new();
 
 impl<C> CallOptions<'_, C> {
-    /// Applies these options' deadline to a call begun at `now`, in place (a `Call` is some 170
-    /// bytes).
+    /// Applies these options' deadline and criticality to a call begun at `now`, in place (a
+    /// `Call` is some 170 bytes).
     #[inline]
     pub(crate) fn tighten(&self, call: &mut Call, now: Instant) {
+        call.set_criticality(self.criticality);
         if let Some(at) = self.deadline {
             call.tighten_deadline(at);
         }
@@ -105,6 +108,7 @@ impl<'a, C> CallOptions<'a, C> {
             deadline: self.deadline,
             within: self.within,
             single_attempt: self.single_attempt,
+            criticality: self.criticality,
         }
     }
 
@@ -172,6 +176,22 @@ impl<'a, C> CallOptions<'a, C> {
     /// ```
     pub fn within(mut self, d: impl Into<Duration>) -> Self {
         self.within = Some(d.into());
+        self
+    }
+
+    /// Labels how much the call matters (default [`Criticality::Default`]): a
+    /// [sheddable](Criticality::Sheddable) call is never hedged and gets no retry once the
+    /// policy's retry budget is more than half spent (the call then returns the rejection with
+    /// reason `shed`, or the dependency's answer); default and critical calls retry as the
+    /// budget allows.
+    ///
+    /// ```
+    /// use stormguard_std::{CallOptions, Criticality};
+    /// let o = CallOptions::new().criticality(Criticality::Sheddable);
+    /// # let _ = o;
+    /// ```
+    pub fn criticality(mut self, criticality: Criticality) -> Self {
+        self.criticality = criticality;
         self
     }
 
