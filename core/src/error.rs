@@ -27,6 +27,9 @@ pub enum RefusalReason {
     /// A keyed table (one breaker per key) is full and no key in it is idle, so the new key
     /// has no breaker.
     KeyedFull,
+    /// The call is [sheddable](crate::call::Criticality::Sheddable) and more than half of the
+    /// retry budget is spent: the retries left are kept for work that matters more.
+    Shed,
 }
 
 impl RefusalReason {
@@ -42,6 +45,7 @@ impl RefusalReason {
             RefusalReason::RateLimited => "rate_limited",
             RefusalReason::BulkheadFull => "bulkhead_full",
             RefusalReason::KeyedFull => "keyed_full",
+            RefusalReason::Shed => "shed",
         }
     }
 }

@@ -85,6 +85,15 @@ pub enum Event<'a> {
         /// The caller's attempt number (2 for its first retry).
         attempt: u32,
     },
+    /// A drain stopped a call: it would have started an attempt or a retry.
+    Drained {
+        /// The name of the breaker guarding the call (or the policy's).
+        name: &'a Name,
+        /// The attempts the call made.
+        attempts: u32,
+        /// The last attempt's outcome, if any attempt ran.
+        last: Option<Outcome>,
+    },
 }
 
 impl Event<'_> {
@@ -99,7 +108,8 @@ impl Event<'_> {
             | Event::Rejected { name, .. }
             | Event::Retry { name, .. }
             | Event::Hedged { name, .. }
-            | Event::NestedRetry { name, .. } => name,
+            | Event::NestedRetry { name, .. }
+            | Event::Drained { name, .. } => name,
         }
     }
 
@@ -152,6 +162,11 @@ impl Event<'_> {
             },
             Event::Hedged { attempt, .. } => Event::Hedged { name, attempt },
             Event::NestedRetry { attempt, .. } => Event::NestedRetry { name, attempt },
+            Event::Drained { attempts, last, .. } => Event::Drained {
+                name,
+                attempts,
+                last,
+            },
         }
     }
 
@@ -167,6 +182,7 @@ impl Event<'_> {
             Event::Retry { .. } => "retry",
             Event::Hedged { .. } => "hedged",
             Event::NestedRetry { .. } => "nested_retry",
+            Event::Drained { .. } => "drained",
         }
     }
 }
@@ -214,6 +230,11 @@ mod tests {
             Event::NestedRetry {
                 name: &a,
                 attempt: 3,
+            },
+            Event::Drained {
+                name: &a,
+                attempts: 1,
+                last: Some(Outcome::Transient),
             },
         ];
         for e in events {

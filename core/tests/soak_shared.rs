@@ -295,6 +295,7 @@ fn run(shared: &Shared<'_>, id: u64, bound: Bound, started: WallClock) -> Tally 
                         Finished::Failed(_) => tally.failed += 1,
                         Finished::DeadlineExceeded { .. } => tally.deadline += 1,
                         Finished::Cancelled => tally.cancelled += 1,
+                        Finished::Drained { .. } => panic!("no drain begins in this run"),
                     }
                     ended = true;
                     break;

@@ -152,4 +152,8 @@ impl<M: RawMutex> Funding for BudgetRef<'_, M> {
     fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
         self.budget.with(|b| b.on_outcome(now, outcome));
     }
+
+    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
+        self.budget.read(|b| b.check_shed(now)).unwrap_or(Ok(()))
+    }
 }

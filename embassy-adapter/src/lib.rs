@@ -102,6 +102,7 @@ struct ReadmeExamples;
 mod breaker;
 mod budget;
 mod bulkhead;
+mod drain;
 pub mod events;
 mod keyed;
 mod policy;
@@ -113,6 +114,7 @@ pub mod time;
 pub use breaker::{Breaker, BreakerRef, CoreBreaker};
 pub use budget::{Budget, BudgetRef};
 pub use bulkhead::{Bulkhead, BulkheadRef, BulkheadStep, NoBulkhead};
+pub use drain::Drain;
 pub use events::{Listener, NoListener};
 pub use keyed::{KeyedBreaker, KeyedPolicy, KeyedRef};
 pub use policy::{

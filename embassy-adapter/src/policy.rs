@@ -23,6 +23,7 @@ use stormguard_core::{
 };
 
 use crate::bulkhead::{BulkheadStep, NoBulkhead};
+use crate::drain::Drain;
 use crate::events::{self, Listener, NoListener};
 use crate::ratelimit::{LimitSource, LimitStep, NoRateLimit};
 use crate::sleep::{Never, Slept};
@@ -56,6 +57,7 @@ pub struct CallOptions<C = EveryErrorTransient, X = Never> {
     classify: C,
     cancel: X,
     deadline: Option<embassy_time::Instant>,
+    drain: Option<&'static Drain>,
 }
 
 impl CallOptions {
@@ -66,6 +68,7 @@ impl CallOptions {
             classify: EveryErrorTransient,
             cancel: Never,
             deadline: None,
+            drain: None,
         }
     }
 }
@@ -84,6 +87,7 @@ impl<C, X> CallOptions<C, X> {
             classify,
             cancel: self.cancel,
             deadline: self.deadline,
+            drain: self.drain,
         }
     }
 
@@ -96,7 +100,23 @@ impl<C, X> CallOptions<C, X> {
             classify: self.classify,
             cancel,
             deadline: self.deadline,
+            drain: self.drain,
         }
+    }
+
+    /// Watches `drain`: read before every step of the call, once it has begun the core starts
+    /// no new attempt or retry, clamps the call's deadline to the drain's grace, and ends the
+    /// call as [`CallError::Drained`] with the last error it had.
+    ///
+    /// ```
+    /// use stormguard_embassy::{CallOptions, Drain};
+    /// static DRAIN: Drain = Drain::new();
+    /// let options = CallOptions::new().drain_on(&DRAIN);
+    /// # let _ = options;
+    /// ```
+    pub fn drain_on(mut self, drain: &'static Drain) -> Self {
+        self.drain = Some(drain);
+        self
     }
 
     /// Ends the call by `at` at the latest (a deadline propagated from the caller); a later one
@@ -848,6 +868,7 @@ where
         classify,
         cancel,
         deadline,
+        drain,
     } = options;
     let mut cancel = pin!(cancel);
     let clock = EmbassyClock::new();
@@ -866,6 +887,10 @@ where
             enter = false;
             Step::Wait(stormguard_core::Duration::ZERO)
         } else {
+            if let Some(drain) = drain {
+                // The core decides what the drain stops; it is told before every step.
+                drain.watch(&mut call, now);
+            }
             call.poll(&mut parts, now, &mut sink)
         };
         match step {
@@ -919,6 +944,7 @@ where
         classify,
         cancel,
         deadline,
+        drain,
     } = options;
     let mut cancel = pin!(cancel);
     let clock = EmbassyClock::new();
@@ -938,6 +964,10 @@ where
             enter = false;
             Step::Wait(stormguard_core::Duration::ZERO)
         } else {
+            if let Some(drain) = drain {
+                // The core decides what the drain stops; it is told before every step.
+                drain.watch(&mut call, now);
+            }
             call.poll(&mut parts, now, &mut sink)
         };
         match step {

@@ -992,3 +992,49 @@ fn a_call_whose_cancellation_already_happened_runs_nothing() {
     assert_eq!(runs.get(), 0, "the operation never ran");
     assert_eq!(breaker.state(), State::Closed);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Drain
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_drain_begun_during_an_attempt_lets_it_finish_and_starts_no_retry() {
+    static DRAIN: stormguard_embassy::Drain = stormguard_embassy::Drain::new();
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("radio"));
+    let policy = Policy::new(&breaker, RETRYING);
+    let attempts = Cell::new(0);
+    let (r, took) = run(
+        policy.call_with(CallOptions::new().drain_on(&DRAIN), |_| {
+            attempts.set(attempts.get() + 1);
+            async {
+                Timer::after(ms(40)).await;
+                DRAIN.begin(); // the device is told to power down while the attempt runs
+                Err::<u32, _>("nack")
+            }
+        }),
+        EDuration::from_ticks(100),
+    );
+    assert_eq!(r, Err(CallError::Drained { last: Some("nack") }));
+    assert_eq!(attempts.get(), 1);
+    assert_eq!(took, ms(40), "no backoff wait is served");
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_call_begun_after_the_drain_runs_nothing() {
+    static DRAIN: stormguard_embassy::Drain =
+        stormguard_embassy::Drain::with_grace(Duration::from_secs(5));
+    fresh();
+    DRAIN.begin();
+    assert_eq!(DRAIN.grace(), Duration::from_secs(5));
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("radio"));
+    let policy = Policy::new(&breaker, RETRYING);
+    let attempts = Cell::new(0);
+    let (r, took) = run_ms(policy.call_with(CallOptions::new().drain_on(&DRAIN), |_| {
+        attempts.set(attempts.get() + 1);
+        async { Ok::<u32, ()>(1) }
+    }));
+    assert_eq!(r, Err(CallError::Drained { last: None }));
+    assert_eq!((attempts.get(), took), (0, ms(0)));
+}

@@ -702,7 +702,7 @@ fuzz_target!(|input: Input| {
                             }
                             Finished::DeadlineExceeded { .. } => tally.deadline += 1,
                             Finished::Cancelled => tally.cancelled += 1,
-                            Finished::Rejected(_) => unreachable!(),
+                            Finished::Rejected(_) | Finished::Drained { .. } => unreachable!(),
                         }
                     }
                     ended = Some(f);

@@ -34,6 +34,8 @@ pub enum Ended {
     Cancelled,
     /// Served from the success cache without calling.
     Cached,
+    /// A drain (the service shutting down) stopped the call before another attempt or retry.
+    Drained,
 }
 
 impl<E> From<&CallError<E>> for Ended {
@@ -50,6 +52,7 @@ impl<E> From<&CallError<E>> for Ended {
             CallError::Rejected { rejection, .. } => Ended::Rejected(rejection.reason),
             CallError::DeadlineExceeded { .. } => Ended::DeadlineExceeded,
             CallError::Cancelled => Ended::Cancelled,
+            CallError::Drained { .. } => Ended::Drained,
             // `CallError` is non-exhaustive: an ending added later reads as a failure until it
             // has a name here.
             _ => Ended::Failed,
@@ -77,6 +80,7 @@ impl From<Finished> for Ended {
             Finished::DeadlineExceeded { .. } => Ended::DeadlineExceeded,
             Finished::Rejected(rejection) => Ended::Rejected(rejection.reason),
             Finished::Cancelled => Ended::Cancelled,
+            Finished::Drained { .. } => Ended::Drained,
         }
     }
 }
@@ -97,6 +101,7 @@ impl Ended {
             Ended::DeadlineExceeded => "deadline_exceeded",
             Ended::Cancelled => "cancelled",
             Ended::Cached => "cached",
+            Ended::Drained => "drained",
         }
     }
 }
@@ -278,6 +283,12 @@ pub fn trace(event: &Event<'_>) {
             breaker,
             attempt,
             "received a caller's retry"
+        ),
+        Event::Drained { attempts, .. } => tracing::debug!(
+            target: "stormguard",
+            breaker,
+            attempts,
+            "call stopped: draining"
         ),
         Event::RampStep { fraction, cap, .. } => tracing::debug!(
             target: "stormguard",

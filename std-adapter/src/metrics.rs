@@ -2,7 +2,7 @@
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
-//! | `stormguard_calls_total` | counter | `breaker`, `result` | calls ended, by [`Ended::as_str`] (`succeeded`, `failed`, `timed_out`, `rejected`, `deadline_exceeded`, `cancelled`, `cached`) |
+//! | `stormguard_calls_total` | counter | `breaker`, `result` | calls ended, by [`Ended::as_str`] (`succeeded`, `failed`, `timed_out`, `rejected`, `deadline_exceeded`, `cancelled`, `cached`, `drained`) |
 //! | `stormguard_attempts_total` | counter | `breaker` | attempts started |
 //! | `stormguard_retries_total` | counter | `breaker` | retries scheduled (the core's `Retry` events) |
 //! | `stormguard_hedges_total` | counter | `breaker` | hedged attempts launched (the core's `Hedged` events) |
@@ -23,7 +23,7 @@ use stormguard_core::{Event, Name, RefusalReason, State};
 use crate::events::{Ended, Listener};
 use crate::{Breaker, Budget};
 
-const RESULTS: [&str; 7] = [
+const RESULTS: [&str; 8] = [
     "succeeded",
     "failed",
     "timed_out",
@@ -31,9 +31,10 @@ const RESULTS: [&str; 7] = [
     "deadline_exceeded",
     "cancelled",
     "cached",
+    "drained",
 ];
 
-const REASONS: [&str; 9] = [
+const REASONS: [&str; 10] = [
     "breaker_open",
     "half_open_full",
     "ramp_shedding",
@@ -42,6 +43,7 @@ const REASONS: [&str; 9] = [
     "rate_limited",
     "bulkhead_full",
     "keyed_full",
+    "shed",
     "other",
 ];
 
@@ -56,6 +58,7 @@ fn result_index(ended: Ended) -> usize {
         Ended::DeadlineExceeded => 4,
         Ended::Cancelled => 5,
         Ended::Cached => 6,
+        Ended::Drained => 7,
     }
 }
 
@@ -69,7 +72,8 @@ fn reason_index(reason: RefusalReason) -> usize {
         RefusalReason::RateLimited => 5,
         RefusalReason::BulkheadFull => 6,
         RefusalReason::KeyedFull => 7,
-        _ => 8,
+        RefusalReason::Shed => 8,
+        _ => 9,
     }
 }
 
@@ -85,12 +89,12 @@ fn state_index(state: State) -> usize {
 
 #[derive(Debug, Default)]
 struct Counters {
-    calls: [AtomicU64; 7],
+    calls: [AtomicU64; 8],
     attempts: AtomicU64,
     retries: AtomicU64,
     hedges: AtomicU64,
     nested_retries: AtomicU64,
-    rejections: [AtomicU64; 9],
+    rejections: [AtomicU64; 10],
     state_changes: [AtomicU64; 5],
 }
 
@@ -186,7 +190,7 @@ impl Metrics {
     pub fn snapshot(&self) -> MetricsSnapshot {
         let c = &self.inner.counters;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let calls_by_result: [(&'static str, u64); 7] =
+        let calls_by_result: [(&'static str, u64); 8] =
             std::array::from_fn(|i| (RESULTS.get(i).copied().unwrap_or(""), 0));
         let mut snapshot = MetricsSnapshot {
             name: self.inner.label.clone(),
@@ -291,7 +295,7 @@ pub struct MetricsSnapshot {
     /// Calls ended, any way.
     pub calls: u64,
     /// Calls ended, by result (`stormguard_calls_total{result}`).
-    pub calls_by_result: [(&'static str, u64); 7],
+    pub calls_by_result: [(&'static str, u64); 8],
     /// Attempts started.
     pub attempts: u64,
     /// Retries scheduled.
@@ -301,7 +305,7 @@ pub struct MetricsSnapshot {
     /// Requests received that were a caller's retry.
     pub nested_retries: u64,
     /// Refusals by reason (`other` for reasons added to the core later).
-    pub rejections: [(&'static str, u64); 9],
+    pub rejections: [(&'static str, u64); 10],
     /// Breaker transitions, by the state entered.
     pub state_changes: [(&'static str, u64); 5],
     /// The breaker's state now, if the metrics know the breaker.

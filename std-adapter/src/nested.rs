@@ -12,6 +12,13 @@ use std::future::Future;
 
 #[cfg(feature = "tower")]
 use http::{HeaderMap, HeaderName};
+use stormguard_core::call::Criticality;
+
+/// The header a request carries its caller's [`Criticality`] in (`sheddable`, `default`,
+/// `critical`), written by the tower layer when the request is labelled and read back by
+/// [`NestedRetryLayer`], which caps it at the level the server lets callers claim.
+#[cfg(feature = "tower")]
+pub const CRITICALITY_HEADER: HeaderName = HeaderName::from_static("x-stormguard-criticality");
 
 /// The header a retried request carries its attempt number in (2 for the first retry); the
 /// first attempt carries none.
@@ -26,6 +33,39 @@ const MAX_DIGITS: usize = 9;
 tokio::task_local! {
     /// The caller's attempt number of the inbound request this task is serving.
     static INBOUND_ATTEMPT: u32;
+    /// The caller's criticality (capped) of the inbound request this task is serving.
+    static INBOUND_CRITICALITY: Option<Criticality>;
+}
+
+/// The criticality of the inbound request this task is serving, as its caller labelled it on
+/// [`CRITICALITY_HEADER`](crate::tower::CRITICALITY_HEADER) and capped at the level the
+/// server's `NestedRetryLayer` allows (feature `tower`); `None` when the request carried no
+/// readable label. The tower layer labels the calls made while serving it the same way, so
+/// the label travels down a chain of services. Like [`inbound_retry`], it lives in the
+/// serving task.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// assert_eq!(stormguard_std::inbound_criticality(), None);
+/// # }
+/// ```
+#[must_use]
+pub fn inbound_criticality() -> Option<Criticality> {
+    INBOUND_CRITICALITY.try_with(|c| *c).ok().flatten()
+}
+
+/// The label a request's [`CRITICALITY_HEADER`] carries, capped at `max`: one header value
+/// the core's parser reads (bounded, any case); a missing, repeated or unreadable one is no
+/// label.
+#[cfg(feature = "tower")]
+pub(crate) fn criticality_in(headers: &HeaderMap, max: Criticality) -> Option<Criticality> {
+    let mut values = headers.get_all(CRITICALITY_HEADER).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    Criticality::parse(value.as_bytes()).map(|c| c.capped(max))
 }
 
 /// The caller's attempt number of the inbound request this task is serving, when that request
@@ -68,6 +108,15 @@ pub(crate) fn attempt_in(headers: &HeaderMap, header: &http::HeaderName) -> Opti
 #[cfg(feature = "tower")]
 pub use self::layer::{NestedRetryLayer, NestedRetryService};
 
+/// Runs `fut` as the serving of a request labelled `criticality`.
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
+pub(crate) fn serve_criticality<F: Future>(
+    criticality: Option<Criticality>,
+    fut: F,
+) -> impl Future<Output = F::Output> {
+    INBOUND_CRITICALITY.scope(criticality, fut)
+}
+
 #[cfg(feature = "tower")]
 mod layer {
     use std::fmt;
@@ -75,11 +124,11 @@ mod layer {
     use std::task::{Context, Poll};
 
     use http::Request;
-    use stormguard_core::{Event, Name};
+    use stormguard_core::{call::Criticality, Event, Name};
     use tower_layer::Layer;
     use tower_service::Service;
 
-    use super::{attempt_in, serve_attempt, ATTEMPT_HEADER};
+    use super::{attempt_in, criticality_in, serve_attempt, serve_criticality, ATTEMPT_HEADER};
     use crate::events::{emit, Listener, NoListener};
 
     /// The receiving side of nested retries, for a server (axum, hyper, tonic): reads
@@ -114,6 +163,7 @@ mod layer {
     pub struct NestedRetryLayer<L = NoListener> {
         name: Name,
         listener: L,
+        max_criticality: Criticality,
     }
 
     impl NestedRetryLayer {
@@ -129,6 +179,7 @@ mod layer {
             NestedRetryLayer {
                 name,
                 listener: NoListener,
+                max_criticality: Criticality::Default,
             }
         }
     }
@@ -139,7 +190,36 @@ mod layer {
             NestedRetryLayer {
                 name: self.name,
                 listener,
+                max_criticality: self.max_criticality,
             }
+        }
+
+        /// The highest [`Criticality`] a caller may claim on
+        /// [`CRITICALITY_HEADER`](super::CRITICALITY_HEADER) (default
+        /// [`Criticality::Default`]: a caller may lower its work to sheddable, not raise it to
+        /// critical). A higher label is lowered to this one. The label, capped, is put in the
+        /// request's extensions and served in scope
+        /// ([`inbound_criticality`](crate::inbound_criticality)), so the calls the handler
+        /// makes through the tower layer carry it on.
+        ///
+        /// ```
+        /// use stormguard_std::tower::{NestedRetryLayer, CRITICALITY_HEADER};
+        /// use stormguard_std::Criticality;
+        /// use tower::{service_fn, Layer, ServiceExt};
+        ///
+        /// # #[tokio::main(flavor = "current_thread")]
+        /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+        /// let server = NestedRetryLayer::new("orders-api")
+        ///     .layer(service_fn(|req: http::Request<()>| async move {
+        ///         Ok::<_, std::convert::Infallible>(req.extensions().get::<Criticality>().copied())
+        ///     }));
+        /// let greedy = http::Request::get("/").header(CRITICALITY_HEADER, "critical").body(())?;
+        /// assert_eq!(server.oneshot(greedy).await?, Some(Criticality::Default)); // capped
+        /// # Ok(()) }
+        /// ```
+        pub fn max_criticality(mut self, max: Criticality) -> Self {
+            self.max_criticality = max;
+            self
         }
     }
 
@@ -158,6 +238,7 @@ mod layer {
                 inner,
                 name: self.name,
                 listener: self.listener.clone(),
+                max_criticality: self.max_criticality,
             }
         }
     }
@@ -168,6 +249,7 @@ mod layer {
         inner: S,
         name: Name,
         listener: L,
+        max_criticality: Criticality,
     }
 
     impl<S, L> fmt::Debug for NestedRetryService<S, L> {
@@ -193,8 +275,18 @@ mod layer {
             self.inner.poll_ready(cx)
         }
 
-        fn call(&mut self, req: Request<B>) -> Self::Future {
+        fn call(&mut self, mut req: Request<B>) -> Self::Future {
             let attempt = attempt_in(req.headers(), &ATTEMPT_HEADER).unwrap_or(1);
+            let criticality = criticality_in(req.headers(), self.max_criticality);
+            match criticality {
+                Some(c) => {
+                    req.extensions_mut().insert(c);
+                }
+                // A label the caller could not have been granted is not passed on either.
+                None => {
+                    req.extensions_mut().remove::<Criticality>();
+                }
+            }
             if attempt >= 2 {
                 emit(
                     &self.listener,
@@ -204,7 +296,8 @@ mod layer {
                     },
                 );
             }
-            Box::pin(serve_attempt(attempt, self.inner.call(req)))
+            let served = serve_criticality(criticality, self.inner.call(req));
+            Box::pin(serve_attempt(attempt, served))
         }
     }
 }

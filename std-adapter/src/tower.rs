@@ -55,7 +55,7 @@ use std::task::{Context, Poll};
 
 use http::header::HeaderName;
 use http::{Extensions, HeaderMap, HeaderValue, Method, Request, Uri, Version};
-use stormguard_core::Duration;
+use stormguard_core::{call::Criticality, Duration};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -74,7 +74,7 @@ pub use self::grpc::{
     GrpcLayer, GrpcRequests, GrpcTemplate, ReadUnary, ReadUnaryFuture, Streaming,
     GRPC_BUFFER_LIMIT, GRPC_TIMEOUT, GRPC_TIMEOUT_MARGIN,
 };
-pub use crate::nested::{NestedRetryLayer, NestedRetryService, ATTEMPT_HEADER};
+pub use crate::nested::{NestedRetryLayer, NestedRetryService, ATTEMPT_HEADER, CRITICALITY_HEADER};
 
 /// The header the remaining deadline travels in by default: whole milliseconds left.
 pub const DEADLINE_HEADER: HeaderName = HeaderName::from_static("x-stormguard-deadline-ms");
@@ -150,6 +150,22 @@ pub trait Requests<Req> {
         let _ = (req, number);
     }
 
+    /// How much the call for `req` matters, if labelled. By default none; [`HttpRequests`]
+    /// reads a [`Criticality`] in the request's extensions, else the label of the inbound
+    /// request being served ([`inbound_criticality`](crate::inbound_criticality)), so a label
+    /// travels down a chain of services.
+    fn criticality(&self, req: &Req) -> Option<Criticality> {
+        let _ = req;
+        None
+    }
+
+    /// Writes the call's label into an attempt's request. By default nothing;
+    /// [`HttpRequests`] writes it into [`CRITICALITY_HEADER`], for a [`NestedRetryLayer`] on
+    /// the receiving side.
+    fn set_criticality(&self, req: &mut Req, criticality: Criticality) {
+        let _ = (req, criticality);
+    }
+
     /// The key of the scope `req` belongs to, for a layer with a breaker per scope
     /// ([`PolicyLayer::per_host`]); requests without one share the scope `""`. By default
     /// none; [`HttpRequests`] answers the request's authority (`host:port`, lower-cased), and
@@ -197,6 +213,12 @@ impl<Req, R: Requests<Req>, F: Fn(&Req) -> String> Requests<Req> for ScopeBy<R, 
     }
     fn set_attempt(&self, req: &mut Req, number: u32) {
         self.requests.set_attempt(req, number);
+    }
+    fn criticality(&self, req: &Req) -> Option<Criticality> {
+        self.requests.criticality(req)
+    }
+    fn set_criticality(&self, req: &mut Req, criticality: Criticality) {
+        self.requests.set_criticality(req, criticality);
     }
     fn scope(&self, req: &Req) -> Option<String> {
         Some((self.scope)(req))
@@ -374,6 +396,20 @@ impl<B: Clone + Send + 'static> Requests<Request<B>> for HttpRequests {
 
     fn set_attempt(&self, req: &mut Request<B>, number: u32) {
         mark_attempt(req.headers_mut(), number);
+    }
+
+    fn criticality(&self, req: &Request<B>) -> Option<Criticality> {
+        req.extensions()
+            .get::<Criticality>()
+            .copied()
+            .or_else(crate::inbound_criticality)
+    }
+
+    fn set_criticality(&self, req: &mut Request<B>, criticality: Criticality) {
+        req.headers_mut().insert(
+            CRITICALITY_HEADER,
+            HeaderValue::from_static(criticality.as_str()),
+        );
     }
 
     fn scope(&self, req: &Request<B>) -> Option<String> {
@@ -775,7 +811,11 @@ where
             .map(|hosts| (hosts, requests.scope(&req).unwrap_or_default()));
         Box::pin(async move {
             let (req, template) = requests.prepare(req);
+            let criticality = requests.criticality(&req);
             let mut options = CallOptions::new().classify(classify);
+            if let Some(c) = criticality {
+                options = options.criticality(c);
+            }
             if template.is_none() {
                 options = options.single_attempt();
             }
@@ -791,6 +831,9 @@ where
                     None => (None, requests.replay(template.as_ref()?)?),
                 };
                 requests.set_attempt(&mut req, attempt.number);
+                if let Some(c) = criticality {
+                    requests.set_criticality(&mut req, c);
+                }
                 if let Some(left) = attempt.call_left {
                     requests.set_deadline(&mut req, left);
                 }

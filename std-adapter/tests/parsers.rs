@@ -1,7 +1,8 @@
 //! Property tests of every parser of network input in the std adapter: the `Retry-After`
 //! header (`retry_after`, read by the HTTP classifier), the incoming deadline header
 //! (`HttpRequests::adopt_from`, read by the tower layer) and the attempt number a retry carries
-//! (`ATTEMPT_HEADER`, read by `NestedRetryLayer`). Each is fed seeded random bytes and
+//! (`ATTEMPT_HEADER`, read by `NestedRetryLayer`), and the criticality label a request carries
+//! (`CRITICALITY_HEADER`, read and capped by `NestedRetryLayer`). Each is fed seeded random bytes and
 //! strings: it never panics, what it yields is bounded, and well-formed input reads back as the
 //! value written.
 #![cfg(feature = "tower")]
@@ -21,9 +22,12 @@ use http::header::RETRY_AFTER;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use stormguard_core::{rng::JitterRng, Backoff, Duration, Outcome};
 use stormguard_std::tower::{
-    HttpRequests, NestedRetryLayer, PolicyLayer, Requests, ATTEMPT_HEADER, DEADLINE_HEADER,
+    HttpRequests, NestedRetryLayer, PolicyLayer, Requests, ATTEMPT_HEADER, CRITICALITY_HEADER,
+    DEADLINE_HEADER,
 };
-use stormguard_std::{http_outcome, inbound_retry, retry_after, CallError, Policy};
+use stormguard_std::{
+    http_outcome, inbound_criticality, inbound_retry, retry_after, CallError, Criticality, Policy,
+};
 use tower::{Layer, ServiceExt};
 
 mod support;
@@ -422,4 +426,82 @@ async fn the_attempt_header_never_panics_and_reads_only_a_short_run_of_digits() 
         assert_eq!(inbound_attempt(HeaderValue::from(n)).await, Some(n));
     }
     assert_eq!(inbound_attempt(HeaderValue::from(1u32)).await, None);
+}
+
+/// The label a server's `NestedRetryLayer` (letting callers claim up to `max`) reads from
+/// `value`, as the request's handler sees it.
+async fn inbound_label(value: HeaderValue, max: Criticality) -> Option<Criticality> {
+    let server = NestedRetryLayer::new("server")
+        .max_criticality(max)
+        .layer(tower::service_fn(|req: Request<()>| async move {
+            let seen = inbound_criticality();
+            assert_eq!(req.extensions().get::<Criticality>().copied(), seen);
+            Ok::<_, std::convert::Infallible>(seen)
+        }));
+    let mut req = Request::get("/").body(()).unwrap();
+    req.headers_mut().insert(CRITICALITY_HEADER, value);
+    server.oneshot(req).await.unwrap()
+}
+
+#[tokio::test]
+async fn the_criticality_header_never_panics_and_reads_only_a_known_word_capped() {
+    const WORDS: [&str; 3] = ["sheddable", "default", "critical"];
+    let mut g = Gen::new(19);
+    for case in 0..CASES / 4 {
+        // Random bytes, and now and then a known word in random case with random padding.
+        let bytes = if g.below(3) == 0 {
+            let word = WORDS[g.below(3) as usize];
+            let cased: String = word
+                .chars()
+                .map(|c| {
+                    if g.below(2) == 0 {
+                        c.to_ascii_uppercase()
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            format!("{}{cased}{}", g.pad(), g.pad()).into_bytes()
+        } else {
+            g.value()
+        };
+        let Ok(value) = HeaderValue::from_bytes(&bytes) else {
+            continue;
+        };
+        let Some(c) = inbound_label(value, Criticality::Default).await else {
+            let word = std::str::from_utf8(&bytes).map(|s| s.trim().to_ascii_lowercase());
+            assert!(
+                word.as_deref().map_or(true, |w| !WORDS.contains(&w)),
+                "case {case}: {bytes:?} refused"
+            );
+            continue;
+        };
+        // Only a known word reads, and never above the server's cap.
+        let word = std::str::from_utf8(&bytes)
+            .unwrap()
+            .trim()
+            .to_ascii_lowercase();
+        assert!(WORDS.contains(&word.as_str()), "case {case}: {bytes:?}");
+        assert!(c <= Criticality::Default, "case {case}: {c}");
+        assert_eq!(
+            c,
+            Criticality::parse(word.as_bytes())
+                .unwrap()
+                .capped(Criticality::Default)
+        );
+    }
+    // What a client writes reads back, within the cap.
+    for c in [
+        Criticality::Sheddable,
+        Criticality::Default,
+        Criticality::Critical,
+    ] {
+        let value = HeaderValue::from_static(c.as_str());
+        assert_eq!(
+            inbound_label(value.clone(), Criticality::Critical).await,
+            Some(c)
+        );
+        let capped = inbound_label(value, Criticality::Sheddable).await;
+        assert_eq!(capped, Some(Criticality::Sheddable));
+    }
 }

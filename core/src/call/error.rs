@@ -52,6 +52,12 @@ pub enum CallError<E> {
     /// The caller cancelled: the adapter's cancellation signal fired, or the call's future was
     /// dropped.
     Cancelled,
+    /// A drain began (the service is shutting down) and stopped the call before another
+    /// attempt or retry: see [`Call::on_drain`](crate::Call::on_drain).
+    Drained {
+        /// The error of the last attempt, if one returned an error.
+        last: Option<E>,
+    },
 }
 
 impl<E> CallError<E> {
@@ -94,7 +100,8 @@ impl<E> CallError<E> {
             CallError::Failed(e) => Some(e),
             CallError::TimedOut { last }
             | CallError::Rejected { last, .. }
-            | CallError::DeadlineExceeded { last } => last.as_ref(),
+            | CallError::DeadlineExceeded { last }
+            | CallError::Drained { last } => last.as_ref(),
             CallError::Cancelled => None,
         }
     }
@@ -146,6 +153,17 @@ impl Finished {
                     last: last_error(last),
                 }),
             },
+            // As for the deadline: an answer the classifier called a failure (an HTTP 503) is
+            // the last word, and comes back as the value.
+            Finished::Drained { last: outcome } => match (outcome, last) {
+                (
+                    Some(Outcome::Transient | Outcome::Throttled { .. } | Outcome::Permanent),
+                    Some(Ok(value)),
+                ) => Ok(value),
+                (_, last) => Err(CallError::Drained {
+                    last: last_error(last),
+                }),
+            },
             Finished::Rejected(rejection) => Err(CallError::Rejected {
                 rejection,
                 last: last_error(last),
@@ -163,6 +181,7 @@ impl<E: fmt::Display> fmt::Display for CallError<E> {
             CallError::Rejected { rejection, .. } => write!(f, "{rejection}"),
             CallError::DeadlineExceeded { .. } => f.write_str("call deadline exceeded"),
             CallError::Cancelled => f.write_str("call cancelled"),
+            CallError::Drained { .. } => f.write_str("call stopped: draining"),
         }
     }
 }
@@ -208,6 +227,9 @@ impl<E: defmt::Format> defmt::Format for CallError<E> {
                 defmt::write!(f, "call deadline exceeded (last {})", last)
             }
             CallError::Cancelled => defmt::write!(f, "call cancelled"),
+            CallError::Drained { last } => {
+                defmt::write!(f, "call stopped: draining (last {})", last)
+            }
         }
     }
 }

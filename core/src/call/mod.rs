@@ -33,12 +33,14 @@
 
 pub(crate) mod backoff;
 pub(crate) mod classify;
+pub(crate) mod criticality;
 pub(crate) mod error;
 pub(crate) mod hedge;
 pub(crate) mod permit;
 
 pub use self::backoff::{Backoff, BackoffBuilder, Jitter};
 pub use self::classify::{Classify, EveryErrorTransient};
+pub use self::criticality::Criticality;
 pub use self::error::CallError;
 pub use self::hedge::{Due, HedgedPair, Lane, PairNext};
 pub(crate) use self::permit::Kind;
@@ -55,6 +57,13 @@ use crate::{Duration, Instant, Name, Outcome};
 /// caller's remaining deadline), so a polling loop against an open breaker cannot spin. A
 /// constant, not a setting: it is a floor under the rate of a rejection loop, not a tunable.
 pub const GUARD_PAUSE: Duration = Duration::from_millis(100);
+
+/// How long calls in progress may still take once a drain begins ([`Call::on_drain`]), by
+/// default: a call's deadline is clamped to the drain's start plus this grace. 30 s is the
+/// default deadline of a call, and the usual termination grace period of a container
+/// orchestrator: a call begun just before a drain may finish the attempt it runs, and no
+/// process is killed in the middle of one it was allowed to keep.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(30);
 
 /// The pause a refusal is served after: [`GUARD_PAUSE`], capped by the time `left` before the
 /// caller's deadline (if it has one). The call driver applies it to every refusal; an adapter
@@ -163,6 +172,13 @@ pub trait Funding {
     fn refund_retry(&mut self, now: Instant);
     /// Learns from an attempt's outcome (successes fund future retries).
     fn on_outcome(&mut self, now: Instant, outcome: Outcome);
+    /// Whether a [sheddable](Criticality::Sheddable) call may retry: refused with
+    /// [`RefusalReason::Shed`] once more than half of the budget is spent. Changes nothing.
+    /// Without a budget to read, `Ok`.
+    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
+        let _ = now;
+        Ok(())
+    }
 }
 
 /// No breaker: every attempt is admitted. Carries the name events use.
@@ -409,6 +425,13 @@ impl<F: Funding> Funding for Option<F> {
             f.on_outcome(now, outcome);
         }
     }
+    #[inline]
+    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
+        match self {
+            Some(f) => f.check_shed(now),
+            None => Ok(()),
+        }
+    }
 }
 
 impl<F: Funding + ?Sized> Funding for &mut F {
@@ -420,6 +443,9 @@ impl<F: Funding + ?Sized> Funding for &mut F {
     }
     fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
         (**self).on_outcome(now, outcome);
+    }
+    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
+        (**self).check_shed(now)
     }
 }
 
@@ -715,6 +741,12 @@ pub enum Finished {
     Rejected(Rejection),
     /// The caller cancelled.
     Cancelled,
+    /// A drain began ([`Call::on_drain`]) and stopped the call: no attempt or retry starts
+    /// once draining; the attempt in flight, if any, was allowed to finish.
+    Drained {
+        /// The last attempt's outcome, if any attempt ran.
+        last: Option<Outcome>,
+    },
 }
 
 /// What the driver asks the adapter to do next.
@@ -748,6 +780,10 @@ pub enum NoHedge {
     Refused(Refused),
     /// The operation cannot be repeated ([`Call::hedge_with`]'s `launch` made no attempt).
     Unrepeatable,
+    /// A drain began ([`Call::on_drain`]): no new attempt starts, a hedge included.
+    Draining,
+    /// The call is [sheddable](Criticality::Sheddable): sheddable work is never hedged.
+    Sheddable,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -801,6 +837,10 @@ pub struct Call {
     rng_mixed: bool,
     /// Whether the dependency answered the attempt completed last ([`Call::complete_attempt`]).
     answered: bool,
+    /// Whether a drain began ([`Call::on_drain`]): no attempt or retry starts any more.
+    draining: bool,
+    /// How much the call matters ([`Call::set_criticality`]).
+    criticality: Criticality,
 }
 
 impl Call {
@@ -864,6 +904,8 @@ impl Call {
             #[cfg(not(target_pointer_width = "64"))]
             rng: JitterRng::with_seed(seed),
             answered: false,
+            draining: false,
+            criticality: Criticality::Default,
         }
     }
 
@@ -903,6 +945,89 @@ impl Call {
     /// [`Call::with_deadline`] in place.
     pub fn tighten_deadline(&mut self, deadline: Instant) {
         self.deadline = Some(self.deadline.map_or(deadline, |d| d.min(deadline)));
+    }
+
+    /// A drain began at `now` (the service is shutting down): from now on the call starts no
+    /// attempt and no retry, a hedge included, and its deadline, and the running attempt's, is
+    /// clamped to `now + grace` ([`DRAIN_GRACE`], 30 s, by default). An attempt in flight runs
+    /// on to its outcome (within the grace), which is reported with [`Call::complete`] as
+    /// usual: a success is the call's success; anything that would have been retried ends the
+    /// call as [`Finished::Drained`], carrying that outcome. A call not yet at its first
+    /// attempt, or waiting to retry, ends at its next [`Call::poll`] as [`Finished::Drained`]
+    /// (announced by the [`Event::Drained`] event), running nothing. A rejection already
+    /// handed out stands. Later calls change nothing: the first drain's clamp stays.
+    ///
+    /// ```
+    /// use stormguard_core::{
+    ///     call::{Unguarded, Unlimited, DRAIN_GRACE},
+    ///     Call, CallSettings, Duration, Finished, Instant, Outcome, Parts, Step,
+    /// };
+    ///
+    /// let mut parts = Parts { breaker: Unguarded("db".into()), budget: Unlimited };
+    /// let mut now = Instant::from_secs(1);
+    /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
+    /// let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// now += Duration::from_millis(5);
+    /// call.on_drain(now, DRAIN_GRACE); // the attempt in flight finishes...
+    /// call.complete(&mut parts, permit, now, Outcome::Transient, &mut |_| {});
+    /// // ...but its failure is not retried.
+    /// let last = Some(Outcome::Transient);
+    /// assert_eq!(call.poll(&mut parts, now, &mut |_| {}), Step::Done(Finished::Drained { last }));
+    /// assert_eq!(call.attempts(), 1);
+    /// ```
+    pub fn on_drain(&mut self, now: Instant, grace: Duration) {
+        if self.draining {
+            return;
+        }
+        self.draining = true;
+        let by = now.saturating_add(grace);
+        self.tighten_deadline(by);
+        if self.phase == Phase::InFlight {
+            self.attempt_deadline = Some(self.attempt_deadline.map_or(by, |d| d.min(by)));
+        }
+    }
+
+    /// Labels how much the call matters (default [`Criticality::Default`]), before its first
+    /// [`Call::poll`]. A [sheddable](Criticality::Sheddable) call is never hedged
+    /// ([`NoHedge::Sheddable`]) and gets no retry once the retry budget is more than half
+    /// spent: the call then ends as the guarded rejection with [`RefusalReason::Shed`]
+    /// (carrying the last outcome), or with the dependency's answer when it answered, as for
+    /// any refused retry ([`Call::complete_attempt`]). Critical and default calls retry as the
+    /// budget allows.
+    ///
+    /// ```
+    /// use stormguard_core::{
+    ///     call::{Criticality, Unguarded}, Budget, BudgetSettings, Call, CallSettings, Instant,
+    ///     Outcome, Parts, RefusalReason, Step,
+    /// };
+    ///
+    /// let mut parts = Parts { breaker: Unguarded("feed".into()), budget: Budget::new(BudgetSettings::defaults("feed")) };
+    /// let now = Instant::from_secs(1);
+    /// for _ in 0..16 {
+    ///     parts.budget.try_withdraw(now)?; // more than half of 30 spent
+    /// }
+    /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
+    /// call.set_criticality(Criticality::Sheddable);
+    /// let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// call.complete(&mut parts, permit, now, Outcome::Transient, &mut |_| {});
+    /// let Step::Reject(r) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// assert_eq!(r.reason, RefusalReason::Shed);
+    /// # Ok::<(), stormguard_core::Refused>(())
+    /// ```
+    pub fn set_criticality(&mut self, criticality: Criticality) {
+        self.criticality = criticality;
+    }
+
+    /// How much the call matters ([`Call::set_criticality`]).
+    #[must_use]
+    pub const fn criticality(&self) -> Criticality {
+        self.criticality
+    }
+
+    /// Whether a drain began ([`Call::on_drain`]).
+    #[must_use]
+    pub const fn is_draining(&self) -> bool {
+        self.draining
     }
 
     /// The call's deadline, if any.
@@ -977,6 +1102,23 @@ impl Call {
         rejection
     }
 
+    /// Ends the call as stopped by the drain, and announces it.
+    fn drained<A: Admission, F: Funding>(
+        &mut self,
+        parts: &Parts<A, F>,
+        last: Option<Outcome>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Finished {
+        let f = Finished::Drained { last };
+        self.phase = Phase::Over(f);
+        events(Event::Drained {
+            name: parts.breaker.name(),
+            attempts: self.attempts,
+            last,
+        });
+        f
+    }
+
     fn reject<A: Admission, F: Funding>(
         &mut self,
         parts: &Parts<A, F>,
@@ -1011,6 +1153,11 @@ impl Call {
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Step {
+        if self.draining && matches!(self.phase, Phase::Ready | Phase::Waiting(_)) {
+            // Draining: nothing new starts, whether the first attempt or a retry, and a
+            // backoff wait is not served out.
+            return Step::Done(self.drained(parts, self.last, events));
+        }
         match self.phase {
             Phase::Over(f) => return Step::Done(f),
             Phase::Pending(r) => {
@@ -1137,6 +1284,12 @@ impl Call {
     fn may_hedge(&self) -> Result<(), NoHedge> {
         if !self.rules.hedging {
             return Err(NoHedge::Off);
+        }
+        if self.draining {
+            return Err(NoHedge::Draining);
+        }
+        if self.criticality.is_sheddable() {
+            return Err(NoHedge::Sheddable);
         }
         if self.phase != Phase::InFlight
             || self.running != 1
@@ -1395,6 +1548,11 @@ impl Call {
             self.phase = Phase::Over(f);
             return;
         }
+        if self.draining {
+            // A retry is due, but nothing new starts once draining.
+            self.drained(parts, Some(outcome), events);
+            return;
+        }
         self.mix_rng();
         let delay = self
             .rules
@@ -1412,7 +1570,16 @@ impl Call {
                 return;
             }
         }
-        if let Err(refused) = parts.budget.try_fund_retry(now) {
+        let funded = if self.criticality.is_sheddable() {
+            // Sheddable work leaves the second half of the budget to work that matters more.
+            parts
+                .budget
+                .check_shed(now)
+                .and_then(|()| parts.budget.try_fund_retry(now))
+        } else {
+            parts.budget.try_fund_retry(now)
+        };
+        if let Err(refused) = funded {
             let rejection = self.rejection(parts, refused, now, events);
             self.phase = match self.answered_failure() {
                 // The dependency's answer stands, handed back at once.

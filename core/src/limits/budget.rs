@@ -458,7 +458,30 @@ impl BudgetState {
     /// ms). The floor accrues at the clock's whole milliseconds, so asking again a fraction of
     /// a millisecond sooner may succeed too; asking at `now + retry_after` always does.
     fn time_to_token(self, settings: &BudgetSettings, now: Instant) -> Duration {
-        let Some(missing) = TOKEN.checked_sub(self.tokens) else {
+        self.time_to_hold(TOKEN, settings, now)
+    }
+
+    /// Whether sheddable work may retry: refused with [`RefusalReason::Shed`] once more than
+    /// half of the capacity is spent, with the floor's time (from `now`) to refill it to half.
+    /// Changes nothing.
+    pub(crate) fn check_shed(self, settings: &BudgetSettings, now: Instant) -> Result<(), Refused> {
+        let settled = self.settle(settings, now);
+        let capacity = settings.capacity_micro();
+        // More than half spent is fewer than the upper half of the capacity left.
+        let half = capacity.saturating_sub(capacity / 2);
+        if settled.tokens >= half {
+            return Ok(());
+        }
+        Err(Refused {
+            reason: RefusalReason::Shed,
+            retry_after: settled.time_to_hold(half, settings, now),
+        })
+    }
+
+    /// How long from `now` until this (settled) state holds `target` millionths of a retry,
+    /// by the floor alone ([`BudgetState::time_to_token`] for one retry).
+    fn time_to_hold(self, target: u32, settings: &BudgetSettings, now: Instant) -> Duration {
+        let Some(missing) = target.checked_sub(self.tokens) else {
             return Duration::ZERO;
         };
         if missing == 0 {
@@ -555,6 +578,10 @@ impl<W: Word> BudgetCore<W> {
         let capacity = self.settings.capacity_micro();
         s.tokens > capacity
             || (s.tokens == capacity && Tick::of(now).0.wrapping_sub(s.stamp) <= FRESH_MS)
+    }
+
+    pub(crate) fn check_shed(&self, now: Instant) -> Result<(), Refused> {
+        self.state().check_shed(&self.settings, now)
     }
 
     pub(crate) fn available(&self, now: Instant) -> u32 {
@@ -660,6 +687,27 @@ impl Budget {
         self.core.available(now)
     }
 
+    /// Whether work labelled [sheddable](crate::call::Criticality::Sheddable) may retry at
+    /// `now`: refused with [`RefusalReason::Shed`] once more than half of the budget is spent,
+    /// with the floor's time to refill it to half. Changes nothing; the retry itself is still
+    /// funded by [`Budget::try_withdraw`].
+    ///
+    /// ```
+    /// use stormguard_core::{Budget, BudgetSettings, Instant, RefusalReason};
+    /// let mut budget = Budget::new(BudgetSettings::defaults("api")); // 30 retries
+    /// let now = Instant::from_secs(1);
+    /// for _ in 0..15 {
+    ///     budget.try_withdraw(now)?;
+    /// }
+    /// assert!(budget.check_shed(now).is_ok()); // half spent: not more
+    /// budget.try_withdraw(now)?;
+    /// assert_eq!(budget.check_shed(now).unwrap_err().reason, RefusalReason::Shed);
+    /// # Ok::<(), stormguard_core::Refused>(())
+    /// ```
+    pub fn check_shed(&self, now: Instant) -> Result<(), Refused> {
+        self.core.check_shed(now)
+    }
+
     /// How much of the budget is spent: 0 when full, 1 when empty. A budget that sits near 1 is
     /// a client whose retries are being refused.
     #[must_use]
@@ -707,6 +755,9 @@ pub struct BudgetSnapshot {
 impl Funding for Budget {
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         self.try_withdraw(now)
+    }
+    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
+        self.core.check_shed(now)
     }
     fn refund_retry(&mut self, now: Instant) {
         self.refund(now);
@@ -763,6 +814,11 @@ impl SharedBudget {
         self.core.available(now)
     }
 
+    /// Whether sheddable work may retry at `now` (see [`Budget::check_shed`](crate::Budget::check_shed)).
+    pub fn check_shed(&self, now: Instant) -> Result<(), Refused> {
+        self.core.check_shed(now)
+    }
+
     /// How much of the budget is spent: 0 full, 1 empty.
     #[must_use]
     pub fn utilization(&self, now: Instant) -> Ratio {
@@ -785,6 +841,9 @@ impl SharedBudget {
 impl Funding for &SharedBudget {
     fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
         self.core.try_withdraw(now)
+    }
+    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
+        self.core.check_shed(now)
     }
     fn refund_retry(&mut self, now: Instant) {
         self.core.refund(now);

@@ -151,6 +151,9 @@ impl CacheRule {
             Finished::Failed(outcome)
             | Finished::DeadlineExceeded {
                 last: Some(outcome),
+            }
+            | Finished::Drained {
+                last: Some(outcome),
             } => outcome.is_failure(),
             _ => false,
         }

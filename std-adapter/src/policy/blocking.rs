@@ -2,7 +2,27 @@
 //! waker that unparks the sleeping thread.
 
 use super::{CallOptions, Slept};
-use stormguard_core::Duration;
+use stormguard_core::{Call, Duration, Instant};
+
+/// The drain a blocking call watches: the adapter's latch with `tokio` (tokio-util's token
+/// behind it), none without.
+#[cfg(feature = "tokio")]
+pub(super) type DrainRef<'a> = Option<&'a super::Drain>;
+/// The drain a blocking call watches: none without `tokio`.
+#[cfg(not(feature = "tokio"))]
+pub(super) type DrainRef<'a> = Option<&'a std::convert::Infallible>;
+
+/// Tells the core the drain began, if it has.
+#[cfg(feature = "tokio")]
+pub(super) fn watch_drain(drain: DrainRef<'_>, call: &mut Call, now: Instant) {
+    if let Some(drain) = drain.filter(|d| d.is_draining()) {
+        call.on_drain(now, drain.grace());
+    }
+}
+
+/// Tells the core the drain began: never without `tokio`.
+#[cfg(not(feature = "tokio"))]
+pub(super) fn watch_drain(_: DrainRef<'_>, _: &mut Call, _: Instant) {}
 
 #[cfg(feature = "tokio")]
 pub(super) fn is_cancelled<C>(options: &CallOptions<'_, C>) -> bool {
@@ -15,7 +35,7 @@ pub(super) fn is_cancelled<C>(_: &CallOptions<'_, C>) -> bool {
 }
 
 #[cfg(feature = "tokio")]
-pub(super) fn sleep<C>(d: Duration, options: &CallOptions<'_, C>) -> Slept {
+pub(super) fn sleep<C>(d: Duration, options: &CallOptions<'_, C>, drain: DrainRef<'_>) -> Slept {
     use std::future::Future;
     use std::sync::Arc;
     use std::task::{Context, Wake, Waker};
@@ -35,18 +55,26 @@ pub(super) fn sleep<C>(d: Duration, options: &CallOptions<'_, C>) -> Slept {
         static WAKER: Waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     }
 
-    let Some(token) = options.cancel else {
+    if options.cancel.is_none() && drain.is_none() {
         std::thread::sleep(d.into());
         return Slept::Elapsed;
-    };
+    }
     let start = std::time::Instant::now();
     let d: std::time::Duration = d.into();
-    let mut cancelled = std::pin::pin!(token.cancelled());
+    let mut cancelled = std::pin::pin!(options.cancel.map(|t| t.cancelled()));
+    let mut drained = std::pin::pin!(drain.map(|t| t.token().cancelled()));
     WAKER.with(|waker| {
         let mut cx = Context::from_waker(waker);
         loop {
-            if cancelled.as_mut().poll(&mut cx).is_ready() {
-                return Slept::Cancelled;
+            if let Some(c) = cancelled.as_mut().as_pin_mut() {
+                if c.poll(&mut cx).is_ready() {
+                    return Slept::Cancelled;
+                }
+            }
+            if let Some(c) = drained.as_mut().as_pin_mut() {
+                if c.poll(&mut cx).is_ready() {
+                    return Slept::Drained;
+                }
             }
             let Some(left) = d.checked_sub(start.elapsed()).filter(|l| !l.is_zero()) else {
                 return Slept::Elapsed;
@@ -57,7 +85,7 @@ pub(super) fn sleep<C>(d: Duration, options: &CallOptions<'_, C>) -> Slept {
 }
 
 #[cfg(not(feature = "tokio"))]
-pub(super) fn sleep<C>(d: Duration, _: &CallOptions<'_, C>) -> Slept {
+pub(super) fn sleep<C>(d: Duration, _: &CallOptions<'_, C>, _: DrainRef<'_>) -> Slept {
     std::thread::sleep(d.into());
     Slept::Elapsed
 }

@@ -53,6 +53,8 @@ pub struct PolicyBuilder<K = DefaultClock, L = NoListener> {
     pub(super) bulkhead: Option<Bulkhead>,
     pub(super) call: CallSettingsBuilder,
     pub(super) retries_when_nested: bool,
+    #[cfg(feature = "tokio")]
+    pub(super) drain: Option<super::Drain>,
     pub(super) clock: K,
     pub(super) listener: L,
 }
@@ -309,6 +311,25 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
+    /// Watches `drain` in every call of the policy (and of a tower layer built on it): once
+    /// the drain begins, no call starts a new attempt or retry, deadlines are clamped to the
+    /// drain's grace, attempts in flight finish, and a call the drain stopped returns
+    /// [`CallError::Drained`](crate::CallError::Drained). A call's own
+    /// [`CallOptions::drain_on`](crate::CallOptions::drain_on) takes its place.
+    ///
+    /// ```
+    /// let drain = stormguard_std::Drain::new();
+    /// let p = stormguard_std::Policy::builder("inventory").drain(drain.clone()).build()?;
+    /// # let _ = p;
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn drain(mut self, drain: super::Drain) -> Self {
+        self.drain = Some(drain);
+        self
+    }
+
     /// Takes the retry settings from `settings` (attempts, deadline, attempt timeout,
     /// measured ceiling, hedging, backoff); the jitter seed stays the builder's.
     ///
@@ -433,6 +454,8 @@ impl<K, L> PolicyBuilder<K, L> {
             bulkhead: self.bulkhead,
             call: self.call,
             retries_when_nested: self.retries_when_nested,
+            #[cfg(feature = "tokio")]
+            drain: self.drain,
             clock,
             listener: self.listener,
         }
@@ -456,6 +479,8 @@ impl<K, L> PolicyBuilder<K, L> {
             bulkhead: self.bulkhead,
             call: self.call,
             retries_when_nested: self.retries_when_nested,
+            #[cfg(feature = "tokio")]
+            drain: self.drain,
             clock: self.clock,
             listener,
         }
@@ -526,6 +551,8 @@ impl<K, L> PolicyBuilder<K, L> {
             // One attempt cannot hedge: the single-attempt form runs without it.
             single: self.call.max_attempts(1).hedging(false).build()?,
             retries_when_nested: self.retries_when_nested,
+            #[cfg(feature = "tokio")]
+            drain: self.drain,
             clock: SteadyClock::new(self.clock),
             listener: self.listener,
         })

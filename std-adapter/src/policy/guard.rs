@@ -124,4 +124,7 @@ pub(crate) struct Attempt {
 pub(crate) enum Slept {
     Elapsed,
     Cancelled,
+    /// A drain began during the sleep.
+    #[cfg(feature = "tokio")]
+    Drained,
 }

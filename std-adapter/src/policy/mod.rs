@@ -8,6 +8,8 @@
 
 mod blocking;
 mod builder;
+#[cfg(feature = "tokio")]
+mod drain;
 mod guard;
 mod options;
 #[cfg(feature = "tokio")]
@@ -28,6 +30,8 @@ use crate::{entropy_seed, Breaker, Budget};
 
 use builder::Choice;
 pub use builder::PolicyBuilder;
+#[cfg(feature = "tokio")]
+pub use drain::Drain;
 #[cfg(feature = "tokio")]
 pub(crate) use guard::Attempt;
 use guard::PermitGuard;
@@ -81,6 +85,9 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
     single: CallSettings,
     /// Whether calls serving a caller's retry may retry ([`PolicyBuilder::retries_when_nested`]).
     retries_when_nested: bool,
+    /// The drain every call watches ([`PolicyBuilder::drain`]), if any.
+    #[cfg(feature = "tokio")]
+    drain: Option<Drain>,
     clock: SteadyClock<K>,
     listener: L,
 }
@@ -111,6 +118,8 @@ impl Policy {
             bulkhead: None,
             call: CallSettings::builder().seed(entropy_seed()),
             retries_when_nested: true,
+            #[cfg(feature = "tokio")]
+            drain: None,
             clock: default_clock(),
             listener: NoListener,
         }
@@ -216,9 +225,18 @@ impl<K, L> Policy<K, L> {
             settings: self.settings,
             single: self.single,
             retries_when_nested: self.retries_when_nested,
+            #[cfg(feature = "tokio")]
+            drain: self.drain,
             clock: self.clock,
             listener,
         }
+    }
+
+    /// The drain every call of the policy watches ([`PolicyBuilder::drain`]), if any.
+    #[cfg(feature = "tokio")]
+    #[must_use]
+    pub fn drain(&self) -> Option<&Drain> {
+        self.drain.as_ref()
     }
 
     /// What one call's admission is built from.
@@ -416,7 +434,14 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let mut now = self.clock.now();
         let mut call = self.begin(&options, now);
         let mut last: Option<Result<T, E>> = None;
+        #[cfg(feature = "tokio")]
+        let drain: blocking::DrainRef<'_> = options.drain.or(self.drain.as_ref());
+        #[cfg(not(feature = "tokio"))]
+        let drain: blocking::DrainRef<'_> = None;
         let finished = loop {
+            // The core decides what a drain stops; it is told before every step (an attempt
+            // cannot be cut short here: one in flight runs to its end).
+            blocking::watch_drain(drain, &mut call, now);
             match call.poll(&mut parts, now, &mut sink) {
                 Step::Attempt(permit) => {
                     let guard = PermitGuard::new(steps, permit);
@@ -439,7 +464,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     }
                 }
                 Step::Wait(wait) => {
-                    if blocking::sleep(wait, &options) == Slept::Cancelled {
+                    if blocking::sleep(wait, &options, drain) == Slept::Cancelled {
                         call.cancel();
                         break Finished::Cancelled;
                     }
@@ -448,7 +473,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 Step::Reject(rejection) => {
                     // Announced (the core emitted `Rejected` with this pause), then served; the
                     // next poll hands the rejection out as `Finished::Rejected`.
-                    if blocking::sleep(rejection.pause, &options) == Slept::Cancelled {
+                    if blocking::sleep(rejection.pause, &options, None) == Slept::Cancelled {
                         break Finished::Cancelled;
                     }
                 }

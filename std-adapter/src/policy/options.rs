@@ -1,7 +1,9 @@
-use stormguard_core::{Call, Duration, Instant};
+use stormguard_core::{call::Criticality, Call, Duration, Instant};
 
 use crate::classify::EveryErrorTransient;
 
+#[cfg(feature = "tokio")]
+use super::Drain;
 #[cfg(feature = "tokio")]
 use tokio_util::sync::CancellationToken;
 
@@ -36,9 +38,12 @@ pub struct CallOptions<'a, C = EveryErrorTransient> {
     pub(super) cancel: Option<&'a CancellationToken>,
     #[cfg(not(feature = "tokio"))]
     pub(super) cancel: Option<std::marker::PhantomData<&'a ()>>,
+    #[cfg(feature = "tokio")]
+    pub(super) drain: Option<&'a Drain>,
     deadline: Option<Instant>,
     within: Option<Duration>,
     pub(super) single_attempt: bool,
+    criticality: Criticality,
 }
 
 impl CallOptions<'_> {
@@ -48,9 +53,12 @@ impl CallOptions<'_> {
         CallOptions {
             classify: EveryErrorTransient,
             cancel: None,
+            #[cfg(feature = "tokio")]
+            drain: None,
             deadline: None,
             within: None,
             single_attempt: false,
+            criticality: Criticality::Default,
         }
     }
 }
@@ -60,10 +68,11 @@ impl CallOptions<'_> {
 pub(super) const DEFAULT_OPTIONS: CallOptions<'static> = CallOptions::new();
 
 impl<C> CallOptions<'_, C> {
-    /// Applies these options' deadline to a call begun at `now`, in place (a `Call` is some 170
-    /// bytes).
+    /// Applies these options' deadline and criticality to a call begun at `now`, in place (a
+    /// `Call` is some 170 bytes).
     #[inline]
     pub(crate) fn tighten(&self, call: &mut Call, now: Instant) {
+        call.set_criticality(self.criticality);
         if let Some(at) = self.deadline {
             call.tighten_deadline(at);
         }
@@ -94,9 +103,12 @@ impl<'a, C> CallOptions<'a, C> {
         CallOptions {
             classify,
             cancel: self.cancel,
+            #[cfg(feature = "tokio")]
+            drain: self.drain,
             deadline: self.deadline,
             within: self.within,
             single_attempt: self.single_attempt,
+            criticality: self.criticality,
         }
     }
 
@@ -119,6 +131,25 @@ impl<'a, C> CallOptions<'a, C> {
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn cancel_on(mut self, token: &'a CancellationToken) -> Self {
         self.cancel = Some(token);
+        self
+    }
+
+    /// Watches `drain` (in place of the policy's own, if it has one): once the drain begins,
+    /// the call starts no new attempt or retry, its deadline is clamped to the drain's grace,
+    /// an attempt in flight finishes, and a call the drain stopped returns
+    /// [`CallError::Drained`] with the last error it had (see [`Drain`]).
+    ///
+    /// ```
+    /// let drain = stormguard_std::Drain::new();
+    /// let o = stormguard_std::CallOptions::new().drain_on(&drain);
+    /// # let _ = o;
+    /// ```
+    ///
+    /// [`CallError::Drained`]: crate::CallError::Drained
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn drain_on(mut self, drain: &'a Drain) -> Self {
+        self.drain = Some(drain);
         self
     }
 
@@ -145,6 +176,22 @@ impl<'a, C> CallOptions<'a, C> {
     /// ```
     pub fn within(mut self, d: impl Into<Duration>) -> Self {
         self.within = Some(d.into());
+        self
+    }
+
+    /// Labels how much the call matters (default [`Criticality::Default`]): a
+    /// [sheddable](Criticality::Sheddable) call is never hedged and gets no retry once the
+    /// policy's retry budget is more than half spent (the call then returns the rejection with
+    /// reason `shed`, or the dependency's answer); default and critical calls retry as the
+    /// budget allows.
+    ///
+    /// ```
+    /// use stormguard_std::{CallOptions, Criticality};
+    /// let o = CallOptions::new().criticality(Criticality::Sheddable);
+    /// # let _ = o;
+    /// ```
+    pub fn criticality(mut self, criticality: Criticality) -> Self {
+        self.criticality = criticality;
         self
     }
 

@@ -14,7 +14,9 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::guard::CallEnd;
 use super::steps::BulkheadShared;
-use super::{Attempt, CallError, CallOptions, Funds, PermitGuard, Policy, Report, Slept, Steps};
+use super::{
+    Attempt, CallError, CallOptions, Drain, Funds, PermitGuard, Policy, Report, Slept, Steps,
+};
 use crate::cache::SuccessCache;
 use crate::classify::Classify;
 use crate::clock::Clock;
@@ -67,28 +69,35 @@ fn race<'t, F: Future>(
     Poll::Pending
 }
 
-/// Sleeps `d` on tokio's timer, or until `cancel` is cancelled (checked first). A zero
-/// sleep does not yield.
-async fn sleep(d: Duration, cancel: Option<&CancellationToken>) -> Slept {
-    match cancel {
-        Some(token) if token.is_cancelled() => Slept::Cancelled,
-        _ if d.is_zero() => Slept::Elapsed,
-        None => {
-            tokio::time::sleep(d.into()).await;
-            Slept::Elapsed
-        }
-        Some(token) => {
-            let mut cancelled = pin!(token.cancelled());
-            let mut timer = pin!(tokio::time::sleep(d.into()));
-            poll_fn(|cx| {
-                if cancelled.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Slept::Cancelled);
-                }
-                timer.as_mut().poll(cx).map(|()| Slept::Elapsed)
-            })
-            .await
-        }
+/// Sleeps `d` on tokio's timer, or until `cancel` is cancelled (checked first) or `drain`
+/// begins. A zero sleep does not yield.
+async fn sleep(d: Duration, cancel: Option<&CancellationToken>, drain: Option<&Drain>) -> Slept {
+    if cancel.is_some_and(CancellationToken::is_cancelled) {
+        return Slept::Cancelled;
     }
+    if drain.is_some_and(Drain::is_draining) {
+        return Slept::Drained;
+    }
+    if d.is_zero() {
+        return Slept::Elapsed;
+    }
+    if cancel.is_none() && drain.is_none() {
+        tokio::time::sleep(d.into()).await;
+        return Slept::Elapsed;
+    }
+    let mut cancelled = pin!(cancel.map(CancellationToken::cancelled));
+    let mut drained = pin!(drain.map(Drain::begun));
+    let mut timer = pin!(tokio::time::sleep(d.into()));
+    poll_fn(|cx| {
+        if let Some(Poll::Ready(())) = cancelled.as_mut().as_pin_mut().map(|c| c.poll(cx)) {
+            return Poll::Ready(Slept::Cancelled);
+        }
+        if let Some(Poll::Ready(())) = drained.as_mut().as_pin_mut().map(|c| c.poll(cx)) {
+            return Poll::Ready(Slept::Drained);
+        }
+        timer.as_mut().poll(cx).map(|()| Slept::Elapsed)
+    })
+    .await
 }
 
 impl<C> CallOptions<'_, C> {
@@ -96,7 +105,7 @@ impl<C> CallOptions<'_, C> {
     /// by their cancellation token: for a refusal the call loop does not reach (a full
     /// keyed table's, driven by the keyed policy over the same core driver).
     pub(crate) async fn serve_pause(&self, pause: Duration) -> Slept {
-        sleep(pause, self.cancel).await
+        sleep(pause, self.cancel, None).await
     }
 }
 
@@ -408,6 +417,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let steps = self.steps();
         let mut report = Report::new(&self.listener, &self.name);
         let cancel = options.cancel;
+        let drain = options.drain.or(self.drain.as_ref());
         let mut now = start;
         // Built where the loop's future keeps it: through a helper that returns it, the
         // call would be built aside and copied in.
@@ -440,6 +450,10 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let mut last: Option<Result<T, E>> = None;
         let mut succeeded_at = None;
         let finished = loop {
+            if let Some(drain) = drain.filter(|d| d.is_draining()) {
+                // The core decides what the drain stops; it is told before every step.
+                call.on_drain(now, drain.grace());
+            }
             match call.poll(&mut parts, now, &mut sink) {
                 Step::Attempt(permit) => {
                     let guard = PermitGuard::new(steps, permit);
@@ -479,17 +493,41 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                             continue;
                         }
                         (Some(fut), None) => {
-                            let timeout = call
-                                .attempt_deadline()
-                                .map(|d| d.saturating_duration_since(now));
                             let mut fut = pin!(fut);
                             let mut cancelled = pin!(None);
                             let mut timer = pin!(None);
-                            let ran = poll_fn(|cx| {
-                                let (c, t) = (cancelled.as_mut(), timer.as_mut());
-                                race(fut.as_mut(), c, t, cancel, timeout, cx)
-                            })
-                            .await;
+                            // A drain that begins during the attempt lets it run on, within
+                            // the deadline the core clamps to the grace.
+                            let mut drained =
+                                pin!(drain.filter(|_| !call.is_draining()).map(Drain::begun));
+                            let ran = loop {
+                                let timeout = call
+                                    .attempt_deadline()
+                                    .map(|d| d.saturating_duration_since(now));
+                                let ran = poll_fn(|cx| {
+                                    let (c, t) = (cancelled.as_mut(), timer.as_mut());
+                                    if let Poll::Ready(ran) =
+                                        race(fut.as_mut(), c, t, cancel, timeout, cx)
+                                    {
+                                        return Poll::Ready(Some(ran));
+                                    }
+                                    match drained.as_mut().as_pin_mut().map(|d| d.poll(cx)) {
+                                        Some(Poll::Ready(())) => Poll::Ready(None),
+                                        _ => Poll::Pending,
+                                    }
+                                })
+                                .await;
+                                if let Some(ran) = ran {
+                                    break ran;
+                                }
+                                drained.set(None);
+                                now = self.clock.now();
+                                if let Some(drain) = drain {
+                                    call.on_drain(now, drain.grace());
+                                }
+                                // Re-armed for the clamped attempt deadline.
+                                timer.set(None);
+                            };
                             now = self.clock.now();
                             classify(ran, &options.classify, &mut last)
                         }
@@ -505,7 +543,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     }
                 }
                 Step::Wait(wait) => {
-                    if sleep(wait, cancel).await == Slept::Cancelled {
+                    // A drain that begins during the wait ends it: the core then stops the
+                    // call before its retry.
+                    if sleep(wait, cancel, drain).await == Slept::Cancelled {
                         call.cancel();
                         break Finished::Cancelled;
                     }
@@ -514,7 +554,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 Step::Reject(rejection) => {
                     // Announced (the core emitted `Rejected` with this pause), then served;
                     // the next poll hands the rejection out as `Finished::Rejected`.
-                    if sleep(rejection.pause, cancel).await == Slept::Cancelled {
+                    if sleep(rejection.pause, cancel, None).await == Slept::Cancelled {
                         break Finished::Cancelled;
                     }
                 }
