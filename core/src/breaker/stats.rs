@@ -432,13 +432,28 @@ impl<W: Word> Histogram<W> {
         let t = now.as_nanos();
         // The common case costs one load here: nothing time-driven is due yet. When something
         // may be, the memo is re-read too (its own re-read time is among what `check_at` covers).
-        let mut refresh = t >= self.check_at.get();
+        let refresh = t >= self.check_at.get();
         if refresh {
             self.catch_up(now, half_window);
         }
+        let (count, halved) = self.add_sample(t, latency);
+        // Re-read the median and p95 while warming up, and then at most one trip-window
+        // bucket (3 s at the defaults) after the last reading, or when a bucket's count passes
+        // a multiple of 256.
+        if refresh || halved || count.is_multiple_of(MEMO_EVERY) {
+            self.reread(now, s, half_window);
+        }
+    }
+
+    /// Counts one latency at `t` (ns) in its bucket and notes the sample's time. Returns the
+    /// bucket's new count, and `true` when the bucket was full and every count was halved first
+    /// (the shape is kept, the oldest half of the weight lost).
+    #[inline]
+    fn add_sample(&self, t: u64, latency: Duration) -> (u64, bool) {
         let bucket = Histogram::<W>::bucket(latency.as_nanos());
         let (wi, i) = (bucket / LANES, bucket % LANES);
         let mut count = 0;
+        let mut halved = false;
         if let Some(w) = self.lanes.get(wi) {
             let at = u32::try_from(i).unwrap_or(0).saturating_mul(16);
             let one = put(1, at, 16);
@@ -454,7 +469,7 @@ impl<W: Word> Histogram<W> {
                 // The count is full: keep the shape, lose the oldest half of the weight.
                 self.halve(1);
                 new = w.update(bump).1;
-                refresh = true;
+                halved = true;
             }
             count = Histogram::<W>::lane(new, i);
         }
@@ -464,12 +479,7 @@ impl<W: Word> Histogram<W> {
         if self.last_sample.get().saturating_add(1_000_000) < stamp {
             self.last_sample.fetch_max(stamp);
         }
-        // Re-read the median and p95 while warming up, and then at most one trip-window
-        // bucket (3 s at the defaults) after the last reading, or when a bucket's count passes
-        // a multiple of 256.
-        if refresh || count.is_multiple_of(MEMO_EVERY) {
-            self.reread(now, s, half_window);
-        }
+        (count, halved)
     }
 
     /// Re-reads the memo and sets when time next needs checking.
