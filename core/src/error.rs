@@ -27,6 +27,9 @@ pub enum RefusalReason {
     /// A keyed table (one breaker per key) is full and no key in it is idle, so the new key
     /// has no breaker.
     KeyedFull,
+    /// The adaptive concurrency limiter has no room for another call in flight at its current
+    /// limit.
+    ConcurrencyLimited,
 }
 
 impl RefusalReason {
@@ -42,6 +45,7 @@ impl RefusalReason {
             RefusalReason::RateLimited => "rate_limited",
             RefusalReason::BulkheadFull => "bulkhead_full",
             RefusalReason::KeyedFull => "keyed_full",
+            RefusalReason::ConcurrencyLimited => "concurrency_limited",
         }
     }
 }
@@ -177,6 +181,16 @@ pub enum Field {
     BudgetName,
     /// The latency fault injection holds a slowed attempt back by.
     InjectedLatency,
+    /// The adaptive limiter's lowest limit.
+    MinLimit,
+    /// The adaptive limiter's highest limit.
+    MaxLimit,
+    /// The adaptive limiter's limit before its first round ends.
+    InitialLimit,
+    /// The multiple of the baseline above which a round is slow.
+    LatencyTolerance,
+    /// What a slow round multiplies the adaptive limit by.
+    Decrease,
 }
 
 impl Field {
@@ -230,6 +244,11 @@ impl Field {
             Field::BreakerName => "breaker_name",
             Field::BudgetName => "budget_name",
             Field::InjectedLatency => "latency",
+            Field::MinLimit => "min_limit",
+            Field::MaxLimit => "max_limit",
+            Field::InitialLimit => "initial_limit",
+            Field::LatencyTolerance => "latency_tolerance",
+            Field::Decrease => "decrease",
         }
     }
 }

@@ -308,7 +308,7 @@ pub(crate) struct Histogram<W> {
 
 impl<W: Word> Histogram<W> {
     const_unless_loom! {
-        fn new() -> Histogram<W> {
+        pub(crate) fn new() -> Histogram<W> {
             Histogram {
                 lanes: words![W; HIST_WORDS],
                 period: word!(W),
@@ -480,6 +480,77 @@ impl<W: Word> Histogram<W> {
             self.last_sample.fetch_max(stamp);
         }
         (count, halved)
+    }
+
+    /// Records a latency for a reader that keeps no memo of the breaker's (the adaptive
+    /// limiter reads [`Histogram::quantile`] when it needs one): the same buckets, decay and
+    /// forgetting as [`Histogram::record`], with time checked only when something may be due.
+    #[inline]
+    pub(crate) fn record_plain(&self, now: Instant, half_window: Duration, latency: Duration) {
+        let t = now.as_nanos();
+        if t >= self.check_at.get() {
+            self.catch_up(now, half_window);
+            // Next due: the end of the current decay period, or a whole window after the last
+            // sample (when it would be forgotten), whichever is first. Stale values are early,
+            // never late: both only move later.
+            let decay = self
+                .period
+                .get()
+                .saturating_add(1)
+                .saturating_mul(half_window.as_nanos());
+            let expiry = match self.last_sample.get() {
+                0 => u64::MAX,
+                last => last
+                    .saturating_sub(1)
+                    .saturating_add(half_window.saturating_mul(2).as_nanos()),
+            };
+            // At least the next nanosecond, so a sample that just caught up is not asked to
+            // again at the same instant.
+            self.check_at
+                .swap(decay.min(expiry).max(t.saturating_add(1)));
+        }
+        let _ = self.add_sample(t, latency);
+    }
+
+    /// The bucket at or below which `per_mille` thousandths of the samples fall (the lowest
+    /// such bucket, read through [`Histogram::upper_bound`]), and the samples counted; `None`
+    /// while empty or once the samples have gone a whole window without a new one. A scan of
+    /// the whole histogram: for a reader that needs it now and then, not per call.
+    pub(crate) fn quantile(
+        &self,
+        now: Instant,
+        half_window: Duration,
+        per_mille: u32,
+    ) -> (Option<usize>, u64) {
+        if self.expired(now, half_window) {
+            return (None, 0);
+        }
+        let mut total: u64 = 0;
+        for w in &self.lanes {
+            let v = w.get();
+            for i in 0..LANES {
+                total = total.saturating_add(Histogram::<W>::lane(v, i));
+            }
+        }
+        if total == 0 {
+            return (None, 0);
+        }
+        // The rank, rounded up, and at least the first sample.
+        let rank = div_rem_u32(total.saturating_mul(u64::from(per_mille)), 1000)
+            .map_or(total, |(q, r)| q.saturating_add(u64::from(r > 0)))
+            .clamp(1, total);
+        let mut seen: u64 = 0;
+        for (wi, w) in self.lanes.iter().enumerate() {
+            let v = w.get();
+            for i in 0..LANES {
+                seen = seen.saturating_add(Histogram::<W>::lane(v, i));
+                if seen >= rank {
+                    return (Some(wi.saturating_mul(LANES).saturating_add(i)), total);
+                }
+            }
+        }
+        // A halving racing the scan can leave fewer samples than the rank: no reading.
+        (None, total)
     }
 
     /// Re-reads the memo and sets when time next needs checking.
