@@ -10,7 +10,9 @@
 )]
 
 use proptest::prelude::*;
-use stormguard_core::limits::{AdaptiveLimitSettings, AdaptiveLimiter, LimitChange};
+use stormguard_core::limits::{
+    AdaptiveLimitSettings, AdaptiveLimiter, LimitChange, SharedAdaptiveLimiter,
+};
 use stormguard_core::{Bound, Duration, Field, Instant, Multiple, Ratio, RefusalReason};
 
 fn ms(n: u64) -> Duration {
@@ -352,5 +354,63 @@ proptest! {
             l.release(p);
         }
         prop_assert_eq!(l.in_flight(), 0);
+    }
+
+    /// The shared form is the same rules on atomic words: driven through the same sequence, it
+    /// admits, refuses, ends rounds and moves the limit in lockstep with the `&mut` form.
+    #[test]
+    fn the_shared_and_single_threaded_forms_agree_in_lockstep(
+        min in 1u32..8,
+        span in 0u32..30,
+        tolerance in 1_001u32..4_000,
+        decrease in 1u32..=1000,
+        ops in proptest::collection::vec((0u8..7, 0u64..100_000, 0usize..64), 1..600),
+    ) {
+        let max = min + span;
+        // Phases of a dependency 50x slower, so rounds shrink the limit as well as grow it.
+        let mut slow = false;
+        let settings = AdaptiveLimitSettings::builder("db")
+            .limits(min, max)
+            .initial_limit(min + span / 3)
+            .latency_tolerance(Multiple::from_milli(tolerance))
+            .decrease(Ratio::from_permille(decrease).unwrap())
+            .baseline_window(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let mut single = AdaptiveLimiter::new(settings);
+        let shared = SharedAdaptiveLimiter::new(settings);
+        let mut now = Instant::from_secs(1);
+        let mut held = Vec::new();
+        for (kind, micros, pick) in ops {
+            match kind {
+                0 | 1 => {
+                    let a = single.try_acquire(now);
+                    let b = shared.try_acquire(now);
+                    prop_assert_eq!(a.is_ok(), b.is_ok());
+                    if let (Ok(a), Ok(b)) = (a, b) {
+                        held.push((a, b));
+                    }
+                }
+                2 if !held.is_empty() => {
+                    let (a, b) = held.swap_remove(pick % held.len());
+                    // Latencies from 1 us to 100 ms (or 50x that), a third of them failures.
+                    let micros = if slow { micros * 50 } else { micros };
+                    let latency = (micros % 3 != 0).then(|| Duration::from_micros(micros));
+                    let x = single.complete(a, now, latency);
+                    let y = shared.complete(b, now, latency);
+                    prop_assert_eq!(x, y);
+                }
+                3 if !held.is_empty() => {
+                    let (a, b) = held.swap_remove(pick % held.len());
+                    single.release(a);
+                    shared.release(b);
+                }
+                4 => prop_assert_eq!(single.check(), shared.check()),
+                5 if micros % 8 == 0 => slow = !slow,
+                // Up to 2 s: past the whole (2 s) baseline window now and then.
+                _ => now += Duration::from_micros(micros * 20),
+            }
+            prop_assert_eq!(single.snapshot(), shared.snapshot());
+        }
     }
 }
