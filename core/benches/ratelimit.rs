@@ -8,6 +8,10 @@
 //! "quanta" runs read the same clock governor reads by default (`quanta`, through governor's
 //! `QuantaClock`) before each decision. Every configuration admits every request, so the
 //! compare-exchange path is what is measured.
+//!
+//! The `concurrency/` group puts the concurrency limits beside them: a bulkhead's enter and
+//! leave, the adaptive limiter's acquire and completion (a latency recorded, a round ending
+//! every limit's worth of calls), and governor's check, all on synthetic time.
 #![allow(
     missing_docs,
     clippy::unwrap_used,
@@ -232,11 +236,50 @@ fn keyed(c: &mut Criterion) {
     assert_eq!(ours.len(), KEYS);
 }
 
+fn concurrency(c: &mut Criterion) {
+    use stormguard_core::limits::{
+        AdaptiveLimitSettings, AdaptiveLimiter, BulkheadSettings, SharedAdaptiveLimiter,
+        SharedBulkhead,
+    };
+    let bulkhead = SharedBulkhead::new(BulkheadSettings::builder("b").build().unwrap());
+    let mut now = Instant::from_secs(1);
+    c.bench_function("concurrency/bulkhead shared enter+leave", |b| {
+        b.iter(|| {
+            now += Duration::from_nanos(250);
+            let p = bulkhead.try_enter(black_box(now)).unwrap();
+            black_box(bulkhead.leave(p))
+        })
+    });
+    let settings = AdaptiveLimitSettings::builder("a").build().unwrap();
+    let adaptive = SharedAdaptiveLimiter::new(settings);
+    let mut now = Instant::from_secs(1);
+    c.bench_function("concurrency/adaptive shared acquire+complete", |b| {
+        b.iter(|| {
+            now += Duration::from_nanos(250);
+            let p = adaptive.try_acquire(black_box(now)).unwrap();
+            black_box(adaptive.complete(p, now, Some(Duration::from_micros(800))))
+        })
+    });
+    let mut local = AdaptiveLimiter::new(settings);
+    let mut now = Instant::from_secs(1);
+    c.bench_function("concurrency/adaptive &mut acquire+complete", |b| {
+        b.iter(|| {
+            now += Duration::from_nanos(250);
+            let p = local.try_acquire(black_box(now)).unwrap();
+            black_box(local.complete(p, now, Some(Duration::from_micros(800))))
+        })
+    });
+    let gov = Governor::direct_with_clock(governor_quota(), FakeRelativeClock::default());
+    c.bench_function("concurrency/governor check/fake clock", |b| {
+        b.iter(|| black_box(gov.check().is_ok()))
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(StdDuration::from_millis(500))
         .measurement_time(StdDuration::from_secs(2));
-    targets = baseline, direct, keyed
+    targets = baseline, direct, keyed, concurrency
 }
 criterion_main!(benches);

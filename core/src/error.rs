@@ -30,6 +30,9 @@ pub enum RefusalReason {
     /// The call is [sheddable](crate::call::Criticality::Sheddable) and more than half of the
     /// retry budget is spent: the retries left are kept for work that matters more.
     Shed,
+    /// The adaptive concurrency limiter has no room for another call in flight at its current
+    /// limit.
+    ConcurrencyLimited,
 }
 
 impl RefusalReason {
@@ -46,6 +49,7 @@ impl RefusalReason {
             RefusalReason::BulkheadFull => "bulkhead_full",
             RefusalReason::KeyedFull => "keyed_full",
             RefusalReason::Shed => "shed",
+            RefusalReason::ConcurrencyLimited => "concurrency_limited",
         }
     }
 }
@@ -181,6 +185,16 @@ pub enum Field {
     BudgetName,
     /// The latency fault injection holds a slowed attempt back by.
     InjectedLatency,
+    /// The adaptive limiter's lowest limit.
+    MinLimit,
+    /// The adaptive limiter's highest limit.
+    MaxLimit,
+    /// The adaptive limiter's limit before its first round ends.
+    InitialLimit,
+    /// The multiple of the baseline above which a round is slow.
+    LatencyTolerance,
+    /// What a slow round multiplies the adaptive limit by.
+    Decrease,
 }
 
 impl Field {
@@ -234,6 +248,11 @@ impl Field {
             Field::BreakerName => "breaker_name",
             Field::BudgetName => "budget_name",
             Field::InjectedLatency => "latency",
+            Field::MinLimit => "min_limit",
+            Field::MaxLimit => "max_limit",
+            Field::InitialLimit => "initial_limit",
+            Field::LatencyTolerance => "latency_tolerance",
+            Field::Decrease => "decrease",
         }
     }
 }

@@ -504,3 +504,92 @@ fn a_leave_racing_a_queued_caller_hands_over_the_slot_and_the_counts_return_to_z
         );
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Adaptive limiter: one word (in flight, limit, the round's count, its fastest call, held back),
+// every admission and completion a compare-exchange step; the latency histogram beside it.
+
+use stormguard_core::limits::{AdaptiveLimitSettings, LimitChange, SharedAdaptiveLimiter};
+
+fn adaptive(min: u32, max: u32, initial: u32) -> SharedAdaptiveLimiter {
+    SharedAdaptiveLimiter::new(
+        AdaptiveLimitSettings::builder("loom")
+            .limits(min, max)
+            .initial_limit(initial)
+            .build()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn racing_completions_end_a_round_exactly_once_and_it_grows_the_limit_once() {
+    loom::model(|| {
+        let l = Arc::new(adaptive(1, 4, 2));
+        let a = l.try_acquire(T0).unwrap();
+        let b = l.try_acquire(T0).unwrap();
+        // The limit holds a third call back: the round will grow the limit.
+        assert!(l.try_acquire(T0).is_err());
+        let handles: Vec<_> = [a, b]
+            .into_iter()
+            .map(|p| {
+                let l = l.clone();
+                thread::spawn(move || l.complete(p, AFTER, None))
+            })
+            .collect();
+        let changes: Vec<LimitChange> = handles
+            .into_iter()
+            .filter_map(|h| h.join().unwrap())
+            .collect();
+        assert_eq!(
+            changes,
+            vec![LimitChange {
+                before: 2,
+                after: 3
+            }]
+        );
+        let snap = l.snapshot();
+        assert_eq!((snap.limit, snap.in_flight, snap.round_calls), (3, 0, 0));
+        assert!(!snap.held_back, "a new round starts clean");
+    });
+}
+
+#[test]
+fn an_acquire_racing_the_round_end_is_held_back_in_the_round_that_grows_or_admitted_after_it() {
+    loom::model(|| {
+        let l = Arc::new(adaptive(1, 2, 1));
+        let first = l.try_acquire(T0).unwrap();
+        let l1 = l.clone();
+        // The completion ends the round (a limit of one), with a latency for the histogram and
+        // the baseline read.
+        let ender =
+            thread::spawn(move || l1.complete(first, AFTER, Some(Duration::from_millis(5))));
+        let l2 = l.clone();
+        let caller = thread::spawn(move || match l2.try_acquire(AFTER) {
+            Ok(p) => {
+                assert!(l2.in_flight() <= l2.limit());
+                l2.release(p);
+                true
+            }
+            Err(_) => false,
+        });
+        let change = ender.join().unwrap();
+        let admitted = caller.join().unwrap();
+        // Refused only while the first call was in flight, so in the round that then ended:
+        // it grew; admitted only once that round was over without holding anyone back.
+        if admitted {
+            assert_eq!(change, None);
+            assert_eq!(l.limit(), 1);
+        } else {
+            assert_eq!(
+                change,
+                Some(LimitChange {
+                    before: 1,
+                    after: 2
+                })
+            );
+            assert_eq!(l.limit(), 2);
+        }
+        assert_eq!(l.in_flight(), 0);
+        assert!(l.baseline().is_some(), "the round's end read the baseline");
+    });
+}

@@ -9,10 +9,19 @@
 //! queued; a refusal is `BulkheadFull` with a zero `retry_after`, and is given only when the
 //! bulkhead is full (and, for a queued caller, its wait is over); `check` says what `try_enter`
 //! would. At the end, with everything handed back, both counts are zero.
+//!
+//! The same operations drive the adaptive concurrency limiter's two forms in lockstep (enter:
+//! acquire; leave: complete with a latency drawn from the operation, a third of them failures;
+//! a dropped guard: release; the clock as above): the same answers and snapshots, the limit
+//! within its bounds, in flight never above the limit that admitted the call, a refusal
+//! `ConcurrencyLimited` with a zero `retry_after`, and everything back to zero at the end.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use stormguard_core::limits::{
+    AdaptiveLimitSettings, AdaptiveLimiter, AdaptivePermit, SharedAdaptiveLimiter,
+};
 use stormguard_core::{
     limits::Bulkhead, limits::BulkheadEntry, limits::BulkheadPermit, limits::BulkheadSettings, limits::BulkheadTicket, Duration, Instant,
     RefusalReason, Refused, limits::SharedBulkhead,
@@ -69,7 +78,78 @@ fn take<T>(v: &mut Vec<T>, which: u8) -> Option<T> {
     }
 }
 
+/// The adaptive limiter's forms in lockstep over the input's operations.
+fn adaptive(input: &Input) {
+    let min = u32::from(input.max_in_flight % 16).max(1);
+    let max = min + input.queue.map_or(0, |(q, _)| u32::from(q % 64));
+    let Ok(settings) = AdaptiveLimitSettings::builder("fuzz")
+        .limits(min, max)
+        .initial_limit(min)
+        .baseline_window(Duration::from_secs(1))
+        .build()
+    else {
+        panic!("valid adaptive settings refused");
+    };
+    let mut local = AdaptiveLimiter::new(settings);
+    let shared = SharedAdaptiveLimiter::new(settings);
+    let mut clock = Clock::new(Instant::from_nanos(input.start));
+    let mut held: Vec<(AdaptivePermit, AdaptivePermit)> = Vec::new();
+    for op in &input.ops {
+        let now = clock.now();
+        match *op {
+            Op::Enter | Op::EnterGuarded | Op::EnterOrQueue { .. } => {
+                let limit = local.limit();
+                match (local.try_acquire(now), shared.try_acquire(now)) {
+                    (Ok(a), Ok(b)) => {
+                        held.push((a, b));
+                        assert!(local.in_flight() <= limit);
+                    }
+                    (Err(a), Err(b)) => {
+                        assert_eq!(a, b);
+                        assert_eq!(a, LIMITED);
+                        assert_eq!(local.in_flight(), u32::try_from(held.len()).unwrap());
+                    }
+                    (a, b) => panic!("the forms disagree: {a:?} / {b:?}"),
+                }
+            }
+            Op::Leave { which } | Op::SlotFree { which } | Op::WaitOver { which } => {
+                if let Some((a, b)) = take(&mut held, which) {
+                    let latency = (which % 3 != 0)
+                        .then(|| Duration::from_micros(u64::from(which).pow(3)));
+                    assert_eq!(
+                        local.complete(a, now, latency),
+                        shared.complete(b, now, latency)
+                    );
+                }
+            }
+            Op::Abandon { which } | Op::DropGuard { which } => {
+                if let Some((a, b)) = take(&mut held, which) {
+                    local.release(a);
+                    shared.release(b);
+                }
+            }
+            Op::Time(step) => clock.step(step),
+        }
+        let snap = local.snapshot();
+        assert_eq!(snap, shared.snapshot());
+        assert!(snap.limit >= min && snap.limit <= max, "{snap:?}");
+        assert_eq!(snap.in_flight, u32::try_from(held.len()).unwrap());
+        assert_eq!(local.check(), shared.check());
+    }
+    for (a, b) in held.drain(..) {
+        local.release(a);
+        shared.release(b);
+    }
+    assert_eq!((local.in_flight(), shared.in_flight()), (0, 0));
+}
+
+const LIMITED: Refused = Refused {
+    reason: RefusalReason::ConcurrencyLimited,
+    retry_after: Duration::ZERO,
+};
+
 fuzz_target!(|input: Input| {
+    adaptive(&input);
     let settings = match input.raw {
         // Any numbers: invalid ones are refused by the builder, never panic.
         Some((max, queue, wait_ns)) => BulkheadSettings::builder("fuzz")

@@ -1,16 +1,20 @@
-//! Health: a registry of named breakers and budgets, read as one report.
+//! Health: a registry of named breakers, budgets and adaptive limiters, read as one report.
 //!
 //! A breaker's health follows its state: closed is `healthy`; half-open and recovering are
 //! `degraded` (the dependency is on probation: a recovering breaker still sheds part of the
 //! traffic); open and isolated are `unavailable`. A budget more than 90% spent is `degraded`
-//! (retries are about to be refused). The report's status is the worst of its entries.
+//! (retries are about to be refused). An adaptive limiter shrunk to its minimum, below where
+//! it started, is `degraded` (the dependency queues even at the lowest concurrency allowed).
+//! The report's status is the worst of its entries.
 
 use std::sync::{Arc, RwLock};
 
-use stormguard_core::{limits::BudgetSnapshot, Health, Instant, Snapshot};
+use stormguard_core::{
+    limits::AdaptiveSnapshot, limits::BudgetSnapshot, Health, Instant, Snapshot,
+};
 
 use crate::clock::{default_clock, Clock, DefaultClock, SteadyClock};
-use crate::{Breaker, Budget};
+use crate::{AdaptiveLimit, Breaker, Budget};
 
 /// How well a dependency (or the whole set) is doing, best first: the core's [`Health`], whose
 /// mapping from a breaker's state ([`Status::of_state`]) every report here uses.
@@ -119,7 +123,42 @@ impl From<&BudgetSnapshot> for BudgetHealth {
     }
 }
 
-/// Every registered breaker and budget, read at one instant.
+/// One adaptive concurrency limiter's health: its limit and latency baseline.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct AdaptiveHealth {
+    /// The limiter's name.
+    pub name: String,
+    /// `healthy`, or `degraded` when the limit has shrunk to its minimum (below the initial
+    /// limit).
+    pub status: Status,
+    /// The current limit on attempts in flight.
+    pub limit: u32,
+    /// Attempts in flight.
+    pub in_flight: u32,
+    /// The latency baseline (the learned p10) in seconds, once there is one.
+    pub baseline_seconds: Option<f64>,
+}
+
+impl AdaptiveHealth {
+    fn of(s: &AdaptiveSnapshot, initial: u32) -> Self {
+        AdaptiveHealth {
+            name: s.name.as_str().to_owned(),
+            status: if s.limit <= s.min_limit && s.min_limit < initial {
+                Status::Degraded
+            } else {
+                Status::Healthy
+            },
+            limit: s.limit,
+            in_flight: s.in_flight,
+            baseline_seconds: s
+                .baseline
+                .map(|b| std::time::Duration::from(b).as_secs_f64()),
+        }
+    }
+}
+
+/// Every registered breaker, budget and adaptive limiter, read at one instant.
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Report {
@@ -129,12 +168,15 @@ pub struct Report {
     pub breakers: Vec<BreakerHealth>,
     /// The budgets, in registration order.
     pub budgets: Vec<BudgetHealth>,
+    /// The adaptive limiters, in registration order.
+    pub adaptive: Vec<AdaptiveHealth>,
 }
 
 #[derive(Default)]
 struct Entries {
     breakers: Vec<Breaker>,
     budgets: Vec<Budget>,
+    adaptive: Vec<AdaptiveLimit>,
     /// Keyed tables, each read as its keys' breakers at a given instant.
     keyed: Vec<KeyedReader>,
 }
@@ -198,13 +240,37 @@ impl<K: Clock> Registry<K> {
         }
     }
 
-    /// Adds a policy's breaker and budget (each once, however often it is registered).
+    /// Adds a policy's breaker, budget and adaptive limiter (each once, however often it is
+    /// registered).
     pub fn register<K2, L>(&self, policy: &crate::Policy<K2, L>) {
         if let Some(b) = policy.breaker() {
             self.add_breaker(b);
         }
         if let Some(b) = policy.budget() {
             self.add_budget(b);
+        }
+        if let Some(a) = policy.adaptive_limit() {
+            self.add_adaptive(a);
+        }
+    }
+
+    /// Adds an adaptive concurrency limiter (once).
+    ///
+    /// ```
+    /// use stormguard_std::{health::Registry, AdaptiveLimit, AdaptiveLimitSettings};
+    /// let registry = Registry::new();
+    /// let db = AdaptiveLimit::new(AdaptiveLimitSettings::builder("db").build()?);
+    /// registry.add_adaptive(&db);
+    /// registry.add_adaptive(&db.clone());
+    /// let report = registry.report();
+    /// assert_eq!(report.adaptive.len(), 1);
+    /// assert_eq!((report.adaptive[0].limit, report.adaptive[0].baseline_seconds), (20, None));
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn add_adaptive(&self, limit: &AdaptiveLimit) {
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        if !entries.adaptive.iter().any(|a| a.same_as(limit)) {
+            entries.adaptive.push(limit.clone());
         }
     }
 
@@ -311,6 +377,11 @@ impl<K: Clock> Registry<K> {
             .iter()
             .map(|b| BudgetHealth::from(&b.snapshot_at(now)))
             .collect();
+        let adaptive: Vec<AdaptiveHealth> = entries
+            .adaptive
+            .iter()
+            .map(|a| AdaptiveHealth::of(&a.snapshot(), a.settings().initial_limit()))
+            .collect();
         let keyed: Vec<BreakerHealth> = entries.keyed.iter().flat_map(|read| read(now)).collect();
         // One key down is the table's caller partly served, not the service down.
         let keyed_status = keyed.iter().map(|b| b.status.min(Status::Degraded));
@@ -318,6 +389,7 @@ impl<K: Clock> Registry<K> {
             .iter()
             .map(|b| b.status)
             .chain(budgets.iter().map(|b| b.status))
+            .chain(adaptive.iter().map(|a| a.status))
             .chain(keyed_status)
             .max()
             .unwrap_or(Status::Healthy);
@@ -327,6 +399,7 @@ impl<K: Clock> Registry<K> {
             status,
             breakers,
             budgets,
+            adaptive,
         }
     }
 }

@@ -181,12 +181,13 @@ pub use metrics::{Metrics, MetricsSnapshot};
 pub use nested::{inbound_criticality, inbound_retry};
 #[cfg(feature = "tokio")]
 pub use policy::Drain;
-pub use policy::{Bulkhead, CallOptions, Limiter, Policy, PolicyBuilder};
+pub use policy::{AdaptiveLimit, Bulkhead, CallOptions, Limiter, Policy, PolicyBuilder};
 pub use stormguard_core::CallError;
 // The core vocabulary this crate's API takes and returns, so a host user needs only this crate.
 pub use stormguard_core::{
     breaker::BreakerSettingsBuilder, breaker::KeyedRefusal, breaker::STALE_BREAKS,
     call::BackoffBuilder, call::CallSettingsBuilder, call::Criticality,
+    limits::AdaptiveLimitSettings, limits::AdaptiveLimitSettingsBuilder, limits::AdaptiveSnapshot,
     limits::BudgetSettingsBuilder, limits::BudgetSnapshot, limits::BulkheadSettings,
     limits::BulkheadSettingsBuilder, limits::BulkheadSnapshot, limits::RateLimitSettings,
     limits::RateLimitSettingsBuilder, limits::WindowLimitSettings,

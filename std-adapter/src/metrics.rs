@@ -11,6 +11,8 @@
 //! | `stormguard_state_changes_total` | counter | `breaker`, `to` | breaker transitions, by the [`State::as_str`] entered |
 //! | `stormguard_breaker_state` | gauge | `breaker`, `state` | 1 for the current state, 0 for the others |
 //! | `stormguard_budget_utilization` | gauge | `budget` | 0 (full) to 1 (empty) |
+//! | `stormguard_adaptive_limit` | gauge | `limiter` | the adaptive concurrency limiter's current limit |
+//! | `stormguard_adaptive_baseline_seconds` | gauge | `limiter` | its latency baseline (the learned p10), once it has one |
 //!
 //! Counting is a relaxed `fetch_add` on a counter of the policy's own: no lock, no allocation.
 
@@ -21,7 +23,7 @@ use std::sync::Arc;
 use stormguard_core::{Event, Name, RefusalReason, State};
 
 use crate::events::{Ended, Listener};
-use crate::{Breaker, Budget};
+use crate::{AdaptiveLimit, Breaker, Budget};
 
 const RESULTS: [&str; 8] = [
     "succeeded",
@@ -34,7 +36,7 @@ const RESULTS: [&str; 8] = [
     "drained",
 ];
 
-const REASONS: [&str; 10] = [
+const REASONS: [&str; 11] = [
     "breaker_open",
     "half_open_full",
     "ramp_shedding",
@@ -44,6 +46,7 @@ const REASONS: [&str; 10] = [
     "bulkhead_full",
     "keyed_full",
     "shed",
+    "concurrency_limited",
     "other",
 ];
 
@@ -73,6 +76,7 @@ fn reason_index(reason: RefusalReason) -> usize {
         RefusalReason::BulkheadFull => 6,
         RefusalReason::KeyedFull => 7,
         RefusalReason::Shed => 8,
+        RefusalReason::ConcurrencyLimited => 9,
         _ => 9,
     }
 }
@@ -94,7 +98,7 @@ struct Counters {
     retries: AtomicU64,
     hedges: AtomicU64,
     nested_retries: AtomicU64,
-    rejections: [AtomicU64; 10],
+    rejections: [AtomicU64; 11],
     state_changes: [AtomicU64; 5],
 }
 
@@ -110,6 +114,7 @@ struct Inner {
     counters: Counters,
     breaker: Option<Breaker>,
     budget: Option<Budget>,
+    adaptive: Option<AdaptiveLimit>,
 }
 
 /// A policy's counters: a [`Listener`] that counts calls, attempts, retries, hedges, rejections by
@@ -149,8 +154,8 @@ impl Metrics {
         Metrics::with_parts(name, None, None)
     }
 
-    /// Counters labelled with the policy's name, reading its breaker's state and its budget's
-    /// utilization when exported.
+    /// Counters labelled with the policy's name, reading its breaker's state, its budget's
+    /// utilization and its adaptive limiter's limit and baseline when exported.
     ///
     /// ```
     /// # fn main() -> Result<(), stormguard_std::SettingsError> {
@@ -167,6 +172,7 @@ impl Metrics {
             policy.breaker().cloned(),
             policy.budget().cloned(),
         )
+        .reading(policy.adaptive_limit().cloned())
     }
 
     fn with_parts(name: &str, breaker: Option<Breaker>, budget: Option<Budget>) -> Metrics {
@@ -176,8 +182,17 @@ impl Metrics {
                 counters: Counters::default(),
                 breaker,
                 budget,
+                adaptive: None,
             }),
         }
+    }
+
+    /// The same, reading `adaptive` too (set while the counters are not yet shared).
+    fn reading(mut self, adaptive: Option<AdaptiveLimit>) -> Metrics {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.adaptive = adaptive;
+        }
+        self
     }
 
     /// The counters and gauges now.
@@ -209,6 +224,18 @@ impl Metrics {
                 .as_ref()
                 .map(|b| b.name().as_str().to_owned()),
             budget_utilization: self.inner.budget.as_ref().map(|b| b.utilization().as_f64()),
+            adaptive: self
+                .inner
+                .adaptive
+                .as_ref()
+                .map(|a| a.name().as_str().to_owned()),
+            adaptive_limit: self.inner.adaptive.as_ref().map(AdaptiveLimit::limit),
+            adaptive_baseline: self
+                .inner
+                .adaptive
+                .as_ref()
+                .and_then(AdaptiveLimit::baseline)
+                .map(|b| std::time::Duration::from(b).as_secs_f64()),
         };
         for (slot, counter) in snapshot.calls_by_result.iter_mut().zip(&c.calls) {
             slot.1 = load(counter);
@@ -305,7 +332,7 @@ pub struct MetricsSnapshot {
     /// Requests received that were a caller's retry.
     pub nested_retries: u64,
     /// Refusals by reason (`other` for reasons added to the core later).
-    pub rejections: [(&'static str, u64); 10],
+    pub rejections: [(&'static str, u64); 11],
     /// Breaker transitions, by the state entered.
     pub state_changes: [(&'static str, u64); 5],
     /// The breaker's state now, if the metrics know the breaker.
@@ -314,6 +341,12 @@ pub struct MetricsSnapshot {
     pub budget: Option<String>,
     /// The budget's utilization now (0 full, 1 empty).
     pub budget_utilization: Option<f64>,
+    /// The adaptive limiter's name, if the metrics know one.
+    pub adaptive: Option<String>,
+    /// The adaptive limiter's current limit.
+    pub adaptive_limit: Option<u32>,
+    /// The adaptive limiter's latency baseline (the learned p10), in seconds, once it has one.
+    pub adaptive_baseline: Option<f64>,
 }
 
 impl MetricsSnapshot {
@@ -426,6 +459,22 @@ impl MetricsSnapshot {
                 &[("budget", budget)],
                 u,
             );
+        }
+        if let (Some(limiter), Some(limit)) = (&self.adaptive, self.adaptive_limit) {
+            f(
+                "stormguard_adaptive_limit",
+                "gauge",
+                &[("limiter", limiter)],
+                f64::from(limit),
+            );
+            if let Some(base) = self.adaptive_baseline {
+                f(
+                    "stormguard_adaptive_baseline_seconds",
+                    "gauge",
+                    &[("limiter", limiter)],
+                    base,
+                );
+            }
         }
     }
 }

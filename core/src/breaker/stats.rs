@@ -308,7 +308,7 @@ pub(crate) struct Histogram<W> {
 
 impl<W: Word> Histogram<W> {
     const_unless_loom! {
-        fn new() -> Histogram<W> {
+        pub(crate) fn new() -> Histogram<W> {
             Histogram {
                 lanes: words![W; HIST_WORDS],
                 period: word!(W),
@@ -432,13 +432,28 @@ impl<W: Word> Histogram<W> {
         let t = now.as_nanos();
         // The common case costs one load here: nothing time-driven is due yet. When something
         // may be, the memo is re-read too (its own re-read time is among what `check_at` covers).
-        let mut refresh = t >= self.check_at.get();
+        let refresh = t >= self.check_at.get();
         if refresh {
             self.catch_up(now, half_window);
         }
+        let (count, halved) = self.add_sample(t, latency);
+        // Re-read the median and p95 while warming up, and then at most one trip-window
+        // bucket (3 s at the defaults) after the last reading, or when a bucket's count passes
+        // a multiple of 256.
+        if refresh || halved || count.is_multiple_of(MEMO_EVERY) {
+            self.reread(now, s, half_window);
+        }
+    }
+
+    /// Counts one latency at `t` (ns) in its bucket and notes the sample's time. Returns the
+    /// bucket's new count, and `true` when the bucket was full and every count was halved first
+    /// (the shape is kept, the oldest half of the weight lost).
+    #[inline]
+    fn add_sample(&self, t: u64, latency: Duration) -> (u64, bool) {
         let bucket = Histogram::<W>::bucket(latency.as_nanos());
         let (wi, i) = (bucket / LANES, bucket % LANES);
         let mut count = 0;
+        let mut halved = false;
         if let Some(w) = self.lanes.get(wi) {
             let at = u32::try_from(i).unwrap_or(0).saturating_mul(16);
             let one = put(1, at, 16);
@@ -454,7 +469,7 @@ impl<W: Word> Histogram<W> {
                 // The count is full: keep the shape, lose the oldest half of the weight.
                 self.halve(1);
                 new = w.update(bump).1;
-                refresh = true;
+                halved = true;
             }
             count = Histogram::<W>::lane(new, i);
         }
@@ -464,12 +479,78 @@ impl<W: Word> Histogram<W> {
         if self.last_sample.get().saturating_add(1_000_000) < stamp {
             self.last_sample.fetch_max(stamp);
         }
-        // Re-read the median and p95 while warming up, and then at most one trip-window
-        // bucket (3 s at the defaults) after the last reading, or when a bucket's count passes
-        // a multiple of 256.
-        if refresh || count.is_multiple_of(MEMO_EVERY) {
-            self.reread(now, s, half_window);
+        (count, halved)
+    }
+
+    /// Records a latency for a reader that keeps no memo of the breaker's (the adaptive
+    /// limiter reads [`Histogram::quantile`] when it needs one): the same buckets, decay and
+    /// forgetting as [`Histogram::record`], with time checked only when something may be due.
+    #[inline]
+    pub(crate) fn record_plain(&self, now: Instant, half_window: Duration, latency: Duration) {
+        let t = now.as_nanos();
+        if t >= self.check_at.get() {
+            self.catch_up(now, half_window);
+            // Next due: the end of the current decay period, or a whole window after the last
+            // sample (when it would be forgotten), whichever is first. Stale values are early,
+            // never late: both only move later.
+            let decay = self
+                .period
+                .get()
+                .saturating_add(1)
+                .saturating_mul(half_window.as_nanos());
+            let expiry = match self.last_sample.get() {
+                0 => u64::MAX,
+                last => last
+                    .saturating_sub(1)
+                    .saturating_add(half_window.saturating_mul(2).as_nanos()),
+            };
+            // At least the next nanosecond, so a sample that just caught up is not asked to
+            // again at the same instant.
+            self.check_at
+                .swap(decay.min(expiry).max(t.saturating_add(1)));
         }
+        let _ = self.add_sample(t, latency);
+    }
+
+    /// The bucket at or below which `per_mille` thousandths of the samples fall (the lowest
+    /// such bucket, read through [`Histogram::upper_bound`]), and the samples counted; `None`
+    /// while empty or once the samples have gone a whole window without a new one. A scan of
+    /// the whole histogram: for a reader that needs it now and then, not per call.
+    pub(crate) fn quantile(
+        &self,
+        now: Instant,
+        half_window: Duration,
+        per_mille: u32,
+    ) -> (Option<usize>, u64) {
+        if self.expired(now, half_window) {
+            return (None, 0);
+        }
+        let mut total: u64 = 0;
+        for w in &self.lanes {
+            let v = w.get();
+            for i in 0..LANES {
+                total = total.saturating_add(Histogram::<W>::lane(v, i));
+            }
+        }
+        if total == 0 {
+            return (None, 0);
+        }
+        // The rank, rounded up, and at least the first sample.
+        let rank = div_rem_u32(total.saturating_mul(u64::from(per_mille)), 1000)
+            .map_or(total, |(q, r)| q.saturating_add(u64::from(r > 0)))
+            .clamp(1, total);
+        let mut seen: u64 = 0;
+        for (wi, w) in self.lanes.iter().enumerate() {
+            let v = w.get();
+            for i in 0..LANES {
+                seen = seen.saturating_add(Histogram::<W>::lane(v, i));
+                if seen >= rank {
+                    return (Some(wi.saturating_mul(LANES).saturating_add(i)), total);
+                }
+            }
+        }
+        // A halving racing the scan can leave fewer samples than the rank: no reading.
+        (None, total)
     }
 
     /// Re-reads the memo and sets when time next needs checking.

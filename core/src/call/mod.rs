@@ -87,7 +87,9 @@ pub const fn guarded_pause(left: Option<Duration>) -> Duration {
 const fn is_self_imposed(reason: RefusalReason) -> bool {
     matches!(
         reason,
-        RefusalReason::RateLimited | RefusalReason::BulkheadFull
+        RefusalReason::RateLimited
+            | RefusalReason::BulkheadFull
+            | RefusalReason::ConcurrencyLimited
     )
 }
 

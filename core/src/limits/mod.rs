@@ -1,9 +1,16 @@
-//! The local limits on calls: the retry budget, the rate limiters and the bulkhead.
+//! The local limits on calls: the retry budget, the rate limiters, the bulkhead and the
+//! adaptive concurrency limiter.
 
+pub(crate) mod adaptive;
 pub(crate) mod budget;
 pub(crate) mod bulkhead;
 pub(crate) mod ratelimit;
 
+pub use self::adaptive::{
+    AdaptiveLimitSettings, AdaptiveLimitSettingsBuilder, AdaptiveLimiter, AdaptivePermit,
+    AdaptiveSlots, AdaptiveSnapshot, AdaptivelyLimited, LimitChange, SharedAdaptiveLimiter,
+    MAX_ADAPTIVE_LIMIT,
+};
 pub use self::budget::{
     Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot, SharedBudget,
 };

@@ -9,8 +9,9 @@ use crate::breaker::Snapshot;
 use crate::call::GUARD_PAUSE;
 use crate::limits::budget::BudgetSnapshot;
 use crate::{
-    limits::BulkheadSettings, limits::RateLimitSettings, limits::WindowLimitSettings,
-    BreakerSettings, BudgetSettings, CallSettings, Duration, Name, State,
+    limits::AdaptiveLimitSettings, limits::AdaptiveSnapshot, limits::BulkheadSettings,
+    limits::RateLimitSettings, limits::WindowLimitSettings, BreakerSettings, BudgetSettings,
+    CallSettings, Duration, Name, State,
 };
 
 /// The rate limiter in front of a policy's attempts, if any.
@@ -42,6 +43,8 @@ pub struct Explain<'a> {
     name: Option<&'a Name>,
     limit: Option<RateLimit<'a>>,
     bulkhead: Option<&'a BulkheadSettings>,
+    adaptive: Option<&'a AdaptiveLimitSettings>,
+    adaptive_now: Option<AdaptiveSnapshot>,
     breaker: Option<&'a BreakerSettings>,
     budget: Option<&'a BudgetSettings>,
     breaker_now: Option<Snapshot>,
@@ -64,6 +67,8 @@ impl<'a> Explain<'a> {
             name: None,
             limit: None,
             bulkhead: None,
+            adaptive: None,
+            adaptive_now: None,
             breaker: None,
             budget: None,
             breaker_now: None,
@@ -106,6 +111,31 @@ impl<'a> Explain<'a> {
     /// The bulkhead every attempt holds a slot of.
     pub const fn bulkhead(mut self, settings: &'a BulkheadSettings) -> Explain<'a> {
         self.bulkhead = Some(settings);
+        self
+    }
+
+    /// The adaptive concurrency limiter every attempt holds a slot of.
+    ///
+    /// ```
+    /// use stormguard_core::{limits::AdaptiveLimiter, limits::AdaptiveLimitSettings, CallSettings, policy::Explain};
+    /// let settings = AdaptiveLimitSettings::builder("search").build()?;
+    /// let limiter = AdaptiveLimiter::new(settings);
+    /// let text = Explain::new(&CallSettings::DEFAULT)
+    ///     .adaptive_limit(&settings)
+    ///     .adaptive_now(limiter.snapshot())
+    ///     .to_string();
+    /// assert!(text.contains("- adaptive limit: 20 in flight (4..=200)"), "{text}");
+    /// assert!(text.contains("- measured now: adaptive limit 20 (0 in flight), no latency baseline yet"), "{text}");
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub const fn adaptive_limit(mut self, settings: &'a AdaptiveLimitSettings) -> Explain<'a> {
+        self.adaptive = Some(settings);
+        self
+    }
+
+    /// Where the adaptive limiter stands now (its snapshot), for the "measured now" part.
+    pub const fn adaptive_now(mut self, snapshot: AdaptiveSnapshot) -> Explain<'a> {
+        self.adaptive_now = Some(snapshot);
         self
     }
 
@@ -238,6 +268,7 @@ impl fmt::Display for Explain<'_> {
             || self.budget.is_some()
             || self.limit.is_some()
             || self.bulkhead.is_some()
+            || self.adaptive.is_some()
         {
             writeln!(f, "    a refusal is reported after a {GUARD_PAUSE} pause (less if the deadline is nearer)")?;
         }
@@ -274,6 +305,13 @@ impl fmt::Display for Explain<'_> {
                 "- bulkhead: {b}; every attempt holds a slot while it runs"
             )?;
         }
+        if let Some(a) = self.adaptive {
+            writeln!(
+                f,
+                "- adaptive limit: {a}; every attempt holds a slot while it runs, and the limit \
+                 grows by one a round only when it held calls back"
+            )?;
+        }
 
         // The load it can add.
         let plural = if retries == 1 { "retry" } else { "retries" };
@@ -304,6 +342,17 @@ impl fmt::Display for Explain<'_> {
         }
 
         // What is measured now.
+        if let Some(a) = self.adaptive_now {
+            write!(
+                f,
+                "- measured now: adaptive limit {} ({} in flight)",
+                a.limit, a.in_flight
+            )?;
+            match a.baseline {
+                Some(b) => writeln!(f, ", latency baseline (p10) {b}")?,
+                None => writeln!(f, ", no latency baseline yet (cold)")?,
+            }
+        }
         match (self.breaker, self.breaker_now) {
             (Some(settings), Some(s)) => {
                 write!(f, "- measured now: breaker {}", s.state)?;

@@ -4,7 +4,7 @@ use stormguard_core::{
     SettingsError,
 };
 
-use super::{Bulkhead, Limiter, Policy};
+use super::{AdaptiveLimit, Bulkhead, Limiter, Policy};
 use crate::clock::{DefaultClock, SteadyClock};
 use crate::events::NoListener;
 use crate::{Breaker, Budget};
@@ -51,6 +51,7 @@ pub struct PolicyBuilder<K = DefaultClock, L = NoListener> {
     pub(super) budget: Choice<Budget>,
     pub(super) limiter: Option<Limiter>,
     pub(super) bulkhead: Option<Bulkhead>,
+    pub(super) adaptive: Option<AdaptiveLimit>,
     pub(super) call: CallSettingsBuilder,
     pub(super) retries_when_nested: bool,
     #[cfg(feature = "tokio")]
@@ -265,6 +266,41 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
+    /// Puts an adaptive concurrency limiter in front of the breaker (default: none): a limit on
+    /// attempts in flight that learns what the dependency takes. Each attempt holds a slot while
+    /// it runs (a hedge takes one too), none during backoff waits, and a successful attempt's
+    /// latency teaches it: once a round (one limit's worth of attempts) the limit shrinks by a
+    /// tenth when the round's fastest attempt took more than twice the learned p10, and grows
+    /// by one when it held attempts back (never while idle); see
+    /// [`AdaptiveLimiter`](stormguard_core::limits::AdaptiveLimiter). A refusal is a
+    /// self-imposed throttle like a full bulkhead's: with attempts left the call retries it on
+    /// the throttled curve, and when no retry fits it is a guarded rejection
+    /// ([`RefusalReason::ConcurrencyLimited`](stormguard_core::RefusalReason), `retry_after`
+    /// zero). Composed by the core's
+    /// [`AdaptivelyLimited`](stormguard_core::limits::AdaptivelyLimited), behind the bulkhead
+    /// and the rate limiter if there are any. Callers never wait for its slots.
+    ///
+    /// ```
+    /// use stormguard_core::limits::AdaptiveLimitSettings;
+    /// use stormguard_std::{AdaptiveLimit, Policy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
+    /// let db = AdaptiveLimit::new(AdaptiveLimitSettings::builder("db").build()?);
+    /// let policy = Policy::builder("db").adaptive_limit(db.clone()).build()?;
+    /// let in_flight = policy
+    ///     .call(|_| async { Ok::<_, ()>(db.in_flight()) })
+    ///     .await;
+    /// assert_eq!(in_flight, Ok(1)); // the attempt held one slot
+    /// assert_eq!((db.in_flight(), db.limit()), (0, 20));
+    /// assert!(policy.explain().to_string().contains("- adaptive limit: 20 in flight (4..=200)"));
+    /// # Ok(()) }
+    /// ```
+    pub fn adaptive_limit(mut self, limit: AdaptiveLimit) -> Self {
+        self.adaptive = Some(limit);
+        self
+    }
+
     /// Hedging (default off): when an attempt runs longer than the breaker's learned p95 of
     /// healthy calls, the async call launches a second attempt beside it (the core decides
     /// when, and whether: never without a breaker, a learned baseline, a closed breaker, a
@@ -452,6 +488,7 @@ impl<K, L> PolicyBuilder<K, L> {
             budget: self.budget,
             limiter: self.limiter,
             bulkhead: self.bulkhead,
+            adaptive: self.adaptive,
             call: self.call,
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
@@ -477,6 +514,7 @@ impl<K, L> PolicyBuilder<K, L> {
             budget: self.budget,
             limiter: self.limiter,
             bulkhead: self.bulkhead,
+            adaptive: self.adaptive,
             call: self.call,
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
@@ -547,6 +585,7 @@ impl<K, L> PolicyBuilder<K, L> {
             budget,
             limiter: self.limiter,
             bulkhead: self.bulkhead,
+            adaptive: self.adaptive,
             settings,
             // One attempt cannot hedge: the single-attempt form runs without it.
             single: self.call.max_attempts(1).hedging(false).build()?,

@@ -1,6 +1,6 @@
 use stormguard_core::{
-    call::Admission, call::OptionalBreaker, limits::Bulkheaded, CallError, Finished, Name, Permit,
-    SharedBreaker,
+    call::Admission, call::OptionalBreaker, limits::AdaptivelyLimited, limits::Bulkheaded,
+    limits::SharedAdaptiveLimiter, CallError, Finished, Name, Permit, SharedBreaker,
 };
 #[cfg(feature = "tokio")]
 use stormguard_core::{Duration, Instant};
@@ -9,11 +9,12 @@ use super::steps::{BulkheadShared, Slots, Steps};
 use crate::events::{Ended, Listener};
 
 /// Gives an attempt's permit back if the call is dropped before the attempt's outcome is
-/// reported, so a half-open probe slot (and a bulkhead slot) never leaks. Small on purpose: it
+/// reported, so a half-open probe slot (and a bulkhead's or adaptive limiter's slot) never leaks. Small on purpose: it
 /// lives in the call's future across every attempt.
 pub(crate) struct PermitGuard<'a> {
     breaker: Option<&'a SharedBreaker>,
     bulkhead: Option<&'a BulkheadShared>,
+    adaptive: Option<&'a SharedAdaptiveLimiter>,
     permit: Option<Permit>,
 }
 
@@ -23,6 +24,7 @@ impl<'a> PermitGuard<'a> {
         PermitGuard {
             breaker: steps.breaker,
             bulkhead: steps.bulkhead,
+            adaptive: steps.adaptive,
             permit: Some(permit),
         }
     }
@@ -41,9 +43,12 @@ impl Drop for PermitGuard<'_> {
             return;
         };
         // Released through the core's composition that admitted it (the rate limiter only
-        // forwards a release): the breaker's probe slot and the bulkhead's slot go back.
+        // forwards a release): the breaker's probe slot and the limiters' slots go back.
         Bulkheaded::new(
-            OptionalBreaker::new(self.breaker, Name::new("")),
+            AdaptivelyLimited::new(
+                OptionalBreaker::new(self.breaker, Name::new("")),
+                self.adaptive,
+            ),
             self.bulkhead.map(|bulkhead| Slots {
                 bulkhead,
                 held: None,

@@ -39,7 +39,7 @@ pub(crate) use guard::{Report, Slept};
 pub use options::CallOptions;
 #[cfg(feature = "tokio")]
 use options::DEFAULT_OPTIONS;
-pub use steps::{Bulkhead, Limiter};
+pub use steps::{AdaptiveLimit, Bulkhead, Limiter};
 use steps::{CallAdmission, Funds, Steps};
 
 /// Retries, deadline, attempt timeout, backoff, breaker and retry budget for one dependency:
@@ -80,6 +80,7 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
     budget: Option<Budget>,
     limiter: Option<Limiter>,
     bulkhead: Option<Bulkhead>,
+    adaptive: Option<AdaptiveLimit>,
     settings: CallSettings,
     /// The same settings with one attempt, for calls that cannot be repeated.
     single: CallSettings,
@@ -116,6 +117,7 @@ impl Policy {
             budget: Choice::Default,
             limiter: None,
             bulkhead: None,
+            adaptive: None,
             call: CallSettings::builder().seed(entropy_seed()),
             retries_when_nested: true,
             #[cfg(feature = "tokio")]
@@ -186,6 +188,12 @@ impl<K, L> Policy<K, L> {
         self.bulkhead.as_ref()
     }
 
+    /// The adaptive concurrency limiter in front of the breaker, if any.
+    #[must_use]
+    pub fn adaptive_limit(&self) -> Option<&AdaptiveLimit> {
+        self.adaptive.as_ref()
+    }
+
     /// How calls retry and how long they may take.
     #[must_use]
     pub fn settings(&self) -> &CallSettings {
@@ -222,6 +230,7 @@ impl<K, L> Policy<K, L> {
             budget: self.budget,
             limiter: self.limiter,
             bulkhead: self.bulkhead,
+            adaptive: self.adaptive,
             settings: self.settings,
             single: self.single,
             retries_when_nested: self.retries_when_nested,
@@ -247,6 +256,7 @@ impl<K, L> Policy<K, L> {
             breaker: self.breaker.as_ref().map(Breaker::shared),
             limiter: self.limiter.as_ref().map(Limiter::cells),
             bulkhead: self.bulkhead.as_ref().map(|b| &*b.inner),
+            adaptive: self.adaptive.as_ref().map(AdaptiveLimit::shared),
         }
     }
 
@@ -354,6 +364,11 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         }
         if let Some(b) = self.bulkhead() {
             explain = explain.bulkhead(b.settings());
+        }
+        if let Some(a) = self.adaptive_limit() {
+            explain = explain
+                .adaptive_limit(a.settings())
+                .adaptive_now(a.snapshot());
         }
         if let Some(b) = &self.breaker {
             explain = explain

@@ -376,7 +376,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
     {
-        if self.limiter.is_none() && self.bulkhead.is_none() {
+        if self.limiter.is_none() && self.bulkhead.is_none() && self.adaptive.is_none() {
             // No optional step: the loop over the breaker (or none) alone, so that a policy
             // without the steps pays nothing for them (measured: the composition with both
             // absent costs the plain path a few percent).

@@ -2,11 +2,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use stormguard_core::{
-    call::OptionalBreaker, limits::BulkheadPermit, limits::BulkheadSettings, limits::BulkheadSlots,
-    limits::BulkheadSnapshot, limits::Bulkheaded, limits::Limit, limits::RateLimitSettings,
-    limits::RateLimited, limits::SharedBulkhead, limits::SharedRateLimiter,
-    limits::SharedWindowLimiter, limits::WindowLimitSettings, Instant, Name, Refused,
-    SettingsError, SharedBreaker, SharedBudget,
+    call::OptionalBreaker, limits::AdaptiveLimitSettings, limits::AdaptiveSnapshot,
+    limits::AdaptivelyLimited, limits::BulkheadPermit, limits::BulkheadSettings,
+    limits::BulkheadSlots, limits::BulkheadSnapshot, limits::Bulkheaded, limits::Limit,
+    limits::RateLimitSettings, limits::RateLimited, limits::SharedAdaptiveLimiter,
+    limits::SharedBulkhead, limits::SharedRateLimiter, limits::SharedWindowLimiter,
+    limits::WindowLimitSettings, Instant, Name, Refused, SettingsError, SharedBreaker,
+    SharedBudget,
 };
 
 /// The budget side of a policy's calls: its shared budget, or none (the core's `Option`).
@@ -305,6 +307,97 @@ impl fmt::Debug for Bulkhead {
     }
 }
 
+/// An adaptive concurrency limiter a policy puts in front of its breaker (see
+/// [`PolicyBuilder::adaptive_limit`]): the core's lock-free [`SharedAdaptiveLimiter`] in an
+/// `Arc`, so clones, and every policy given one, share its limit and what it learns.
+///
+/// Every attempt (a retry, a hedge) holds a slot while it runs, none during backoff waits; a
+/// successful attempt's latency teaches it. Its limit and latency baseline are readable here,
+/// in the policy's [`Explain`](stormguard_core::policy::Explain), in the health registry and in
+/// the metrics.
+///
+/// ```
+/// use stormguard_core::limits::AdaptiveLimitSettings;
+/// use stormguard_std::AdaptiveLimit;
+///
+/// let db = AdaptiveLimit::new(AdaptiveLimitSettings::builder("db").limits(2, 50).build()?);
+/// assert_eq!((db.limit(), db.in_flight(), db.baseline()), (20, 0, None));
+/// # Ok::<(), stormguard_std::SettingsError>(())
+/// ```
+///
+/// [`PolicyBuilder::adaptive_limit`]: crate::PolicyBuilder::adaptive_limit
+#[derive(Clone)]
+pub struct AdaptiveLimit {
+    pub(super) inner: Arc<SharedAdaptiveLimiter>,
+}
+
+impl AdaptiveLimit {
+    /// A limiter at its initial limit, with validated `settings`.
+    pub fn new(settings: AdaptiveLimitSettings) -> AdaptiveLimit {
+        AdaptiveLimit {
+            inner: Arc::new(SharedAdaptiveLimiter::new(settings)),
+        }
+    }
+
+    /// The core's shared limiter (to read it, or use it outside a policy).
+    #[must_use]
+    pub fn shared(&self) -> &SharedAdaptiveLimiter {
+        &self.inner
+    }
+
+    /// The limiter's name.
+    #[must_use]
+    pub fn name(&self) -> &Name {
+        self.inner.name()
+    }
+
+    /// The settings it was built with.
+    #[must_use]
+    pub fn settings(&self) -> &AdaptiveLimitSettings {
+        self.inner.settings()
+    }
+
+    /// The current limit on attempts in flight.
+    #[must_use]
+    pub fn limit(&self) -> u32 {
+        self.inner.limit()
+    }
+
+    /// Attempts in flight now.
+    #[must_use]
+    pub fn in_flight(&self) -> u32 {
+        self.inner.in_flight()
+    }
+
+    /// The latency baseline (the learned p10) as read at the last round's end, if any.
+    #[must_use]
+    pub fn baseline(&self) -> Option<stormguard_core::Duration> {
+        self.inner.baseline()
+    }
+
+    /// The limit, counts and baseline.
+    #[must_use]
+    pub fn snapshot(&self) -> AdaptiveSnapshot {
+        self.inner.snapshot()
+    }
+
+    /// `true` when both handles share one limiter.
+    #[must_use]
+    pub fn same_as(&self, other: &AdaptiveLimit) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl fmt::Debug for AdaptiveLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdaptiveLimit")
+            .field("name", &self.name().as_str())
+            .field("limit", &self.limit())
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
 /// A bulkhead's slots as the core's [`Bulkheaded`] takes them, holding the slot a caller won
 /// by waiting until its first attempt takes it, and waking a waiter whenever a slot is freed.
 pub(crate) struct Slots<'a> {
@@ -349,16 +442,21 @@ pub(crate) struct Steps<'a> {
     pub(super) breaker: Option<&'a SharedBreaker>,
     pub(super) limiter: Option<Cells<'a>>,
     pub(super) bulkhead: Option<&'a BulkheadShared>,
+    pub(super) adaptive: Option<&'a SharedAdaptiveLimiter>,
 }
 
 impl<'a> Steps<'a> {
-    /// The admission of one call: the breaker (or none), behind the bulkhead, behind the rate
-    /// limiter, as the core composes them. `held` is a slot the call already won by waiting.
+    /// The admission of one call: the breaker (or none), behind the adaptive limiter, behind
+    /// the bulkhead, behind the rate limiter, as the core composes them. `held` is a slot the
+    /// call already won by waiting.
     #[inline]
     pub(super) fn admission(self, held: Option<BulkheadPermit>) -> CallAdmission<'a> {
         RateLimited::new(
             Bulkheaded::new(
-                OptionalBreaker::new(self.breaker, *self.name),
+                AdaptivelyLimited::new(
+                    OptionalBreaker::new(self.breaker, *self.name),
+                    self.adaptive,
+                ),
                 self.bulkhead.map(|bulkhead| Slots { bulkhead, held }),
             ),
             self.limiter,
@@ -369,6 +467,9 @@ impl<'a> Steps<'a> {
 /// The admission side of a call: the breaker with the optional steps in front of it, each one
 /// the core's part that may be absent.
 pub(crate) type CallAdmission<'a> = RateLimited<
-    Bulkheaded<OptionalBreaker<&'a SharedBreaker>, Option<Slots<'a>>>,
+    Bulkheaded<
+        AdaptivelyLimited<OptionalBreaker<&'a SharedBreaker>, Option<&'a SharedAdaptiveLimiter>>,
+        Option<Slots<'a>>,
+    >,
     Option<Cells<'a>>,
 >;
