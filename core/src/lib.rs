@@ -30,7 +30,7 @@
 //! - `defmt`: `defmt::Format` on every public type.
 //! - `serde`: `Serialize` on snapshots and settings; `Deserialize` on settings, with the
 //!   builders' method names as keys and durations written for people (`"250ms"`), through
-//!   the same checks as the builders (see [`config`](crate::config) when enabled).
+//!   the same checks as the builders (see the `config` module).
 //!
 //! ## Atomics on microcontrollers
 //! The shared forms use `portable-atomic`; this library never chooses its backend. Firmware for a
