@@ -28,7 +28,7 @@ use serde::de::{self, Deserialize, Deserializer, IntoDeserializer};
 use crate::breaker::{BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls};
 use crate::call::{Backoff, BackoffBuilder, CallSettings, CallSettingsBuilder, Jitter};
 use crate::limits::BudgetSettingsBuilder;
-use crate::{BreakerSettings, BudgetSettings, Duration, Multiple, Name};
+use crate::{BreakerSettings, BudgetSettings, Duration, Multiple, Name, Problems};
 
 /// A value that can be turned off: `false` in a document, or the value.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -477,7 +477,7 @@ impl CallConfig {
     }
 }
 
-fn invalid<E: de::Error>(problems: crate::Problems) -> E {
+fn invalid<E: de::Error>(problems: Problems) -> E {
     E::custom(format_args!("invalid settings: {problems}"))
 }
 
@@ -523,5 +523,197 @@ impl<'de> Deserialize<'de> for CallSettings {
         let start = CallSettings::builder();
         let backoff = c.backoff(&start).build_all().map_err(invalid)?;
         c.apply(start.backoff(backoff)).build_all().map_err(invalid)
+    }
+}
+
+/// One policy's section of a configuration document: the call settings' keys (as
+/// [`CallConfig`]'s), `retries_when_nested`, and `breaker` and `budget` tables (or `false`
+/// for none). The format the std adapter's policy documents and the simulator's scenario
+/// files share.
+///
+/// ```toml
+/// max_attempts = 3
+/// deadline = "2s"
+/// backoff = { base = "50ms", cap = "1s" }
+/// breaker = { consecutive_failures = 3, slow_calls = false }
+/// budget = { fraction = 0.2 }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySection {
+    /// The preset this section starts from, where the document has presets.
+    pub preset: Option<Name>,
+    /// [`CallSettingsBuilder::max_attempts`].
+    pub max_attempts: Option<u64>,
+    /// [`CallSettingsBuilder::deadline`].
+    pub deadline: Option<Switch<Duration>>,
+    /// [`CallSettingsBuilder::attempt_timeout`].
+    pub attempt_timeout: Option<Switch<Duration>>,
+    /// [`CallSettingsBuilder::measured_ceiling`].
+    pub measured_ceiling: Option<bool>,
+    /// [`CallSettingsBuilder::ceiling_floor`].
+    pub ceiling_floor: Option<Duration>,
+    /// [`CallSettingsBuilder::hedging`].
+    pub hedging: Option<bool>,
+    /// Whether calls made while serving a caller's retry may retry (default `true`).
+    pub retries_when_nested: Option<bool>,
+    /// The backoff, key by key.
+    pub backoff: Option<BackoffConfig>,
+    /// The breaker's keys, or `false` for no breaker (default: a breaker with the defaults).
+    pub breaker: Option<Switch<BreakerConfig>>,
+    /// The budget's keys, or `false` for no budget (default: a budget with the defaults).
+    pub budget: Option<Switch<BudgetConfig>>,
+}
+
+/// A policy's settings from its sections, every one checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyParts {
+    /// The call settings (the backoff included).
+    pub call: CallSettings,
+    /// Whether calls made while serving a caller's retry may retry.
+    pub retries_when_nested: bool,
+    /// The breaker's settings, unless turned off.
+    pub breaker: Option<BreakerSettings>,
+    /// The budget's settings, unless turned off.
+    pub budget: Option<BudgetSettings>,
+}
+
+/// Every problem in a policy's sections, by the part it is in (each may be empty).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PolicyProblems {
+    /// The backoff's (`backoff.` keys).
+    pub backoff: Problems,
+    /// The call settings' (the section's own keys).
+    pub call: Problems,
+    /// The breaker's (`breaker.` keys); a breaker `name` other than the policy's is
+    /// [`Field::BreakerName`](crate::Field::BreakerName).
+    pub breaker: Problems,
+    /// The budget's (`budget.` keys); a budget `name` other than the policy's is
+    /// [`Field::BudgetName`](crate::Field::BudgetName).
+    pub budget: Problems,
+}
+
+impl PolicySection {
+    /// The call keys of this section.
+    #[must_use]
+    pub fn call(&self) -> CallConfig {
+        CallConfig {
+            max_attempts: self.max_attempts,
+            deadline: self.deadline,
+            attempt_timeout: self.attempt_timeout,
+            measured_ceiling: self.measured_ceiling,
+            ceiling_floor: self.ceiling_floor,
+            hedging: self.hedging,
+            backoff: self.backoff,
+        }
+    }
+
+    /// The settings of a policy called `name` whose sections are `layers`, each applied over
+    /// the ones before it (a preset, then the policy's own), starting from the defaults: every
+    /// part checked, and every problem of every part returned.
+    ///
+    /// ```
+    /// use stormguard_core::config::PolicySection;
+    /// use stormguard_core::{Duration, Name};
+    /// let preset = PolicySection { max_attempts: Some(4), ..PolicySection::default() };
+    /// let own = PolicySection { max_attempts: Some(2), ..PolicySection::default() };
+    /// let parts = PolicySection::resolve(Name::new("db"), &[&preset, &own]).unwrap();
+    /// assert_eq!(parts.call.max_attempts(), 2);
+    /// assert_eq!(parts.breaker.unwrap().break_duration(), Duration::from_secs(15));
+    ///
+    /// let bad = PolicySection { max_attempts: Some(0), ..PolicySection::default() };
+    /// let problems = PolicySection::resolve(Name::new("db"), &[&bad]).unwrap_err();
+    /// assert_eq!(problems.call.to_string(), "`max_attempts` must be at least 1");
+    /// ```
+    // No allocation in the core: the lists are the error, by value, on a cold path.
+    #[allow(clippy::result_large_err)]
+    pub fn resolve(name: Name, layers: &[&PolicySection]) -> Result<PolicyParts, PolicyProblems> {
+        let mut problems = PolicyProblems::default();
+        let mut backoff = Backoff::DEFAULT.to_builder();
+        let mut call = CallSettings::builder();
+        let mut breaker = Some(BreakerSettings::builder_named(name));
+        let mut budget = Some(BudgetSettings::builder_named(name));
+        let mut retries_when_nested = true;
+        for layer in layers {
+            if let Some(c) = &layer.backoff {
+                backoff = c.apply(backoff);
+            }
+            call = layer.call().apply(call);
+            match layer.breaker {
+                Some(Switch::Off) => breaker = None,
+                Some(Switch::On(c)) => {
+                    breaker =
+                        Some(c.apply(breaker.unwrap_or(BreakerSettings::builder_named(name))));
+                }
+                None => {}
+            }
+            match layer.budget {
+                Some(Switch::Off) => budget = None,
+                Some(Switch::On(c)) => {
+                    budget = Some(c.apply(budget.unwrap_or(BudgetSettings::builder_named(name))));
+                }
+                None => {}
+            }
+            if let Some(on) = layer.retries_when_nested {
+                retries_when_nested = on;
+            }
+        }
+        let backoff = backoff.build_all().map_err(|p| problems.backoff = p).ok();
+        if let Some(b) = backoff {
+            call = call.backoff(b);
+        }
+        let call = call.build_all().map_err(|p| problems.call = p).ok();
+        let breaker = breaker.map(|b| {
+            let s = b.build_all().map_err(|p| problems.breaker = p).ok();
+            if s.is_some_and(|s| s.name() != &name) {
+                problems.breaker.push(crate::SettingsError {
+                    field: crate::Field::BreakerName,
+                    bound: crate::Bound::PolicyName,
+                });
+            }
+            s
+        });
+        let budget = budget.map(|b| {
+            let s = b.build_all().map_err(|p| problems.budget = p).ok();
+            if s.is_some_and(|s| s.name() != &name) {
+                problems.budget.push(crate::SettingsError {
+                    field: crate::Field::BudgetName,
+                    bound: crate::Bound::PolicyName,
+                });
+            }
+            s
+        });
+        let clean = problems.backoff.is_empty()
+            && problems.call.is_empty()
+            && problems.breaker.is_empty()
+            && problems.budget.is_empty();
+        // Off is `None`; a part that did not build is `Some(None)`, and has its problems.
+        match (clean, call, breaker, budget) {
+            (true, Some(call), Some(Some(breaker)), Some(Some(budget))) => Ok(PolicyParts {
+                call,
+                retries_when_nested,
+                breaker: Some(breaker),
+                budget: Some(budget),
+            }),
+            (true, Some(call), Some(Some(breaker)), None) => Ok(PolicyParts {
+                call,
+                retries_when_nested,
+                breaker: Some(breaker),
+                budget: None,
+            }),
+            (true, Some(call), None, Some(Some(budget))) => Ok(PolicyParts {
+                call,
+                retries_when_nested,
+                breaker: None,
+                budget: Some(budget),
+            }),
+            (true, Some(call), None, None) => Ok(PolicyParts {
+                call,
+                retries_when_nested,
+                breaker: None,
+                budget: None,
+            }),
+            _ => Err(problems),
+        }
     }
 }

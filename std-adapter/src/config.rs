@@ -78,7 +78,9 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use serde::Deserialize;
 use serde_json::Value;
-pub use stormguard_core::config::{BackoffConfig, BreakerConfig, BudgetConfig, CallConfig, Switch};
+pub use stormguard_core::config::{
+    BackoffConfig, BreakerConfig, BudgetConfig, CallConfig, PolicySection, Switch,
+};
 use stormguard_core::{
     Bound, BreakerSettings, BudgetSettings, CallSettings, Field, Name, Problems, SettingsError,
 };
@@ -141,44 +143,13 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// A section of the document: a preset or a policy.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Section {
-    preset: Option<String>,
-    max_attempts: Option<u64>,
-    deadline: Option<Switch<stormguard_core::Duration>>,
-    attempt_timeout: Option<Switch<stormguard_core::Duration>>,
-    measured_ceiling: Option<bool>,
-    ceiling_floor: Option<stormguard_core::Duration>,
-    hedging: Option<bool>,
-    retries_when_nested: Option<bool>,
-    backoff: Option<BackoffConfig>,
-    breaker: Option<Switch<BreakerConfig>>,
-    budget: Option<Switch<BudgetConfig>>,
-}
-
-impl Section {
-    fn call(&self) -> CallConfig {
-        CallConfig {
-            max_attempts: self.max_attempts,
-            deadline: self.deadline,
-            attempt_timeout: self.attempt_timeout,
-            measured_ceiling: self.measured_ceiling,
-            ceiling_floor: self.ceiling_floor,
-            hedging: self.hedging,
-            backoff: self.backoff,
-        }
-    }
-}
-
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Document {
     #[serde(default)]
-    presets: BTreeMap<String, Section>,
+    presets: BTreeMap<String, PolicySection>,
     #[serde(default)]
-    policies: BTreeMap<String, Section>,
+    policies: BTreeMap<String, PolicySection>,
 }
 
 /// One policy's settings, every one checked.
@@ -211,6 +182,7 @@ fn breaker_key(field: Field) -> String {
         Field::RecoveryFraction => "recovery.fraction".into(),
         Field::RecoveryMin => "recovery.min".into(),
         Field::RecoveryMax => "recovery.max".into(),
+        Field::BreakerName => "name".into(),
         other => other.as_str().into(),
     }
 }
@@ -219,6 +191,7 @@ fn budget_key(field: Field) -> String {
     match field {
         Field::RetryFraction => "fraction".into(),
         Field::FloorRate => "floor_per_second".into(),
+        Field::BudgetName => "name".into(),
         other => other.as_str().into(),
     }
 }
@@ -269,8 +242,8 @@ fn push_problems(
 /// problems to `out`.
 fn resolve(
     key: &str,
-    section: &Section,
-    presets: &BTreeMap<String, Section>,
+    section: &PolicySection,
+    presets: &BTreeMap<String, PolicySection>,
     out: &mut Vec<ConfigProblem>,
 ) -> Option<Resolved> {
     let at = format!("policies.{key}.");
@@ -293,7 +266,7 @@ fn resolve(
         }
     };
     let preset = match &section.preset {
-        Some(p) => match presets.get(p) {
+        Some(p) => match presets.get(p.as_str()) {
             Some(s) => Some(s),
             None => {
                 out.push(ConfigProblem {
@@ -306,128 +279,24 @@ fn resolve(
         },
         None => presets.get("default"),
     };
-    let layers: Vec<&Section> = preset.into_iter().chain(Some(section)).collect();
+    let layers: Vec<&PolicySection> = preset.into_iter().chain(Some(section)).collect();
     let name = name?;
-
-    // The call settings: the backoff checked on its own, then the rest.
-    let mut call = CallSettings::builder();
-    let mut backoff = stormguard_core::call::Backoff::DEFAULT.to_builder();
-    for layer in &layers {
-        backoff = layer.call().backoff_on(backoff);
-    }
-    let backoff = match backoff.build_all() {
-        Ok(b) => Some(b),
+    match PolicySection::resolve(name, &layers) {
+        // A preset it names but the document lacks is already reported.
+        Ok(_) if out.len() > before => None,
+        Ok(parts) => Some(Resolved {
+            name,
+            call: parts.call,
+            retries_when_nested: parts.retries_when_nested,
+            breaker: parts.breaker,
+            budget: parts.budget,
+        }),
         Err(p) => {
-            push_problems(out, &format!("{at}backoff."), &p, backoff_key);
+            push_problems(out, &format!("{at}backoff."), &p.backoff, backoff_key);
+            push_problems(out, &at, &p.call, |f| f.as_str().into());
+            push_problems(out, &format!("{at}breaker."), &p.breaker, breaker_key);
+            push_problems(out, &format!("{at}budget."), &p.budget, budget_key);
             None
-        }
-    };
-    for layer in &layers {
-        call = layer.call().apply(call);
-    }
-    if let Some(b) = backoff {
-        call = call.backoff(b);
-    }
-    let call = match call.build_all() {
-        Ok(c) => Some(c),
-        Err(p) => {
-            push_problems(out, &at, &p, |f| f.as_str().into());
-            None
-        }
-    };
-
-    let mut breaker = Some(BreakerSettings::builder_named(name));
-    let mut budget = Some(BudgetSettings::builder_named(name));
-    let mut retries_when_nested = true;
-    for layer in &layers {
-        match layer.breaker {
-            Some(Switch::Off) => breaker = None,
-            Some(Switch::On(c)) => {
-                breaker = Some(c.apply(breaker.unwrap_or(BreakerSettings::builder_named(name))))
-            }
-            None => {}
-        }
-        match layer.budget {
-            Some(Switch::Off) => budget = None,
-            Some(Switch::On(c)) => {
-                budget = Some(c.apply(budget.unwrap_or(BudgetSettings::builder_named(name))))
-            }
-            None => {}
-        }
-        if let Some(on) = layer.retries_when_nested {
-            retries_when_nested = on;
-        }
-    }
-    let breaker = breaker.map(|b| match b.build_all() {
-        Ok(s) if s.name() == &name => Some(s),
-        Ok(_) => {
-            out.push(ConfigProblem {
-                path: format!("{at}breaker.name"),
-                message: "must be the policy's name".into(),
-                setting: Some(SettingsError {
-                    field: Field::BreakerName,
-                    bound: Bound::PolicyName,
-                }),
-            });
-            None
-        }
-        Err(p) => {
-            push_problems(out, &format!("{at}breaker."), &p, breaker_key);
-            None
-        }
-    });
-    let budget = budget.map(|b| match b.build_all() {
-        Ok(s) if s.name() == &name => Some(s),
-        Ok(_) => {
-            out.push(ConfigProblem {
-                path: format!("{at}budget.name"),
-                message: "must be the policy's name".into(),
-                setting: Some(SettingsError {
-                    field: Field::BudgetName,
-                    bound: Bound::PolicyName,
-                }),
-            });
-            None
-        }
-        Err(p) => {
-            push_problems(out, &format!("{at}budget."), &p, budget_key);
-            None
-        }
-    });
-    if out.len() > before {
-        return None;
-    }
-    Some(Resolved {
-        name,
-        call: call?,
-        retries_when_nested,
-        breaker: match breaker {
-            Some(b) => Some(b?),
-            None => None,
-        },
-        budget: match budget {
-            Some(b) => Some(b?),
-            None => None,
-        },
-    })
-}
-
-/// Helpers on the core's overrides that only this loader needs.
-trait CallConfigExt {
-    fn backoff_on(
-        &self,
-        b: stormguard_core::call::BackoffBuilder,
-    ) -> stormguard_core::call::BackoffBuilder;
-}
-
-impl CallConfigExt for CallConfig {
-    fn backoff_on(
-        &self,
-        b: stormguard_core::call::BackoffBuilder,
-    ) -> stormguard_core::call::BackoffBuilder {
-        match &self.backoff {
-            Some(c) => c.apply(b),
-            None => b,
         }
     }
 }
