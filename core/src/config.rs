@@ -683,10 +683,7 @@ impl PolicySection {
             }
             s
         });
-        let clean = problems.backoff.is_empty()
-            && problems.call.is_empty()
-            && problems.breaker.is_empty()
-            && problems.budget.is_empty();
+        let clean = problems.is_empty();
         // Off is `None`; a part that did not build is `Some(None)`, and has its problems.
         match (clean, call, breaker, budget) {
             (true, Some(call), Some(Some(breaker)), Some(Some(budget))) => Ok(PolicyParts {
@@ -715,5 +712,60 @@ impl PolicySection {
             }),
             _ => Err(problems),
         }
+    }
+}
+
+/// The key a policy section gives `field`, within its part's table: `failure_rate.multiple`
+/// in `breaker`, `base` in `backoff`, `fraction` in `budget`, `max_attempts` at the top.
+///
+/// ```
+/// use stormguard_core::{config::key, Field};
+/// assert_eq!(key(Field::FailureMultiple), "failure_rate.multiple");
+/// assert_eq!(key(Field::BackoffCap), "cap");
+/// assert_eq!(key(Field::ConsecutiveFailures), "consecutive_failures");
+/// ```
+#[must_use]
+pub const fn key(field: crate::Field) -> &'static str {
+    use crate::Field;
+    match field {
+        Field::FailureMultiple => "failure_rate.multiple",
+        Field::FailureFloor => "failure_rate.floor",
+        Field::MinimumFailures => "failure_rate.minimum_failures",
+        Field::FailureBaselineOutcomes => "failure_rate.baseline_outcomes",
+        Field::SlowMultiple => "slow_calls.multiple",
+        Field::SlowBaselineCalls => "slow_calls.baseline_calls",
+        Field::RecoveryFraction => "recovery.fraction",
+        Field::RecoveryMin => "recovery.min",
+        Field::RecoveryMax => "recovery.max",
+        Field::BreakerName | Field::BudgetName => "name",
+        Field::RetryFraction => "fraction",
+        Field::FloorRate => "floor_per_second",
+        Field::BackoffBase => "base",
+        Field::ThrottledBase => "throttled_base",
+        Field::BackoffFactor => "factor",
+        Field::BackoffCap => "cap",
+        other => other.as_str(),
+    }
+}
+
+impl PolicyProblems {
+    /// `true` when no part has a problem.
+    #[must_use]
+    pub const fn is_empty(&self) -> bool {
+        self.backoff.is_empty()
+            && self.call.is_empty()
+            && self.breaker.is_empty()
+            && self.budget.is_empty()
+    }
+
+    /// Every part's list with the prefix of its keys in a section (`"backoff."`, `""`,
+    /// `"breaker."`, `"budget."`): a problem's path is the prefix and [`key`] of its field.
+    pub fn parts(&self) -> [(&'static str, &Problems); 4] {
+        [
+            ("backoff.", &self.backoff),
+            ("", &self.call),
+            ("breaker.", &self.breaker),
+            ("budget.", &self.budget),
+        ]
     }
 }

@@ -79,7 +79,7 @@ use arc_swap::ArcSwap;
 use serde::Deserialize;
 use serde_json::Value;
 pub use stormguard_core::config::{
-    BackoffConfig, BreakerConfig, BudgetConfig, CallConfig, PolicySection, Switch,
+    key, BackoffConfig, BreakerConfig, BudgetConfig, CallConfig, PolicySection, Switch,
 };
 use stormguard_core::{
     Bound, BreakerSettings, BudgetSettings, CallSettings, Field, Name, Problems, SettingsError,
@@ -170,44 +170,8 @@ pub struct PolicyConfig {
     policies: BTreeMap<String, Resolved>,
 }
 
-/// Where in a section a setting's key lives.
-fn breaker_key(field: Field) -> String {
-    match field {
-        Field::FailureMultiple => "failure_rate.multiple".into(),
-        Field::FailureFloor => "failure_rate.floor".into(),
-        Field::MinimumFailures => "failure_rate.minimum_failures".into(),
-        Field::FailureBaselineOutcomes => "failure_rate.baseline_outcomes".into(),
-        Field::SlowMultiple => "slow_calls.multiple".into(),
-        Field::SlowBaselineCalls => "slow_calls.baseline_calls".into(),
-        Field::RecoveryFraction => "recovery.fraction".into(),
-        Field::RecoveryMin => "recovery.min".into(),
-        Field::RecoveryMax => "recovery.max".into(),
-        Field::BreakerName => "name".into(),
-        other => other.as_str().into(),
-    }
-}
-
-fn budget_key(field: Field) -> String {
-    match field {
-        Field::RetryFraction => "fraction".into(),
-        Field::FloorRate => "floor_per_second".into(),
-        Field::BudgetName => "name".into(),
-        other => other.as_str().into(),
-    }
-}
-
-fn backoff_key(field: Field) -> String {
-    match field {
-        Field::BackoffBase => "base".into(),
-        Field::ThrottledBase => "throttled_base".into(),
-        Field::BackoffFactor => "factor".into(),
-        Field::BackoffCap => "cap".into(),
-        other => other.as_str().into(),
-    }
-}
-
 /// How a bound reads after "must be": a field it refers to is named by its key.
-fn must_be(bound: Bound, key: fn(Field) -> String) -> String {
+fn must_be(bound: Bound) -> String {
     match bound {
         Bound::NotBelow(f) => format!("must be at least `{}`", key(f)),
         Bound::AtLeastTimes(n, f) => format!("must be at least {n} times `{}`", key(f)),
@@ -216,16 +180,11 @@ fn must_be(bound: Bound, key: fn(Field) -> String) -> String {
     }
 }
 
-fn push_problems(
-    out: &mut Vec<ConfigProblem>,
-    prefix: &str,
-    problems: &Problems,
-    key: fn(Field) -> String,
-) {
+fn push_problems(out: &mut Vec<ConfigProblem>, prefix: &str, problems: &Problems) {
     for p in problems {
         out.push(ConfigProblem {
             path: format!("{prefix}{}", key(p.field)),
-            message: must_be(p.bound, key),
+            message: must_be(p.bound),
             setting: Some(*p),
         });
     }
@@ -292,10 +251,9 @@ fn resolve(
             budget: parts.budget,
         }),
         Err(p) => {
-            push_problems(out, &format!("{at}backoff."), &p.backoff, backoff_key);
-            push_problems(out, &at, &p.call, |f| f.as_str().into());
-            push_problems(out, &format!("{at}breaker."), &p.breaker, breaker_key);
-            push_problems(out, &format!("{at}budget."), &p.budget, budget_key);
+            for (part, problems) in p.parts() {
+                push_problems(out, &format!("{at}{part}"), problems);
+            }
             None
         }
     }
