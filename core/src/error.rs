@@ -385,3 +385,151 @@ impl fmt::Display for SettingsError {
 }
 
 impl core::error::Error for SettingsError {}
+
+/// How many problems a [`Problems`] list holds; past it, [`Problems::more`] counts the rest.
+pub const PROBLEMS_CAPACITY: usize = 8;
+
+/// Every setting at fault in one builder, not only the first: a fixed-capacity list (no
+/// allocation) that says how many more there were when it is full.
+///
+/// What a builder's `problems()` returns; its `build()` keeps returning the first of them as a
+/// [`SettingsError`], so `const` construction keeps its typed single-field error.
+///
+/// ```
+/// use stormguard_core::{BreakerSettings, Bound, Duration, Field};
+/// let builder = BreakerSettings::builder("payments")
+///     .consecutive_failures(0)
+///     .half_open_probes(99)
+///     .break_duration(Duration::ZERO);
+/// let problems = builder.problems();
+/// let fields: Vec<Field> = problems.iter().map(|p| p.field).collect();
+/// assert_eq!(fields, [Field::ConsecutiveFailures, Field::BreakDuration, Field::HalfOpenProbes]);
+/// assert_eq!(builder.build().unwrap_err(), problems.first().unwrap());
+/// assert_eq!(
+///     problems.to_string(),
+///     "`consecutive_failures` must be at least 1; `break_duration` must be at least 1ms; \
+///      `half_open_probes` must be at most 31"
+/// );
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Problems {
+    // Slots past `len` hold a placeholder and are never read.
+    list: [SettingsError; PROBLEMS_CAPACITY],
+    len: u8,
+    more: u32,
+}
+
+impl Problems {
+    /// No problem yet.
+    #[must_use]
+    pub const fn new() -> Problems {
+        Problems {
+            list: [SettingsError::new(Field::Name, Bound::NotBlank); PROBLEMS_CAPACITY],
+            len: 0,
+            more: 0,
+        }
+    }
+
+    /// Adds `problem`; when the list is full, counts it in [`more`](Self::more) instead.
+    pub const fn push(&mut self, problem: SettingsError) {
+        let len = self.len as usize;
+        if let Some((_, free)) = self.list.split_at_mut_checked(len) {
+            if let Some(slot) = free.first_mut() {
+                *slot = problem;
+                self.len = self.len.saturating_add(1);
+                return;
+            }
+        }
+        self.more = self.more.saturating_add(1);
+    }
+
+    /// Adds `result`'s error, if it is one.
+    pub const fn push_result(&mut self, result: Result<(), SettingsError>) {
+        if let Err(e) = result {
+            self.push(e);
+        }
+    }
+
+    /// `true` when nothing is at fault.
+    #[must_use]
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0 && self.more == 0
+    }
+
+    /// The problems held (at most [`PROBLEMS_CAPACITY`]).
+    #[must_use]
+    pub const fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Problems found past the list's capacity, and not held.
+    #[must_use]
+    pub const fn more(&self) -> u32 {
+        self.more
+    }
+
+    /// The first problem found: what `build()` reports.
+    #[must_use]
+    pub const fn first(&self) -> Option<SettingsError> {
+        if self.len == 0 {
+            None
+        } else {
+            Some(self.list[0])
+        }
+    }
+
+    /// The problems held, in the order they were found.
+    #[must_use]
+    pub fn as_slice(&self) -> &[SettingsError] {
+        self.list.get(..self.len()).unwrap_or(&[])
+    }
+
+    /// The problems held, in the order they were found.
+    pub fn iter(&self) -> core::slice::Iter<'_, SettingsError> {
+        self.as_slice().iter()
+    }
+}
+
+impl Default for Problems {
+    fn default() -> Self {
+        Problems::new()
+    }
+}
+
+impl<'a> IntoIterator for &'a Problems {
+    type Item = &'a SettingsError;
+    type IntoIter = core::slice::Iter<'a, SettingsError>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl fmt::Display for Problems {
+    /// The problems separated by `; `, and `; and N more` when some were not held.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        for p in self {
+            write!(f, "{sep}{p}")?;
+            sep = "; ";
+        }
+        if self.more > 0 {
+            write!(f, "{sep}and {} more", self.more)?;
+        }
+        Ok(())
+    }
+}
+
+impl core::error::Error for Problems {}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for Problems {
+    /// `{ "problems": [...], "more": N }`.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Problems", 2)?;
+        st.serialize_field("problems", self.as_slice())?;
+        st.serialize_field("more", &self.more)?;
+        st.end()
+    }
+}

@@ -28,7 +28,9 @@
 //!
 //! ## Features
 //! - `defmt`: `defmt::Format` on every public type.
-//! - `serde`: `Serialize` on snapshots and settings.
+//! - `serde`: `Serialize` on snapshots and settings; `Deserialize` on settings, with the
+//!   builders' method names as keys and durations written for people (`"250ms"`), through
+//!   the same checks as the builders (see the `config` module).
 //!
 //! ## Atomics on microcontrollers
 //! The shared forms use `portable-atomic`; this library never chooses its backend. Firmware for a
@@ -129,6 +131,9 @@ pub mod policy;
 // policy).
 pub mod probe;
 
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod config;
 pub mod error;
 pub mod event;
 pub mod grpc;
@@ -152,11 +157,11 @@ pub use call::{
     Backoff, Call, CallError, CallSettings, Classify, EveryErrorTransient, Finished, Jitter, Parts,
     Rejection, Step, GUARD_PAUSE,
 };
-pub use error::{Bound, Field, RefusalReason, Refused, SettingsError};
+pub use error::{Bound, Field, Problems, RefusalReason, Refused, SettingsError, PROBLEMS_CAPACITY};
 pub use event::Event;
 pub use limits::{Budget, BudgetSettings, SharedBudget};
 pub use name::Name;
 pub use outcome::Outcome;
 pub use ratio::{Multiple, Ratio};
 pub use state::{Health, State, TripReason};
-pub use time::{Duration, Instant};
+pub use time::{Duration, DurationParseError, Instant};

@@ -156,7 +156,7 @@ const fn div_const(n: u64, d: u64) -> u64 {
 /// Arithmetic saturates: `Duration::MAX + x == Duration::MAX`, `a - b` with `b > a` is zero.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Duration {
     nanos: u64,
 }
@@ -562,6 +562,148 @@ fn write_nanos(f: &mut fmt::Formatter<'_>, nanos: u64) -> fmt::Result {
         write!(f, "{}us", nanos / NANOS_PER_MICRO)
     } else {
         write!(f, "{nanos}ns")
+    }
+}
+
+/// Why [`Duration::parse`] refused a text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum DurationParseError {
+    /// Nothing to read.
+    Empty,
+    /// A number without a unit (`"250"`): the unit is never guessed.
+    MissingUnit,
+    /// A unit other than `ns`, `us`, `µs`, `ms`, `s`, `m`, `h` or `d`.
+    UnknownUnit,
+    /// Something other than a non-negative decimal number where one was expected.
+    BadNumber,
+    /// Longer than [`Duration::MAX`] (about 584 years).
+    TooLong,
+}
+
+impl fmt::Display for DurationParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DurationParseError::Empty => "an empty duration",
+            DurationParseError::MissingUnit => {
+                "a duration without a unit (write it as \"250ms\", \"30s\", \"1m\")"
+            }
+            DurationParseError::UnknownUnit => {
+                "a duration with an unknown unit (ns, us, ms, s, m, h and d are known)"
+            }
+            DurationParseError::BadNumber => "a duration whose number is not a decimal like 1.5",
+            DurationParseError::TooLong => "a duration longer than about 584 years",
+        })
+    }
+}
+
+impl core::error::Error for DurationParseError {}
+
+/// Nanoseconds in one of `unit`, or `None` for an unknown unit.
+fn unit_nanos(unit: &str) -> Option<u128> {
+    Some(match unit {
+        "ns" => 1,
+        "us" | "\u{b5}s" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        "d" => 86_400_000_000_000,
+        _ => return None,
+    })
+}
+
+impl Duration {
+    /// Reads a duration written for people: a decimal number and a unit (`ns`, `us`, `ms`,
+    /// `s`, `m`, `h`, `d`), or several run together (`"1m30s"`). Fractions below a nanosecond
+    /// are dropped. No allocation; what configuration files are read with.
+    ///
+    /// ```
+    /// use stormguard_core::Duration;
+    /// assert_eq!(Duration::parse("250ms"), Ok(Duration::from_millis(250)));
+    /// assert_eq!(Duration::parse("1.5s"), Ok(Duration::from_millis(1500)));
+    /// assert_eq!(Duration::parse("1m30s"), Ok(Duration::from_secs(90)));
+    /// assert!(Duration::parse("250").is_err()); // the unit is never guessed
+    /// ```
+    pub fn parse(text: &str) -> Result<Duration, DurationParseError> {
+        let mut rest = text.trim();
+        if rest.is_empty() {
+            return Err(DurationParseError::Empty);
+        }
+        let mut total: u128 = 0;
+        while !rest.is_empty() {
+            let number_len = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(rest.len());
+            let (number, after) = rest.split_at_checked(number_len).unwrap_or((rest, ""));
+            let unit_len = after
+                .find(|c: char| c.is_ascii_digit() || c == '.')
+                .unwrap_or(after.len());
+            let (unit, next) = after.split_at_checked(unit_len).unwrap_or((after, ""));
+            if number.is_empty() {
+                return Err(if unit.is_empty() {
+                    DurationParseError::Empty
+                } else {
+                    DurationParseError::BadNumber
+                });
+            }
+            if unit.is_empty() {
+                return Err(DurationParseError::MissingUnit);
+            }
+            let per = unit_nanos(unit).ok_or(DurationParseError::UnknownUnit)?;
+            let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+            if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+                return Err(DurationParseError::BadNumber);
+            }
+            let mut nanos: u128 = 0;
+            for d in whole.bytes() {
+                nanos = nanos
+                    .checked_mul(10)
+                    .and_then(|n| n.checked_add(u128::from(d.wrapping_sub(b'0'))))
+                    .ok_or(DurationParseError::TooLong)?;
+                if nanos > u128::from(u64::MAX) {
+                    return Err(DurationParseError::TooLong);
+                }
+            }
+            nanos = nanos.checked_mul(per).ok_or(DurationParseError::TooLong)?;
+            // Digits past the nanosecond cannot count: a day is 8.64e13 ns, so 15 suffice.
+            let mut scale = per;
+            for d in fraction.bytes().take(15) {
+                scale /= 10;
+                nanos =
+                    nanos.saturating_add(u128::from(d.wrapping_sub(b'0')).saturating_mul(scale));
+            }
+            total = total
+                .checked_add(nanos)
+                .ok_or(DurationParseError::TooLong)?;
+            if total > u128::from(u64::MAX) {
+                return Err(DurationParseError::TooLong);
+            }
+            rest = next;
+        }
+        u64::try_from(total)
+            .map(Duration::from_nanos)
+            .map_err(|_| DurationParseError::TooLong)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Duration {
+    /// A text for [`Duration::parse`] (`"250ms"`). A bare number is refused: its unit would be
+    /// a guess.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Duration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration with a unit, like \"250ms\", \"30s\" or \"1m\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Duration, E> {
+                Duration::parse(v).map_err(|e| E::custom(format_args!("{e}: {v:?}")))
+            }
+        }
+        d.deserialize_str(Visitor)
     }
 }
 

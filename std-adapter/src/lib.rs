@@ -102,6 +102,8 @@
 //! - `tonic`: gRPC through the layer, `tower::GrpcLayer`, and the gRPC rules in [`Http`]
 //!   (implies `tower`).
 //! - `serde`: `Serialize` on health reports and metrics snapshots.
+//! - `config`: [`config`], named policies from a TOML or JSON document, environment
+//!   variables and reloads (implies `serde`).
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
@@ -119,6 +121,9 @@ mod cache;
 mod chaos;
 mod classify;
 mod clock;
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+pub mod config;
 mod engine;
 pub mod events;
 mod handles;

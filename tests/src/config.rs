@@ -35,6 +35,12 @@
 //! attempt_timeout = "2s"
 //! budget = { fraction = 0.1, floor = 3 }
 //! breaker = { consecutive_failures = 5, recovery = 0.25 }
+//!
+//! [[strategy]]
+//! name = "from-our-config"
+//! # The policy exactly as the std loader reads a `[policies.NAME]` section (a breaker and a
+//! # budget with the defaults unless turned off with `false`):
+//! policy = { max_attempts = 3, deadline = "10s", breaker = { consecutive_failures = 5 } }
 //! ```
 
 use std::fmt;
@@ -45,6 +51,8 @@ use stormguard_core::{
     BudgetSettings, CallSettings, Duration, FailureRate, Field, Jitter, Multiple, Name, Ratio,
     Recovery, SettingsError, SlowCalls,
 };
+
+use stormguard_core::config::{key, PolicySection};
 
 use crate::model::{Dependency, Impairment};
 use crate::scenario::{Arrivals, Layer, Scenario, Strategy, DEPENDENCY};
@@ -157,13 +165,12 @@ struct StrategyFile {
     breaker: Option<BreakerFile>,
     rate_limit: Option<RateLimitFile>,
     bulkhead: Option<BulkheadFile>,
-    /// Whether a layer below the top retries a call that is the layer above's retry.
-    #[serde(default = "yes")]
-    retries_when_nested: bool,
-}
-
-fn yes() -> bool {
-    true
+    /// Whether a layer below the top retries a call that is the layer above's retry (default
+    /// `true`).
+    retries_when_nested: Option<bool>,
+    /// The policy in the std loader's format (a `[policies.NAME]` section's keys), in place of
+    /// the keys above.
+    policy: Option<PolicySection>,
 }
 
 #[derive(Deserialize)]
@@ -561,10 +568,97 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
     Ok(scenario)
 }
 
+/// A strategy whose policy is given in the std loader's format: the same keys, defaults and
+/// checks as a `[policies.NAME]` section (a breaker and a budget unless turned off with
+/// `false`), every problem reported with its path.
+fn policy_layer(at: &str, s: &StrategyFile, p: &PolicySection) -> Result<Layer, ConfigError> {
+    let field = |f: &str| format!("{at}.{f}");
+    let beside = [
+        ("attempts", s.attempts.is_some()),
+        ("deadline", s.deadline.is_some()),
+        ("attempt_timeout", s.attempt_timeout.is_some()),
+        ("backoff", s.backoff.is_some()),
+        ("budget", s.budget.is_some()),
+        ("breaker", s.breaker.is_some()),
+        ("retries_when_nested", s.retries_when_nested.is_some()),
+    ];
+    if let Some((key, _)) = beside.iter().find(|(_, given)| *given) {
+        return Err(err(
+            field(key),
+            "give it inside `policy` (in its format), not beside it",
+        ));
+    }
+    if p.preset.is_some() {
+        return Err(err(
+            field("policy.preset"),
+            "a scenario file has no presets",
+        ));
+    }
+    if p.hedging == Some(true) {
+        return Err(err(
+            field("policy.hedging"),
+            "hedging is not simulated: a simulated call has one attempt in flight at a time",
+        ));
+    }
+    let parts = PolicySection::resolve(DEPENDENCY, &[p]).map_err(|problems| {
+        let mut lines = Vec::new();
+        for (part, list) in problems.parts() {
+            for e in list {
+                let bound = match e.bound {
+                    Bound::NotBelow(other) => format!("at least `{}`", key(other)),
+                    Bound::AtLeastTimes(n, other) => format!("at least {n} times `{}`", key(other)),
+                    Bound::DivisibleBy(other) => format!("divisible into whole `{}`", key(other)),
+                    bound => bound.to_string(),
+                };
+                lines.push((
+                    field(&format!("policy.{part}{}", key(e.field))),
+                    format!("must be {bound}"),
+                ));
+            }
+            if list.more() > 0 {
+                lines.push((
+                    field("policy"),
+                    format!("and {} more problems", list.more()),
+                ));
+            }
+        }
+        // The first problem is the error's place; the rest follow, one a line.
+        let mut rest = String::new();
+        for (path, message) in lines.iter().skip(1) {
+            rest.push_str(&format!("\n{path}: {message}"));
+        }
+        match lines.first() {
+            Some((path, message)) => err(path.clone(), format!("{message}{rest}")),
+            None => err(field("policy"), "invalid"),
+        }
+    })?;
+    Ok(Layer {
+        call: parts.call,
+        breaker: parts.breaker,
+        budget: parts.budget,
+        limiter: None,
+        bulkhead: None,
+        retries_when_nested: parts.retries_when_nested,
+    })
+}
+
 fn strategy(at: &str, s: &StrategyFile) -> Result<Strategy, ConfigError> {
     let field = |f: &str| format!("{at}.{f}");
     if s.layers == 0 || s.layers > 5 {
         return Err(err(field("layers"), "must be between 1 and 5"));
+    }
+    if let Some(p) = &s.policy {
+        let layer = policy_layer(at, s, p)?;
+        let (limiter, bulkhead) = limits(at, s)?;
+        let layer = Layer {
+            limiter,
+            bulkhead,
+            ..layer
+        };
+        return Ok(Strategy {
+            name: strategy_name(s),
+            layers: vec![layer; s.layers as usize],
+        });
     }
     let mut backoff = Backoff::builder();
     if let Some(b) = &s.backoff {
@@ -631,6 +725,32 @@ fn strategy(at: &str, s: &StrategyFile) -> Result<Strategy, ConfigError> {
         .as_ref()
         .map(|b| breaker(&field("breaker"), b))
         .transpose()?;
+    let (limiter, bulkhead) = limits(at, s)?;
+    let layer = Layer {
+        call,
+        breaker,
+        budget,
+        limiter,
+        bulkhead,
+        retries_when_nested: s.retries_when_nested.unwrap_or(true),
+    };
+    Ok(Strategy {
+        name: strategy_name(s),
+        layers: vec![layer; s.layers as usize],
+    })
+}
+
+fn strategy_name(s: &StrategyFile) -> String {
+    Name::try_from_str(&s.name).map_or(s.name.clone(), |n| n.as_str().to_string())
+}
+
+/// A strategy's rate limiter and bulkhead, in either format.
+#[allow(clippy::type_complexity)]
+fn limits(
+    at: &str,
+    s: &StrategyFile,
+) -> Result<(Option<RateLimitSettings>, Option<BulkheadSettings>), ConfigError> {
+    let field = |f: &str| format!("{at}.{f}");
     let limiter = s
         .rate_limit
         .as_ref()
@@ -659,19 +779,7 @@ fn strategy(at: &str, s: &StrategyFile) -> Result<Strategy, ConfigError> {
             builder.build().map_err(|e| core(&field("bulkhead"), e))
         })
         .transpose()?;
-    let layer = Layer {
-        call,
-        breaker,
-        budget,
-        limiter,
-        bulkhead,
-        retries_when_nested: s.retries_when_nested,
-    };
-    let name = Name::try_from_str(&s.name).map_or(s.name.clone(), |n| n.as_str().to_string());
-    Ok(Strategy {
-        name,
-        layers: vec![layer; s.layers as usize],
-    })
+    Ok((limiter, bulkhead))
 }
 
 /// A rule's multiple, or `false` to turn it off.

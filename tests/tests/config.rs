@@ -252,3 +252,91 @@ fn a_scenario_files_strategies_explain_themselves() {
         "{bare}"
     );
 }
+
+/// The example file's strategy in the older spelling of a scenario file.
+const EXAMPLE_OURS_LEGACY: &str = r#"[[strategy]]
+name = "ours"
+attempts = 3
+deadline = "10s"
+attempt_timeout = "1s"
+backoff = { base = "100ms", factor = 2, cap = "5s", jitter = "full" }
+budget = { fraction = 0.1, floor = 3 }
+breaker = { consecutive_failures = 5, slow_calls = 3, recovery = 1.0, recovery_min = "30s" }
+"#;
+
+fn example() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/example.toml"
+    ))
+    .unwrap()
+}
+
+#[test]
+fn a_strategy_takes_its_policy_in_the_std_loaders_format_with_the_same_result() {
+    let text = example();
+    let at = text.find("# The policy in the format").unwrap();
+    let legacy = format!("{}{EXAMPLE_OURS_LEGACY}", &text[..at]);
+    let new = config::parse(&text).unwrap();
+    let old = config::parse(&legacy).unwrap();
+    assert_eq!(new.strategies[2].name, "ours");
+    // The same settings, so the same run, byte for byte.
+    assert_eq!(new.strategies[2].layers, old.strategies[2].layers);
+    let short = |mut s: stormguard_tests::Scenario| {
+        s.duration = Duration::from_secs(10);
+        s.clients = 2;
+        s
+    };
+    let (new, old) = (short(new), short(old));
+    assert_eq!(
+        format!("{:?}", run(&new, &new.strategies[2], 7)),
+        format!("{:?}", run(&old, &old.strategies[2], 7))
+    );
+}
+
+#[test]
+fn a_policy_section_in_a_strategy_reads_as_the_std_loader_reads_it() {
+    let with_policy = |policy: &str| {
+        GOOD.replace(
+            "[[strategy]]\nname = \"ours\"",
+            &format!(
+                "[[strategy]]\nname = \"mine\"\npolicy = {policy}\n\n[[strategy]]\nname = \"ours\""
+            ),
+        )
+    };
+    // Absent parts take the std defaults: a breaker and a budget.
+    let s = config::parse(&with_policy("{ max_attempts = 2, deadline = false }")).unwrap();
+    let mine = &s.strategies[1];
+    assert_eq!(mine.name, "mine");
+    let layer = &mine.layers[0];
+    assert_eq!(layer.call.max_attempts(), 2);
+    assert_eq!(layer.call.deadline(), None);
+    assert_eq!(layer.breaker.unwrap().name().as_str(), "dependency");
+    assert!(layer.budget.is_some());
+    let s = config::parse(&with_policy("{ breaker = false, budget = false }")).unwrap();
+    assert!(s.strategies[1].layers[0].breaker.is_none());
+    assert!(s.strategies[1].layers[0].budget.is_none());
+
+    // Every problem, each with its path in the file.
+    let e = error(&with_policy(
+        "{ max_attempts = 0, breaker = { consecutive_failures = 0, half_open_probes = 99 }, backoff = { base = \"1m\", cap = \"1s\" } }",
+    ));
+    assert_eq!(
+        e,
+        "strategy[0].policy.backoff.cap: must be at least `base`\n\
+         strategy[0].policy.max_attempts: must be at least 1\n\
+         strategy[0].policy.breaker.consecutive_failures: must be at least 1\n\
+         strategy[0].policy.breaker.half_open_probes: must be at most 31"
+    );
+    assert!(error(&with_policy("{ max_atempts = 2 }")).contains("unknown field `max_atempts`"));
+    assert!(error(&with_policy("{ hedging = true }"))
+        .starts_with("strategy[0].policy.hedging: hedging is not simulated"));
+    assert!(error(&with_policy("{ preset = \"default\" }"))
+        .starts_with("strategy[0].policy.preset: a scenario file has no presets"));
+    let beside = with_policy("{ max_attempts = 2 }")
+        .replace("name = \"mine\"\n", "name = \"mine\"\nattempts = 3\n");
+    assert_eq!(
+        error(&beside),
+        "strategy[0].attempts: give it inside `policy` (in its format), not beside it"
+    );
+}

@@ -3,7 +3,7 @@
 //!
 //! The defaults follow the .NET original's documented ones; each is explained where it is set.
 
-use crate::error::{Bound, Field, SettingsError};
+use crate::error::{Bound, Field, Problems, SettingsError};
 use crate::ratio::{Multiple, Ratio};
 use crate::time::{div_rem_u32, MAX_BREAK};
 use crate::{Duration, Name};
@@ -143,32 +143,30 @@ impl FailureRate {
         self.baseline_outcomes
     }
 
-    const fn validate(&self) -> Result<(), SettingsError> {
+    const fn check(&self, p: &mut Problems) {
         if !self.multiple.is_above_one() {
-            return Err(SettingsError::new(Field::FailureMultiple, Bound::AboveOne));
-        }
-        if !self.multiple.is_within_max() {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(Field::FailureMultiple, Bound::AboveOne));
+        } else if !self.multiple.is_within_max() {
+            p.push(SettingsError::new(
                 Field::FailureMultiple,
                 Bound::AtMost(Multiple::MAX_WHOLE as u64),
             ));
         }
         if self.floor.ppm() == 0 || self.floor.ppm() > crate::ratio::PPM {
-            return Err(SettingsError::new(Field::FailureFloor, Bound::ZeroToOne));
+            p.push(SettingsError::new(Field::FailureFloor, Bound::ZeroToOne));
         }
         if self.minimum_failures == 0 {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(
                 Field::MinimumFailures,
                 Bound::AtLeast(1),
             ));
         }
         if self.baseline_outcomes == 0 {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(
                 Field::FailureBaselineOutcomes,
                 Bound::AtLeast(1),
             ));
         }
-        Ok(())
     }
 }
 
@@ -219,23 +217,21 @@ impl SlowCalls {
         self.baseline_calls
     }
 
-    const fn validate(&self) -> Result<(), SettingsError> {
+    const fn check(&self, p: &mut Problems) {
         if !self.multiple.is_above_one() {
-            return Err(SettingsError::new(Field::SlowMultiple, Bound::AboveOne));
-        }
-        if !self.multiple.is_within_max() {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(Field::SlowMultiple, Bound::AboveOne));
+        } else if !self.multiple.is_within_max() {
+            p.push(SettingsError::new(
                 Field::SlowMultiple,
                 Bound::AtMost(Multiple::MAX_WHOLE as u64),
             ));
         }
         if self.baseline_calls == 0 {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(
                 Field::SlowBaselineCalls,
                 Bound::AtLeast(1),
             ));
         }
-        Ok(())
     }
 }
 
@@ -294,6 +290,18 @@ impl Recovery {
         self.fraction
     }
 
+    /// The ramp's shortest length.
+    #[must_use]
+    pub const fn min(&self) -> Duration {
+        self.min
+    }
+
+    /// The ramp's longest length.
+    #[must_use]
+    pub const fn max(&self) -> Duration {
+        self.max
+    }
+
     /// The ramp length for a break of `served`: the fraction of it, clamped.
     #[must_use]
     pub fn length_for(&self, served: Duration) -> Duration {
@@ -305,32 +313,31 @@ impl Recovery {
         raw.max(self.min).min(self.max)
     }
 
-    const fn validate(&self) -> Result<(), SettingsError> {
+    const fn check(&self, p: &mut Problems) {
         if self.fraction.ppm() == 0 || self.fraction.ppm() > crate::ratio::PPM {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(
                 Field::RecoveryFraction,
                 Bound::ZeroToOne,
             ));
         }
-        if self.min.as_nanos() < Duration::from_millis(1).as_nanos() {
-            return Err(SettingsError::new(
+        let min_ok = self.min.as_nanos() >= Duration::from_millis(1).as_nanos();
+        if !min_ok {
+            p.push(SettingsError::new(
                 Field::RecoveryMin,
                 Bound::AtLeastDuration(Duration::from_millis(1)),
             ));
         }
-        if self.max.as_nanos() < self.min.as_nanos() {
-            return Err(SettingsError::new(
+        if self.max.as_nanos() > MAX_BREAK.as_nanos() {
+            p.push(SettingsError::new(
+                Field::RecoveryMax,
+                Bound::AtMostDuration(MAX_BREAK),
+            ));
+        } else if min_ok && self.max.as_nanos() < self.min.as_nanos() {
+            p.push(SettingsError::new(
                 Field::RecoveryMax,
                 Bound::NotBelow(Field::RecoveryMin),
             ));
         }
-        if self.max.as_nanos() > MAX_BREAK.as_nanos() {
-            return Err(SettingsError::new(
-                Field::RecoveryMax,
-                Bound::AtMostDuration(MAX_BREAK),
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -728,6 +735,24 @@ impl BreakerSettingsBuilder {
         }
     }
 
+    /// The relative error-rate rule set so far (for partial overrides from a configuration).
+    #[cfg(feature = "serde")]
+    pub(crate) const fn current_failure_rate(&self) -> Option<FailureRate> {
+        self.failure_rate
+    }
+
+    /// The slow-call rule set so far.
+    #[cfg(feature = "serde")]
+    pub(crate) const fn current_slow_calls(&self) -> Option<SlowCalls> {
+        self.slow_calls
+    }
+
+    /// The recovery ramp set so far.
+    #[cfg(feature = "serde")]
+    pub(crate) const fn current_recovery(&self) -> Option<Recovery> {
+        self.recovery
+    }
+
     /// Renames the breaker.
     pub const fn name(mut self, name: Name) -> Self {
         self.name = name;
@@ -868,66 +893,64 @@ impl BreakerSettingsBuilder {
         self
     }
 
-    /// Checks every bound and returns the settings, or the first setting at fault.
-    pub const fn build(self) -> Result<BreakerSettings, SettingsError> {
-        if let Err(e) = SettingsError::check_name(&self.name) {
-            return Err(e);
-        }
+    /// Every setting at fault, in the order [`build`](Self::build) checks them: empty when
+    /// the settings are valid.
+    pub const fn problems(&self) -> Problems {
+        let mut p = Problems::new();
+        p.push_result(SettingsError::check_name(&self.name));
         let max_count = MAX_COUNT as u32;
         if self.consecutive_failures == 0 {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(
                 Field::ConsecutiveFailures,
                 Bound::AtLeast(1),
             ));
-        }
-        if self.consecutive_failures > max_count {
-            return Err(SettingsError::new(
+        } else if self.consecutive_failures > max_count {
+            p.push(SettingsError::new(
                 Field::ConsecutiveFailures,
                 Bound::AtMost(MAX_COUNT as u64),
             ));
         }
         if let Some(rule) = &self.failure_rate {
-            if let Err(e) = rule.validate() {
-                return Err(e);
-            }
+            rule.check(&mut p);
         }
         if let Some(ceiling) = self.failure_ratio {
             if ceiling.ppm() == 0 || ceiling.ppm() > crate::ratio::PPM {
-                return Err(SettingsError::new(Field::FailureRatio, Bound::ZeroToOne));
+                p.push(SettingsError::new(Field::FailureRatio, Bound::ZeroToOne));
             }
         }
         if let Some(rule) = &self.slow_calls {
-            if let Err(e) = rule.validate() {
-                return Err(e);
-            }
+            rule.check(&mut p);
         }
         if let Some(t) = self.slow_threshold {
             if t.is_zero() {
-                return Err(SettingsError::new(
+                p.push(SettingsError::new(
                     Field::SlowThreshold,
                     Bound::AtLeastDuration(Duration::from_nanos(1)),
                 ));
             }
         }
         if self.slow_ratio.ppm() == 0 || self.slow_ratio.ppm() > crate::ratio::PPM {
-            return Err(SettingsError::new(Field::SlowRatio, Bound::ZeroToOne));
+            p.push(SettingsError::new(Field::SlowRatio, Bound::ZeroToOne));
         }
         if self.minimum_calls == 0 {
-            return Err(SettingsError::new(Field::MinimumCalls, Bound::AtLeast(1)));
+            p.push(SettingsError::new(Field::MinimumCalls, Bound::AtLeast(1)));
         }
         let min_window = Duration::from_millis(TRIP_BUCKETS as u64);
-        if self.trip_window.as_nanos() < min_window.as_nanos() {
-            return Err(SettingsError::new(
+        let trip_ok = if self.trip_window.as_nanos() < min_window.as_nanos() {
+            p.push(SettingsError::new(
                 Field::TripWindow,
                 Bound::AtLeastDuration(min_window),
             ));
-        }
-        if self.trip_window.as_nanos() > MAX_BREAK.as_nanos() {
-            return Err(SettingsError::new(
+            false
+        } else if self.trip_window.as_nanos() > MAX_BREAK.as_nanos() {
+            p.push(SettingsError::new(
                 Field::TripWindow,
                 Bound::AtMostDuration(MAX_BREAK),
             ));
-        }
+            false
+        } else {
+            true
+        };
         if let Some(w) = self.baseline_window {
             let need = required_baseline(
                 self.trip_window,
@@ -935,76 +958,99 @@ impl BreakerSettingsBuilder {
                 self.slow_ratio,
                 self.failure_rate,
             );
-            if w.as_nanos() < need.as_nanos() {
-                return Err(SettingsError::new(
+            // Measured against a trip window out of bounds, the need would mislead.
+            if trip_ok && w.as_nanos() < need.as_nanos() {
+                p.push(SettingsError::new(
                     Field::BaselineWindow,
                     Bound::AtLeastDuration(need),
                 ));
-            }
-            if w.as_nanos() > MAX_BREAK.as_nanos() {
-                return Err(SettingsError::new(
+            } else if w.as_nanos() > MAX_BREAK.as_nanos() {
+                p.push(SettingsError::new(
                     Field::BaselineWindow,
                     Bound::AtMostDuration(MAX_BREAK),
                 ));
             }
         }
         let min_break = Duration::from_millis(1);
-        if self.break_duration.as_nanos() < min_break.as_nanos() {
-            return Err(SettingsError::new(
+        let break_ok = if self.break_duration.as_nanos() < min_break.as_nanos() {
+            p.push(SettingsError::new(
                 Field::BreakDuration,
                 Bound::AtLeastDuration(min_break),
             ));
-        }
-        if self.break_duration.as_nanos() > MAX_BREAK.as_nanos() {
-            return Err(SettingsError::new(
+            false
+        } else if self.break_duration.as_nanos() > MAX_BREAK.as_nanos() {
+            p.push(SettingsError::new(
                 Field::BreakDuration,
                 Bound::AtMostDuration(MAX_BREAK),
             ));
-        }
-        if self.max_break.as_nanos() < self.break_duration.as_nanos() {
-            return Err(SettingsError::new(
+            false
+        } else {
+            true
+        };
+        if self.max_break.as_nanos() > MAX_BREAK.as_nanos() {
+            p.push(SettingsError::new(
+                Field::MaxBreak,
+                Bound::AtMostDuration(MAX_BREAK),
+            ));
+        } else if break_ok && self.max_break.as_nanos() < self.break_duration.as_nanos() {
+            p.push(SettingsError::new(
                 Field::MaxBreak,
                 Bound::NotBelow(Field::BreakDuration),
             ));
         }
-        if self.max_break.as_nanos() > MAX_BREAK.as_nanos() {
-            return Err(SettingsError::new(
-                Field::MaxBreak,
-                Bound::AtMostDuration(MAX_BREAK),
-            ));
-        }
         if self.half_open_probes == 0 {
-            return Err(SettingsError::new(Field::HalfOpenProbes, Bound::AtLeast(1)));
-        }
-        if self.half_open_probes > MAX_PROBES as u32 {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(Field::HalfOpenProbes, Bound::AtLeast(1)));
+        } else if self.half_open_probes > MAX_PROBES as u32 {
+            p.push(SettingsError::new(
                 Field::HalfOpenProbes,
                 Bound::AtMost(MAX_PROBES as u64),
             ));
         }
         if self.probe_successes == 0 {
-            return Err(SettingsError::new(Field::ProbeSuccesses, Bound::AtLeast(1)));
-        }
-        if self.probe_successes > max_count {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(Field::ProbeSuccesses, Bound::AtLeast(1)));
+        } else if self.probe_successes > max_count {
+            p.push(SettingsError::new(
                 Field::ProbeSuccesses,
                 Bound::AtMost(MAX_COUNT as u64),
             ));
         }
         if let Some(ramp) = &self.recovery {
-            if let Err(e) = ramp.validate() {
-                return Err(e);
-            }
+            ramp.check(&mut p);
         }
         if self.noise_bound < 2 {
-            return Err(SettingsError::new(Field::NoiseBound, Bound::AtLeast(2)));
-        }
-        if self.noise_bound > MAX_NOISE_BOUND {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(Field::NoiseBound, Bound::AtLeast(2)));
+        } else if self.noise_bound > MAX_NOISE_BOUND {
+            p.push(SettingsError::new(
                 Field::NoiseBound,
                 Bound::AtMost(MAX_NOISE_BOUND),
             ));
         }
+        p
+    }
+
+    /// Checks every bound and returns the settings, or every setting at fault.
+    // No allocation in the core: the list is the error, by value, on a cold path.
+    #[allow(clippy::result_large_err)]
+    pub const fn build_all(self) -> Result<BreakerSettings, Problems> {
+        let p = self.problems();
+        if p.is_empty() {
+            Ok(self.assemble())
+        } else {
+            Err(p)
+        }
+    }
+
+    /// Checks every bound and returns the settings, or the first setting at fault (see
+    /// [`problems`](Self::problems) for all of them).
+    pub const fn build(self) -> Result<BreakerSettings, SettingsError> {
+        match self.problems().first() {
+            Some(e) => Err(e),
+            None => Ok(self.assemble()),
+        }
+    }
+
+    /// The settings, once every bound has been checked.
+    const fn assemble(self) -> BreakerSettings {
         let mut settings = BreakerSettings {
             name: self.name,
             // Both checked against MAX_COUNT / MAX_PROBES above, so they fit.
@@ -1037,7 +1083,7 @@ impl BreakerSettingsBuilder {
             keeps_statistics: false,
         };
         settings.keeps_statistics = settings.needs_statistics();
-        Ok(settings)
+        settings
     }
 }
 

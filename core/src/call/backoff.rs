@@ -9,7 +9,7 @@
 
 use core::fmt;
 
-use crate::error::{Bound, Field, SettingsError};
+use crate::error::{Bound, Field, Problems, SettingsError};
 use crate::ratio::Multiple;
 use crate::rng::JitterRng;
 use crate::{Duration, Outcome};
@@ -265,25 +265,23 @@ impl Backoff {
         }
     }
 
-    /// Checks every bound: the first setting at fault, if any. A zero base (or throttled base)
-    /// is valid: no wait between attempts.
-    const fn validate(&self) -> Result<(), SettingsError> {
+    /// Adds every setting at fault to `p`. A zero base (or throttled base) is valid: no wait
+    /// between attempts.
+    pub(crate) const fn check(&self, p: &mut Problems) {
         if self.factor.milli() < 1000 {
-            return Err(SettingsError::new(Field::BackoffFactor, Bound::AtLeastOne));
+            p.push(SettingsError::new(Field::BackoffFactor, Bound::AtLeastOne));
         }
         if self.cap.as_nanos() < self.base.as_nanos() {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(
                 Field::BackoffCap,
                 Bound::NotBelow(Field::BackoffBase),
             ));
-        }
-        if self.cap.as_nanos() < self.throttled_base.as_nanos() {
-            return Err(SettingsError::new(
+        } else if self.cap.as_nanos() < self.throttled_base.as_nanos() {
+            p.push(SettingsError::new(
                 Field::BackoffCap,
                 Bound::NotBelow(Field::ThrottledBase),
             ));
         }
-        Ok(())
     }
 }
 
@@ -328,11 +326,32 @@ impl BackoffBuilder {
         self
     }
 
-    /// Checks every bound and returns the backoff, or the first setting at fault.
+    /// Every setting at fault, in the order [`build`](Self::build) checks them: empty when
+    /// the backoff is valid.
+    pub const fn problems(&self) -> Problems {
+        let mut p = Problems::new();
+        self.backoff.check(&mut p);
+        p
+    }
+
+    /// Checks every bound and returns the backoff, or every setting at fault.
+    // No allocation in the core: the list is the error, by value, on a cold path.
+    #[allow(clippy::result_large_err)]
+    pub const fn build_all(self) -> Result<Backoff, Problems> {
+        let p = self.problems();
+        if p.is_empty() {
+            Ok(self.backoff)
+        } else {
+            Err(p)
+        }
+    }
+
+    /// Checks every bound and returns the backoff, or the first setting at fault (see
+    /// [`problems`](Self::problems) for all of them).
     pub const fn build(self) -> Result<Backoff, SettingsError> {
-        match self.backoff.validate() {
-            Ok(()) => Ok(self.backoff),
-            Err(e) => Err(e),
+        match self.problems().first() {
+            Some(e) => Err(e),
+            None => Ok(self.backoff),
         }
     }
 }

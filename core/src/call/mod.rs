@@ -48,7 +48,7 @@ pub use self::permit::Permit;
 
 use core::fmt;
 
-use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
+use crate::error::{Bound, Field, Problems, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
 use crate::rng::JitterRng;
 use crate::{Duration, Instant, Name, Outcome};
@@ -595,6 +595,12 @@ pub struct CallSettingsBuilder {
 }
 
 impl CallSettingsBuilder {
+    /// The backoff set so far (for partial overrides from a configuration).
+    #[cfg(feature = "serde")]
+    pub(crate) const fn current_backoff(&self) -> Backoff {
+        self.inner.backoff
+    }
+
     /// Attempts per call, the first included (default 3; at least 1).
     pub const fn max_attempts(mut self, n: u32) -> Self {
         self.inner.max_attempts = n;
@@ -656,18 +662,19 @@ impl CallSettingsBuilder {
         self
     }
 
-    /// Checks every bound.
-    pub const fn build(self) -> Result<CallSettings, SettingsError> {
+    /// Every setting at fault, in the order [`build`](Self::build) checks them: empty when the
+    /// settings are valid.
+    pub const fn problems(&self) -> Problems {
+        let mut p = Problems::new();
         if self.inner.max_attempts == 0 {
-            return Err(SettingsError::new(Field::MaxAttempts, Bound::AtLeast(1)));
-        }
-        // A hedge is an attempt: with one attempt in all, hedging could never launch one.
-        if self.inner.hedging && self.inner.max_attempts < 2 {
-            return Err(SettingsError::new(Field::MaxAttempts, Bound::AtLeast(2)));
+            p.push(SettingsError::new(Field::MaxAttempts, Bound::AtLeast(1)));
+        } else if self.inner.hedging && self.inner.max_attempts < 2 {
+            // A hedge is an attempt: with one attempt in all, hedging could never launch one.
+            p.push(SettingsError::new(Field::MaxAttempts, Bound::AtLeast(2)));
         }
         if let Some(d) = self.inner.deadline {
             if d.is_zero() {
-                return Err(SettingsError::new(
+                p.push(SettingsError::new(
                     Field::Deadline,
                     Bound::AtLeastDuration(Duration::from_nanos(1)),
                 ));
@@ -675,19 +682,40 @@ impl CallSettingsBuilder {
         }
         if let Some(d) = self.inner.attempt_timeout {
             if d.is_zero() {
-                return Err(SettingsError::new(
+                p.push(SettingsError::new(
                     Field::AttemptTimeout,
                     Bound::AtLeastDuration(Duration::from_nanos(1)),
                 ));
             }
         }
         if self.inner.ceiling_floor.as_nanos() < MIN_CEILING_FLOOR.as_nanos() {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(
                 Field::CeilingFloor,
                 Bound::AtLeastDuration(MIN_CEILING_FLOOR),
             ));
         }
-        Ok(self.inner)
+        p
+    }
+
+    /// Checks every bound and returns the settings, or every setting at fault.
+    // No allocation in the core: the list is the error, by value, on a cold path.
+    #[allow(clippy::result_large_err)]
+    pub const fn build_all(self) -> Result<CallSettings, Problems> {
+        let p = self.problems();
+        if p.is_empty() {
+            Ok(self.inner)
+        } else {
+            Err(p)
+        }
+    }
+
+    /// Checks every bound and returns the settings, or the first setting at fault (see
+    /// [`problems`](Self::problems) for all of them).
+    pub const fn build(self) -> Result<CallSettings, SettingsError> {
+        match self.problems().first() {
+            Some(e) => Err(e),
+            None => Ok(self.inner),
+        }
     }
 }
 

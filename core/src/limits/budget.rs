@@ -30,7 +30,7 @@ use core::cell::Cell;
 use core::fmt;
 
 use crate::call::Funding;
-use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
+use crate::error::{Bound, Field, Problems, RefusalReason, Refused, SettingsError};
 use crate::loom::AtomicU64;
 use crate::packed::{const_unless_loom, word, Word};
 use crate::ratio::{Ratio, PPM};
@@ -259,32 +259,56 @@ impl BudgetSettingsBuilder {
         self
     }
 
-    /// Checks every bound and returns the settings, or the first setting at fault.
-    pub const fn build(self) -> Result<BudgetSettings, SettingsError> {
-        if let Err(e) = SettingsError::check_name(&self.name) {
-            return Err(e);
-        }
+    /// Every setting at fault, in the order [`build`](Self::build) checks them: empty when
+    /// the settings are valid.
+    pub const fn problems(&self) -> Problems {
+        let mut p = Problems::new();
+        p.push_result(SettingsError::check_name(&self.name));
         if self.fraction_ppm < 0 {
-            return Err(SettingsError::new(Field::RetryFraction, Bound::AtLeast(0)));
-        }
-        if self.fraction_ppm > PPM as i64 {
-            return Err(SettingsError::new(Field::RetryFraction, Bound::AtMost(1)));
+            p.push(SettingsError::new(Field::RetryFraction, Bound::AtLeast(0)));
+        } else if self.fraction_ppm > PPM as i64 {
+            p.push(SettingsError::new(Field::RetryFraction, Bound::AtMost(1)));
         }
         if self.floor_milli < 0 {
-            return Err(SettingsError::new(Field::FloorRate, Bound::AtLeast(0)));
-        }
-        if self.floor_milli > MAX_FLOOR_MILLI as i64 {
-            return Err(SettingsError::new(
+            p.push(SettingsError::new(Field::FloorRate, Bound::AtLeast(0)));
+        } else if self.floor_milli > MAX_FLOOR_MILLI as i64 {
+            p.push(SettingsError::new(
                 Field::FloorRate,
                 Bound::AtMost(BudgetSettings::MAX_FLOOR_PER_SECOND as u64),
             ));
         }
-        Ok(BudgetSettings {
+        p
+    }
+
+    /// Checks every bound and returns the settings, or every setting at fault.
+    // No allocation in the core: the list is the error, by value, on a cold path.
+    #[allow(clippy::result_large_err)]
+    pub const fn build_all(self) -> Result<BudgetSettings, Problems> {
+        let p = self.problems();
+        if p.is_empty() {
+            Ok(self.assemble())
+        } else {
+            Err(p)
+        }
+    }
+
+    /// Checks every bound and returns the settings, or the first setting at fault (see
+    /// [`problems`](Self::problems) for all of them).
+    pub const fn build(self) -> Result<BudgetSettings, SettingsError> {
+        match self.problems().first() {
+            Some(e) => Err(e),
+            None => Ok(self.assemble()),
+        }
+    }
+
+    /// The settings, once every bound has been checked.
+    const fn assemble(self) -> BudgetSettings {
+        BudgetSettings {
             name: self.name,
-            // Both checked above to lie in [0, 1_000_000] and [0, 400_000].
+            // Both checked by `problems` to lie in [0, 1_000_000] and [0, 400_000].
             fraction: Ratio::from_ppm_const(self.fraction_ppm as u32),
             floor_milli: self.floor_milli as u32,
-        })
+        }
     }
 }
 
