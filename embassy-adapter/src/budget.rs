@@ -153,7 +153,7 @@ impl<M: RawMutex> Funding for BudgetRef<'_, M> {
         self.budget.with(|b| b.on_outcome(now, outcome));
     }
 
-    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
-        self.budget.read(|b| b.check_shed(now)).unwrap_or(Ok(()))
-    }
+    // `check_shed` keeps the trait's default: a firmware call carries no criticality label
+    // (this adapter has no way to set one), so it is never sheddable, and the budget's shed
+    // check would be flash spent on a rule no call here can reach.
 }
