@@ -110,6 +110,32 @@ fn hedging_near_the_consecutive_trip_point_is_judged_against_the_run_the_learned
 }
 
 #[test]
+fn hedging_over_a_breaker_that_learns_nothing_is_a_settings_error_naming_learn() {
+    let hedged = CallSettings::builder().hedging(true);
+    let consecutive = BreakerSettings::consecutive_only("db", 3).unwrap();
+    for err in [
+        hedged.build_for(&consecutive).unwrap_err(),
+        hedged
+            .build()
+            .unwrap()
+            .check_breaker(&consecutive)
+            .unwrap_err(),
+    ] {
+        assert_eq!((err.field, err.bound), (Field::Learn, Bound::OnForHedging));
+    }
+    // A breaker that learns, or a call that does not hedge, is fine.
+    assert!(hedged.build_for(&consecutive.learning()).is_ok());
+    assert!(hedged.build_for(&BreakerSettings::defaults("db")).is_ok());
+    assert!(CallSettings::builder().build_for(&consecutive).is_ok());
+    // The call's own bounds still come first.
+    let err = hedged.max_attempts(1).build_for(&consecutive).unwrap_err();
+    assert_eq!(
+        (err.field, err.bound),
+        (Field::MaxAttempts, Bound::AtLeast(2))
+    );
+}
+
+#[test]
 fn hedging_with_a_single_attempt_is_a_settings_error_naming_max_attempts() {
     let err = CallSettings::builder()
         .max_attempts(1)

@@ -536,15 +536,19 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
     /// The p95 comes from what the breaker learns: a full breaker whose settings keep
     /// statistics (every default rule does; a consecutive-only one needs
     /// [`BreakerSettings::learning`](stormguard_core::BreakerSettings::learning)). A lean
-    /// breaker learns nothing, so a policy over one never hedges.
+    /// breaker learns nothing, so a policy over one never hedges. Build hedged settings with
+    /// [`build_for`](stormguard_core::call::CallSettingsBuilder::build_for) the breaker's
+    /// settings and a breaker that cannot hedge fails the build.
     ///
     /// ```
     /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
     /// use stormguard_core::{BreakerSettings, CallSettings};
     /// use stormguard_embassy::{valid, Breaker, CallError, Policy};
     ///
-    /// const HEDGED: CallSettings = valid!(CallSettings::builder().hedging(true).build());
-    /// static BREAKER: Breaker<Cs> = Breaker::new(BreakerSettings::defaults("gateway"));
+    /// const GATEWAY: BreakerSettings = BreakerSettings::defaults("gateway");
+    /// const HEDGED: CallSettings =
+    ///     valid!(CallSettings::builder().hedging(true).build_for(&GATEWAY));
+    /// static BREAKER: Breaker<Cs> = Breaker::new(GATEWAY);
     /// static POLICY: Policy<'static, Cs> = Policy::new(&BREAKER, HEDGED);
     ///
     /// async fn fetch_config(attempt: u32) -> Result<u32, ()> { Ok(7) }

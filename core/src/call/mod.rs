@@ -573,6 +573,33 @@ impl CallSettings {
         self.hedging
     }
 
+    /// Checks these settings against the breaker's they will run over: a hedge waits for the
+    /// p95 of healthy calls the breaker learns, so hedging over a breaker that keeps no
+    /// statistics (a consecutive-only one, or any lean breaker) could never launch a hedge.
+    /// That is `learn`, [`Bound::OnForHedging`]; build the breaker from
+    /// [`BreakerSettings::learning`](crate::BreakerSettings::learning). `const`, so a firmware
+    /// checks it at build time with [`valid!`](crate::valid).
+    ///
+    /// ```
+    /// use stormguard_core::{BreakerSettings, Bound, CallSettings, Field};
+    /// let hedged = CallSettings::builder().hedging(true).build()?;
+    /// let plain = BreakerSettings::consecutive_only("db", 3)?;
+    /// let e = hedged.check_breaker(&plain).unwrap_err();
+    /// assert_eq!((e.field, e.bound), (Field::Learn, Bound::OnForHedging));
+    /// assert!(hedged.check_breaker(&plain.learning()).is_ok());
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    pub const fn check_breaker(
+        self,
+        breaker: &crate::BreakerSettings,
+    ) -> Result<CallSettings, SettingsError> {
+        if self.hedging && !breaker.keeps_statistics() {
+            Err(SettingsError::new(Field::Learn, Bound::OnForHedging))
+        } else {
+            Ok(self)
+        }
+    }
+
     /// The backoff between attempts.
     #[must_use]
     pub const fn backoff(&self) -> &Backoff {
@@ -715,6 +742,25 @@ impl CallSettingsBuilder {
         match self.problems().first() {
             Some(e) => Err(e),
             None => Ok(self.inner),
+        }
+    }
+
+    /// [`build`](Self::build), then [`CallSettings::check_breaker`] against the settings of
+    /// the breaker the call will run over: the first setting at fault.
+    ///
+    /// ```
+    /// use stormguard_core::{valid, BreakerSettings, CallSettings};
+    /// const GATEWAY: BreakerSettings = BreakerSettings::defaults("gateway");
+    /// const HEDGED: CallSettings = valid!(CallSettings::builder().hedging(true).build_for(&GATEWAY));
+    /// assert!(HEDGED.hedging());
+    /// ```
+    pub const fn build_for(
+        self,
+        breaker: &crate::BreakerSettings,
+    ) -> Result<CallSettings, SettingsError> {
+        match self.build() {
+            Ok(settings) => settings.check_breaker(breaker),
+            Err(e) => Err(e),
         }
     }
 }

@@ -556,11 +556,9 @@ impl<K, L> PolicyBuilder<K, L> {
             (Some(b), true, false) if !b.settings().keeps_statistics() => {
                 Some(Breaker::new(b.settings().learning()))
             }
-            (Some(b), true, true) if !b.settings().keeps_statistics() => {
-                return Err(SettingsError {
-                    field: Field::Learn,
-                    bound: Bound::OnForHedging,
-                })
+            (Some(b), true, true) => {
+                settings.check_breaker(b.settings())?;
+                Some(b)
             }
             (b, _, _) => b,
         };
