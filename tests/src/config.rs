@@ -47,9 +47,9 @@ use std::fmt;
 
 use serde::Deserialize;
 use stormguard_core::{
-    limits::BulkheadSettings, limits::RateLimitSettings, Backoff, Bound, BreakerSettings,
-    BudgetSettings, CallSettings, Duration, FailureRate, Field, Jitter, Multiple, Name, Ratio,
-    Recovery, SettingsError, SlowCalls,
+    limits::AdaptiveLimitSettings, limits::BulkheadSettings, limits::RateLimitSettings, Backoff,
+    Bound, BreakerSettings, BudgetSettings, CallSettings, Duration, FailureRate, Field, Jitter,
+    Multiple, Name, Ratio, Recovery, SettingsError, SlowCalls,
 };
 
 use stormguard_core::config::{key, PolicySection};
@@ -165,6 +165,7 @@ struct StrategyFile {
     breaker: Option<BreakerFile>,
     rate_limit: Option<RateLimitFile>,
     bulkhead: Option<BulkheadFile>,
+    adaptive: Option<AdaptiveFile>,
     /// Whether a layer below the top retries a call that is the layer above's retry (default
     /// `true`).
     retries_when_nested: Option<bool>,
@@ -187,6 +188,15 @@ struct BulkheadFile {
     /// Not modelled: the simulator holds no queue of waiters (see [`Layer::bulkhead`]).
     max_queue: Option<toml::Value>,
     max_wait: Option<toml::Value>,
+}
+
+/// An adaptive concurrency limiter: the getters' names of `AdaptiveLimitSettings`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdaptiveFile {
+    min_limit: Option<u32>,
+    max_limit: Option<u32>,
+    initial_limit: Option<u32>,
 }
 
 fn one_u32() -> u32 {
@@ -638,6 +648,7 @@ fn policy_layer(at: &str, s: &StrategyFile, p: &PolicySection) -> Result<Layer, 
         budget: parts.budget,
         limiter: None,
         bulkhead: None,
+        adaptive: None,
         retries_when_nested: parts.retries_when_nested,
     })
 }
@@ -649,10 +660,15 @@ fn strategy(at: &str, s: &StrategyFile) -> Result<Strategy, ConfigError> {
     }
     if let Some(p) = &s.policy {
         let layer = policy_layer(at, s, p)?;
-        let (limiter, bulkhead) = limits(at, s)?;
+        let Limits {
+            limiter,
+            bulkhead,
+            adaptive,
+        } = limits(at, s)?;
         let layer = Layer {
             limiter,
             bulkhead,
+            adaptive,
             ..layer
         };
         return Ok(Strategy {
@@ -725,13 +741,18 @@ fn strategy(at: &str, s: &StrategyFile) -> Result<Strategy, ConfigError> {
         .as_ref()
         .map(|b| breaker(&field("breaker"), b))
         .transpose()?;
-    let (limiter, bulkhead) = limits(at, s)?;
+    let Limits {
+        limiter,
+        bulkhead,
+        adaptive,
+    } = limits(at, s)?;
     let layer = Layer {
         call,
         breaker,
         budget,
         limiter,
         bulkhead,
+        adaptive,
         retries_when_nested: s.retries_when_nested.unwrap_or(true),
     };
     Ok(Strategy {
@@ -744,12 +765,15 @@ fn strategy_name(s: &StrategyFile) -> String {
     Name::try_from_str(&s.name).map_or(s.name.clone(), |n| n.as_str().to_string())
 }
 
-/// A strategy's rate limiter and bulkhead, in either format.
-#[allow(clippy::type_complexity)]
-fn limits(
-    at: &str,
-    s: &StrategyFile,
-) -> Result<(Option<RateLimitSettings>, Option<BulkheadSettings>), ConfigError> {
+/// A strategy's limits in front of its breaker.
+struct Limits {
+    limiter: Option<RateLimitSettings>,
+    bulkhead: Option<BulkheadSettings>,
+    adaptive: Option<AdaptiveLimitSettings>,
+}
+
+/// A strategy's rate limiter, bulkhead and adaptive limiter, in either format.
+fn limits(at: &str, s: &StrategyFile) -> Result<Limits, ConfigError> {
     let field = |f: &str| format!("{at}.{f}");
     let limiter = s
         .rate_limit
@@ -779,7 +803,26 @@ fn limits(
             builder.build().map_err(|e| core(&field("bulkhead"), e))
         })
         .transpose()?;
-    Ok((limiter, bulkhead))
+    let adaptive = s
+        .adaptive
+        .as_ref()
+        .map(|a| {
+            let defaults = AdaptiveLimitSettings::default();
+            let mut builder = AdaptiveLimitSettings::builder_named(DEPENDENCY).limits(
+                a.min_limit.unwrap_or(defaults.min_limit()),
+                a.max_limit.unwrap_or(defaults.max_limit()),
+            );
+            if let Some(n) = a.initial_limit {
+                builder = builder.initial_limit(n);
+            }
+            builder.build().map_err(|e| core(&field("adaptive"), e))
+        })
+        .transpose()?;
+    Ok(Limits {
+        limiter,
+        bulkhead,
+        adaptive,
+    })
 }
 
 /// A rule's multiple, or `false` to turn it off.

@@ -2,8 +2,9 @@
 //! compared on it.
 
 use stormguard_core::{
-    limits::BulkheadSettings, limits::RateLimitSettings, policy::Explain, BreakerSettings,
-    BudgetSettings, CallSettings, Duration, Name, Recovery, SettingsError,
+    limits::AdaptiveLimitSettings, limits::BulkheadSettings, limits::RateLimitSettings,
+    policy::Explain, BreakerSettings, BudgetSettings, CallSettings, Duration, Name, Recovery,
+    SettingsError,
 };
 
 use crate::model::Dependency;
@@ -57,7 +58,7 @@ impl Arrivals {
 }
 
 /// One layer of a client's policy: the call settings plus, optionally, a breaker, a budget, a
-/// rate limiter and a bulkhead (each client's own, as each process of a fleet has its own).
+/// rate limiter, a bulkhead and an adaptive limiter (each client's own, as each process of a fleet has its own).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layer {
     /// Attempts, deadline, attempt timeout, backoff. The seed is set per client by the simulator.
@@ -75,6 +76,11 @@ pub struct Layer {
     /// out on its backoff as a self-imposed throttle (as the `&mut` form does on firmware); a
     /// bounded wait in the settings is not modelled.
     pub bulkhead: Option<BulkheadSettings>,
+    /// An adaptive concurrency limiter in front of every attempt of this layer, behind the
+    /// bulkhead, if any: its limit falls when a round's fastest call is slow against the
+    /// learned baseline and grows when it held calls back. Its refusal is a self-imposed
+    /// throttle, as the bulkhead's.
+    pub adaptive: Option<AdaptiveLimitSettings>,
     /// Whether a call that is an upper layer's retry may retry here (as std's
     /// `retries_when_nested`): `false` makes it one attempt, leaving the retrying to the layer
     /// that started it. Meaningless on the top layer, whose calls are nobody's retry.
@@ -95,7 +101,7 @@ pub struct Strategy {
 }
 
 impl Layer {
-    /// The call settings with no breaker, budget, limiter or bulkhead.
+    /// The call settings with no breaker, budget, limiter, bulkhead or adaptive limiter.
     #[must_use]
     pub fn plain(call: CallSettings) -> Layer {
         Layer {
@@ -104,6 +110,7 @@ impl Layer {
             budget: None,
             limiter: None,
             bulkhead: None,
+            adaptive: None,
             retries_when_nested: true,
         }
     }
@@ -123,6 +130,9 @@ impl Layer {
         }
         if let Some(b) = &self.bulkhead {
             e = e.bulkhead(b);
+        }
+        if let Some(a) = &self.adaptive {
+            e = e.adaptive_limit(a);
         }
         e
     }

@@ -9,9 +9,10 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use stormguard_core::{
-    call::OptionalBreaker, limits::Bulkhead, limits::Bulkheaded, limits::RateLimited,
-    limits::RateLimiter, Breaker, Budget, Call, CallSettings, Duration, Event, Finished, Instant,
-    Outcome, Parts, Permit, RefusalReason, State, Step, TripReason,
+    call::OptionalBreaker, limits::AdaptiveLimiter, limits::AdaptivelyLimited, limits::Bulkhead,
+    limits::Bulkheaded, limits::RateLimited, limits::RateLimiter, Breaker, Budget, Call,
+    CallSettings, Duration, Event, Finished, Instant, Outcome, Parts, Permit, RefusalReason, State,
+    Step, TripReason,
 };
 
 use crate::model::Dependency;
@@ -85,6 +86,7 @@ struct LayerState {
     purse: Option<Budget>,
     limiter: Option<RateLimiter>,
     bulkhead: Option<Bulkhead>,
+    adaptive: Option<AdaptiveLimiter>,
     /// Whether this breaker has opened before (for re-trips).
     opened: bool,
     /// Its first trip at or after the first impairment's start.
@@ -92,9 +94,12 @@ struct LayerState {
 }
 
 /// The steps in front of a layer's attempts, as the core composes them: the bulkhead outermost,
-/// then the rate limiter, then the breaker (or none).
+/// then the rate limiter, then the adaptive limiter, then the breaker (or none).
 type Front<'a> = Bulkheaded<
-    RateLimited<OptionalBreaker<&'a mut Breaker>, &'a mut Option<RateLimiter>>,
+    RateLimited<
+        AdaptivelyLimited<OptionalBreaker<&'a mut Breaker>, &'a mut Option<AdaptiveLimiter>>,
+        &'a mut Option<RateLimiter>,
+    >,
     &'a mut Option<Bulkhead>,
 >;
 
@@ -104,7 +109,10 @@ impl LayerState {
         Parts {
             breaker: Bulkheaded::new(
                 RateLimited::new(
-                    OptionalBreaker::new(self.breaker.as_deref_mut(), DEPENDENCY),
+                    AdaptivelyLimited::new(
+                        OptionalBreaker::new(self.breaker.as_deref_mut(), DEPENDENCY),
+                        &mut self.adaptive,
+                    ),
                     &mut self.limiter,
                 ),
                 &mut self.bulkhead,
@@ -256,6 +264,7 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
                             purse: l.budget.map(Budget::new),
                             limiter: l.limiter.map(RateLimiter::new),
                             bulkhead: l.bulkhead.map(Bulkhead::new),
+                            adaptive: l.adaptive.map(AdaptiveLimiter::new),
                             opened: false,
                             first_trip: None,
                         }
@@ -546,7 +555,9 @@ impl Sim<'_> {
             Step::Reject(r) => {
                 match r.reason {
                     RefusalReason::BudgetExhausted => self.tally.refused_by_budget += 1,
-                    RefusalReason::RateLimited | RefusalReason::BulkheadFull => {
+                    RefusalReason::RateLimited
+                    | RefusalReason::BulkheadFull
+                    | RefusalReason::ConcurrencyLimited => {
                         self.tally.refused_by_limits += 1;
                     }
                     _ => self.tally.refused_by_breaker += 1,

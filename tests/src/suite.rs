@@ -1,8 +1,8 @@
 //! The built-in scenarios `storm` runs, and what to print beside their tables.
 
 use stormguard_core::{
-    limits::BulkheadSettings, BreakerSettings, BudgetSettings, CallSettings, Duration, Recovery,
-    SettingsError,
+    limits::AdaptiveLimitSettings, limits::BulkheadSettings, BreakerSettings, BudgetSettings,
+    CallSettings, Duration, Recovery, SettingsError,
 };
 
 use crate::model::{Dependency, Impairment};
@@ -131,7 +131,8 @@ pub fn cold_recovery() -> Result<Scenario, SettingsError> {
 /// (about 13.4 are in flight normally), whose capacity halves for 60 s, 30 s in: past 10 in
 /// flight calls queue, stretching every latency, and past 30 they are shed. A fixed bulkhead
 /// sized for the full capacity and one sized for the half are compared with none (no queue: a
-/// full bulkhead refuses, and the call waits that out as a self-imposed throttle).
+/// full bulkhead refuses, and the call waits that out as a self-imposed throttle) and with the
+/// adaptive limiter, which finds the limit itself.
 pub fn capacity_halves() -> Result<Scenario, SettingsError> {
     let plain = builtin(&["retry-x3+breaker+budget"])?;
     let mut strategies = plain.clone();
@@ -145,6 +146,11 @@ pub fn capacity_halves() -> Result<Scenario, SettingsError> {
         );
         strategies.push(bounded);
     }
+    // The adaptive limiter with its defaults (4 to 200, starting at 20): no size to guess.
+    let mut adaptive = plain[0].clone();
+    adaptive.name = "retry-x3+breaker+budget+adaptive".to_string();
+    adaptive.layers[0].adaptive = Some(AdaptiveLimitSettings::builder_named(DEPENDENCY).build()?);
+    strategies.push(adaptive);
     Ok(Scenario {
         name: "capacity-halves".to_string(),
         description:
@@ -183,6 +189,7 @@ pub fn dotnet_example() -> Result<Scenario, SettingsError> {
             budget: budget.then(|| BudgetSettings::defaults("dependency")),
             limiter: None,
             bulkhead: None,
+            adaptive: None,
             retries_when_nested: true,
         })
     };
@@ -194,6 +201,7 @@ pub fn dotnet_example() -> Result<Scenario, SettingsError> {
         budget: Some(BudgetSettings::defaults("dependency")),
         limiter: None,
         bulkhead: None,
+        adaptive: None,
         retries_when_nested: true,
     };
     Ok(Scenario {
@@ -230,6 +238,7 @@ pub fn budget_experiment(percent: u32) -> Result<Scenario, SettingsError> {
             budget: budget.then(|| BudgetSettings::defaults("dependency")),
             limiter: None,
             bulkhead: None,
+            adaptive: None,
             retries_when_nested: true,
         })
     };
@@ -262,6 +271,7 @@ pub fn polling() -> Result<Scenario, SettingsError> {
             budget: Some(BudgetSettings::defaults("dependency")),
             limiter: None,
             bulkhead: None,
+            adaptive: None,
             retries_when_nested: true,
         })
     };
@@ -309,6 +319,7 @@ pub fn stationary(
                 budget: None,
                 limiter: None,
                 bulkhead: None,
+                adaptive: None,
                 retries_when_nested: true,
             },
         )],

@@ -39,6 +39,7 @@ fn brownout(trip_window: Duration) -> (Scenario, Strategy) {
             budget: None,
             limiter: None,
             bulkhead: None,
+            adaptive: None,
             retries_when_nested: true,
         },
     );

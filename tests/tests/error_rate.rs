@@ -33,6 +33,7 @@ fn breaker(consecutive: u32) -> Strategy {
             budget: None,
             limiter: None,
             bulkhead: None,
+            adaptive: None,
             retries_when_nested: true,
         },
     )

@@ -93,6 +93,42 @@ fn a_bulkhead_sized_for_the_dependency_keeps_half_its_capacity_from_becoming_an_
 }
 
 #[test]
+fn an_adaptive_limiter_refuses_nothing_while_healthy_and_beats_a_half_sized_bulkhead_once_capacity_is_back(
+) {
+    let s = suite::capacity_halves().unwrap();
+    let reports: Vec<Report> = s.strategies.iter().map(|st| run(&s, st, s.seed)).collect();
+    let plain = by_name(&reports, "retry-x3+breaker+budget");
+    let half = by_name(&reports, "retry-x3+breaker+budget+bulkhead10");
+    let adaptive = by_name(&reports, "retry-x3+breaker+budget+adaptive");
+    for r in [plain, half, adaptive] {
+        println!(
+            "{}: availability {:.3}, opens {}, refused by limits {}, served before {}, in the drop {}, after {}",
+            r.strategy,
+            r.availability,
+            r.breaker_opens,
+            r.refused_by_limits,
+            r.successes_between(0, 30),
+            r.successes_between(30, 90),
+            r.successes_between(90, 150)
+        );
+    }
+    // Started at 20 and grown only when it held calls back, it refuses nothing a healthy
+    // dependency could serve: before the drop it serves what the unbounded arm serves.
+    assert_eq!(
+        adaptive.successes_between(0, 30),
+        plain.successes_between(0, 30)
+    );
+    // In the drop it refuses calls itself (a self-imposed throttle). It does not match a
+    // bulkhead sized for the full capacity: the rule shrinks the limit only when a round's
+    // fastest call took over twice the baseline's 10th percentile, which a proportional queue
+    // reaches at about 2.7 times its capacity, where the breaker's measured ceiling already
+    // cuts attempts.
+    assert!(adaptive.refused_by_limits > 0);
+    // Once capacity is back, it serves more than a bulkhead sized for the half.
+    assert!(adaptive.successes_between(90, 150) > half.successes_between(90, 150));
+}
+
+#[test]
 fn a_scenario_file_takes_a_rate_limit_a_bulkhead_and_a_capacity_drop() {
     let text = r#"
 name = "limits"
@@ -113,6 +149,7 @@ to = 0.25
 name = "guarded"
 rate_limit = { per_second = 40, burst = 5 }
 bulkhead = { max_in_flight = 4 }
+adaptive = { min_limit = 2, max_limit = 8, initial_limit = 4 }
 "#;
     let s = config::parse(text).unwrap();
     let layer = &s.strategies[0].layers[0];
@@ -120,6 +157,15 @@ bulkhead = { max_in_flight = 4 }
     assert_eq!(limiter.burst(), 5);
     assert_eq!(limiter.emission_interval(), Duration::from_millis(25));
     assert_eq!(layer.bulkhead.unwrap().max_in_flight(), 4);
+    let adaptive = layer.adaptive.unwrap();
+    assert_eq!(
+        (
+            adaptive.min_limit(),
+            adaptive.max_limit(),
+            adaptive.initial_limit()
+        ),
+        (2, 8, 4)
+    );
     assert_eq!(s.dependency.capacity_at(Duration::from_secs(5)), Some(10.0));
     assert_eq!(s.dependency.capacity_at(Duration::from_secs(15)), Some(2.5));
     assert_eq!(
@@ -148,6 +194,8 @@ bulkhead = { max_in_flight = 4 }
         e.contains("strategy[0].bulkhead: the simulator models no queue"),
         "{e}"
     );
+    let e = error("min_limit = 2", "min_limit = 0");
+    assert!(e.contains("strategy[0].adaptive"), "{e}");
     let e = error("to = 0.25", "to = 1.5");
     assert!(e.contains("impairment[0].to: 1.5 is not a fraction"), "{e}");
     let e = error("capacity = 10\n", "");

@@ -144,6 +144,7 @@ fn outage_the_last_client_trips_within_a_second_of_the_outage_at_30_calls_per_se
             budget: None,
             limiter: None,
             bulkhead: None,
+            adaptive: None,
             retries_when_nested: true,
         },
     ));
