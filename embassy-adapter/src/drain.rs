@@ -4,7 +4,7 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use stormguard_core::{call::DRAIN_GRACE, Call, Duration, Instant};
+use stormguard_core::{call::HedgedPair, call::DRAIN_GRACE, Call, Duration, Instant};
 
 /// A drain latch for a graceful shutdown (a power-down, an update about to reboot): once
 /// [begun](Drain::begin), a call that watches it ([`CallOptions::drain_on`]) starts no new
@@ -69,6 +69,16 @@ impl Drain {
         if self.is_draining() {
             call.on_drain(now, self.grace);
         }
+    }
+
+    /// Tells a hedged `pair` and its `call` the drain began, at `now`, if it has and they do
+    /// not know yet: `true` when they learned it now (the pair's timer must be re-armed).
+    pub(crate) fn watch_pair(&self, pair: &mut HedgedPair, call: &mut Call, now: Instant) -> bool {
+        let news = self.is_draining() && !call.is_draining();
+        if news {
+            pair.on_drain(call, now, self.grace);
+        }
+        news
     }
 }
 

@@ -992,6 +992,12 @@ where
                     })
                     .await;
                     now = clock.now();
+                    // A drain that began since (the flag is read at every wake) stops the
+                    // hedge and clamps both attempts to its grace: the timer is re-armed.
+                    let drained = drain.is_some_and(|d| d.watch_pair(&mut pair, &mut call, now));
+                    if drained && matches!(ran, Ran::Timer) {
+                        continue;
+                    }
                     let [guard_first, guard_hedge] = &mut guards;
                     let (lane, outcome, answered) = match ran {
                         Ran::Cancelled => {

@@ -202,6 +202,39 @@ fn a_slow_attempt_is_hedged_after_the_p95_and_the_loser_is_dropped_and_not_count
 
 #[test]
 #[serial(embassy_mock_driver)]
+fn a_drain_begun_before_the_hedge_is_due_launches_none_and_cuts_the_attempt_at_the_grace() {
+    static DRAIN: stormguard_embassy::Drain =
+        stormguard_embassy::Drain::with_grace(Duration::from_millis(5));
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("gateway"));
+    let policy = Policy::new(&breaker, HEDGED);
+    warm(40, || policy.call(async |_| takes(ms(20)).await));
+    let p95 = breaker
+        .handle()
+        .hedge_after(EmbassyClock::new().now())
+        .unwrap();
+    let calls = Cell::new(0);
+    let (r, took) = run_ms(
+        policy.call_hedged_with(CallOptions::new().drain_on(&DRAIN), |_| {
+            calls.set(calls.get() + 1);
+            async {
+                Timer::after(ms(2)).await;
+                DRAIN.begin(); // the device is told to power down while the attempt runs
+                Timer::after(ms(100)).await;
+                Ok::<u16, &str>(1)
+            }
+        }),
+    );
+    // The drain is read when the hedge falls due: no hedge, and the attempt runs on for the
+    // grace from then, is cut, and nothing follows it.
+    assert_eq!(r, Err(CallError::Drained { last: None }));
+    assert_eq!(calls.get(), 1);
+    let p95 = EDuration::from_micros(p95.as_micros());
+    assert!(took >= p95 + ms(5) && took <= p95 + ms(7), "{took:?}");
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
 fn an_attempt_faster_than_the_p95_is_never_hedged() {
     fresh();
     let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("gateway"));

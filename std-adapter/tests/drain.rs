@@ -183,3 +183,106 @@ fn a_blocking_call_stops_retrying_once_the_drain_begins() {
     let r = policy.call_blocking(|_| Ok::<u32, ()>(1));
     assert_eq!(r, Err(CallError::Drained { last: None }));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_during_a_hedged_attempt_launches_no_hedge_and_cuts_the_attempt_at_the_grace() {
+    let drain = Drain::new().with_grace(ms(5));
+    let metrics = Metrics::new("search");
+    let policy = Policy::builder("search")
+        .hedging(true)
+        .backoff(no_jitter())
+        .drain(drain.clone())
+        .listener(metrics.clone())
+        .build()
+        .unwrap();
+    // Healthy calls of 20 ms teach the breaker its p95: a slower attempt would be hedged.
+    for _ in 0..40 {
+        let r = policy
+            .call(|_| async {
+                tokio::time::sleep(ms(20)).await;
+                Ok::<u32, &str>(0)
+            })
+            .await;
+        assert_eq!(r, Ok(0));
+    }
+    let attempts_before = metrics.snapshot().attempts;
+    let invoked = AtomicU32::new(0);
+    // The drain begins 2 ms into an attempt that would take 100 ms, before the hedge is due
+    // (about 21 ms in).
+    begin_after(&drain, ms(2));
+    let t0 = TokioInstant::now();
+    let r = policy
+        .call(|_| {
+            invoked.fetch_add(1, Ordering::SeqCst);
+            async {
+                tokio::time::sleep(ms(100)).await;
+                Ok::<u32, &str>(1)
+            }
+        })
+        .await;
+    // The attempt ran on within the grace (2 + 5 ms), was cut there, and nothing followed it:
+    // no hedge, no retry.
+    assert!(matches!(r, Err(CallError::Drained { .. })), "{r:?}");
+    assert_eq!(invoked.load(Ordering::SeqCst), 1);
+    assert_eq!(metrics.snapshot().attempts - attempts_before, 1);
+    assert_eq!(t0.elapsed(), ms(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_ends_the_wait_for_a_bulkhead_slot_at_once_and_leaves_the_queue() {
+    use stormguard_core::limits::BulkheadSettings;
+    use stormguard_std::Bulkhead;
+    let drain = Drain::new();
+    let bulkhead = Bulkhead::new(
+        BulkheadSettings::builder("db")
+            .max_in_flight(1)
+            .bounded_wait(1, stormguard_core::Duration::from_secs(5))
+            .build()
+            .unwrap(),
+    );
+    let policy = Arc::new(
+        Policy::builder("db")
+            .bulkhead(bulkhead.clone())
+            .drain(drain.clone())
+            .build()
+            .unwrap(),
+    );
+    // One call holds the only slot for 100 ms.
+    let holder = {
+        let p = Arc::clone(&policy);
+        tokio::spawn(async move {
+            p.call(|_| async {
+                tokio::time::sleep(ms(100)).await;
+                Ok::<u32, &str>(1)
+            })
+            .await
+        })
+    };
+    tokio::task::yield_now().await;
+    let ran = Arc::new(AtomicU32::new(0));
+    let waiter = {
+        let (p, ran) = (Arc::clone(&policy), Arc::clone(&ran));
+        tokio::spawn(async move {
+            let t0 = TokioInstant::now();
+            let r = p
+                .call(|_| {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    async { Ok::<u32, &str>(2) }
+                })
+                .await;
+            (r, t0.elapsed())
+        })
+    };
+    tokio::task::yield_now().await;
+    assert_eq!((bulkhead.in_flight(), bulkhead.queued()), (1, 1));
+    begin_after(&drain, ms(10));
+    // The waiter ends when the drain begins, not when the slot frees (100 ms) or its wait
+    // ends (5 s); it ran nothing and left the queue.
+    let (r, took) = waiter.await.unwrap();
+    assert_eq!(r, Err(CallError::Drained { last: None }));
+    assert_eq!(took, ms(10));
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    assert_eq!(bulkhead.queued(), 0);
+    // The call in flight finishes.
+    assert_eq!(holder.await.unwrap(), Ok(1));
+}

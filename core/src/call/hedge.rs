@@ -263,6 +263,24 @@ impl HedgedPair {
         }
     }
 
+    /// A drain began at `now` while the pair runs: the call is told ([`Call::on_drain`]), so
+    /// no hedge launches from now on and the call's deadline is clamped to `grace`; each
+    /// attempt in flight runs on within it (the adapter re-arms its timer for
+    /// [`HedgedPair::wake_at`]). A second drain changes nothing.
+    pub fn on_drain(&mut self, call: &mut Call, now: Instant, grace: Duration) {
+        call.on_drain(now, grace);
+        self.launch_at = None;
+        let by = call.deadline();
+        for flight in [&mut self.first, &mut self.hedge] {
+            if flight.running {
+                flight.deadline = match (flight.deadline, by) {
+                    (Some(d), Some(b)) => Some(d.min(b)),
+                    (d, b) => d.or(b),
+                };
+            }
+        }
+    }
+
     /// The attempt in `lane` was dropped before it ended (the other decided the call, or the
     /// caller cancelled): its permit, if the adapter holds one, is reported
     /// [`Outcome::Cancelled`], which no breaker counts against the dependency.
@@ -358,6 +376,51 @@ mod tests {
         assert!(first_deadline < hedge_deadline);
         assert_eq!(pair.wake_at(), Some(first_deadline));
         assert_eq!(pair.due(), Some(Due::Deadline(Lane::First)));
+    }
+
+    #[test]
+    fn a_drain_before_the_launch_stops_the_hedge_and_clamps_the_attempt_to_the_grace() {
+        let (mut parts, now) = warm();
+        let (mut call, mut pair, first) = started(&mut parts, now);
+        let first_deadline = call.attempt_deadline().unwrap();
+        let launch_at = pair.wake_at().unwrap();
+        let grace = ms(1);
+        let t = now + ms(1);
+        assert!(t + grace < launch_at && t + grace < first_deadline);
+        pair.on_drain(&mut call, t, grace);
+        assert!(call.is_draining());
+        // No launch is left to wait for: the timer is for the attempt's clamped deadline.
+        assert_eq!(pair.wake_at(), Some(t + grace));
+        assert_eq!(pair.due(), Some(Due::Deadline(Lane::First)));
+        let next = pair.finished(
+            &mut call,
+            &mut parts,
+            Lane::First,
+            Some(first),
+            t + grace,
+            Outcome::TimedOut,
+            false,
+            &mut |_| {},
+        );
+        assert_eq!(next, PairNext::Over);
+        // The drain stops the retry too: the call ends drained, with its last outcome.
+        let last = Some(Outcome::TimedOut);
+        assert_eq!(
+            call.poll(&mut parts, t + grace, &mut |_| {}),
+            Step::Done(Finished::Drained { last })
+        );
+        assert_eq!(call.attempts(), 1);
+    }
+
+    #[test]
+    fn a_drain_after_the_launch_clamps_both_attempts() {
+        let (mut parts, now) = warm();
+        let (mut call, mut pair, _first) = started(&mut parts, now);
+        let (_hedge, at) = launched(&mut call, &mut pair, &mut parts);
+        let grace = ms(1);
+        pair.on_drain(&mut call, at, grace);
+        assert_eq!(pair.wake_at(), Some(at + grace));
+        assert!(pair.is_running(Lane::First) && pair.is_running(Lane::Hedge));
     }
 
     #[test]

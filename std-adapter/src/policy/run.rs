@@ -428,7 +428,14 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let mut held = None;
         if let Some(bulkhead) = steps.bulkhead.filter(|b| b.waits()) {
             let deadline = call.deadline();
-            let wait = pin!(wait_for_slot(bulkhead, &self.clock, now, deadline, cancel));
+            let wait = pin!(wait_for_slot(
+                bulkhead,
+                &self.clock,
+                now,
+                deadline,
+                cancel,
+                drain
+            ));
             match Cold(wait).await {
                 Waited::Entered(permit, at) => {
                     held = Some(permit);
@@ -609,6 +616,10 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let mut guard_b: Option<PermitGuard<'p>> = None;
         let mut timer = pin!(None::<tokio::time::Sleep>);
         let mut cancelled = pin!(options.cancel.map(CancellationToken::cancelled));
+        // A drain that begins during the pair stops the hedge and clamps both attempts to its
+        // grace, as the core's pair says; the attempts in flight run on within it.
+        let drain = options.drain.or(self.drain.as_ref());
+        let mut drained = pin!(drain.filter(|_| !call.is_draining()).map(Drain::begun));
         let mut succeeded_at = None;
         loop {
             let wake = pair.wake_at();
@@ -626,6 +637,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 if let Some(Poll::Ready(())) = timer.as_mut().as_pin_mut().map(|t| t.poll(cx)) {
                     return Poll::Ready(PairEvent::Timer);
                 }
+                if let Some(Poll::Ready(())) = drained.as_mut().as_pin_mut().map(|d| d.poll(cx)) {
+                    return Poll::Ready(PairEvent::Drained);
+                }
                 Poll::Pending
             })
             .await;
@@ -633,6 +647,13 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             now = self.clock.now();
             let (lane, ran) = match event {
                 PairEvent::Ran(lane, ran) => (lane, ran),
+                PairEvent::Drained => {
+                    drained.set(None);
+                    if let Some(drain) = drain {
+                        pair.on_drain(call, now, drain.grace());
+                    }
+                    continue;
+                }
                 PairEvent::Timer => match pair.due() {
                     Some(Due::Deadline(lane)) => (lane, Ran::TimedOut),
                     Some(Due::Launch) => {
@@ -718,6 +739,8 @@ enum PairEvent<R> {
     /// The timer armed for the pair's [`HedgedPair::wake_at`].
     Timer,
     Cancelled,
+    /// A drain began.
+    Drained,
 }
 
 /// The outcome of an attempt's race, and whether the dependency answered (the operation
@@ -774,7 +797,13 @@ async fn wait_for_slot<K: Clock>(
     mut now: Instant,
     deadline: Option<Instant>,
     cancel: Option<&CancellationToken>,
+    drain: Option<&Drain>,
 ) -> Waited {
+    // Draining: no new attempt starts, so there is no slot to wait for (the driver, told of
+    // the drain, ends the call).
+    if drain.is_some_and(Drain::is_draining) {
+        return Waited::Refused(now);
+    }
     let max_wait = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
     // Registered before joining the queue, so a slot freed in between wakes this caller.
     let mut woken = pin!(bulkhead.freed().notified());
@@ -789,6 +818,7 @@ async fn wait_for_slot<K: Clock>(
         ticket: Some(ticket),
     };
     let mut cancelled = pin!(cancel.map(CancellationToken::cancelled));
+    let mut drained = pin!(drain.map(Drain::begun));
     loop {
         let Some(until) = queued.ticket.as_ref().map(BulkheadTicket::wait_until) else {
             return Waited::Refused(now);
@@ -800,14 +830,20 @@ async fn wait_for_slot<K: Clock>(
             if let Some(Poll::Ready(())) = cancelled.as_mut().as_pin_mut().map(|c| c.poll(cx)) {
                 return Poll::Ready(Slept::Cancelled);
             }
+            if let Some(Poll::Ready(())) = drained.as_mut().as_pin_mut().map(|d| d.poll(cx)) {
+                return Poll::Ready(Slept::Drained);
+            }
             if woken.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Slept::Elapsed);
             }
             timer.as_mut().poll(cx).map(|()| Slept::Elapsed)
         })
         .await;
-        if woke == Slept::Cancelled {
-            return Waited::Cancelled; // `queued` leaves the queue
+        match woke {
+            Slept::Cancelled => return Waited::Cancelled, // `queued` leaves the queue
+            // The drain began: the wait ends at once and the queue place is given up.
+            Slept::Drained => return Waited::Refused(clock.now()),
+            Slept::Elapsed => {}
         }
         now = clock.now();
         woken.set(bulkhead.freed().notified());
