@@ -26,10 +26,11 @@
 //! part off (`breaker = false`, `deadline = false`). A policy's `preset` names the preset it
 //! starts from. Durations are written for people (`"250ms"`, `"1.5s"`, `"1m"`).
 //!
-//! Every invalid value is reported at once, each with its path and bound
-//! (`policies.payments.breaker.consecutive_failures: must be at least 1`); a document that
-//! does not parse (an unknown key, a wrong type) is reported at the first place it fails,
-//! with the path. Nothing is built from a document with a problem.
+//! Every problem is reported at once, each with its path: a key that does not fit (an
+//! unknown key, a wrong type: `policies.payments.max_attempt: unknown field ...`, up to 32 of
+//! them) and every invalid value, with its bound
+//! (`policies.payments.breaker.consecutive_failures: must be at least 1`). Nothing is built
+//! from a document with a problem.
 //!
 //! ```
 //! use stormguard_std::config::PolicyConfig;
@@ -259,12 +260,72 @@ fn resolve(
     }
 }
 
-/// The document read from `value`, with the path of the first key that does not fit.
-fn document(value: &Value) -> Result<Document, ConfigError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        ConfigError::one(path, e.into_inner().to_string())
-    })
+/// At most this many keys that do not fit are reported from one document: past it, a
+/// document is more likely the wrong file than a file with mistakes.
+const MAX_PARSE_PROBLEMS: usize = 32;
+
+/// The document read from `value`, or every key that does not fit (an unknown key, a wrong
+/// type), each with its path: serde stops at the first, so each is taken out of a copy of the
+/// document in turn and the rest is read again. The problems are added to `out`; the document
+/// returned is what is left (every key that fits), so its values can be checked too.
+fn document(value: &Value, out: &mut Vec<ConfigProblem>) -> Option<Document> {
+    let mut pruned: Option<Value> = None;
+    loop {
+        let current = pruned.as_ref().unwrap_or(value);
+        let e = match serde_path_to_error::deserialize::<_, Document>(current) {
+            Ok(doc) => return Some(doc),
+            Err(e) => e,
+        };
+        let path = e.path().clone();
+        out.push(ConfigProblem {
+            path: path.to_string(),
+            message: e.into_inner().to_string(),
+            setting: None,
+        });
+        if out.len() >= MAX_PARSE_PROBLEMS {
+            out.push(ConfigProblem {
+                path: ".".into(),
+                message: format!("stopped after {MAX_PARSE_PROBLEMS} keys that do not fit"),
+                setting: None,
+            });
+            return None;
+        }
+        let next = pruned.get_or_insert_with(|| value.clone());
+        if !remove_at(next, &path) {
+            // A place that cannot be taken out (the document as a whole): nothing more to read.
+            return None;
+        }
+    }
+}
+
+/// Takes the value at `path` out of `doc` (a key out of its table, an item out of its
+/// list): `false` when there is no such place, or it is the whole document.
+fn remove_at(doc: &mut Value, path: &serde_path_to_error::Path) -> bool {
+    use serde_path_to_error::Segment;
+    let segments: Vec<&Segment> = path.iter().collect();
+    let Some((last, parents)) = segments.split_last() else {
+        return false;
+    };
+    let mut at = doc;
+    for segment in parents {
+        let next = match (segment, at) {
+            (Segment::Map { key }, Value::Object(map)) => map.get_mut(key.as_str()),
+            (Segment::Seq { index }, Value::Array(items)) => items.get_mut(*index),
+            _ => None,
+        };
+        match next {
+            Some(v) => at = v,
+            None => return false,
+        }
+    }
+    match (last, at) {
+        (Segment::Map { key }, Value::Object(map)) => map.remove(key.as_str()).is_some(),
+        (Segment::Seq { index }, Value::Array(items)) if *index < items.len() => {
+            items.remove(*index);
+            true
+        }
+        _ => false,
+    }
 }
 
 impl PolicyConfig {
@@ -284,8 +345,10 @@ impl PolicyConfig {
 
     /// Checks a document already read into a JSON value.
     pub fn from_value(raw: Value) -> Result<PolicyConfig, ConfigError> {
-        let doc = document(&raw)?;
         let mut problems = Vec::new();
+        let Some(doc) = document(&raw, &mut problems) else {
+            return Err(ConfigError { problems });
+        };
         for (key, section) in &doc.presets {
             if section.preset.is_some() {
                 problems.push(ConfigProblem {

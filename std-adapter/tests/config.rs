@@ -210,6 +210,41 @@ fn unknown_keys_are_named_with_their_path() {
 }
 
 #[test]
+fn every_key_that_does_not_fit_is_reported_at_once_with_the_invalid_values() {
+    let e = err_toml(
+        "[presets.default]\nmax_atempts = 3\n\n\
+         [policies.a]\nmax_attempt = 3\ndeadline = \"soon\"\n\
+         breaker = { consecutive_failure = 3, half_open_probes = 0 }\n\n\
+         [policies.b]\nbackoff = { jitter = \"lots\" }\nmax_attempts = 0\n",
+    );
+    let paths: Vec<&str> = e.problems().iter().map(|p| p.path.as_str()).collect();
+    for path in [
+        "presets.default.max_atempts",
+        "policies.a.max_attempt",
+        "policies.a.deadline",
+        "policies.a.breaker.consecutive_failure",
+        "policies.b.backoff.jitter",
+        // The values that fit are still checked.
+        "policies.a.breaker.half_open_probes",
+        "policies.b.max_attempts",
+    ] {
+        assert!(paths.contains(&path), "{path} missing from\n{e}");
+    }
+    assert_eq!(paths.len(), 7, "{e}");
+}
+
+#[test]
+fn a_document_of_nothing_but_unknown_keys_stops_at_a_bound() {
+    let text: String = (0..100).map(|i| format!("key{i} = 1\n")).collect();
+    let e = err_toml(&text);
+    assert_eq!(e.problems().len(), 33, "{e}");
+    assert_eq!(
+        e.problems().last().unwrap().to_string(),
+        ".: stopped after 32 keys that do not fit"
+    );
+}
+
+#[test]
 fn wrong_types_are_errors_at_their_path() {
     for (text, path, says) in [
         (
