@@ -27,8 +27,15 @@ use serde::de::{self, Deserialize, Deserializer, IntoDeserializer};
 
 use crate::breaker::{BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls};
 use crate::call::{Backoff, BackoffBuilder, CallSettings, CallSettingsBuilder, Jitter};
-use crate::limits::BudgetSettingsBuilder;
-use crate::{BreakerSettings, BudgetSettings, Duration, Multiple, Name, Problems};
+use crate::limits::{
+    AdaptiveLimitSettings, BudgetSettingsBuilder, BulkheadSettings, RateLimitSettings,
+    WindowLimitSettings,
+};
+use crate::policy::ChaosSettings;
+use crate::{
+    Bound, BreakerSettings, BudgetSettings, Duration, Field, Multiple, Name, Problems,
+    SettingsError,
+};
 
 /// A value that can be turned off: `false` in a document, or the value.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -526,6 +533,285 @@ impl<'de> Deserialize<'de> for CallSettings {
     }
 }
 
+/// Overrides of a bulkhead's settings ([`BulkheadSettings`]): `max_in_flight`, and a bounded
+/// wait as `max_queue` with `max_wait` (both set by [`BulkheadSettingsBuilder::bounded_wait`];
+/// a queue needs a wait).
+///
+/// [`BulkheadSettingsBuilder::bounded_wait`]: crate::limits::BulkheadSettingsBuilder::bounded_wait
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkheadConfig {
+    /// The name (default: the policy's, in a policy section).
+    pub name: Option<Name>,
+    /// Calls admitted at once.
+    pub max_in_flight: Option<u64>,
+    /// Callers that may wait for a slot at once.
+    pub max_queue: Option<u64>,
+    /// The longest a caller waits for a slot.
+    pub max_wait: Option<Duration>,
+}
+
+impl BulkheadConfig {
+    /// These keys over `earlier`'s: a key given here wins.
+    #[must_use]
+    pub fn over(self, earlier: BulkheadConfig) -> BulkheadConfig {
+        BulkheadConfig {
+            name: self.name.or(earlier.name),
+            max_in_flight: self.max_in_flight.or(earlier.max_in_flight),
+            max_queue: self.max_queue.or(earlier.max_queue),
+            max_wait: self.max_wait.or(earlier.max_wait),
+        }
+    }
+
+    /// The settings of a bulkhead called `name` (unless these keys name it): the defaults
+    /// with these keys, checked.
+    pub fn build(&self, name: Name) -> Result<BulkheadSettings, SettingsError> {
+        let mut b = BulkheadSettings::builder_named(self.name.unwrap_or(name));
+        if let Some(n) = self.max_in_flight {
+            b = b.max_in_flight(count(n));
+        }
+        let queue = count(self.max_queue.unwrap_or(0));
+        let wait = self.max_wait.unwrap_or(Duration::ZERO);
+        if queue > 0 || !wait.is_zero() {
+            if queue == 0 {
+                return Err(SettingsError::new(Field::MaxQueue, Bound::AtLeast(1)));
+            }
+            b = b.bounded_wait(queue, wait);
+        }
+        b.build()
+    }
+}
+
+/// Overrides of a GCRA rate limiter's settings ([`RateLimitSettings`]): `rate` cells per
+/// `period` (default 50 per minute), `burst` (default the rate) and `idle`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// The name (default: the policy's, in a policy section).
+    pub name: Option<Name>,
+    /// Cells per period.
+    pub rate: Option<u64>,
+    /// The period the rate is counted over.
+    pub period: Option<Duration>,
+    /// Cells that may be taken at once after a quiet spell.
+    pub burst: Option<u64>,
+    /// How long an unused key is kept (keyed limiters).
+    pub idle: Option<Duration>,
+}
+
+impl RateLimitConfig {
+    /// These keys over `earlier`'s: a key given here wins.
+    #[must_use]
+    pub fn over(self, earlier: RateLimitConfig) -> RateLimitConfig {
+        RateLimitConfig {
+            name: self.name.or(earlier.name),
+            rate: self.rate.or(earlier.rate),
+            period: self.period.or(earlier.period),
+            burst: self.burst.or(earlier.burst),
+            idle: self.idle.or(earlier.idle),
+        }
+    }
+
+    /// The settings of a limiter called `name` (unless these keys name it): the defaults with
+    /// these keys, checked.
+    pub fn build(&self, name: Name) -> Result<RateLimitSettings, SettingsError> {
+        let defaults = RateLimitSettings::defaults("limit");
+        let mut b = RateLimitSettings::builder_named(self.name.unwrap_or(name)).rate(
+            self.rate.map_or(defaults.cells(), count),
+            self.period.unwrap_or(defaults.period()),
+        );
+        if let Some(n) = self.burst {
+            b = b.burst(count(n));
+        }
+        if let Some(d) = self.idle {
+            b = b.idle(d);
+        }
+        b.build()
+    }
+}
+
+/// Overrides of a fixed-window limiter's settings ([`WindowLimitSettings`]): `events` per
+/// `window`, then a `cooldown`; `idle` for keyed limiters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowLimitConfig {
+    /// The name (default: the policy's, in a policy section).
+    pub name: Option<Name>,
+    /// Events admitted per window.
+    pub events: Option<u64>,
+    /// The window.
+    pub window: Option<Duration>,
+    /// How long a full window refuses after it filled.
+    pub cooldown: Option<Duration>,
+    /// How long an unused key is kept (keyed limiters).
+    pub idle: Option<Duration>,
+}
+
+impl WindowLimitConfig {
+    /// These keys over `earlier`'s: a key given here wins.
+    #[must_use]
+    pub fn over(self, earlier: WindowLimitConfig) -> WindowLimitConfig {
+        WindowLimitConfig {
+            name: self.name.or(earlier.name),
+            events: self.events.or(earlier.events),
+            window: self.window.or(earlier.window),
+            cooldown: self.cooldown.or(earlier.cooldown),
+            idle: self.idle.or(earlier.idle),
+        }
+    }
+
+    /// The settings of a limiter called `name` (unless these keys name it): the defaults with
+    /// these keys, checked.
+    pub fn build(&self, name: Name) -> Result<WindowLimitSettings, SettingsError> {
+        let mut b = WindowLimitSettings::builder_named(self.name.unwrap_or(name));
+        if let Some(n) = self.events {
+            b = b.events(count(n));
+        }
+        if let Some(d) = self.window {
+            b = b.window(d);
+        }
+        if let Some(d) = self.cooldown {
+            b = b.cooldown(d);
+        }
+        if let Some(d) = self.idle {
+            b = b.idle(d);
+        }
+        b.build()
+    }
+}
+
+/// Overrides of an adaptive concurrency limiter's settings ([`AdaptiveLimitSettings`]):
+/// `min_limit` and `max_limit` (set together by its builder's `limits`), `initial_limit`,
+/// `latency_tolerance` (a decimal multiple), `decrease` (a decimal ratio) and
+/// `baseline_window`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveLimitConfig {
+    /// The name (default: the policy's, in a policy section).
+    pub name: Option<Name>,
+    /// The lowest limit.
+    pub min_limit: Option<u64>,
+    /// The highest limit.
+    pub max_limit: Option<u64>,
+    /// The limit before the first round ends.
+    pub initial_limit: Option<u64>,
+    /// A round is slow when its fastest call took more than this times the baseline.
+    pub latency_tolerance: Option<f64>,
+    /// What a slow round multiplies the limit by.
+    pub decrease: Option<f64>,
+    /// How far back the baseline's latencies reach.
+    pub baseline_window: Option<Duration>,
+}
+
+impl AdaptiveLimitConfig {
+    /// These keys over `earlier`'s: a key given here wins.
+    #[must_use]
+    pub fn over(self, earlier: AdaptiveLimitConfig) -> AdaptiveLimitConfig {
+        AdaptiveLimitConfig {
+            name: self.name.or(earlier.name),
+            min_limit: self.min_limit.or(earlier.min_limit),
+            max_limit: self.max_limit.or(earlier.max_limit),
+            initial_limit: self.initial_limit.or(earlier.initial_limit),
+            latency_tolerance: self.latency_tolerance.or(earlier.latency_tolerance),
+            decrease: self.decrease.or(earlier.decrease),
+            baseline_window: self.baseline_window.or(earlier.baseline_window),
+        }
+    }
+
+    /// The settings of a limiter called `name` (unless these keys name it): the defaults with
+    /// these keys, checked.
+    pub fn build(&self, name: Name) -> Result<AdaptiveLimitSettings, SettingsError> {
+        let mut b = AdaptiveLimitSettings::builder_named(self.name.unwrap_or(name)).limits(
+            self.min_limit
+                .map_or(AdaptiveLimitSettings::DEFAULT_MIN_LIMIT, count),
+            self.max_limit
+                .map_or(AdaptiveLimitSettings::DEFAULT_MAX_LIMIT, count),
+        );
+        if let Some(n) = self.initial_limit {
+            b = b.initial_limit(count(n));
+        }
+        if let Some(x) = self.latency_tolerance {
+            b = b.latency_tolerance(Multiple::from_milli(milli(x)));
+        }
+        if let Some(x) = self.decrease {
+            b = b.decrease(crate::Ratio::from_ppm_const(ppm(x)));
+        }
+        if let Some(d) = self.baseline_window {
+            b = b.baseline_window(d);
+        }
+        b.build()
+    }
+}
+
+/// Fault injection's settings ([`ChaosSettings`]): `faults` (the share of attempts failed),
+/// `slowed` and `latency` (the share held back, and by how long: given together), `seed`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChaosConfig {
+    /// The share of attempts failed, as a decimal.
+    pub faults: Option<f64>,
+    /// The share of attempts held back, as a decimal.
+    pub slowed: Option<f64>,
+    /// How long a slowed attempt is held back.
+    pub latency: Option<Duration>,
+    /// The seed the rolls are drawn from.
+    pub seed: Option<u64>,
+}
+
+impl ChaosConfig {
+    /// The settings: nothing injected but what these keys give, checked.
+    pub fn build(&self) -> Result<ChaosSettings, SettingsError> {
+        let share = |x: f64, field: Field| {
+            crate::Ratio::from_ppm(ppm(x))
+                .filter(|_| x >= 0.0)
+                .ok_or(SettingsError::new(field, Bound::ZeroToOne))
+        };
+        let mut b = ChaosSettings::builder();
+        if let Some(x) = self.faults {
+            b = b.faults(share(x, Field::Faults)?);
+        }
+        if self.slowed.is_some() || self.latency.is_some() {
+            b = b.latency(
+                share(self.slowed.unwrap_or(0.0), Field::Slowed)?,
+                self.latency.unwrap_or(Duration::ZERO),
+            );
+        }
+        if let Some(seed) = self.seed {
+            b = b.seed(seed);
+        }
+        b.build()
+    }
+}
+
+/// Deserializes a limit's settings through its overrides type: `name` required.
+macro_rules! settings_through {
+    ($settings:ty, $config:ty) => {
+        impl<'de> Deserialize<'de> for $settings {
+            #[doc = concat!("[`", stringify!($config), "`] keys (`name` required) on the defaults, checked.")]
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let c = <$config>::deserialize(d)?;
+                let name = c.name.ok_or_else(|| de::Error::missing_field("name"))?;
+                c.build(name)
+                    .map_err(|e| de::Error::custom(format_args!("invalid settings: {e}")))
+            }
+        }
+    };
+}
+
+settings_through!(BulkheadSettings, BulkheadConfig);
+settings_through!(RateLimitSettings, RateLimitConfig);
+settings_through!(WindowLimitSettings, WindowLimitConfig);
+settings_through!(AdaptiveLimitSettings, AdaptiveLimitConfig);
+
+impl<'de> Deserialize<'de> for ChaosSettings {
+    /// [`ChaosConfig`] keys on [`ChaosSettings::OFF`], checked.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        ChaosConfig::deserialize(d)?
+            .build()
+            .map_err(|e| de::Error::custom(format_args!("invalid settings: {e}")))
+    }
+}
+
 /// One policy's section of a configuration document: the call settings' keys (as
 /// [`CallConfig`]'s), `retries_when_nested`, and `breaker` and `budget` tables (or `false`
 /// for none). The format the std adapter's policy documents and the simulator's scenario
@@ -563,6 +849,12 @@ pub struct PolicySection {
     pub breaker: Option<Switch<BreakerConfig>>,
     /// The budget's keys, or `false` for no budget (default: a budget with the defaults).
     pub budget: Option<Switch<BudgetConfig>>,
+    /// A GCRA rate limiter's keys, or `false` for none (default none).
+    pub rate_limit: Option<Switch<RateLimitConfig>>,
+    /// A bulkhead's keys, or `false` for none (default none).
+    pub bulkhead: Option<Switch<BulkheadConfig>>,
+    /// An adaptive concurrency limiter's keys, or `false` for none (default none).
+    pub adaptive_limit: Option<Switch<AdaptiveLimitConfig>>,
 }
 
 /// A policy's settings from its sections, every one checked.
@@ -576,6 +868,12 @@ pub struct PolicyParts {
     pub breaker: Option<BreakerSettings>,
     /// The budget's settings, unless turned off.
     pub budget: Option<BudgetSettings>,
+    /// The rate limiter's settings, if the sections give one.
+    pub rate_limit: Option<RateLimitSettings>,
+    /// The bulkhead's settings, if the sections give one.
+    pub bulkhead: Option<BulkheadSettings>,
+    /// The adaptive limiter's settings, if the sections give one.
+    pub adaptive_limit: Option<AdaptiveLimitSettings>,
 }
 
 /// Every problem in a policy's sections, by the part it is in (each may be empty).
@@ -591,6 +889,12 @@ pub struct PolicyProblems {
     /// The budget's (`budget.` keys); a budget `name` other than the policy's is
     /// [`Field::BudgetName`](crate::Field::BudgetName).
     pub budget: Problems,
+    /// The rate limiter's (`rate_limit.` keys).
+    pub rate_limit: Problems,
+    /// The bulkhead's (`bulkhead.` keys).
+    pub bulkhead: Problems,
+    /// The adaptive limiter's (`adaptive_limit.` keys).
+    pub adaptive_limit: Problems,
 }
 
 impl PolicySection {
@@ -634,7 +938,17 @@ impl PolicySection {
         let mut breaker = Some(BreakerSettings::builder_named(name));
         let mut budget = Some(BudgetSettings::builder_named(name));
         let mut retries_when_nested = true;
+        let mut rate_limit: Option<RateLimitConfig> = None;
+        let mut bulkhead: Option<BulkheadConfig> = None;
+        let mut adaptive_limit: Option<AdaptiveLimitConfig> = None;
         for layer in layers {
+            rate_limit = over(layer.rate_limit, rate_limit, RateLimitConfig::over);
+            bulkhead = over(layer.bulkhead, bulkhead, BulkheadConfig::over);
+            adaptive_limit = over(
+                layer.adaptive_limit,
+                adaptive_limit,
+                AdaptiveLimitConfig::over,
+            );
             if let Some(c) = &layer.backoff {
                 backoff = c.apply(backoff);
             }
@@ -683,35 +997,41 @@ impl PolicySection {
             }
             s
         });
-        let clean = problems.is_empty();
-        // Off is `None`; a part that did not build is `Some(None)`, and has its problems.
-        match (clean, call, breaker, budget) {
-            (true, Some(call), Some(Some(breaker)), Some(Some(budget))) => Ok(PolicyParts {
+        let rate_limit =
+            rate_limit.map(|c| c.build(name).map_err(|e| problems.rate_limit.push(e)).ok());
+        let bulkhead = bulkhead.map(|c| c.build(name).map_err(|e| problems.bulkhead.push(e)).ok());
+        let adaptive_limit = adaptive_limit.map(|c| {
+            c.build(name)
+                .map_err(|e| problems.adaptive_limit.push(e))
+                .ok()
+        });
+        // A part that did not build (`Some(None)`) has its problems, so with none every part
+        // given is built.
+        match call {
+            Some(call) if problems.is_empty() => Ok(PolicyParts {
                 call,
                 retries_when_nested,
-                breaker: Some(breaker),
-                budget: Some(budget),
-            }),
-            (true, Some(call), Some(Some(breaker)), None) => Ok(PolicyParts {
-                call,
-                retries_when_nested,
-                breaker: Some(breaker),
-                budget: None,
-            }),
-            (true, Some(call), None, Some(Some(budget))) => Ok(PolicyParts {
-                call,
-                retries_when_nested,
-                breaker: None,
-                budget: Some(budget),
-            }),
-            (true, Some(call), None, None) => Ok(PolicyParts {
-                call,
-                retries_when_nested,
-                breaker: None,
-                budget: None,
+                breaker: breaker.flatten(),
+                budget: budget.flatten(),
+                rate_limit: rate_limit.flatten(),
+                bulkhead: bulkhead.flatten(),
+                adaptive_limit: adaptive_limit.flatten(),
             }),
             _ => Err(problems),
         }
+    }
+}
+
+/// A part's keys after one more section: off with `false`, its keys over the ones before.
+fn over<T: Default + Copy>(
+    layer: Option<Switch<T>>,
+    before: Option<T>,
+    merge: fn(T, T) -> T,
+) -> Option<T> {
+    match layer {
+        Some(Switch::Off) => None,
+        Some(Switch::On(c)) => Some(merge(c, before.unwrap_or_default())),
+        None => before,
     }
 }
 
@@ -756,16 +1076,23 @@ impl PolicyProblems {
             && self.call.is_empty()
             && self.breaker.is_empty()
             && self.budget.is_empty()
+            && self.rate_limit.is_empty()
+            && self.bulkhead.is_empty()
+            && self.adaptive_limit.is_empty()
     }
 
     /// Every part's list with the prefix of its keys in a section (`"backoff."`, `""`,
-    /// `"breaker."`, `"budget."`): a problem's path is the prefix and [`key`] of its field.
-    pub fn parts(&self) -> [(&'static str, &Problems); 4] {
+    /// `"breaker."`, `"budget."`, `"rate_limit."`, `"bulkhead."`, `"adaptive_limit."`): a
+    /// problem's path is the prefix and [`key`] of its field.
+    pub fn parts(&self) -> [(&'static str, &Problems); 7] {
         [
             ("backoff.", &self.backoff),
             ("", &self.call),
             ("breaker.", &self.breaker),
             ("budget.", &self.budget),
+            ("rate_limit.", &self.rate_limit),
+            ("bulkhead.", &self.bulkhead),
+            ("adaptive_limit.", &self.adaptive_limit),
         ]
     }
 }

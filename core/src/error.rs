@@ -195,6 +195,10 @@ pub enum Field {
     LatencyTolerance,
     /// What a slow round multiplies the adaptive limit by.
     Decrease,
+    /// The share of attempts fault injection fails.
+    Faults,
+    /// The share of attempts fault injection holds back.
+    Slowed,
 }
 
 impl Field {
@@ -253,6 +257,8 @@ impl Field {
             Field::InitialLimit => "initial_limit",
             Field::LatencyTolerance => "latency_tolerance",
             Field::Decrease => "decrease",
+            Field::Faults => "faults",
+            Field::Slowed => "slowed",
         }
     }
 }

@@ -22,8 +22,12 @@
 //! Keys are the builders' method names: a section holds [`PolicyBuilder`]'s (`max_attempts`,
 //! `deadline`, `attempt_timeout`, `measured_ceiling`, `ceiling_floor`, `hedging`,
 //! `retries_when_nested`), a `backoff` table ([`BackoffConfig`]), a `breaker` table
-//! ([`BreakerConfig`]) and a `budget` table ([`BudgetConfig`]); `false` turns an optional
-//! part off (`breaker = false`, `deadline = false`). A policy's `preset` names the preset it
+//! ([`BreakerConfig`]), a `budget` table ([`BudgetConfig`]), and the limits in front of the
+//! breaker, none by default: a `rate_limit` table ([`RateLimitConfig`]: `rate` per `period`,
+//! `burst`), a `bulkhead` table ([`BulkheadConfig`]: `max_in_flight`, `max_queue`,
+//! `max_wait`) and an `adaptive_limit` table ([`AdaptiveLimitConfig`]: `min_limit`,
+//! `max_limit`, `initial_limit`, ...), each the policy's own; `false` turns an optional part
+//! off (`breaker = false`, `deadline = false`). A policy's `preset` names the preset it
 //! starts from. Durations are written for people (`"250ms"`, `"1.5s"`, `"1m"`).
 //!
 //! Every problem is reported at once, each with its path: a key that does not fit (an
@@ -80,13 +84,15 @@ use arc_swap::ArcSwap;
 use serde::Deserialize;
 use serde_json::Value;
 pub use stormguard_core::config::{
-    key, BackoffConfig, BreakerConfig, BudgetConfig, CallConfig, PolicySection, Switch,
+    key, AdaptiveLimitConfig, BackoffConfig, BreakerConfig, BudgetConfig, BulkheadConfig,
+    CallConfig, ChaosConfig, PolicySection, RateLimitConfig, Switch, WindowLimitConfig,
 };
 use stormguard_core::{
     Bound, BreakerSettings, BudgetSettings, CallSettings, Field, Name, Problems, SettingsError,
 };
 
-use crate::{Policy, PolicyBuilder};
+use crate::{AdaptiveLimit, Bulkhead, Limiter, Policy, PolicyBuilder};
+use stormguard_core::limits::{AdaptiveLimitSettings, BulkheadSettings, RateLimitSettings};
 
 pub use stormguard_core::config::{FailureRateConfig, JitterName, RecoveryConfig, SlowCallsConfig};
 
@@ -161,6 +167,9 @@ struct Resolved {
     retries_when_nested: bool,
     breaker: Option<BreakerSettings>,
     budget: Option<BudgetSettings>,
+    rate_limit: Option<RateLimitSettings>,
+    bulkhead: Option<BulkheadSettings>,
+    adaptive_limit: Option<AdaptiveLimitSettings>,
 }
 
 /// A configuration document, read and checked: every policy it names can be built.
@@ -250,6 +259,9 @@ fn resolve(
             retries_when_nested: parts.retries_when_nested,
             breaker: parts.breaker,
             budget: parts.budget,
+            rate_limit: parts.rate_limit,
+            bulkhead: parts.bulkhead,
+            adaptive_limit: parts.adaptive_limit,
         }),
         Err(p) => {
             for (part, problems) in p.parts() {
@@ -453,6 +465,17 @@ impl PolicyConfig {
                 if let (Some(_), Some(handle)) = (&r.budget, before.budget()) {
                     b = b.budget(handle.clone());
                 }
+                // The limits keep their state too (cells, slots, the learned limit): a
+                // reload reaches here only when their settings did not change.
+                if let (Some(_), Some(handle)) = (&r.rate_limit, before.limiter()) {
+                    b = b.rate_limit(handle.clone());
+                }
+                if let (Some(_), Some(handle)) = (&r.bulkhead, before.bulkhead()) {
+                    b = b.bulkhead(handle.clone());
+                }
+                if let (Some(_), Some(handle)) = (&r.adaptive_limit, before.adaptive_limit()) {
+                    b = b.adaptive_limit(handle.clone());
+                }
             }
             match b.build() {
                 Ok(p) => {
@@ -488,10 +511,20 @@ fn builder_for(r: &Resolved) -> PolicyBuilder {
         Some(s) => b.breaker_settings(s),
         None => b.no_breaker(),
     };
-    match r.budget {
+    b = match r.budget {
         Some(s) => b.budget_settings(s),
         None => b.no_budget(),
+    };
+    if let Some(s) = r.rate_limit {
+        b = b.rate_limit(Limiter::gcra(s));
     }
+    if let Some(s) = r.bulkhead {
+        b = b.bulkhead(Bulkhead::new(s));
+    }
+    if let Some(s) = r.adaptive_limit {
+        b = b.adaptive_limit(AdaptiveLimit::new(s));
+    }
+    b
 }
 
 /// Sets the value at `path` (segments joined by `__`) in `raw` from `text`.
@@ -638,6 +671,29 @@ impl Policies {
                         problems.push(not_live(key, "budget", field, was, now));
                     }
                 }
+                // A limit added, removed or changed: its state (and whether other policies
+                // share it) is fixed when it is built.
+                limit_diff(
+                    &mut problems,
+                    key,
+                    "rate_limit",
+                    before.rate_limit,
+                    new.rate_limit,
+                );
+                limit_diff(
+                    &mut problems,
+                    key,
+                    "bulkhead",
+                    before.bulkhead,
+                    new.bulkhead,
+                );
+                limit_diff(
+                    &mut problems,
+                    key,
+                    "adaptive_limit",
+                    before.adaptive_limit,
+                    new.adaptive_limit,
+                );
             }
         }
         if !problems.is_empty() {
@@ -660,6 +716,28 @@ impl Policies {
             .collect();
         self.current.store(Arc::new(map));
         Ok(report)
+    }
+}
+
+/// A limit that differs between two documents, as a problem: limits cannot change live.
+fn limit_diff<T: PartialEq + fmt::Display>(
+    out: &mut Vec<ConfigProblem>,
+    key: &str,
+    part: &str,
+    was: Option<T>,
+    now: Option<T>,
+) {
+    if was != now {
+        let show = |s: Option<T>| s.map_or_else(|| "none".to_string(), |s| format!("`{s}`"));
+        out.push(ConfigProblem {
+            path: format!("policies.{key}.{part}"),
+            message: format!(
+                "cannot change while running ({} to {}); build anew to apply",
+                show(was),
+                show(now)
+            ),
+            setting: None,
+        });
     }
 }
 

@@ -72,7 +72,34 @@ fn the_example_file_builds_every_policy_from_its_preset_and_overrides() {
         Some(2500)
     );
 
+    let limiter = *search.limiter().unwrap().as_gcra().unwrap().settings();
+    assert_eq!(
+        (limiter.cells(), limiter.period(), limiter.burst()),
+        (20, Duration::from_secs(1), 5)
+    );
+    let bulkhead = search.bulkhead().unwrap().settings();
+    assert_eq!(
+        (
+            bulkhead.max_in_flight(),
+            bulkhead.max_queue(),
+            bulkhead.max_wait()
+        ),
+        (8, 16, Duration::from_millis(250))
+    );
+    assert_eq!(bulkhead.name().as_str(), "search");
+    assert!(payments.limiter().is_none() && payments.bulkhead().is_none());
+    assert!(payments.adaptive_limit().is_none());
+
     let reports = policies.get("reports").unwrap();
+    let adaptive = reports.adaptive_limit().unwrap().settings();
+    assert_eq!(
+        (
+            adaptive.min_limit(),
+            adaptive.max_limit(),
+            adaptive.initial_limit()
+        ),
+        (4, 50, 10)
+    );
     assert_eq!(reports.settings().max_attempts(), 1);
     assert_eq!(reports.settings().deadline(), None);
     assert!(reports.budget().is_none());
@@ -522,10 +549,10 @@ fn a_reload_swaps_call_settings_and_keeps_breaker_and_budget_state() {
     breaker.isolate();
     let changed = EXAMPLE.replace("attempt_timeout = \"500ms\"", "attempt_timeout = \"250ms\"")
         + "\n[policies.inventory]\nmax_attempts = 2\n";
-    let changed = changed.replace(
-        "[policies.reports]\npreset = \"batch\"\nretries_when_nested = false\n",
-        "",
-    );
+    // The reports section (the file's last) goes.
+    let (kept, reports) = changed.split_once("[policies.reports]").unwrap();
+    let rest = reports.split_once("[policies.inventory]").unwrap().1;
+    let changed = format!("{kept}[policies.inventory]{rest}");
     let r = policies
         .reload(&PolicyConfig::from_toml(&changed).unwrap())
         .unwrap();
@@ -618,4 +645,82 @@ async fn a_reloaded_policy_keeps_an_open_breaker_open() {
     assert_eq!(db.breaker().unwrap().state(), State::Open);
     let r = db.call(|_| async { Ok::<_, &str>(()) }).await;
     assert!(r.is_err(), "refused by the breaker it kept");
+}
+
+#[test]
+fn a_limits_bad_values_are_reported_with_their_paths() {
+    let e = err_toml(
+        "[policies.p]\n\
+         rate_limit = { rate = 0 }\n\
+         bulkhead = { max_in_flight = 0 }\n\
+         adaptive_limit = { min_limit = 10, max_limit = 5 }\n\
+         [policies.q]\n\
+         bulkhead = { max_queue = 4 }\n",
+    );
+    let got = lines(&e);
+    for line in [
+        "policies.p.rate_limit.rate: must be at least 1",
+        "policies.p.bulkhead.max_in_flight: must be at least 1",
+        "policies.q.bulkhead.max_wait: must be at least 1ns",
+    ] {
+        assert!(got.contains(&line.to_string()), "{line} missing from\n{e}");
+    }
+    assert!(
+        got.iter()
+            .any(|l| l.starts_with("policies.p.adaptive_limit.max_limit")),
+        "{e}"
+    );
+    assert_eq!(got.len(), 4, "{e}");
+}
+
+#[test]
+fn a_preset_gives_limits_that_a_policy_overrides_key_by_key_or_turns_off() {
+    let config = PolicyConfig::from_toml(
+        "[presets.default]\n\
+         bulkhead = { max_in_flight = 8, max_queue = 2, max_wait = \"1s\" }\n\
+         [policies.a]\n\
+         bulkhead = { max_in_flight = 3 }\n\
+         [policies.b]\n\
+         bulkhead = false\n",
+    )
+    .unwrap();
+    let policies = config.build().unwrap();
+    let a = policies.get("a").unwrap();
+    let s = a.bulkhead().unwrap().settings();
+    assert_eq!((s.max_in_flight(), s.max_queue()), (3, 2));
+    assert!(policies.get("b").unwrap().bulkhead().is_none());
+}
+
+#[test]
+fn a_reload_keeps_a_limits_state_and_refuses_to_change_it_live() {
+    let text = "[policies.p]\nbulkhead = { max_in_flight = 1 }\nmax_attempts = 2\n";
+    let policies = PolicyConfig::from_toml(text).unwrap().build().unwrap();
+    let before = policies.get("p").unwrap();
+    let held = before
+        .bulkhead()
+        .unwrap()
+        .shared()
+        .try_enter(stormguard_std::Instant::ZERO)
+        .unwrap();
+    // The call settings change; the bulkhead is the same one, its slot still taken.
+    let same =
+        PolicyConfig::from_toml(&text.replace("max_attempts = 2", "max_attempts = 3")).unwrap();
+    policies.reload(&same).unwrap();
+    let after = policies.get("p").unwrap();
+    assert_eq!(after.settings().max_attempts(), 3);
+    assert!(after
+        .bulkhead()
+        .unwrap()
+        .same_as(before.bulkhead().unwrap()));
+    assert_eq!(after.bulkhead().unwrap().in_flight(), 1);
+    before.bulkhead().unwrap().leave(held);
+    // A new size cannot apply to slots already handed out.
+    let bigger =
+        PolicyConfig::from_toml(&text.replace("max_in_flight = 1", "max_in_flight = 2")).unwrap();
+    let e = policies.reload(&bigger).unwrap_err();
+    assert_eq!(
+        lines(&e),
+        ["policies.p.bulkhead: cannot change while running (`1 in flight, no waiting` to `2 in flight, no waiting`); build anew to apply"]
+    );
+    assert_eq!(policies.get("p").unwrap().settings().max_attempts(), 3);
 }

@@ -52,7 +52,7 @@ use stormguard_core::{
     Multiple, Name, Ratio, Recovery, SettingsError, SlowCalls,
 };
 
-use stormguard_core::config::{key, PolicySection};
+use stormguard_core::config::{key, PolicySection, Switch};
 
 use crate::model::{Dependency, Impairment};
 use crate::scenario::{Arrivals, Layer, Scenario, Strategy, DEPENDENCY};
@@ -610,6 +610,32 @@ fn policy_layer(at: &str, s: &StrategyFile, p: &PolicySection) -> Result<Layer, 
             "hedging is not simulated: a simulated call has one attempt in flight at a time",
         ));
     }
+    let limits_beside = [
+        (
+            "rate_limit",
+            s.rate_limit.is_some() && p.rate_limit.is_some(),
+        ),
+        ("bulkhead", s.bulkhead.is_some() && p.bulkhead.is_some()),
+        (
+            "adaptive",
+            s.adaptive.is_some() && p.adaptive_limit.is_some(),
+        ),
+    ];
+    if let Some((key, _)) = limits_beside.iter().find(|(_, both)| *both) {
+        return Err(err(
+            field(key),
+            "given twice: beside `policy` and inside it; keep the one inside",
+        ));
+    }
+    if let Some(Switch::On(b)) = p.bulkhead {
+        if b.max_queue.is_some() || b.max_wait.is_some() {
+            return Err(err(
+                field("policy.bulkhead"),
+                "the simulator models no queue of waiters (`max_queue`, `max_wait`): a full \
+                 bulkhead refuses, and the call waits that out on its backoff",
+            ));
+        }
+    }
     let parts = PolicySection::resolve(DEPENDENCY, &[p]).map_err(|problems| {
         let mut lines = Vec::new();
         for (part, list) in problems.parts() {
@@ -646,9 +672,9 @@ fn policy_layer(at: &str, s: &StrategyFile, p: &PolicySection) -> Result<Layer, 
         call: parts.call,
         breaker: parts.breaker,
         budget: parts.budget,
-        limiter: None,
-        bulkhead: None,
-        adaptive: None,
+        limiter: parts.rate_limit,
+        bulkhead: parts.bulkhead,
+        adaptive: parts.adaptive_limit,
         retries_when_nested: parts.retries_when_nested,
     })
 }
@@ -665,10 +691,11 @@ fn strategy(at: &str, s: &StrategyFile) -> Result<Strategy, ConfigError> {
             bulkhead,
             adaptive,
         } = limits(at, s)?;
+        // The limits from inside the policy, else the ones beside it (never both).
         let layer = Layer {
-            limiter,
-            bulkhead,
-            adaptive,
+            limiter: layer.limiter.or(limiter),
+            bulkhead: layer.bulkhead.or(bulkhead),
+            adaptive: layer.adaptive.or(adaptive),
             ..layer
         };
         return Ok(Strategy {

@@ -339,4 +339,80 @@ fn a_policy_section_in_a_strategy_reads_as_the_std_loader_reads_it() {
         error(&beside),
         "strategy[0].attempts: give it inside `policy` (in its format), not beside it"
     );
+
+    // The limits in the std loader's format.
+    let s = config::parse(&with_policy(
+        "{ rate_limit = { rate = 40, period = \"1s\", burst = 5 }, bulkhead = { max_in_flight = 4 }, adaptive_limit = { min_limit = 2, max_limit = 8, initial_limit = 4 } }",
+    ))
+    .unwrap();
+    let layer = &s.strategies[1].layers[0];
+    assert_eq!(layer.limiter.unwrap().burst(), 5);
+    assert_eq!(layer.bulkhead.unwrap().max_in_flight(), 4);
+    assert_eq!(layer.adaptive.unwrap().max_limit(), 8);
+    assert!(error(&with_policy(
+        "{ bulkhead = { max_in_flight = 4, max_queue = 2, max_wait = \"1s\" } }"
+    ))
+    .starts_with("strategy[0].policy.bulkhead: the simulator models no queue"));
+    assert_eq!(
+        error(&with_policy("{ rate_limit = { rate = 0 } }")),
+        "strategy[0].policy.rate_limit.rate: must be at least 1"
+    );
+    let twice = with_policy("{ bulkhead = { max_in_flight = 4 } }").replace(
+        "name = \"mine\"\n",
+        "name = \"mine\"\nbulkhead = { max_in_flight = 2 }\n",
+    );
+    assert!(
+        error(&twice).starts_with("strategy[0].bulkhead: given twice"),
+        "{}",
+        error(&twice)
+    );
+}
+
+#[test]
+fn every_limit_and_fault_injection_settings_type_deserializes_with_the_builders_keys() {
+    use stormguard_core::limits::{
+        AdaptiveLimitSettings, BulkheadSettings, RateLimitSettings, WindowLimitSettings,
+    };
+    use stormguard_core::policy::ChaosSettings;
+    let b: BulkheadSettings =
+        toml::from_str("name = \"db\"\nmax_in_flight = 4\nmax_queue = 8\nmax_wait = \"250ms\"")
+            .unwrap();
+    assert_eq!(
+        (
+            b.name().as_str(),
+            b.max_in_flight(),
+            b.max_queue(),
+            b.max_wait()
+        ),
+        ("db", 4, 8, Duration::from_millis(250))
+    );
+    let r: RateLimitSettings =
+        toml::from_str("name = \"api\"\nrate = 10\nperiod = \"1s\"\nburst = 2").unwrap();
+    assert_eq!(
+        (r.cells(), r.period(), r.burst()),
+        (10, Duration::from_secs(1), 2)
+    );
+    let w: WindowLimitSettings =
+        toml::from_str("name = \"sms\"\nevents = 3\nwindow = \"1m\"").unwrap();
+    assert_eq!((w.events(), w.window()), (3, Duration::from_secs(60)));
+    let a: AdaptiveLimitSettings = toml::from_str(
+        "name = \"db\"\nmin_limit = 2\nmax_limit = 9\ninitial_limit = 3\ndecrease = 0.5",
+    )
+    .unwrap();
+    assert_eq!((a.min_limit(), a.max_limit(), a.initial_limit()), (2, 9, 3));
+    assert_eq!(a.decrease().ppm(), 500_000);
+    let c: ChaosSettings =
+        toml::from_str("faults = 0.25\nslowed = 0.5\nlatency = \"100ms\"\nseed = 7").unwrap();
+    assert_eq!((c.faults().ppm(), c.slowed().ppm()), (250_000, 500_000));
+    assert_eq!((c.latency(), c.seed()), (Duration::from_millis(100), 7));
+
+    // Bad values name their setting and bound; a name is required; unknown keys are refused.
+    let e = |r: Result<BulkheadSettings, toml::de::Error>| r.unwrap_err().message().to_string();
+    assert!(e(toml::from_str("name = \"db\"\nmax_in_flight = 0")).contains("max_in_flight"));
+    assert!(e(toml::from_str("max_in_flight = 3")).contains("missing field `name`"));
+    assert!(e(toml::from_str("name = \"db\"\nmax_inflight = 3")).contains("unknown field"));
+    let c = toml::from_str::<ChaosSettings>("faults = 1.5").unwrap_err();
+    assert!(c.message().contains("faults"), "{c}");
+    let c = toml::from_str::<ChaosSettings>("slowed = 0.5").unwrap_err();
+    assert!(c.message().contains("latency"), "{c}");
 }
