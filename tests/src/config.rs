@@ -243,34 +243,15 @@ struct BreakerFile {
     recovery_max: Option<String>,
 }
 
-/// Parses a duration: a number and a unit (`250ms`, `1.5s`, `2m`, `1h`).
+/// Parses a duration as the core reads one for configuration files ([`Duration::parse`]): a
+/// number and a unit (`250ms`, `1.5s`, `2m`, `1h`), or several run together (`1m30s`).
 pub fn parse_duration(at: &str, text: &str) -> Result<Duration, ConfigError> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let bad = || {
+    Duration::parse(text.trim()).map_err(|e| {
         err(
             at,
-            format!("invalid duration {text:?}: expected a number and a unit, like 250ms, 1.5s, 2m or 1h"),
+            format!("invalid duration {text:?}: {e} (like 250ms, 1.5s, 2m or 1h)"),
         )
-    };
-    let value: f64 = num.parse().map_err(|_| bad())?;
-    let nanos_per = match unit.trim() {
-        "ns" => 1.0,
-        "us" | "µs" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        _ => return Err(bad()),
-    };
-    let nanos = value * nanos_per;
-    if !nanos.is_finite() || nanos >= 1.8e19 {
-        return Err(err(at, format!("duration {text:?} is too long")));
-    }
-    Ok(Duration::from_nanos(nanos as u64))
+    })
 }
 
 fn opt_duration(at: &str, text: Option<&String>) -> Result<Option<Duration>, ConfigError> {
