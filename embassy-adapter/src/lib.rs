@@ -62,6 +62,8 @@
 //!   table) and [`KeyedPolicy`]: `policy.call(key, op)`.
 //! - [`keep_subscribed`]: a subscription re-established forever on the core's
 //!   [`SubscriptionRetry`](stormguard_core::policy::SubscriptionRetry) schedule.
+//! - [`Chaos`]: the core's seeded fault injection in a `static`, failing or slowing a share of
+//!   attempts (a test build's faults go through the policy as real ones do).
 //! - [`Policy::explain`]: the policy in plain text (the core's [`Explain`](stormguard_core::policy::Explain)).
 //! - [`events`]: events to `defmt` and to a [`Listener`].
 //!
@@ -102,6 +104,7 @@ struct ReadmeExamples;
 mod breaker;
 mod budget;
 mod bulkhead;
+mod chaos;
 mod drain;
 pub mod events;
 mod keyed;
@@ -114,6 +117,7 @@ pub mod time;
 pub use breaker::{Breaker, BreakerRef, CoreBreaker};
 pub use budget::{Budget, BudgetRef};
 pub use bulkhead::{Bulkhead, BulkheadRef, BulkheadStep, NoBulkhead};
+pub use chaos::Chaos;
 pub use drain::Drain;
 pub use events::{Listener, NoListener};
 pub use keyed::{KeyedBreaker, KeyedPolicy, KeyedRef};

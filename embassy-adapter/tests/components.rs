@@ -24,14 +24,14 @@ use serial_test::serial;
 use stormguard_core::{
     breaker::HedgeSuppressed, call::Admission, limits::BulkheadSettings, limits::RateLimitSettings,
     limits::RateLimiter, limits::SharedRateLimiter, limits::WindowLimitSettings,
-    limits::WindowLimiter, policy::Explain, policy::SubscriptionRetry, policy::SubscriptionStatus,
-    Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration, Event, Jitter, LeanBreaker,
-    RefusalReason, State, GUARD_PAUSE,
+    limits::WindowLimiter, policy::ChaosSettings, policy::Explain, policy::SubscriptionRetry,
+    policy::SubscriptionStatus, Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration,
+    Event, Jitter, LeanBreaker, Ratio, RefusalReason, State, GUARD_PAUSE,
 };
 use stormguard_embassy::time::to_embassy_duration;
 use stormguard_embassy::{
-    keep_subscribed, Breaker, Budget, Bulkhead, CallError, CallOptions, EmbassyClock, KeyedBreaker,
-    KeyedPolicy, Policy, RateLimit,
+    keep_subscribed, Breaker, Budget, Bulkhead, CallError, CallOptions, Chaos, EmbassyClock,
+    KeyedBreaker, KeyedPolicy, Policy, RateLimit,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1048,4 +1048,71 @@ fn a_lost_subscription_reads_recovering_while_it_reconnects() {
         "{:?}",
         retry.status()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fault injection
+
+fn chaos_settings(faults_percent: u32, slowed_percent: u32, seed: u64) -> ChaosSettings {
+    ChaosSettings::builder()
+        .faults(Ratio::from_percent(faults_percent).unwrap())
+        .latency(
+            Ratio::from_percent(slowed_percent).unwrap(),
+            Duration::from_millis(30),
+        )
+        .seed(seed)
+        .build()
+        .unwrap()
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn injected_faults_repeat_with_the_seed_and_go_through_the_policy_as_real_ones() {
+    fresh();
+    let outcomes = |seed| {
+        let chaos = Chaos::<NoopRawMutex>::new(chaos_settings(30, 0, seed));
+        let v: Vec<bool> = (0..64)
+            .map(|_| {
+                let (r, _) = run_ms(chaos.run(async { Ok::<u16, &str>(1) }, || "injected"));
+                r.is_err()
+            })
+            .collect();
+        (v, chaos.counts())
+    };
+    let (a, counts) = outcomes(7);
+    assert_eq!(a, outcomes(7).0, "the same seed, the same faults");
+    assert_ne!(a, outcomes(8).0);
+    let failed = a.iter().filter(|f| **f).count() as u64;
+    assert_eq!((counts.rolls, counts.faults), (64, failed));
+    assert!((8..=32).contains(&failed), "{failed} of 64 at 30%");
+
+    // Every attempt failed: the policy retries them, then the breaker opens on the run.
+    let chaos = Chaos::<NoopRawMutex>::new(chaos_settings(100, 0, 1));
+    let breaker = Breaker::<NoopRawMutex>::new(valid_consecutive(3));
+    let policy = Policy::new(&breaker, THREE_ATTEMPTS);
+    let ran = Cell::new(0);
+    let (r, _) = run_ms(policy.call(|_| {
+        chaos.run(
+            async {
+                ran.set(ran.get() + 1);
+                Ok::<u16, &str>(1)
+            },
+            || "injected",
+        )
+    }));
+    assert_eq!(r, Err(CallError::Failed("injected")));
+    assert_eq!(ran.get(), 0, "an injected fault never runs the operation");
+    assert_eq!(chaos.counts().faults, 3);
+    assert_eq!(breaker.state(), State::Open);
+
+    // A closed gate takes no roll; a slowed attempt is held back by the latency first.
+    let slow = Chaos::<NoopRawMutex>::new(chaos_settings(0, 100, 1));
+    let (r, took) = run_ms(slow.run_if(false, async { Ok::<u16, &str>(1) }, || "x"));
+    assert_eq!((r, took, slow.counts().rolls), (Ok(1), ms(0), 0));
+    let (r, took) = run_ms(slow.run(async { Ok::<u16, &str>(1) }, || "x"));
+    assert_eq!((r, took, slow.counts().slowed), (Ok(1), ms(30), 1));
+}
+
+fn valid_consecutive(n: u32) -> BreakerSettings {
+    BreakerSettings::consecutive_only("chaos", n).unwrap()
 }
