@@ -585,10 +585,11 @@ fn policy_layer(at: &str, s: &StrategyFile, p: &PolicySection) -> Result<Layer, 
             "a scenario file has no presets",
         ));
     }
-    if p.hedging == Some(true) {
+    if p.hedging == Some(true) && s.layers > 1 {
         return Err(err(
             field("policy.hedging"),
-            "hedging is not simulated: a simulated call has one attempt in flight at a time",
+            "hedging is simulated in a strategy of one layer only (the attempts that reach the \
+             dependency)",
         ));
     }
     let limits_beside = [

@@ -88,6 +88,8 @@ pub struct Report {
     /// Calls refused by the client's own rate limiter or bulkhead (after waiting for a slot or
     /// a cell as long as the call's deadline and the bulkhead's bound allowed).
     pub refused_by_limits: u64,
+    /// Hedges launched beside a slow attempt (each also counted in `attempts`).
+    pub hedges: u64,
     /// Attempts a breaker admitted while it read open or half-open that were not half-open
     /// probes: the core must keep this at zero.
     pub unprobed_attempts_while_open: u64,

@@ -62,7 +62,8 @@ impl Arrivals {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layer {
     /// Attempts, deadline, attempt timeout, backoff. The seed is set per client by the simulator.
-    /// Hedging is not simulated: a call has one attempt in flight at a time.
+    /// With hedging on, the bottom layer (whose attempts reach the dependency) launches a
+    /// hedge beside a slow attempt as the core's hedged pair says; higher layers never hedge.
     pub call: CallSettings,
     /// The breaker guarding every attempt of this layer, if any.
     pub breaker: Option<BreakerSettings>,

@@ -9,10 +9,15 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use stormguard_core::{
-    call::OptionalBreaker, limits::AdaptiveLimiter, limits::AdaptivelyLimited, limits::Bulkhead,
-    limits::Bulkheaded, limits::RateLimited, limits::RateLimiter, Breaker, Budget, Call,
-    CallSettings, Duration, Event, Finished, Instant, Outcome, Parts, Permit, RefusalReason, State,
-    Step, TripReason,
+    call::{Due, HedgedPair, Lane, OptionalBreaker, PairNext},
+    limits::AdaptiveLimiter,
+    limits::AdaptivelyLimited,
+    limits::Bulkhead,
+    limits::Bulkheaded,
+    limits::RateLimited,
+    limits::RateLimiter,
+    Breaker, Budget, Call, CallSettings, Duration, Event, Finished, Instant, Outcome, Parts,
+    Permit, RefusalReason, State, Step, TripReason,
 };
 
 use crate::model::Dependency;
@@ -44,6 +49,8 @@ enum Ev {
     },
     /// An attempt's timeout fired.
     Timeout { frame: usize, attempt: u64 },
+    /// The timer of a frame's hedged pair fired (the `seq`th it armed).
+    PairWake { frame: usize, seq: u64 },
     /// A lower layer's call, which was an upper layer's attempt, ended.
     ChildDone {
         frame: usize,
@@ -137,6 +144,12 @@ struct Frame {
     call: Call,
     /// The upper layer's frame and attempt this call is, if any.
     parent: Option<(usize, u64)>,
+    /// The hedged pair around the attempt in flight, when the core gave it a hedge delay
+    /// (bottom layer only), with the hedge's attempt and permit once launched.
+    pair: Option<HedgedPair>,
+    hedge: Option<(u64, Permit)>,
+    /// Numbers the pair's wake-ups, so a stale one is ignored.
+    pair_wake: u64,
     begun: u64,
     permit: Option<Permit>,
     /// The attempt in flight (0: none). Unique across the run, so a stale event never matches.
@@ -183,6 +196,7 @@ struct Tally {
     refused_by_budget: u64,
     refused_by_limits: u64,
     unprobed_while_open: u64,
+    hedges: u64,
 }
 
 fn bump(v: &mut Vec<u32>, at: u64) {
@@ -409,6 +423,7 @@ impl Sim<'_> {
                     self.answer(frame, attempt, outcome);
                 }
                 Ev::Timeout { frame, attempt } => self.answer(frame, attempt, Outcome::TimedOut),
+                Ev::PairWake { frame, seq } => self.pair_wake(frame, seq),
                 Ev::ChildDone {
                     frame,
                     attempt,
@@ -473,6 +488,9 @@ impl Sim<'_> {
             layer,
             call,
             parent,
+            pair: None,
+            hedge: None,
+            pair_wake: 0,
             begun: self.now,
             permit: None,
             attempt: 0,
@@ -493,7 +511,7 @@ impl Sim<'_> {
     /// Polls a frame's call and does what it says.
     fn drive(&mut self, f: usize) {
         let now = Instant::from_nanos(self.now);
-        let (step, client, layer, closed, open, attempts, deadline) = {
+        let (step, client, layer, closed, open, attempts, deadline, hedge_after) = {
             let Sim {
                 frames,
                 clients,
@@ -504,6 +522,8 @@ impl Sim<'_> {
             let Some(frame) = frames[f].as_mut() else {
                 return;
             };
+            // The bottom layer hedges as the core says (a higher layer's attempt is a call).
+            let bottom = frame.layer + 1 == clients[frame.client as usize].layers.len();
             let ls = &mut clients[frame.client as usize].layers[frame.layer];
             let state = ls.breaker.as_ref().map(|b| b.state(now));
             let closed = state == Some(State::Closed);
@@ -513,6 +533,10 @@ impl Sim<'_> {
             let step = frame
                 .call
                 .poll(&mut parts, now, &mut |e| collect(e, &mut seen));
+            let hedge_after = match step {
+                Step::Attempt(_) if bottom => frame.call.hedge_delay(&parts, now),
+                _ => None,
+            };
             record_trips(ls, tally, *first_impairment, now.as_nanos(), &seen);
             (
                 step,
@@ -522,6 +546,7 @@ impl Sim<'_> {
                 open,
                 frame.call.attempts(),
                 frame.call.attempt_deadline(),
+                hedge_after,
             )
         };
         match step {
@@ -544,6 +569,13 @@ impl Sim<'_> {
                     let child =
                         self.spawn(client, layer + 1, Some((f, id)), attempts > 1, deadline);
                     self.drive(child);
+                } else if let Some(after) = hedge_after {
+                    // The pair's timer watches the deadlines (and the hedge's launch).
+                    if let Some(frame) = self.frames[f].as_mut() {
+                        frame.pair = Some(HedgedPair::begin(&frame.call, now, Some(after)));
+                    }
+                    self.send(f, id, probe, None);
+                    self.arm_pair(f);
                 } else {
                     self.send(f, id, probe, deadline);
                 }
@@ -633,6 +665,16 @@ impl Sim<'_> {
             let Some(frame) = frames[f].as_mut() else {
                 return;
             };
+            if frame.pair.is_some() {
+                let lane = if frame.attempt == attempt && attempt != 0 {
+                    Lane::First
+                } else if frame.hedge.as_ref().is_some_and(|(id, _)| *id == attempt) {
+                    Lane::Hedge
+                } else {
+                    return;
+                };
+                return self.pair_answer(f, lane, outcome);
+            }
             if frame.attempt != attempt {
                 return;
             }
@@ -654,6 +696,137 @@ impl Sim<'_> {
             record_trips(ls, tally, *first_impairment, now.as_nanos(), &seen);
         }
         self.drive(f);
+    }
+
+    /// Arms the timer of frame `f`'s hedged pair for what it waits for next.
+    fn arm_pair(&mut self, f: usize) {
+        let Some(frame) = self.frames[f].as_mut() else {
+            return;
+        };
+        frame.pair_wake += 1;
+        let seq = frame.pair_wake;
+        if let Some(at) = frame.pair.as_ref().and_then(HedgedPair::wake_at) {
+            self.at(at.as_nanos().max(self.now), Ev::PairWake { frame: f, seq });
+        }
+    }
+
+    /// The timer of frame `f`'s pair fired: launch the hedge, or time an attempt out.
+    fn pair_wake(&mut self, f: usize, seq: u64) {
+        let now = Instant::from_nanos(self.now);
+        let due = match self.frames[f].as_mut() {
+            Some(frame) if frame.pair_wake == seq => frame.pair.as_mut().and_then(HedgedPair::due),
+            _ => return,
+        };
+        match due {
+            Some(Due::Launch) => {
+                let id = self.next_attempt;
+                let launched = {
+                    let Sim {
+                        frames,
+                        clients,
+                        tally,
+                        first_impairment,
+                        ..
+                    } = self;
+                    let Some(frame) = frames[f].as_mut() else {
+                        return;
+                    };
+                    let ls = &mut clients[frame.client as usize].layers[frame.layer];
+                    let mut parts = ls.parts();
+                    let mut seen = Vec::new();
+                    let granted = match frame.pair.as_mut() {
+                        Some(pair) => pair
+                            .launch(
+                                &mut frame.call,
+                                &mut parts,
+                                now,
+                                &mut |e| collect(e, &mut seen),
+                                Some,
+                            )
+                            .map(|(permit, _)| permit),
+                        None => None,
+                    };
+                    record_trips(ls, tally, *first_impairment, now.as_nanos(), &seen);
+                    granted.map(|permit| frame.hedge = Some((id, permit)))
+                };
+                if launched.is_some() {
+                    self.next_attempt += 1;
+                    self.tally.retries += 1;
+                    self.tally.hedges += 1;
+                    self.send(f, id, false, None);
+                }
+                self.arm_pair(f);
+            }
+            Some(Due::Deadline(lane)) => self.pair_answer(f, lane, Outcome::TimedOut),
+            None => self.arm_pair(f),
+        }
+    }
+
+    /// The attempt in `lane` of frame `f`'s pair ended with `outcome`: the core's pair says
+    /// whether the other runs on, or is dropped, or the call goes on.
+    fn pair_answer(&mut self, f: usize, lane: Lane, outcome: Outcome) {
+        let now = Instant::from_nanos(self.now);
+        let next = {
+            let Sim {
+                frames,
+                clients,
+                tally,
+                first_impairment,
+                ..
+            } = self;
+            let Some(frame) = frames[f].as_mut() else {
+                return;
+            };
+            let permit = match lane {
+                Lane::First => {
+                    frame.attempt = 0;
+                    frame.permit.take()
+                }
+                Lane::Hedge => frame.hedge.take().map(|(_, p)| p),
+            };
+            if frame.admitted_closed && outcome.is_counted() {
+                tally.closed_outcomes += 1;
+            }
+            let ls = &mut clients[frame.client as usize].layers[frame.layer];
+            let mut parts = ls.parts();
+            let mut seen = Vec::new();
+            let mut events = |e: Event<'_>| collect(e, &mut seen);
+            let Some(pair) = frame.pair.as_mut() else {
+                return;
+            };
+            let answered = outcome == Outcome::Success;
+            let next = pair.finished(
+                &mut frame.call,
+                &mut parts,
+                lane,
+                permit,
+                now,
+                outcome,
+                answered,
+                &mut events,
+            );
+            if let PairNext::Drop(other) = next {
+                // The other attempt is abandoned: the dependency still serves it (its answer
+                // is ignored), and the breaker hears of it as cancelled.
+                let permit = match other {
+                    Lane::First => {
+                        frame.attempt = 0;
+                        frame.permit.take()
+                    }
+                    Lane::Hedge => frame.hedge.take().map(|(_, p)| p),
+                };
+                pair.abandon(&mut frame.call, &mut parts, other, permit, now, &mut events);
+            }
+            if next != PairNext::Wait {
+                frame.pair = None;
+            }
+            record_trips(ls, tally, *first_impairment, now.as_nanos(), &seen);
+            next
+        };
+        match next {
+            PairNext::Wait => self.arm_pair(f),
+            PairNext::Over | PairNext::Drop(_) => self.drive(f),
+        }
     }
 
     /// A frame's call ended.
@@ -838,6 +1011,7 @@ impl Sim<'_> {
             refused_by_breaker: t.refused_by_breaker,
             refused_by_budget: t.refused_by_budget,
             refused_by_limits: t.refused_by_limits,
+            hedges: t.hedges,
             unprobed_attempts_while_open: t.unprobed_while_open,
             opens_per_second: {
                 let mut opens = Vec::new();

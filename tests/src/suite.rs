@@ -173,6 +173,30 @@ pub fn capacity_halves() -> Result<Scenario, SettingsError> {
     })
 }
 
+/// One gateway client offering 600 calls per second to a healthy dependency with a long tail
+/// (p50 20 ms, p99 400 ms: one call in twenty takes over 150 ms for no reason of its own), for
+/// two minutes: hedging at the learned p95 against none.
+pub fn long_tail() -> Result<Scenario, SettingsError> {
+    let plain = builtin(&["retry-x3+breaker+budget"])?;
+    let mut strategies = plain.clone();
+    let mut hedged = plain[0].clone();
+    hedged.name = "retry-x3+breaker+budget+hedging".to_string();
+    hedged.layers[0].call = hedged.layers[0].call.to_builder().hedging(true).build()?;
+    strategies.push(hedged);
+    Ok(Scenario {
+        name: "long-tail".to_string(),
+        description: "a healthy dependency with a long tail (p50 20 ms, p99 400 ms)".to_string(),
+        seed: 1,
+        duration: secs(120),
+        clients: 1,
+        arrivals: Arrivals::Poisson {
+            rate: RATE * f64::from(FLEET),
+        },
+        dependency: Dependency::healthy(ms(20), ms(400)),
+        strategies,
+    })
+}
+
 /// The .NET original's documented simulation example, as close as our core allows.
 pub fn dotnet_example() -> Result<Scenario, SettingsError> {
     let call = |timeout: Duration| {
@@ -334,6 +358,7 @@ pub fn default_suite() -> Result<Vec<Scenario>, SettingsError> {
         error_spike()?,
         cold_recovery()?,
         capacity_halves()?,
+        long_tail()?,
         dotnet_example()?,
         budget_experiment(25)?,
         budget_experiment(50)?,

@@ -329,8 +329,13 @@ fn a_policy_section_in_a_strategy_reads_as_the_std_loader_reads_it() {
          strategy[0].policy.breaker.half_open_probes: must be at most 31"
     );
     assert!(error(&with_policy("{ max_atempts = 2 }")).contains("unknown field `max_atempts`"));
-    assert!(error(&with_policy("{ hedging = true }"))
-        .starts_with("strategy[0].policy.hedging: hedging is not simulated"));
+    let s = config::parse(&with_policy("{ hedging = true }")).unwrap();
+    assert!(s.strategies[1].layers[0].call.hedging());
+    let layered = with_policy("{ hedging = true }")
+        .replace("name = \"mine\"\n", "name = \"mine\"\nlayers = 2\n");
+    assert!(error(&layered).starts_with(
+        "strategy[0].policy.hedging: hedging is simulated in a strategy of one layer"
+    ));
     assert!(error(&with_policy("{ preset = \"default\" }"))
         .starts_with("strategy[0].policy.preset: a scenario file has no presets"));
     let beside = with_policy("{ max_attempts = 2 }")
