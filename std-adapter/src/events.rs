@@ -9,10 +9,19 @@
 //! | `StateChanged` to anything else | INFO | recovery steps, rare and worth a line |
 //! | `ProbesReclaimed` | INFO | probes lost without an outcome: callers are abandoning attempts |
 //! | `Rejected`, `Retry`, `ProbeStarted`, `RampStep`, `Hedged` | DEBUG | per call: a polling loop refused 10 times a second must not flood the logs |
+//! | `Rejected`, summarised | WARN | at most once per [`REJECTION_WARN_EVERY`] (30 s) per breaker, with the count of the rejections since the last such line: an outage is visible at WARN without flooding it |
 //!
 //! The success path emits no event, so tracing costs nothing there.
 
-use stormguard_core::{CallError, Event, Finished, Name, Outcome, RefusalReason, State};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use stormguard_core::{
+    CallError, Duration, Event, Finished, Instant, Name, Outcome, RefusalReason, State,
+};
+
+use crate::clock::{default_clock, Clock};
 
 /// How one call ended, as reported to [`Listener::on_call`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -248,14 +257,26 @@ pub fn trace(event: &Event<'_>) {
             delay,
             retry_after,
             ..
-        } => tracing::debug!(
-            target: "stormguard",
-            breaker,
-            reason = reason.as_str(),
-            pause_ms = delay.as_millis(),
-            retry_after_ms = retry_after.as_millis(),
-            "call rejected"
-        ),
+        } => {
+            tracing::debug!(
+                target: "stormguard",
+                breaker,
+                reason = reason.as_str(),
+                pause_ms = delay.as_millis(),
+                retry_after_ms = retry_after.as_millis(),
+                "call rejected"
+            );
+            if let Some(earlier) = rejection_warning_due(breaker, default_clock().now()) {
+                tracing::warn!(
+                    target: "stormguard",
+                    breaker,
+                    reason = reason.as_str(),
+                    retry_after_ms = retry_after.as_millis(),
+                    earlier,
+                    "calls rejected ({earlier} more since the last warning)"
+                );
+            }
+        }
         Event::Retry {
             attempt,
             delay,
@@ -298,6 +319,47 @@ pub fn trace(event: &Event<'_>) {
             "recovery ramp step"
         ),
         _ => tracing::debug!(target: "stormguard", breaker, kind = event.kind(), "event"),
+    }
+}
+
+/// The least time between two WARN lines summarising one breaker's rejections.
+pub const REJECTION_WARN_EVERY: Duration = Duration::from_secs(30);
+
+/// Where one breaker's rejection warnings stand: when the next warning may be written (ns on
+/// the default clock) and the rejections held back since the last.
+struct WarnSlot {
+    next_at: AtomicU64,
+    held: AtomicU64,
+}
+
+/// Slots, by a hash of the breaker's name: breakers whose names share a slot share its pace
+/// (a rare collision costs a warning, never a flood).
+static WARN_SLOTS: [WarnSlot; 256] = [const {
+    WarnSlot {
+        next_at: AtomicU64::new(0),
+        held: AtomicU64::new(0),
+    }
+}; 256];
+
+/// Whether a rejection by `breaker` at `now` gets a WARN line: `Some(n)`, with `n` the
+/// rejections held back since the last one, at most once per [`REJECTION_WARN_EVERY`].
+fn rejection_warning_due(breaker: &str, now: Instant) -> Option<u64> {
+    let mut h = DefaultHasher::new();
+    breaker.hash(&mut h);
+    let slot = WARN_SLOTS.get((h.finish() % 256) as usize)?;
+    let now = now.as_nanos();
+    let next = slot.next_at.load(Ordering::Acquire);
+    let then = now.saturating_add(REJECTION_WARN_EVERY.as_nanos());
+    if now >= next
+        && slot
+            .next_at
+            .compare_exchange(next, then, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    {
+        Some(slot.held.swap(0, Ordering::AcqRel))
+    } else {
+        slot.held.fetch_add(1, Ordering::AcqRel);
+        None
     }
 }
 
