@@ -36,7 +36,7 @@ const RESULTS: [&str; 8] = [
     "drained",
 ];
 
-const REASONS: [&str; 11] = [
+const REASONS: [&str; 12] = [
     "breaker_open",
     "half_open_full",
     "ramp_shedding",
@@ -47,6 +47,7 @@ const REASONS: [&str; 11] = [
     "keyed_full",
     "shed",
     "concurrency_limited",
+    "quota_reserve",
     "other",
 ];
 
@@ -77,7 +78,9 @@ fn reason_index(reason: RefusalReason) -> usize {
         RefusalReason::KeyedFull => 7,
         RefusalReason::Shed => 8,
         RefusalReason::ConcurrencyLimited => 9,
-        _ => 9,
+        RefusalReason::QuotaReserve => 10,
+        // A reason added to the core since: counted, under "other".
+        _ => 11,
     }
 }
 
@@ -98,7 +101,7 @@ struct Counters {
     retries: AtomicU64,
     hedges: AtomicU64,
     nested_retries: AtomicU64,
-    rejections: [AtomicU64; 11],
+    rejections: [AtomicU64; 12],
     state_changes: [AtomicU64; 5],
 }
 
@@ -332,7 +335,7 @@ pub struct MetricsSnapshot {
     /// Requests received that were a caller's retry.
     pub nested_retries: u64,
     /// Refusals by reason (`other` for reasons added to the core later).
-    pub rejections: [(&'static str, u64); 11],
+    pub rejections: [(&'static str, u64); 12],
     /// Breaker transitions, by the state entered.
     pub state_changes: [(&'static str, u64); 5],
     /// The breaker's state now, if the metrics know the breaker.
