@@ -1,0 +1,80 @@
+//! HTTP header values a resilient client reads, sans I/O: `Retry-After`'s delay in seconds and
+//! a remaining deadline in whole milliseconds (the std adapter's deadline header). Like the
+//! gRPC parsers in [`grpc`](crate::grpc) and the quota parsers in
+//! [`limits::quota`](crate::limits::quota), they take the bytes a peer chose, allocate nothing,
+//! never panic, and return `None` for anything they cannot read whole.
+//!
+//! ```
+//! use stormguard_core::http::{parse_delay_seconds, parse_millis};
+//! use stormguard_core::Duration;
+//!
+//! assert_eq!(parse_delay_seconds(b"120"), Some(Duration::from_secs(120)));
+//! assert_eq!(parse_millis(b" 250 "), Some(Duration::from_millis(250)));
+//! assert_eq!(parse_millis(b"-1"), None);
+//! ```
+
+use crate::Duration;
+
+/// The most digits a value may have: as many as the largest `u64` has (the result saturates at
+/// [`Duration::MAX`] long before); a longer run is no number a peer means.
+pub const MAX_DIGITS: usize = 20;
+
+/// Optional whitespace around a value: spaces and tabs only (RFC 9110's OWS).
+fn trim_ows(value: &[u8]) -> &[u8] {
+    let start = value
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(value.len());
+    let rest = value.get(start..).unwrap_or(&[]);
+    let end = rest
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t'))
+        .map_or(0, |i| i.saturating_add(1));
+    rest.get(..end).unwrap_or(&[])
+}
+
+/// 1 to [`MAX_DIGITS`] ASCII digits and nothing else (after trimming OWS); saturating.
+fn whole_number(value: &[u8]) -> Option<u64> {
+    let digits = trim_ows(value);
+    if digits.is_empty() || digits.len() > MAX_DIGITS || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(digits.iter().fold(0u64, |n, &b| {
+        n.saturating_mul(10)
+            .saturating_add(u64::from(b.wrapping_sub(b'0')))
+    }))
+}
+
+/// `Retry-After`'s delay-seconds form (RFC 9110, 10.2.3): a non-negative whole number of
+/// seconds, with optional whitespace around it. `None` for a sign, a fraction, anything else
+/// (an HTTP date is the other form; the std adapter reads it with the system clock), or more
+/// than [`MAX_DIGITS`] digits. Saturates at [`Duration::MAX`]; the call driver caps any hint at
+/// the backoff's maximum.
+///
+/// ```
+/// use stormguard_core::http::parse_delay_seconds;
+/// use stormguard_core::Duration;
+/// assert_eq!(parse_delay_seconds(b"0"), Some(Duration::ZERO));
+/// assert_eq!(parse_delay_seconds(b"1.5"), None);
+/// assert_eq!(parse_delay_seconds(b"Wed, 21 Oct 2015 07:28:00 GMT"), None);
+/// ```
+#[must_use]
+pub fn parse_delay_seconds(value: &[u8]) -> Option<Duration> {
+    whole_number(value).map(Duration::from_secs)
+}
+
+/// A remaining deadline in whole milliseconds (the std adapter's `x-stormguard-deadline-ms`):
+/// a non-negative whole number, optional whitespace around it, at most [`MAX_DIGITS`] digits.
+/// Saturates at [`Duration::MAX`]: an adopted deadline only ever tightens a call.
+///
+/// ```
+/// use stormguard_core::http::parse_millis;
+/// use stormguard_core::Duration;
+/// assert_eq!(parse_millis(b"1500"), Some(Duration::from_millis(1_500)));
+/// assert_eq!(parse_millis(b"+1500"), None);
+/// assert_eq!(parse_millis(b""), None);
+/// ```
+#[must_use]
+pub fn parse_millis(value: &[u8]) -> Option<Duration> {
+    whole_number(value).map(Duration::from_millis)
+}
