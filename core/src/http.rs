@@ -15,8 +15,8 @@
 
 use crate::Duration;
 
-/// The most digits a value may have: as many as the largest `u64` has (the result saturates at
-/// [`Duration::MAX`] long before); a longer run is no number a peer means.
+/// The most digits a value may have: as many as the largest `u64` has. A longer run is no
+/// number a peer means.
 pub const MAX_DIGITS: usize = 20;
 
 /// Optional whitespace around a value: spaces and tabs only (RFC 9110's OWS).
@@ -33,23 +33,26 @@ fn trim_ows(value: &[u8]) -> &[u8] {
     rest.get(..end).unwrap_or(&[])
 }
 
-/// 1 to [`MAX_DIGITS`] ASCII digits and nothing else (after trimming OWS); saturating.
+/// A whole number as Rust's `u64` parser reads it (1 to [`MAX_DIGITS`] ASCII digits, one
+/// optional leading `+`) after trimming OWS; `None` for anything else, or a number past
+/// `u64::MAX`.
 fn whole_number(value: &[u8]) -> Option<u64> {
-    let digits = trim_ows(value);
-    if digits.is_empty() || digits.len() > MAX_DIGITS || !digits.iter().all(u8::is_ascii_digit) {
+    let text = trim_ows(value);
+    let digits = text.strip_prefix(b"+").unwrap_or(text);
+    if digits.is_empty() || digits.len() > MAX_DIGITS {
         return None;
     }
-    Some(digits.iter().fold(0u64, |n, &b| {
-        n.saturating_mul(10)
-            .saturating_add(u64::from(b.wrapping_sub(b'0')))
-    }))
+    digits.iter().try_fold(0u64, |n, &b| {
+        let d = b.is_ascii_digit().then(|| u64::from(b.wrapping_sub(b'0')))?;
+        n.checked_mul(10)?.checked_add(d)
+    })
 }
 
 /// `Retry-After`'s delay-seconds form (RFC 9110, 10.2.3): a non-negative whole number of
-/// seconds, with optional whitespace around it. `None` for a sign, a fraction, anything else
-/// (an HTTP date is the other form; the std adapter reads it with the system clock), or more
-/// than [`MAX_DIGITS`] digits. Saturates at [`Duration::MAX`]; the call driver caps any hint at
-/// the backoff's maximum.
+/// seconds, with optional whitespace around it (and, leniently, a leading `+`). `None` for a
+/// minus sign, a fraction, anything else (an HTTP date is the other form; the std adapter
+/// reads it with the system clock), or a number past `u64::MAX`. The duration saturates at
+/// [`Duration::MAX`]; the call driver caps any hint at the backoff's maximum.
 ///
 /// ```
 /// use stormguard_core::http::parse_delay_seconds;
@@ -64,14 +67,15 @@ pub fn parse_delay_seconds(value: &[u8]) -> Option<Duration> {
 }
 
 /// A remaining deadline in whole milliseconds (the std adapter's `x-stormguard-deadline-ms`):
-/// a non-negative whole number, optional whitespace around it, at most [`MAX_DIGITS`] digits.
-/// Saturates at [`Duration::MAX`]: an adopted deadline only ever tightens a call.
+/// a non-negative whole number as for [`parse_delay_seconds`]. The duration saturates at
+/// [`Duration::MAX`]: an adopted deadline only ever tightens a call.
 ///
 /// ```
 /// use stormguard_core::http::parse_millis;
 /// use stormguard_core::Duration;
 /// assert_eq!(parse_millis(b"1500"), Some(Duration::from_millis(1_500)));
-/// assert_eq!(parse_millis(b"+1500"), None);
+/// assert_eq!(parse_millis(b"-1500"), None);
+/// assert_eq!(parse_millis(b"18446744073709551616"), None); // past u64::MAX
 /// assert_eq!(parse_millis(b""), None);
 /// ```
 #[must_use]

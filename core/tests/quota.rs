@@ -101,6 +101,7 @@ proptest! {
         prop_assert_eq!(parse_delay_seconds(text.as_bytes()), Some(Duration::from_secs(n)));
         prop_assert_eq!(parse_millis(text.as_bytes()), Some(Duration::from_millis(n)));
         prop_assert_eq!(parse_millis(format!("-{text}").as_bytes()), None);
+        prop_assert_eq!(parse_millis(format!("{text}0").as_bytes()), n.checked_mul(10).map(Duration::from_millis));
     }
 
     /// Any readings and attempts, at any times: the shared and owned forms agree; while a quota

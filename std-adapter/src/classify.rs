@@ -239,11 +239,11 @@ mod http_preset {
     /// ```
     #[must_use]
     pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-        let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-        if let Ok(secs) = value.parse::<u64>() {
-            return Some(Duration::from_secs(secs));
+        let value = headers.get(RETRY_AFTER)?.as_bytes();
+        if let Some(delay) = stormguard_core::http::parse_delay_seconds(value) {
+            return Some(delay);
         }
-        let at = httpdate::parse_http_date(value).ok()?;
+        let at = httpdate::parse_http_date(std::str::from_utf8(value).ok()?.trim()).ok()?;
         let left = at
             .duration_since(std::time::SystemTime::now())
             .unwrap_or_default();

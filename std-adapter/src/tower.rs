@@ -434,8 +434,7 @@ impl HttpRequests {
     /// The remaining deadline in the adopted header of `headers`, if any.
     fn deadline_in(&self, headers: &HeaderMap) -> Option<Duration> {
         let header = self.adopt.as_ref()?;
-        let ms = headers.get(header)?.to_str().ok()?.trim().parse().ok()?;
-        Some(Duration::from_millis(ms))
+        stormguard_core::http::parse_millis(headers.get(header)?.as_bytes())
     }
 
     /// Writes `left` into the propagated header of `headers`, if deadlines are propagated.
