@@ -6,7 +6,7 @@ pub use stormguard_core::{Classify, EveryErrorTransient};
 
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-pub use self::http_preset::{http_outcome, retry_after, Http};
+pub use self::http_preset::{http_outcome, published_quota, retry_after, Http};
 
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
@@ -112,6 +112,8 @@ mod grpc_preset {
 #[cfg(feature = "http")]
 mod http_preset {
     use http::{header::RETRY_AFTER, HeaderMap, Response, StatusCode};
+    use stormguard_core::limits::quota::{parse_count, parse_ratelimit, parse_reset};
+    use stormguard_core::limits::Published;
     use stormguard_core::{Duration, Outcome};
 
     use super::Classify;
@@ -163,6 +165,13 @@ mod http_preset {
                 Err(_) => Outcome::Transient,
             }
         }
+
+        fn published(&self, result: &Result<Response<B>, E>) -> Published {
+            match result {
+                Ok(response) => published_quota(response.headers()),
+                Err(_) => Published::NONE,
+            }
+        }
     }
 
     /// A `reqwest::Client`'s results (feature `reqwest`): the same rules on the response's
@@ -183,6 +192,13 @@ mod http_preset {
             match result {
                 Ok(response) => http_outcome(response.status(), response.headers()),
                 Err(_) => Outcome::Transient,
+            }
+        }
+
+        fn published(&self, result: &Result<reqwest::Response, E>) -> Published {
+            match result {
+                Ok(response) => published_quota(response.headers()),
+                Err(_) => Published::NONE,
             }
         }
     }
@@ -248,6 +264,77 @@ mod http_preset {
             .duration_since(std::time::SystemTime::now())
             .unwrap_or_default();
         Some(Duration::from(left))
+    }
+
+    /// The seconds since the Unix epoch on the system clock, for resets published as a Unix
+    /// time (`X-RateLimit-Reset: 1700000060`).
+    fn unix_now() -> Option<u64> {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs())
+    }
+
+    /// The one value of header `name`: `None` when absent or repeated (a repeated quota header
+    /// is ambiguous, and ignored).
+    fn single<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
+        let mut values = headers.get_all(name).iter();
+        let first = values.next()?;
+        values.next().is_none().then(|| first.as_bytes())
+    }
+
+    /// The quota `headers` publish, every form read by the core's parsers and the tightest
+    /// kept ([`Published::tighter`]): the IETF draft's `RateLimit` with `RateLimit-Policy`
+    /// (structured fields, or the older dictionary), its older `RateLimit-Limit`,
+    /// `RateLimit-Remaining` and `RateLimit-Reset`, and `X-RateLimit-Limit`,
+    /// `X-RateLimit-Remaining` and `X-RateLimit-Reset` (seconds, or a Unix time counted from
+    /// the system clock). A malformed, over-long or repeated value is ignored. What the
+    /// [`Http`] preset hands a policy that keeps published quotas
+    /// ([`PolicyBuilder::published_quotas`](crate::PolicyBuilder::published_quotas)).
+    ///
+    /// ```
+    /// use http::HeaderMap;
+    /// use stormguard_std::{published_quota, Duration};
+    ///
+    /// let mut h = HeaderMap::new();
+    /// h.insert("ratelimit", r#""default";r=50;t=30"#.parse().unwrap());
+    /// h.insert("ratelimit-policy", r#""default";q=100;w=60"#.parse().unwrap());
+    /// let p = published_quota(&h);
+    /// assert_eq!((p.limit, p.remaining), (Some(100), Some(50)));
+    /// assert_eq!(p.reset, Some(Duration::from_secs(30)));
+    ///
+    /// let mut h = HeaderMap::new();
+    /// h.insert("x-ratelimit-limit", "60".parse().unwrap());
+    /// h.insert("x-ratelimit-remaining", "oops".parse().unwrap());
+    /// assert_eq!(published_quota(&h).remaining, None);
+    /// ```
+    #[must_use]
+    pub fn published_quota(headers: &HeaderMap) -> Published {
+        let structured = single(headers, "ratelimit")
+            .and_then(|v| parse_ratelimit(v, single(headers, "ratelimit-policy")))
+            .unwrap_or(Published::NONE);
+        let fields = |[limit, remaining, reset]: [&str; 3]| Published {
+            limit: single(headers, limit).and_then(parse_count),
+            remaining: single(headers, remaining).and_then(parse_count),
+            reset: single(headers, reset).and_then(|v| parse_reset(v, unix_now())),
+        };
+        if !headers.keys().any(|k| {
+            let k = k.as_str();
+            k.starts_with("ratelimit-") || k.starts_with("x-ratelimit-")
+        }) {
+            return structured;
+        }
+        structured
+            .tighter(fields([
+                "ratelimit-limit",
+                "ratelimit-remaining",
+                "ratelimit-reset",
+            ]))
+            .tighter(fields([
+                "x-ratelimit-limit",
+                "x-ratelimit-remaining",
+                "x-ratelimit-reset",
+            ]))
     }
 
     #[cfg(test)]
