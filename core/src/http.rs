@@ -15,10 +15,6 @@
 
 use crate::Duration;
 
-/// The most digits a value may have: as many as the largest `u64` has. A longer run is no
-/// number a peer means.
-pub const MAX_DIGITS: usize = 20;
-
 /// Optional whitespace around a value: spaces and tabs only (RFC 9110's OWS).
 fn trim_ows(value: &[u8]) -> &[u8] {
     let start = value
@@ -33,13 +29,14 @@ fn trim_ows(value: &[u8]) -> &[u8] {
     rest.get(..end).unwrap_or(&[])
 }
 
-/// A whole number as Rust's `u64` parser reads it (1 to [`MAX_DIGITS`] ASCII digits, one
+/// A whole number as Rust's `u64` parser reads it (ASCII digits, leading zeros included, one
 /// optional leading `+`) after trimming OWS; `None` for anything else, or a number past
-/// `u64::MAX`.
+/// `u64::MAX`. One pass over the value, stopping at the first byte that is not a digit or
+/// that overflows.
 fn whole_number(value: &[u8]) -> Option<u64> {
     let text = trim_ows(value);
     let digits = text.strip_prefix(b"+").unwrap_or(text);
-    if digits.is_empty() || digits.len() > MAX_DIGITS {
+    if digits.is_empty() {
         return None;
     }
     digits.iter().try_fold(0u64, |n, &b| {
