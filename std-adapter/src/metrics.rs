@@ -563,4 +563,38 @@ mod tests {
             1
         );
     }
+
+    #[test]
+    fn every_refusal_reason_is_counted_under_its_own_name() {
+        let reasons = [
+            RefusalReason::BreakerOpen,
+            RefusalReason::HalfOpenFull,
+            RefusalReason::RampShedding,
+            RefusalReason::Isolated,
+            RefusalReason::BudgetExhausted,
+            RefusalReason::RateLimited,
+            RefusalReason::BulkheadFull,
+            RefusalReason::KeyedFull,
+            RefusalReason::Shed,
+            RefusalReason::ConcurrencyLimited,
+            RefusalReason::QuotaReserve,
+        ];
+        // Every reason but "other", once each, in order.
+        assert_eq!(reasons.len(), REASONS.len() - 1);
+        for (i, reason) in reasons.into_iter().enumerate() {
+            assert_eq!(reason_index(reason), i);
+            assert_eq!(REASONS[i], reason.as_str());
+        }
+        let m = Metrics::new("api");
+        m.on_event(&Event::Rejected {
+            name: &Name::new("api"),
+            reason: RefusalReason::QuotaReserve,
+            delay: Duration::from_millis(100),
+            retry_after: Duration::from_secs(3),
+        });
+        assert_eq!(m.snapshot().rejected_for("quota_reserve"), 1);
+        assert!(m
+            .to_prometheus()
+            .contains("stormguard_rejections_total{breaker=\"api\",reason=\"quota_reserve\"} 1"));
+    }
 }
