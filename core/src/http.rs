@@ -40,7 +40,9 @@ fn whole_number(value: &[u8]) -> Option<u64> {
         return None;
     }
     digits.iter().try_fold(0u64, |n, &b| {
-        let d = b.is_ascii_digit().then(|| u64::from(b.wrapping_sub(b'0')))?;
+        let d = b
+            .is_ascii_digit()
+            .then(|| u64::from(b.wrapping_sub(b'0')))?;
         n.checked_mul(10)?.checked_add(d)
     })
 }

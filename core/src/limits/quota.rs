@@ -32,6 +32,7 @@
 //!
 //! ```
 //! use stormguard_core::limits::quota::{parse_ratelimit, Published, Quota, QuotaSettings};
+//! use stormguard_core::limits::Limit;
 //! use stormguard_core::{Duration, Instant, RefusalReason};
 //!
 //! let published = parse_ratelimit(br#""default";r=11;t=30"#, Some(br#""default";q=100;w=60"#));
