@@ -275,13 +275,17 @@ mod http_preset {
             .map(|d| d.as_secs())
     }
 
-    /// The one value of header `name`: `None` when absent or repeated (a repeated quota header
-    /// is ambiguous, and ignored).
-    fn single<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
-        let mut values = headers.get_all(name).iter();
-        let first = values.next()?;
-        values.next().is_none().then(|| first.as_bytes())
-    }
+    /// The header names a quota is published in, as [`published_quota`] reads them.
+    const QUOTA_HEADERS: [&str; 8] = [
+        "ratelimit",
+        "ratelimit-policy",
+        "ratelimit-limit",
+        "ratelimit-remaining",
+        "ratelimit-reset",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ];
 
     /// The quota `headers` publish, every form read by the core's parsers and the tightest
     /// kept ([`Published::tighter`]): the IETF draft's `RateLimit` with `RateLimit-Policy`
@@ -290,7 +294,8 @@ mod http_preset {
     /// `X-RateLimit-Remaining` and `X-RateLimit-Reset` (seconds, or a Unix time counted from
     /// the system clock). A malformed, over-long or repeated value is ignored. What the
     /// [`Http`] preset hands a policy that keeps published quotas
-    /// ([`PolicyBuilder::published_quotas`](crate::PolicyBuilder::published_quotas)).
+    /// ([`PolicyBuilder::published_quotas`](crate::PolicyBuilder::published_quotas)). One pass
+    /// over the headers, no allocation.
     ///
     /// ```
     /// use http::HeaderMap;
@@ -307,34 +312,37 @@ mod http_preset {
     /// h.insert("x-ratelimit-limit", "60".parse().unwrap());
     /// h.insert("x-ratelimit-remaining", "oops".parse().unwrap());
     /// assert_eq!(published_quota(&h).remaining, None);
+    /// h.insert("x-ratelimit-remaining", "7".parse().unwrap());
+    /// h.append("x-ratelimit-remaining", "70".parse().unwrap()); // repeated: ambiguous
+    /// assert_eq!(published_quota(&h).remaining, None);
     /// ```
     #[must_use]
     pub fn published_quota(headers: &HeaderMap) -> Published {
-        let structured = single(headers, "ratelimit")
-            .and_then(|v| parse_ratelimit(v, single(headers, "ratelimit-policy")))
-            .unwrap_or(Published::NONE);
-        let fields = |[limit, remaining, reset]: [&str; 3]| Published {
-            limit: single(headers, limit).and_then(parse_count),
-            remaining: single(headers, remaining).and_then(parse_count),
-            reset: single(headers, reset).and_then(|v| parse_reset(v, unix_now())),
-        };
-        if !headers.keys().any(|k| {
-            let k = k.as_str();
-            k.starts_with("ratelimit-") || k.starts_with("x-ratelimit-")
-        }) {
-            return structured;
+        // Each name's value, or `Err` once repeated.
+        let mut values: [Option<Result<&[u8], ()>>; 8] = [None; 8];
+        for (name, value) in headers {
+            let Some(i) = QUOTA_HEADERS.iter().position(|n| *n == name.as_str()) else {
+                continue;
+            };
+            if let Some(slot) = values.get_mut(i) {
+                *slot = Some(match slot {
+                    None => Ok(value.as_bytes()),
+                    Some(_) => Err(()),
+                });
+            }
         }
+        let get = |i: usize| values.get(i).copied().flatten().and_then(Result::ok);
+        let structured = get(0)
+            .and_then(|v| parse_ratelimit(v, get(1)))
+            .unwrap_or(Published::NONE);
+        let fields = |[limit, remaining, reset]: [usize; 3]| Published {
+            limit: get(limit).and_then(parse_count),
+            remaining: get(remaining).and_then(parse_count),
+            reset: get(reset).and_then(|v| parse_reset(v, unix_now())),
+        };
         structured
-            .tighter(fields([
-                "ratelimit-limit",
-                "ratelimit-remaining",
-                "ratelimit-reset",
-            ]))
-            .tighter(fields([
-                "x-ratelimit-limit",
-                "x-ratelimit-remaining",
-                "x-ratelimit-reset",
-            ]))
+            .tighter(fields([2, 3, 4]))
+            .tighter(fields([5, 6, 7]))
     }
 
     #[cfg(test)]
