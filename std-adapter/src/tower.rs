@@ -678,8 +678,9 @@ impl<K: Clock + Clone, L: Listener + Clone, C, R> PolicyLayer<K, L, C, R> {
     /// and a new host meeting a full table is refused through the call driver as
     /// [`CallError::Rejected`] with [`RefusalReason::KeyedFull`](crate::RefusalReason)). The
     /// retry budget, rate limiter and bulkhead stay shared: they bound what the whole client
-    /// sends, while each breaker judges one host. The policy needs a breaker
-    /// ([`KeyedSetupError::NoBreaker`]).
+    /// sends, while each breaker judges one host. A policy that keeps published quotas
+    /// ([`PolicyBuilder::published_quotas`](crate::PolicyBuilder::published_quotas)) keeps one
+    /// per host too. The policy needs a breaker ([`KeyedSetupError::NoBreaker`]).
     ///
     /// A host name comes from the request, so a client whose requests name hosts chosen by
     /// remote input (links in fetched pages, a `Host` header passed on) should bound them
