@@ -33,6 +33,10 @@ pub enum RefusalReason {
     /// The adaptive concurrency limiter has no room for another call in flight at its current
     /// limit.
     ConcurrencyLimited,
+    /// The dependency published a quota (`RateLimit`, `X-RateLimit-Remaining`) whose remaining
+    /// allowance is within the reserve kept untouched: the caller holds back until the
+    /// published reset (see [`limits::Quota`](crate::limits::Quota)).
+    QuotaReserve,
 }
 
 impl RefusalReason {
@@ -50,6 +54,7 @@ impl RefusalReason {
             RefusalReason::KeyedFull => "keyed_full",
             RefusalReason::Shed => "shed",
             RefusalReason::ConcurrencyLimited => "concurrency_limited",
+            RefusalReason::QuotaReserve => "quota_reserve",
         }
     }
 }
@@ -199,6 +204,10 @@ pub enum Field {
     Faults,
     /// The share of attempts fault injection holds back.
     Slowed,
+    /// The share of a published quota kept untouched.
+    QuotaReserve,
+    /// The longest a published quota's reset may keep a caller waiting.
+    QuotaMaxWait,
 }
 
 impl Field {
@@ -259,6 +268,8 @@ impl Field {
             Field::Decrease => "decrease",
             Field::Faults => "faults",
             Field::Slowed => "slowed",
+            Field::QuotaReserve => "quota_reserve",
+            Field::QuotaMaxWait => "quota_max_wait",
         }
     }
 }
@@ -306,6 +317,8 @@ pub enum Bound {
     PolicyName,
     /// Must be on: a hedged policy launches its hedges after the p95 its breaker learns.
     OnForHedging,
+    /// A ratio that must lie in [0, 1).
+    BelowOne,
 }
 
 impl fmt::Display for Bound {
@@ -328,6 +341,7 @@ impl fmt::Display for Bound {
             Bound::NoControlCharacters => f.write_str("free of control characters"),
             Bound::PolicyName => f.write_str("the policy's name"),
             Bound::OnForHedging => f.write_str("on for a hedged policy"),
+            Bound::BelowOne => f.write_str("at least 0 and below 1"),
         }
     }
 }

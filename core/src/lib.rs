@@ -137,6 +137,7 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod grpc;
+pub mod http;
 mod loom;
 pub mod name;
 pub mod outcome;

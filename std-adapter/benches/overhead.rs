@@ -291,6 +291,47 @@ fn layer(c: &mut Criterion) {
         "layer/per host (16 hosts), quanta",
         PolicyLayer::new(policy()).per_host().unwrap(),
     );
+
+    // A dependency publishing its quota (the IETF draft's fields, a quota never reached), read
+    // or not: what keeping published quotas costs per request.
+    let publishing = tower::service_fn(|_req: http::Request<()>| async {
+        let mut r = http::Response::new(());
+        let h = r.headers_mut();
+        h.insert(
+            "ratelimit-policy",
+            http::HeaderValue::from_static("\"default\";q=4000000000;w=60"),
+        );
+        h.insert(
+            "ratelimit",
+            http::HeaderValue::from_static("\"default\";r=3999999999;t=60"),
+        );
+        Ok::<_, std::convert::Infallible>(r)
+    });
+    let mut run = |label: &str, layer: PolicyLayer<QuantaClock>| {
+        let svc = layer.layer(publishing);
+        let mut i = 0usize;
+        c.bench_function(label, |b| {
+            b.iter(|| {
+                i = (i + 1) % uris.len();
+                let req = http::Request::get(uris[i].clone()).body(()).unwrap();
+                let mut svc = svc.clone();
+                poll_once(async move { svc.ready().await.unwrap().call(req).await })
+            })
+        });
+    };
+    run(
+        "layer/per host (16 hosts), quanta, quota published, not kept",
+        PolicyLayer::new(policy()).per_host().unwrap(),
+    );
+    let keeping = Policy::builder("bench")
+        .clock(QuantaClock::global())
+        .published_quotas(stormguard_std::Ratio::from_percent(10).unwrap())
+        .build()
+        .unwrap();
+    run(
+        "layer/per host (16 hosts), quanta, quota published and kept",
+        PolicyLayer::new(keeping).per_host().unwrap(),
+    );
 }
 
 criterion_group! {

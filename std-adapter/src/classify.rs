@@ -6,7 +6,7 @@ pub use stormguard_core::{Classify, EveryErrorTransient};
 
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-pub use self::http_preset::{http_outcome, retry_after, Http};
+pub use self::http_preset::{http_outcome, published_quota, retry_after, Http};
 
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
@@ -112,6 +112,8 @@ mod grpc_preset {
 #[cfg(feature = "http")]
 mod http_preset {
     use http::{header::RETRY_AFTER, HeaderMap, Response, StatusCode};
+    use stormguard_core::limits::quota::{parse_count, parse_ratelimit, parse_reset};
+    use stormguard_core::limits::Published;
     use stormguard_core::{Duration, Outcome};
 
     use super::Classify;
@@ -163,6 +165,13 @@ mod http_preset {
                 Err(_) => Outcome::Transient,
             }
         }
+
+        fn published(&self, result: &Result<Response<B>, E>) -> Published {
+            match result {
+                Ok(response) => published_quota(response.headers()),
+                Err(_) => Published::NONE,
+            }
+        }
     }
 
     /// A `reqwest::Client`'s results (feature `reqwest`): the same rules on the response's
@@ -183,6 +192,13 @@ mod http_preset {
             match result {
                 Ok(response) => http_outcome(response.status(), response.headers()),
                 Err(_) => Outcome::Transient,
+            }
+        }
+
+        fn published(&self, result: &Result<reqwest::Response, E>) -> Published {
+            match result {
+                Ok(response) => published_quota(response.headers()),
+                Err(_) => Published::NONE,
             }
         }
     }
@@ -239,15 +255,94 @@ mod http_preset {
     /// ```
     #[must_use]
     pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-        let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-        if let Ok(secs) = value.parse::<u64>() {
-            return Some(Duration::from_secs(secs));
+        let value = headers.get(RETRY_AFTER)?.as_bytes();
+        if let Some(delay) = stormguard_core::http::parse_delay_seconds(value) {
+            return Some(delay);
         }
-        let at = httpdate::parse_http_date(value).ok()?;
+        let at = httpdate::parse_http_date(std::str::from_utf8(value).ok()?.trim()).ok()?;
         let left = at
             .duration_since(std::time::SystemTime::now())
             .unwrap_or_default();
         Some(Duration::from(left))
+    }
+
+    /// The seconds since the Unix epoch on the system clock, for resets published as a Unix
+    /// time (`X-RateLimit-Reset: 1700000060`).
+    fn unix_now() -> Option<u64> {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs())
+    }
+
+    /// The header names a quota is published in, as [`published_quota`] reads them.
+    const QUOTA_HEADERS: [&str; 8] = [
+        "ratelimit",
+        "ratelimit-policy",
+        "ratelimit-limit",
+        "ratelimit-remaining",
+        "ratelimit-reset",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ];
+
+    /// The quota `headers` publish, every form read by the core's parsers and the tightest
+    /// kept ([`Published::tighter`]): the IETF draft's `RateLimit` with `RateLimit-Policy`
+    /// (structured fields, or the older dictionary), its older `RateLimit-Limit`,
+    /// `RateLimit-Remaining` and `RateLimit-Reset`, and `X-RateLimit-Limit`,
+    /// `X-RateLimit-Remaining` and `X-RateLimit-Reset` (seconds, or a Unix time counted from
+    /// the system clock). A malformed, over-long or repeated value is ignored. What the
+    /// [`Http`] preset hands a policy that keeps published quotas
+    /// ([`PolicyBuilder::published_quotas`](crate::PolicyBuilder::published_quotas)). One pass
+    /// over the headers, no allocation.
+    ///
+    /// ```
+    /// use http::HeaderMap;
+    /// use stormguard_std::{published_quota, Duration};
+    ///
+    /// let mut h = HeaderMap::new();
+    /// h.insert("ratelimit", r#""default";r=50;t=30"#.parse().unwrap());
+    /// h.insert("ratelimit-policy", r#""default";q=100;w=60"#.parse().unwrap());
+    /// let p = published_quota(&h);
+    /// assert_eq!((p.limit, p.remaining), (Some(100), Some(50)));
+    /// assert_eq!(p.reset, Some(Duration::from_secs(30)));
+    ///
+    /// let mut h = HeaderMap::new();
+    /// h.insert("x-ratelimit-limit", "60".parse().unwrap());
+    /// h.insert("x-ratelimit-remaining", "oops".parse().unwrap());
+    /// assert_eq!(published_quota(&h).remaining, None);
+    /// h.insert("x-ratelimit-remaining", "7".parse().unwrap());
+    /// h.append("x-ratelimit-remaining", "70".parse().unwrap()); // repeated: ambiguous
+    /// assert_eq!(published_quota(&h).remaining, None);
+    /// ```
+    #[must_use]
+    pub fn published_quota(headers: &HeaderMap) -> Published {
+        // Each name's value, or `Err` once repeated.
+        let mut values: [Option<Result<&[u8], ()>>; 8] = [None; 8];
+        for (name, value) in headers {
+            let Some(i) = QUOTA_HEADERS.iter().position(|n| *n == name.as_str()) else {
+                continue;
+            };
+            if let Some(slot) = values.get_mut(i) {
+                *slot = Some(match slot {
+                    None => Ok(value.as_bytes()),
+                    Some(_) => Err(()),
+                });
+            }
+        }
+        let get = |i: usize| values.get(i).copied().flatten().and_then(Result::ok);
+        let structured = get(0)
+            .and_then(|v| parse_ratelimit(v, get(1)))
+            .unwrap_or(Published::NONE);
+        let fields = |[limit, remaining, reset]: [usize; 3]| Published {
+            limit: get(limit).and_then(parse_count),
+            remaining: get(remaining).and_then(parse_count),
+            reset: get(reset).and_then(|v| parse_reset(v, unix_now())),
+        };
+        structured
+            .tighter(fields([2, 3, 4]))
+            .tighter(fields([5, 6, 7]))
     }
 
     #[cfg(test)]

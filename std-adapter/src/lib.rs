@@ -171,7 +171,7 @@ pub use chaos::{ChaosLayer, ChaosService, INJECTED_HEADER};
 pub use classify::{grpc_outcome, is_grpc, GrpcBodyEnd};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-pub use classify::{http_outcome, retry_after, Http};
+pub use classify::{http_outcome, published_quota, retry_after, Http};
 pub use classify::{Classify, EveryErrorTransient};
 pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock, SteadyClock};
 pub use engine::{AddError, Decision, EnginePolicy, PolicyEngine, Predicate, Trail};

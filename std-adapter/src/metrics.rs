@@ -36,7 +36,7 @@ const RESULTS: [&str; 8] = [
     "drained",
 ];
 
-const REASONS: [&str; 11] = [
+const REASONS: [&str; 12] = [
     "breaker_open",
     "half_open_full",
     "ramp_shedding",
@@ -47,6 +47,7 @@ const REASONS: [&str; 11] = [
     "keyed_full",
     "shed",
     "concurrency_limited",
+    "quota_reserve",
     "other",
 ];
 
@@ -77,7 +78,9 @@ fn reason_index(reason: RefusalReason) -> usize {
         RefusalReason::KeyedFull => 7,
         RefusalReason::Shed => 8,
         RefusalReason::ConcurrencyLimited => 9,
-        _ => 9,
+        RefusalReason::QuotaReserve => 10,
+        // A reason added to the core since: counted, under "other".
+        _ => 11,
     }
 }
 
@@ -98,7 +101,7 @@ struct Counters {
     retries: AtomicU64,
     hedges: AtomicU64,
     nested_retries: AtomicU64,
-    rejections: [AtomicU64; 11],
+    rejections: [AtomicU64; 12],
     state_changes: [AtomicU64; 5],
 }
 
@@ -332,7 +335,7 @@ pub struct MetricsSnapshot {
     /// Requests received that were a caller's retry.
     pub nested_retries: u64,
     /// Refusals by reason (`other` for reasons added to the core later).
-    pub rejections: [(&'static str, u64); 11],
+    pub rejections: [(&'static str, u64); 12],
     /// Breaker transitions, by the state entered.
     pub state_changes: [(&'static str, u64); 5],
     /// The breaker's state now, if the metrics know the breaker.
@@ -559,5 +562,39 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn every_refusal_reason_is_counted_under_its_own_name() {
+        let reasons = [
+            RefusalReason::BreakerOpen,
+            RefusalReason::HalfOpenFull,
+            RefusalReason::RampShedding,
+            RefusalReason::Isolated,
+            RefusalReason::BudgetExhausted,
+            RefusalReason::RateLimited,
+            RefusalReason::BulkheadFull,
+            RefusalReason::KeyedFull,
+            RefusalReason::Shed,
+            RefusalReason::ConcurrencyLimited,
+            RefusalReason::QuotaReserve,
+        ];
+        // Every reason but "other", once each, in order.
+        assert_eq!(reasons.len(), REASONS.len() - 1);
+        for (i, reason) in reasons.into_iter().enumerate() {
+            assert_eq!(reason_index(reason), i);
+            assert_eq!(REASONS[i], reason.as_str());
+        }
+        let m = Metrics::new("api");
+        m.on_event(&Event::Rejected {
+            name: &Name::new("api"),
+            reason: RefusalReason::QuotaReserve,
+            delay: Duration::from_millis(100),
+            retry_after: Duration::from_secs(3),
+        });
+        assert_eq!(m.snapshot().rejected_for("quota_reserve"), 1);
+        assert!(m
+            .to_prometheus()
+            .contains("stormguard_rejections_total{breaker=\"api\",reason=\"quota_reserve\"} 1"));
     }
 }

@@ -434,8 +434,7 @@ impl HttpRequests {
     /// The remaining deadline in the adopted header of `headers`, if any.
     fn deadline_in(&self, headers: &HeaderMap) -> Option<Duration> {
         let header = self.adopt.as_ref()?;
-        let ms = headers.get(header)?.to_str().ok()?.trim().parse().ok()?;
-        Some(Duration::from_millis(ms))
+        stormguard_core::http::parse_millis(headers.get(header)?.as_bytes())
     }
 
     /// Writes `left` into the propagated header of `headers`, if deadlines are propagated.
@@ -679,8 +678,9 @@ impl<K: Clock + Clone, L: Listener + Clone, C, R> PolicyLayer<K, L, C, R> {
     /// and a new host meeting a full table is refused through the call driver as
     /// [`CallError::Rejected`] with [`RefusalReason::KeyedFull`](crate::RefusalReason)). The
     /// retry budget, rate limiter and bulkhead stay shared: they bound what the whole client
-    /// sends, while each breaker judges one host. The policy needs a breaker
-    /// ([`KeyedSetupError::NoBreaker`]).
+    /// sends, while each breaker judges one host. A policy that keeps published quotas
+    /// ([`PolicyBuilder::published_quotas`](crate::PolicyBuilder::published_quotas)) keeps one
+    /// per host too. The policy needs a breaker ([`KeyedSetupError::NoBreaker`]).
     ///
     /// A host name comes from the request, so a client whose requests name hosts chosen by
     /// remote input (links in fetched pages, a `Host` header passed on) should bound them

@@ -1,6 +1,7 @@
 //! How an attempt's result counts: the caller's classification (DESIGN.md, "The breaker":
 //! success, transient, throttled, permanent, cancelled), one trait for every adapter.
 
+use crate::limits::Published;
 use crate::Outcome;
 
 /// Decides how an attempt's result counts: the caller's classification of what happened.
@@ -27,6 +28,14 @@ use crate::Outcome;
 pub trait Classify<T, E> {
     /// How `result` counts.
     fn classify(&self, result: &Result<T, E>) -> Outcome;
+
+    /// The quota the dependency published with `result` (an HTTP response's `RateLimit` or
+    /// `X-RateLimit-*` headers, read by the std adapter's HTTP preset), for a policy that
+    /// keeps published quotas ([`limits::Quota`](crate::limits::Quota)). By default nothing.
+    fn published(&self, result: &Result<T, E>) -> Published {
+        let _ = result;
+        Published::NONE
+    }
 }
 
 /// The default classification: `Ok` is a success, every `Err` a transient failure.

@@ -90,6 +90,7 @@ const fn is_self_imposed(reason: RefusalReason) -> bool {
         RefusalReason::RateLimited
             | RefusalReason::BulkheadFull
             | RefusalReason::ConcurrencyLimited
+            | RefusalReason::QuotaReserve
     )
 }
 

@@ -1,9 +1,10 @@
 //! The local limits on calls: the retry budget, the rate limiters, the bulkhead and the
-//! adaptive concurrency limiter.
+//! adaptive concurrency limiter, and the quota a dependency publishes.
 
 pub(crate) mod adaptive;
 pub(crate) mod budget;
 pub(crate) mod bulkhead;
+pub mod quota;
 pub(crate) mod ratelimit;
 
 pub use self::adaptive::{
@@ -19,6 +20,7 @@ pub use self::bulkhead::{
     BulkheadSettingsBuilder, BulkheadSlots, BulkheadSnapshot, BulkheadTicket, Bulkheaded,
     SharedBulkhead,
 };
+pub use self::quota::{Published, Quota, QuotaSettings, QuotaState, SharedQuota};
 pub use self::ratelimit::{
     KeyedLimitError, KeyedLimiter, KeyedRateLimiter, KeyedWindowLimiter, Limit, LimitRule,
     LimiterHashState, LimiterHasher, RateLimitSettings, RateLimitSettingsBuilder, RateLimited,

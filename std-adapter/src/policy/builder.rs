@@ -1,7 +1,8 @@
+use std::sync::Arc;
 use stormguard_core::{
     breaker::BreakerSettingsBuilder, call::CallSettingsBuilder, limits::BudgetSettingsBuilder,
-    Backoff, Bound, BreakerSettings, BudgetSettings, CallSettings, Duration, Field, Name,
-    SettingsError,
+    limits::QuotaSettings, limits::SharedQuota, Backoff, Bound, BreakerSettings, BudgetSettings,
+    CallSettings, Duration, Field, Name, Ratio, SettingsError,
 };
 
 use super::{AdaptiveLimit, Bulkhead, Limiter, Policy};
@@ -52,6 +53,8 @@ pub struct PolicyBuilder<K = DefaultClock, L = NoListener> {
     pub(super) limiter: Option<Limiter>,
     pub(super) bulkhead: Option<Bulkhead>,
     pub(super) adaptive: Option<AdaptiveLimit>,
+    /// The reserve of a published quota, when quotas are kept.
+    pub(super) quota: Option<Ratio>,
     pub(super) call: CallSettingsBuilder,
     pub(super) retries_when_nested: bool,
     #[cfg(feature = "tokio")]
@@ -263,6 +266,35 @@ impl<K, L> PolicyBuilder<K, L> {
     /// [`Bulkheaded`]: stormguard_core::limits::Bulkheaded
     pub fn bulkhead(mut self, bulkhead: Bulkhead) -> Self {
         self.bulkhead = Some(bulkhead);
+        self
+    }
+
+    /// Keeps the quota the dependency publishes in its responses (default: off), holding back
+    /// `reserve` of it (a share of the published limit below 1; 10% is
+    /// [`DEFAULT_RESERVE`](stormguard_core::limits::quota::DEFAULT_RESERVE)): once what is left
+    /// is within the reserve, attempts are refused locally until the published reset, as a
+    /// self-imposed throttle ([`RefusalReason::QuotaReserve`](stormguard_core::RefusalReason):
+    /// retried on the throttled curve after the reset, nothing charged to the budget, nothing
+    /// told to the breaker; a guarded rejection only when no retry fits). A known quota only
+    /// tightens, and no reading holds a call back longer than the backoff's longest wait
+    /// ([`Backoff::cap`]). The quota is read by the call's classifier
+    /// ([`Classify::published`](stormguard_core::Classify::published): the [`Http`](crate::Http)
+    /// preset reads `RateLimit`/`RateLimit-Policy`, `RateLimit-*` and `X-RateLimit-*`); a
+    /// keyed table ([`KeyedPolicy`](crate::KeyedPolicy), the tower layer's
+    /// [`per_host`](crate::tower::PolicyLayer::per_host)) keeps one per key, as it keeps a
+    /// breaker per key. A reserve of 1 or more is refused by `build`
+    /// ([`Field::QuotaReserve`]).
+    ///
+    /// ```
+    /// use stormguard_std::{Field, Policy, Ratio};
+    /// let p = Policy::builder("api").published_quotas(Ratio::from_percent(10).unwrap()).build()?;
+    /// assert!(p.quota().is_some());
+    /// let e = Policy::builder("api").published_quotas(Ratio::ONE).build().err().unwrap();
+    /// assert_eq!(e.field, Field::QuotaReserve);
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn published_quotas(mut self, reserve: Ratio) -> Self {
+        self.quota = Some(reserve);
         self
     }
 
@@ -489,6 +521,7 @@ impl<K, L> PolicyBuilder<K, L> {
             limiter: self.limiter,
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
+            quota: self.quota,
             call: self.call,
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
@@ -515,6 +548,7 @@ impl<K, L> PolicyBuilder<K, L> {
             limiter: self.limiter,
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
+            quota: self.quota,
             call: self.call,
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
@@ -577,6 +611,16 @@ impl<K, L> PolicyBuilder<K, L> {
             Choice::Off => None,
             Choice::Invalid(e) => return Err(e),
         };
+        // No reading may hold a call back longer than the throttled backoff's longest wait.
+        let quota = match self.quota {
+            Some(reserve) => {
+                let max_wait = settings.backoff().cap().max(Duration::from_millis(1));
+                Some(Arc::new(SharedQuota::new(QuotaSettings::new(
+                    reserve, max_wait,
+                )?)))
+            }
+            None => None,
+        };
         Ok(Policy {
             name: self.name,
             breaker,
@@ -584,6 +628,7 @@ impl<K, L> PolicyBuilder<K, L> {
             limiter: self.limiter,
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
+            quota,
             settings,
             // One attempt cannot hedge: the single-attempt form runs without it.
             single: self.call.max_attempts(1).hedging(false).build()?,

@@ -17,10 +17,11 @@ mod run;
 mod steps;
 
 use std::cell::Cell;
+use std::sync::Arc;
 
 use stormguard_core::{
-    limits::BulkheadPermit, policy::Explain, Call, CallError, CallSettings, Event, Finished,
-    Instant, Name, Parts, Step,
+    limits::BulkheadPermit, limits::SharedQuota, policy::Explain, Call, CallError, CallSettings,
+    Event, Finished, Instant, Name, Parts, Step,
 };
 
 use crate::classify::Classify;
@@ -81,6 +82,8 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
     limiter: Option<Limiter>,
     bulkhead: Option<Bulkhead>,
     adaptive: Option<AdaptiveLimit>,
+    /// The quota the dependency publishes ([`PolicyBuilder::published_quotas`]), if kept.
+    quota: Option<Arc<SharedQuota>>,
     settings: CallSettings,
     /// The same settings with one attempt, for calls that cannot be repeated.
     single: CallSettings,
@@ -118,6 +121,7 @@ impl Policy {
             limiter: None,
             bulkhead: None,
             adaptive: None,
+            quota: None,
             call: CallSettings::builder().seed(entropy_seed()),
             retries_when_nested: true,
             #[cfg(feature = "tokio")]
@@ -136,6 +140,11 @@ impl<K: Clone, L: Clone> Policy<K, L> {
     pub(crate) fn with_breaker(&self, breaker: Breaker) -> Policy<K, L> {
         Policy {
             breaker: Some(breaker),
+            // A quota is the host's: each key keeps its own, as it keeps its own breaker.
+            quota: self
+                .quota
+                .as_ref()
+                .map(|q| Arc::new(SharedQuota::new(*q.settings()))),
             ..self.clone()
         }
     }
@@ -188,6 +197,13 @@ impl<K, L> Policy<K, L> {
         self.bulkhead.as_ref()
     }
 
+    /// The quota the dependency published, if the policy keeps one
+    /// ([`PolicyBuilder::published_quotas`]): in a keyed table, this key's.
+    #[must_use]
+    pub fn quota(&self) -> Option<&SharedQuota> {
+        self.quota.as_deref()
+    }
+
     /// The adaptive concurrency limiter in front of the breaker, if any.
     #[must_use]
     pub fn adaptive_limit(&self) -> Option<&AdaptiveLimit> {
@@ -231,6 +247,7 @@ impl<K, L> Policy<K, L> {
             limiter: self.limiter,
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
+            quota: self.quota,
             settings: self.settings,
             single: self.single,
             retries_when_nested: self.retries_when_nested,
@@ -257,6 +274,7 @@ impl<K, L> Policy<K, L> {
             limiter: self.limiter.as_ref().map(Limiter::cells),
             bulkhead: self.bulkhead.as_ref().map(|b| &*b.inner),
             adaptive: self.adaptive.as_ref().map(AdaptiveLimit::shared),
+            quota: self.quota.as_deref(),
         }
     }
 
@@ -470,6 +488,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     now = self.clock.now();
                     // The attempt could not be cut short: the core judges a late answer.
                     let outcome = options.classify.classify(&result);
+                    if let Some(quota) = steps.quota {
+                        quota.on_published(now, options.classify.published(&result));
+                    }
                     let (outcome, answered) = call.judge_answer(now, outcome, result.is_ok());
                     last = Some(result);
                     if let Some(permit) = guard.disarm() {

@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use stormguard_core::{
     call::{Admission, Due, HedgedPair, Lane, OptionalBreaker, PairNext},
-    limits::{BulkheadEntry, BulkheadPermit, BulkheadTicket},
+    limits::{BulkheadEntry, BulkheadPermit, BulkheadTicket, SharedQuota},
     Call, Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
 };
 use tokio_util::either::Either;
@@ -376,7 +376,11 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
     {
-        if self.limiter.is_none() && self.bulkhead.is_none() && self.adaptive.is_none() {
+        if self.limiter.is_none()
+            && self.bulkhead.is_none()
+            && self.adaptive.is_none()
+            && self.quota.is_none()
+        {
             // No optional step: the loop over the breaker (or none) alone, so that a policy
             // without the steps pays nothing for them (measured: the composition with both
             // absent costs the plain path a few percent).
@@ -536,7 +540,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                                 timer.set(None);
                             };
                             now = self.clock.now();
-                            classify(ran, &options.classify, &mut last)
+                            classify(ran, &options.classify, &mut last, steps.quota, now)
                         }
                         // The operation cannot be attempted again (a request that cannot
                         // be replayed): a permanent outcome, so the call ends here.
@@ -689,7 +693,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 Lane::Hedge => (fut_b.as_mut(), &mut guard_b, fut_a.as_mut(), &mut guard_a),
             };
             mine.set(None);
-            let (outcome, answered) = classify(ran, &options.classify, last);
+            let (outcome, answered) = classify(ran, &options.classify, last, steps.quota, now);
             if outcome == Outcome::Success {
                 succeeded_at = Some(now);
             }
@@ -750,10 +754,16 @@ fn classify<T, E, C: Classify<T, E>>(
     ran: Ran<Result<T, E>>,
     classifier: &C,
     last: &mut Option<Result<T, E>>,
+    quota: Option<&SharedQuota>,
+    now: Instant,
 ) -> (Outcome, bool) {
     match ran {
         Ran::Returned(result) => {
             let outcome = classifier.classify(&result);
+            if let Some(quota) = quota {
+                // What the dependency published with its answer, read by the classifier.
+                quota.on_published(now, classifier.published(&result));
+            }
             let answered = result.is_ok();
             *last = Some(result);
             (outcome, answered)

@@ -6,9 +6,9 @@ use stormguard_core::{
     limits::AdaptivelyLimited, limits::BulkheadPermit, limits::BulkheadSettings,
     limits::BulkheadSlots, limits::BulkheadSnapshot, limits::Bulkheaded, limits::Limit,
     limits::RateLimitSettings, limits::RateLimited, limits::SharedAdaptiveLimiter,
-    limits::SharedBulkhead, limits::SharedRateLimiter, limits::SharedWindowLimiter,
-    limits::WindowLimitSettings, Instant, Name, Refused, SettingsError, SharedBreaker,
-    SharedBudget,
+    limits::SharedBulkhead, limits::SharedQuota, limits::SharedRateLimiter,
+    limits::SharedWindowLimiter, limits::WindowLimitSettings, Instant, Name, Refused,
+    SettingsError, SharedBreaker, SharedBudget,
 };
 
 /// The budget side of a policy's calls: its shared budget, or none (the core's `Option`).
@@ -443,23 +443,28 @@ pub(crate) struct Steps<'a> {
     pub(super) limiter: Option<Cells<'a>>,
     pub(super) bulkhead: Option<&'a BulkheadShared>,
     pub(super) adaptive: Option<&'a SharedAdaptiveLimiter>,
+    /// The quota the dependency published, kept per policy (per host in a keyed table).
+    pub(super) quota: Option<&'a SharedQuota>,
 }
 
 impl<'a> Steps<'a> {
     /// The admission of one call: the breaker (or none), behind the adaptive limiter, behind
-    /// the bulkhead, behind the rate limiter, as the core composes them. `held` is a slot the
-    /// call already won by waiting.
+    /// the bulkhead, behind the rate limiter, behind the published quota, as the core composes
+    /// them. `held` is a slot the call already won by waiting.
     #[inline]
     pub(super) fn admission(self, held: Option<BulkheadPermit>) -> CallAdmission<'a> {
         RateLimited::new(
-            Bulkheaded::new(
-                AdaptivelyLimited::new(
-                    OptionalBreaker::new(self.breaker, *self.name),
-                    self.adaptive,
+            RateLimited::new(
+                Bulkheaded::new(
+                    AdaptivelyLimited::new(
+                        OptionalBreaker::new(self.breaker, *self.name),
+                        self.adaptive,
+                    ),
+                    self.bulkhead.map(|bulkhead| Slots { bulkhead, held }),
                 ),
-                self.bulkhead.map(|bulkhead| Slots { bulkhead, held }),
+                self.limiter,
             ),
-            self.limiter,
+            self.quota,
         )
     }
 }
@@ -467,9 +472,15 @@ impl<'a> Steps<'a> {
 /// The admission side of a call: the breaker with the optional steps in front of it, each one
 /// the core's part that may be absent.
 pub(crate) type CallAdmission<'a> = RateLimited<
-    Bulkheaded<
-        AdaptivelyLimited<OptionalBreaker<&'a SharedBreaker>, Option<&'a SharedAdaptiveLimiter>>,
-        Option<Slots<'a>>,
+    RateLimited<
+        Bulkheaded<
+            AdaptivelyLimited<
+                OptionalBreaker<&'a SharedBreaker>,
+                Option<&'a SharedAdaptiveLimiter>,
+            >,
+            Option<Slots<'a>>,
+        >,
+        Option<Cells<'a>>,
     >,
-    Option<Cells<'a>>,
+    Option<&'a SharedQuota>,
 >;
