@@ -195,6 +195,10 @@ pub enum Field {
     LatencyTolerance,
     /// What a slow round multiplies the adaptive limit by.
     Decrease,
+    /// The sliding-window limiter's calls per window.
+    Quota,
+    /// The segments the sliding-window limiter's window slides in.
+    Segments,
 }
 
 impl Field {
@@ -253,6 +257,8 @@ impl Field {
             Field::InitialLimit => "initial_limit",
             Field::LatencyTolerance => "latency_tolerance",
             Field::Decrease => "decrease",
+            Field::Quota => "quota",
+            Field::Segments => "segments",
         }
     }
 }
