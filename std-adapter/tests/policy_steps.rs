@@ -15,8 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use stormguard_core::{
-    limits::BulkheadSettings, limits::RateLimitSettings, limits::WindowLimitSettings, Bound,
-    BreakerSettings, Duration, Event, Field, Instant, RefusalReason, State, GUARD_PAUSE,
+    limits::BulkheadSettings, limits::RateLimitSettings, limits::SlidingWindowSettings,
+    limits::WindowLimitSettings, Bound, BreakerSettings, Duration, Event, Field, Instant,
+    RefusalReason, State, GUARD_PAUSE,
 };
 use stormguard_std::{
     Both, Bulkhead, CallError, CallOptions, Clock, Limiter, ManualClock, Metrics, Policy,
@@ -274,6 +275,44 @@ async fn the_window_form_refuses_for_its_cooldown_once_exceeded() {
     // nanosecond, and then the stream is served again.
     sleep(ms(14_800)).await;
     assert_eq!(policy.call(ok).await, Ok(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sliding_window_form_refuses_until_its_oldest_segment_leaves() {
+    let limiter = Limiter::sliding(
+        SlidingWindowSettings::builder("search")
+            .quota(2)
+            .window(Duration::from_secs(8)) // 8 segments of 1 s
+            .build()
+            .unwrap(),
+    );
+    let policy = Policy::builder("search")
+        .max_attempts(1)
+        .rate_limit(limiter.clone())
+        .build()
+        .unwrap();
+    assert!(policy
+        .explain()
+        .to_string()
+        .contains("- rate limit: 2 per 8s, sliding in 8 segments;"));
+    assert_eq!(policy.call(ok).await, Ok(7));
+    sleep(ms(3_000)).await;
+    assert_eq!(policy.call(ok).await, Ok(7));
+    let r = policy.call(ok).await;
+    let rejection = *r.unwrap_err().rejection().unwrap();
+    assert_eq!(rejection.reason, RefusalReason::RateLimited);
+    // The first call's segment leaves the window 7 to 8 s after that call, 3 s of which (and the
+    // pause) have passed; the second call's segment stays.
+    assert!(rejection.retry_after > Duration::from_secs(4) - GUARD_PAUSE);
+    assert!(rejection.retry_after <= Duration::from_secs(5) - GUARD_PAUSE);
+    assert_eq!(limiter.available_at(now()), 0);
+    sleep(rejection.retry_after.into()).await;
+    assert_eq!(limiter.available_at(now()), 1);
+    assert_eq!(policy.call(ok).await, Ok(7));
+    assert!(
+        policy.call(ok).await.is_err(),
+        "the second call's segment is still in"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -10,8 +10,8 @@ use crate::call::GUARD_PAUSE;
 use crate::limits::budget::BudgetSnapshot;
 use crate::{
     limits::AdaptiveLimitSettings, limits::AdaptiveSnapshot, limits::BulkheadSettings,
-    limits::RateLimitSettings, limits::WindowLimitSettings, BreakerSettings, BudgetSettings,
-    CallSettings, Duration, Name, State,
+    limits::RateLimitSettings, limits::SlidingWindowSettings, limits::WindowLimitSettings,
+    BreakerSettings, BudgetSettings, CallSettings, Duration, Name, State,
 };
 
 /// The rate limiter in front of a policy's attempts, if any.
@@ -19,6 +19,7 @@ use crate::{
 enum RateLimit<'a> {
     Gcra(&'a RateLimitSettings),
     Window(&'a WindowLimitSettings),
+    Sliding(&'a SlidingWindowSettings),
 }
 
 /// A policy's description: its call settings, and the breaker and budget it uses, if any,
@@ -105,6 +106,19 @@ impl<'a> Explain<'a> {
     /// The window-with-cooldown limiter every attempt counts against.
     pub const fn window_limit(mut self, settings: &'a WindowLimitSettings) -> Explain<'a> {
         self.limit = Some(RateLimit::Window(settings));
+        self
+    }
+
+    /// The segmented sliding-window limiter every attempt counts against.
+    ///
+    /// ```
+    /// use stormguard_core::{CallSettings, limits::SlidingWindowSettings, policy::Explain};
+    /// let limit = SlidingWindowSettings::defaults("api");
+    /// let text = Explain::new(&CallSettings::DEFAULT).sliding_limit(&limit).to_string();
+    /// assert!(text.contains("- rate limit: 50 per 60s, sliding in 8 segments;"));
+    /// ```
+    pub const fn sliding_limit(mut self, settings: &'a SlidingWindowSettings) -> Explain<'a> {
+        self.limit = Some(RateLimit::Sliding(settings));
         self
     }
 
@@ -296,6 +310,11 @@ impl fmt::Display for Explain<'_> {
             Some(RateLimit::Window(l)) => writeln!(
                 f,
                 "- rate limit: {l}; every attempt (retries and hedges too) counts"
+            )?,
+            Some(RateLimit::Sliding(l)) => writeln!(
+                f,
+                "- rate limit: {l}; every attempt (retries and hedges too) counts, a refusal \
+                 waits for the oldest segment with calls to leave"
             )?,
             None => {}
         }

@@ -360,6 +360,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 explain = explain.rate_limit(gcra.settings());
             } else if let Some(window) = l.as_window() {
                 explain = explain.window_limit(window.settings());
+            } else if let Some(sliding) = l.as_sliding() {
+                explain = explain.sliding_limit(sliding.settings());
             }
         }
         if let Some(b) = self.bulkhead() {
