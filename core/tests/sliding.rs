@@ -132,6 +132,24 @@ fn huge_readings_and_the_end_of_time_never_panic() {
 }
 
 #[test]
+fn counts_of_a_two_segment_window_add_up_past_u32_max_without_a_short_retry() {
+    // Found by fuzzing: the held calls plus a large batch overflowed 32 bits, and the refusal
+    // named a time at which the batch was refused again.
+    let mut l = SlidingWindowLimiter::new(per_second_segments(u32::MAX, 2));
+    l.check_n(Instant::from_millis(100), 1_000_000_000).unwrap(); // segment 0
+    l.check_n(Instant::from_millis(1_100), 3_000_000_000)
+        .unwrap(); // segment 1
+    let now = Instant::from_millis(1_500);
+    // 2e9 more need both segments gone: segment 1 leaves at 3 s.
+    assert_eq!(refusal(l.check_n(now, 2_000_000_000)), ms(1_500));
+    assert!(l
+        .clone()
+        .check_n(Instant::from_secs(2), 2_000_000_000)
+        .is_err());
+    l.check_n(Instant::from_secs(3), 2_000_000_000).unwrap();
+}
+
+#[test]
 fn the_defaults_are_fifty_a_minute_in_eight_segments() {
     let s = SlidingWindowSettings::defaults("d");
     assert_eq!(

@@ -241,12 +241,15 @@ impl SlidingWindowSettings {
             }
         } else {
             // A reset clock: what the window holds moves to the reading's segment.
-            let total = counts.iter().fold(0u32, |t, &c| t.saturating_add(c));
             let mut view = View {
                 head: n,
                 counts: [0; MAX_SEGMENTS as usize],
             };
-            view.add(total);
+            let total = counts
+                .iter()
+                .fold(0u64, |t, &c| t.saturating_add(u64::from(c)));
+            // At most the quota (what admissions leave), so it fits one segment's count.
+            view.add(u32::try_from(total).unwrap_or(u32::MAX).min(self.quota));
             view
         }
     }
@@ -284,18 +287,20 @@ impl SlidingWindowSettings {
             return (Err(limited(Duration::MAX)), word);
         }
         let mut view = self.view(word, now);
+        // Summed in 64 bits: the segments of a 2-segment window may each hold up to u32::MAX.
         let held = view.total();
-        if held.checked_add(n).is_some_and(|t| t <= self.quota) {
+        let quota = u64::from(self.quota);
+        if held.saturating_add(u64::from(n)) <= quota {
             view.add(n);
             return (Ok(()), self.pack(&view));
         }
         // Too many: wait for the oldest segments with calls to leave until `n` fit.
-        let need = held.saturating_add(n).saturating_sub(self.quota);
-        let mut freed = 0u32;
+        let need = held.saturating_add(u64::from(n)).saturating_sub(quota);
+        let mut freed = 0u64;
         let mut retry = Duration::MAX;
         for i in (0..self.segments).rev() {
             let c = view.counts.get(i as usize).copied().unwrap_or(0);
-            freed = freed.saturating_add(c);
+            freed = freed.saturating_add(u64::from(c));
             if c > 0 && freed >= need {
                 // Segment `head - i` leaves when segment `head - i + segments` begins.
                 // Past the end of time it never leaves: refused with `Duration::MAX`.
@@ -313,7 +318,8 @@ impl SlidingWindowSettings {
     }
 
     fn available(&self, word: u128, now: Instant) -> u32 {
-        self.quota.saturating_sub(self.view(word, now).total())
+        let left = u64::from(self.quota).saturating_sub(self.view(word, now).total());
+        u32::try_from(left).unwrap_or(u32::MAX)
     }
 }
 
@@ -332,8 +338,10 @@ impl View {
         }
     }
 
-    fn total(&self) -> u32 {
-        self.counts.iter().fold(0u32, |t, &c| t.saturating_add(c))
+    fn total(&self) -> u64 {
+        self.counts
+            .iter()
+            .fold(0u64, |t, &c| t.saturating_add(u64::from(c)))
     }
 }
 
