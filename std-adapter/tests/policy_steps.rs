@@ -663,6 +663,56 @@ async fn warm_hedging(
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_win_rate_loop_halves_the_hedged_share_after_losing_hedges_and_a_win_restores_it() {
+    let metrics = Metrics::new("win-rate");
+    let policy = Policy::builder("win-rate")
+        .hedging(true)
+        .hedge_win_rate(true)
+        .backoff(no_jitter())
+        .clock(TokioClock::global())
+        .listener(metrics.clone())
+        .build()
+        .unwrap();
+    // 200 calls of 20 ms: a handful of slower ones later leave the p95 where it is.
+    warm(&policy, 200).await;
+    assert_eq!(policy.hedge_share(), Some(1024));
+    assert!(policy
+        .explain()
+        .to_string()
+        .contains("the hedge win-rate loop allows 1024/1024 of calls a hedge now"));
+    // `first` is how long the first attempt takes, `hedge` how long a hedge does.
+    let call = |first: u64, hedge: u64| {
+        policy.call(move |attempt| async move {
+            sleep(ms(if attempt == 1 { first } else { hedge })).await;
+            Ok::<_, &str>(attempt)
+        })
+    };
+    // The hedge launches at the p95 (about 21 ms) and the first attempt answers at 24 ms:
+    // four losing hedges halve the share.
+    for n in 1..=4 {
+        let before = metrics.snapshot().attempts;
+        assert_eq!(call(24, 100).await, Ok(1));
+        assert_eq!(
+            metrics.snapshot().attempts - before,
+            2,
+            "call {n} was hedged"
+        );
+    }
+    assert_eq!(policy.hedge_share(), Some(512));
+    // Every other call now: this one runs alone, though it is slow enough to hedge.
+    let before = metrics.snapshot().attempts;
+    assert_eq!(call(40, 5).await, Ok(1));
+    assert_eq!(
+        metrics.snapshot().attempts - before,
+        1,
+        "outside the share: no hedge"
+    );
+    // The next is hedged, and its hedge wins: the share doubles back.
+    assert_eq!(call(40, 5).await, Ok(2));
+    assert_eq!(policy.hedge_share(), Some(1024));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_slow_attempt_is_hedged_and_the_first_success_wins() {
     let (policy, metrics, kinds) = warm_hedging("hedge-wins").await;
     let after: StdDuration = policy

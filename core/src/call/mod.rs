@@ -43,6 +43,7 @@ pub use self::classify::{Classify, EveryErrorTransient};
 pub use self::criticality::Criticality;
 pub use self::error::CallError;
 pub use self::hedge::{Due, HedgedPair, Lane, PairNext};
+pub use self::hedge::{HedgeShare, SharedHedgeShare};
 pub(crate) use self::permit::Kind;
 pub use self::permit::Permit;
 

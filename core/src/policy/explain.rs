@@ -50,6 +50,7 @@ pub struct Explain<'a> {
     budget: Option<&'a BudgetSettings>,
     breaker_now: Option<Snapshot>,
     budget_now: Option<BudgetSnapshot>,
+    hedge_share: Option<u16>,
 }
 
 /// On a microcontroller's log, an explanation reads as its text.
@@ -70,6 +71,7 @@ impl<'a> Explain<'a> {
             bulkhead: None,
             adaptive: None,
             adaptive_now: None,
+            hedge_share: None,
             breaker: None,
             budget: None,
             breaker_now: None,
@@ -119,6 +121,13 @@ impl<'a> Explain<'a> {
     /// ```
     pub const fn sliding_limit(mut self, settings: &'a SlidingWindowSettings) -> Explain<'a> {
         self.limit = Some(RateLimit::Sliding(settings));
+        self
+    }
+
+    /// The hedge win-rate loop is on, allowing `per_1024` 1024ths of calls a hedge now
+    /// ([`HedgeShare`](crate::call::HedgeShare)); shown when hedging is.
+    pub const fn hedge_share(mut self, per_1024: u16) -> Explain<'a> {
+        self.hedge_share = Some(per_1024);
         self
     }
 
@@ -299,6 +308,14 @@ impl fmt::Display for Explain<'_> {
                  in flight, the first success wins, each hedge an attempt and a retry), never \
                  while the breaker is not closed or is near its trip point"
             )?;
+            if let Some(share) = self.hedge_share {
+                writeln!(
+                    f,
+                    "    the hedge win-rate loop allows {share}/1024 of calls a hedge now (four \
+                     losing hedges in a row halve the share, down to 16/1024; a winning one \
+                     doubles it)"
+                )?;
+            }
         }
 
         // What admits an attempt besides the breaker.

@@ -4,6 +4,10 @@ use stormguard_core::{
     SettingsError,
 };
 
+use std::sync::Arc;
+
+use stormguard_core::call::SharedHedgeShare;
+
 use super::{AdaptiveLimit, Bulkhead, Limiter, Policy};
 use crate::clock::{DefaultClock, SteadyClock};
 use crate::events::NoListener;
@@ -52,6 +56,7 @@ pub struct PolicyBuilder<K = DefaultClock, L = NoListener> {
     pub(super) limiter: Option<Limiter>,
     pub(super) bulkhead: Option<Bulkhead>,
     pub(super) adaptive: Option<AdaptiveLimit>,
+    pub(super) hedge_win_rate: bool,
     pub(super) call: CallSettingsBuilder,
     pub(super) retries_when_nested: bool,
     #[cfg(feature = "tokio")]
@@ -329,6 +334,27 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
+    /// Learns the share of calls allowed a hedge from whether hedges win (default off; only
+    /// with [`hedging`](Self::hedging)): the core's
+    /// [`SharedHedgeShare`](stormguard_core::call::SharedHedgeShare), shared by every call of
+    /// the policy and its clones. A hedge wins when its answer is the call's; four losing
+    /// hedges in a row halve the share (down to one call in 64), a winning one doubles it (up
+    /// to every call). A call outside the share runs its first attempt alone.
+    ///
+    /// ```
+    /// let p = stormguard_std::Policy::builder("search")
+    ///     .hedging(true)
+    ///     .hedge_win_rate(true)
+    ///     .build()?;
+    /// assert_eq!(p.hedge_share(), Some(1024)); // in 1024ths: every call, to begin with
+    /// assert!(p.explain().to_string().contains("hedge win-rate loop"));
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn hedge_win_rate(mut self, on: bool) -> Self {
+        self.hedge_win_rate = on;
+        self
+    }
+
     /// Whether this policy retries while it serves a request that was itself a caller's retry
     /// (default `true`). With `false`, a call made while serving such a request (one that
     /// arrived through a [`NestedRetryLayer`](crate::tower::NestedRetryLayer) carrying an
@@ -489,6 +515,7 @@ impl<K, L> PolicyBuilder<K, L> {
             limiter: self.limiter,
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
+            hedge_win_rate: self.hedge_win_rate,
             call: self.call,
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
@@ -515,6 +542,7 @@ impl<K, L> PolicyBuilder<K, L> {
             limiter: self.limiter,
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
+            hedge_win_rate: self.hedge_win_rate,
             call: self.call,
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
@@ -586,6 +614,8 @@ impl<K, L> PolicyBuilder<K, L> {
             limiter: self.limiter,
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
+            hedge_share: (self.hedge_win_rate && settings.hedging())
+                .then(|| Arc::new(SharedHedgeShare::new())),
             settings,
             // One attempt cannot hedge: the single-attempt form runs without it.
             single: self.call.max_attempts(1).hedging(false).build()?,

@@ -17,10 +17,11 @@ mod run;
 mod steps;
 
 use std::cell::Cell;
+use std::sync::Arc;
 
 use stormguard_core::{
-    limits::BulkheadPermit, policy::Explain, Call, CallError, CallSettings, Event, Finished,
-    Instant, Name, Parts, Step,
+    call::SharedHedgeShare, limits::BulkheadPermit, policy::Explain, Call, CallError, CallSettings,
+    Event, Finished, Instant, Name, Parts, Step,
 };
 
 use crate::classify::Classify;
@@ -81,6 +82,8 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
     limiter: Option<Limiter>,
     bulkhead: Option<Bulkhead>,
     adaptive: Option<AdaptiveLimit>,
+    /// The hedge win-rate loop ([`PolicyBuilder::hedge_win_rate`]), if on.
+    hedge_share: Option<Arc<SharedHedgeShare>>,
     settings: CallSettings,
     /// The same settings with one attempt, for calls that cannot be repeated.
     single: CallSettings,
@@ -118,6 +121,7 @@ impl Policy {
             limiter: None,
             bulkhead: None,
             adaptive: None,
+            hedge_win_rate: false,
             call: CallSettings::builder().seed(entropy_seed()),
             retries_when_nested: true,
             #[cfg(feature = "tokio")]
@@ -142,6 +146,15 @@ impl<K: Clone, L: Clone> Policy<K, L> {
 }
 
 impl<K, L> Policy<K, L> {
+    /// The share of calls the hedge win-rate loop allows a hedge now, in 1024ths (16 to 1024);
+    /// `None` without the loop ([`PolicyBuilder::hedge_win_rate`]).
+    #[must_use]
+    pub fn hedge_share(&self) -> Option<u16> {
+        self.hedge_share
+            .as_deref()
+            .map(SharedHedgeShare::share_per_1024)
+    }
+
     /// Whether calls made while serving a caller's retry may retry
     /// ([`PolicyBuilder::retries_when_nested`]).
     #[must_use]
@@ -231,6 +244,7 @@ impl<K, L> Policy<K, L> {
             limiter: self.limiter,
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
+            hedge_share: self.hedge_share,
             settings: self.settings,
             single: self.single,
             retries_when_nested: self.retries_when_nested,
@@ -366,6 +380,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         }
         if let Some(b) = self.bulkhead() {
             explain = explain.bulkhead(b.settings());
+        }
+        if let Some(share) = self.hedge_share() {
+            explain = explain.hedge_share(share);
         }
         if let Some(a) = self.adaptive_limit() {
             explain = explain
