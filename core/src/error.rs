@@ -199,6 +199,8 @@ pub enum Field {
     Quota,
     /// The segments the sliding-window limiter's window slides in.
     Segments,
+    /// The multiple of the learned median latency a measured backoff base is.
+    MeasuredBase,
 }
 
 impl Field {
@@ -259,6 +261,7 @@ impl Field {
             Field::Decrease => "decrease",
             Field::Quota => "quota",
             Field::Segments => "segments",
+            Field::MeasuredBase => "measured_base",
         }
     }
 }

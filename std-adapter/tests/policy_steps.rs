@@ -663,6 +663,43 @@ async fn warm_hedging(
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_measured_backoff_base_waits_a_multiple_of_the_learned_median() {
+    let policy = Policy::builder("measured")
+        .backoff(no_jitter())
+        .measured_backoff_base(stormguard_core::Multiple::whole(4))
+        .clock(TokioClock::global())
+        .build()
+        .unwrap();
+    warm(&policy, 40).await;
+    let median = policy
+        .breaker()
+        .unwrap()
+        .shared()
+        .normal_latency(now())
+        .expect("40 successes teach a median");
+    let start = TokioInstant::now();
+    let r = policy
+        .call(|attempt| async move {
+            if attempt == 1 {
+                Err("blip")
+            } else {
+                Ok(attempt)
+            }
+        })
+        .await;
+    assert_eq!(r, Ok(2));
+    // No time but the wait: 4x the median (about 84 ms), not the configured 100 ms; tokio's
+    // timer rounds a sleep up to its millisecond.
+    let waited = Duration::from(start.elapsed());
+    let expected = median.saturating_mul(4);
+    assert!(
+        waited >= expected && waited - expected < Duration::from_millis(1),
+        "{waited} for {expected}"
+    );
+    assert!(waited < Duration::from_millis(100));
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_win_rate_loop_halves_the_hedged_share_after_losing_hedges_and_a_win_restores_it() {
     let metrics = Metrics::new("win-rate");
     let policy = Policy::builder("win-rate")

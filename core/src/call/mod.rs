@@ -1585,10 +1585,11 @@ impl Call {
             return;
         }
         self.mix_rng();
-        let delay = self
-            .rules
-            .backoff
-            .delay(self.attempts, outcome, &mut self.rng);
+        let median = parts.breaker.normal_latency(now);
+        let delay =
+            self.rules
+                .backoff
+                .delay_measured(self.attempts, outcome, median, &mut self.rng);
         if let Some(left) = self.remaining(now) {
             // A wait that would end at or past the deadline is not started, nor a retry with
             // less time left after the wait than a healthy call takes.

@@ -7,6 +7,7 @@ use stormguard_core::{
 use std::sync::Arc;
 
 use stormguard_core::call::SharedHedgeShare;
+use stormguard_core::Multiple;
 
 use super::{AdaptiveLimit, Bulkhead, Limiter, Policy};
 use crate::clock::{DefaultClock, SteadyClock};
@@ -57,6 +58,7 @@ pub struct PolicyBuilder<K = DefaultClock, L = NoListener> {
     pub(super) bulkhead: Option<Bulkhead>,
     pub(super) adaptive: Option<AdaptiveLimit>,
     pub(super) hedge_win_rate: bool,
+    pub(super) measured_base: Option<Multiple>,
     pub(super) call: CallSettingsBuilder,
     pub(super) retries_when_nested: bool,
     #[cfg(feature = "tokio")]
@@ -355,6 +357,25 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
+    /// Measures the backoff base (default off): the first retry after a transient failure
+    /// waits `multiple` times the median latency the breaker has learned, kept within 10x of
+    /// the configured base either way, and the configured base until there is a median (see
+    /// [`BackoffBuilder::measured_base`](stormguard_core::BackoffBuilder::measured_base)). It
+    /// applies to the backoff set with [`backoff`](Self::backoff), whichever is called first.
+    ///
+    /// ```
+    /// use stormguard_core::Multiple;
+    /// let p = stormguard_std::Policy::builder("db")
+    ///     .measured_backoff_base(Multiple::whole(4))
+    ///     .build()?;
+    /// assert_eq!(p.settings().backoff().measured_base(), Some(Multiple::whole(4)));
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn measured_backoff_base(mut self, multiple: Multiple) -> Self {
+        self.measured_base = Some(multiple);
+        self
+    }
+
     /// Whether this policy retries while it serves a request that was itself a caller's retry
     /// (default `true`). With `false`, a call made while serving such a request (one that
     /// arrived through a [`NestedRetryLayer`](crate::tower::NestedRetryLayer) carrying an
@@ -516,6 +537,7 @@ impl<K, L> PolicyBuilder<K, L> {
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
             hedge_win_rate: self.hedge_win_rate,
+            measured_base: self.measured_base,
             call: self.call,
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
@@ -543,6 +565,7 @@ impl<K, L> PolicyBuilder<K, L> {
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
             hedge_win_rate: self.hedge_win_rate,
+            measured_base: self.measured_base,
             call: self.call,
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
@@ -561,7 +584,14 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     pub fn build(self) -> Result<Policy<K, L>, SettingsError> {
         self.name.check().map_err(SettingsError::name)?;
-        let settings = self.call.build()?;
+        let call = match self.measured_base {
+            Some(m) => {
+                let backoff = self.call.build()?.backoff().to_builder();
+                self.call.backoff(backoff.measured_base(m).build()?)
+            }
+            None => self.call,
+        };
+        let settings = call.build()?;
         let handed_in = matches!(self.breaker, Choice::Given(_));
         let breaker = match self.breaker {
             Choice::Default => Some(Breaker::new(
@@ -618,7 +648,7 @@ impl<K, L> PolicyBuilder<K, L> {
                 .then(|| Arc::new(SharedHedgeShare::new())),
             settings,
             // One attempt cannot hedge: the single-attempt form runs without it.
-            single: self.call.max_attempts(1).hedging(false).build()?,
+            single: call.max_attempts(1).hedging(false).build()?,
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
             drain: self.drain,

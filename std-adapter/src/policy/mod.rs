@@ -122,6 +122,7 @@ impl Policy {
             bulkhead: None,
             adaptive: None,
             hedge_win_rate: false,
+            measured_base: None,
             call: CallSettings::builder().seed(entropy_seed()),
             retries_when_nested: true,
             #[cfg(feature = "tokio")]
