@@ -254,6 +254,20 @@ impl SlidingWindowSettings {
         }
     }
 
+    /// The calls the word holds, in every segment, without sliding.
+    #[inline]
+    fn held(&self, word: u128) -> u64 {
+        let bits = self.count_bits();
+        let mask = u128::from(max_quota(self.segments));
+        let mut rest = word.checked_shr(HEAD_BITS).unwrap_or(0);
+        let mut held = 0u64;
+        for _ in 0..self.segments {
+            held = held.saturating_add((rest & mask) as u64);
+            rest = rest.checked_shr(bits).unwrap_or(0);
+        }
+        held
+    }
+
     fn unpack(&self, word: u128) -> [u32; MAX_SEGMENTS as usize] {
         let bits = self.count_bits();
         let mask = u128::from(max_quota(self.segments));
@@ -285,6 +299,21 @@ impl SlidingWindowSettings {
         }
         if n > self.quota {
             return (Err(limited(Duration::MAX)), word);
+        }
+        // The common case, a call in the head segment that fits: no slide, one add to the head
+        // count (which cannot carry out of its field: the held calls stay within the quota).
+        // `cargo bench -p stormguard-core --bench ratelimit -- synthetic`: the `&mut` check took
+        // 36 ns through the general path and 23 ns with this one (shared: 67 and 50 ns).
+        let segment = now.as_nanos().checked_div(self.segment_ns()).unwrap_or(0);
+        if word as u32 == segment as u32 && word.checked_shr(HEAD_BITS).unwrap_or(0) != 0 {
+            let fits = self
+                .held(word)
+                .saturating_add(u64::from(n))
+                .le(&u64::from(self.quota));
+            if fits {
+                let next = word.saturating_add(u128::from(n).checked_shl(HEAD_BITS).unwrap_or(0));
+                return (Ok(()), next);
+            }
         }
         let mut view = self.view(word, now);
         // Summed in 64 bits: the segments of a 2-segment window may each hold up to u32::MAX.
