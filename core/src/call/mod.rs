@@ -1585,7 +1585,8 @@ impl Call {
             return;
         }
         self.mix_rng();
-        let median = parts.breaker.normal_latency(now);
+        let median =
+            (self.rules.backoff.measured_base()).and_then(|_| parts.breaker.normal_latency(now));
         let delay =
             self.rules
                 .backoff

@@ -566,8 +566,8 @@ impl<W: Slot> SlidingCore<W> {
 /// assert_eq!(refused.retry_after, Duration::from_secs(5));
 /// assert!(limiter.check(Instant::from_secs(8)).is_ok());
 /// assert_eq!(limiter.available(Instant::from_secs(8)), 0);
-/// assert_eq!(limiter.available(Instant::from_secs(10)), 4); // segment 2 has left
-/// # Ok::<(), stormguard_core::SettingsError>(())
+/// assert_eq!(limiter.available(Instant::from_secs(10)), 3); // segment 2 has left, 8 holds one
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
 pub struct SlidingWindowLimiter {
