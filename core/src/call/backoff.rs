@@ -333,17 +333,15 @@ impl Backoff {
         median: Option<Duration>,
         rng: &mut JitterRng,
     ) -> Duration {
-        match last {
+        // One curve and one draw, from whichever base applies.
+        let start = match last {
             Outcome::Throttled {
                 retry_after: Some(hint),
-            } => hint.min(self.cap),
-            Outcome::Throttled { retry_after: None } => {
-                self.jitter.apply(self.nominal(retry, true), rng)
-            }
-            _ => self
-                .jitter
-                .apply(self.curve(self.base_for(median), retry), rng),
-        }
+            } => return hint.min(self.cap),
+            Outcome::Throttled { retry_after: None } => self.throttled_base,
+            _ => self.base_for(median),
+        };
+        self.jitter.apply(self.curve(start, retry), rng)
     }
 
     /// Adds every setting at fault to `p`. A zero base (or throttled base) is valid: no wait
