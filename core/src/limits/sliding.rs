@@ -216,7 +216,9 @@ impl SlidingWindowSettings {
         let now_ns = now.as_nanos();
         let n = now_ns.checked_div(seg).unwrap_or(0);
         let mut counts = self.unpack(word);
-        if counts.iter().all(|&c| c == 0) {
+        // The zeroed word is a limiter never asked: no head yet. Once asked, the head stays the
+        // latest segment written, emptied or not, so a late reading counts in it.
+        if word == 0 {
             return View {
                 head: n,
                 counts: [0; MAX_SEGMENTS as usize],
