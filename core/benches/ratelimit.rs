@@ -9,6 +9,10 @@
 //! `QuantaClock`) before each decision. Every configuration admits every request, so the
 //! compare-exchange path is what is measured.
 //!
+//! The `sliding/` runs put the segmented sliding window beside GCRA on synthetic time: 8
+//! segments of 1 ms, a quota of 4000 per 8 ms, one request every 2.5 µs, so every request is
+//! admitted and the window slides a segment every 400 requests.
+//!
 //! The `concurrency/` group puts the concurrency limits beside them: a bulkhead's enter and
 //! leave, the adaptive limiter's acquire and completion (a latency recorded, a round ending
 //! every limit's worth of calls), and governor's check, all on synthetic time.
@@ -30,7 +34,8 @@ use governor::clock::{Clock, FakeRelativeClock, QuantaClock, Reference};
 use governor::{Quota, RateLimiter as Governor};
 use stormguard_core::{
     limits::KeyedRateLimiter, limits::RateLimitSettings, limits::RateLimiter,
-    limits::SharedRateLimiter, Duration, Instant,
+    limits::SharedRateLimiter, limits::SharedSlidingWindowLimiter, limits::SlidingWindowLimiter,
+    limits::SlidingWindowSettings, Duration, Instant,
 };
 
 /// Keys in the keyed runs.
@@ -51,6 +56,16 @@ fn fast() -> RateLimitSettings {
 fn unbounded() -> RateLimitSettings {
     RateLimitSettings::builder("bench")
         .rate(1_000_000_000, Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+/// 4000 calls per 8 ms, sliding in 8 segments of 1 ms.
+fn sliding() -> SlidingWindowSettings {
+    SlidingWindowSettings::builder("bench")
+        .quota(4000)
+        .window(Duration::from_millis(8))
+        .segments(8)
         .build()
         .unwrap()
 }
@@ -138,6 +153,32 @@ fn direct(c: &mut Criterion) {
         b.iter_custom(|iters| {
             two_threads(iters, |i| {
                 let now = base + Duration::from_nanos(i * 250);
+                black_box(shared.check(black_box(now)).is_ok());
+            })
+        })
+    });
+    let mut local = SlidingWindowLimiter::new(sliding());
+    let mut now = Instant::from_secs(1);
+    c.bench_function("sliding/ours &mut/synthetic", |b| {
+        b.iter(|| {
+            now += Duration::from_nanos(2_500);
+            black_box(local.check(black_box(now)).is_ok())
+        })
+    });
+    let shared = SharedSlidingWindowLimiter::new(sliding());
+    let mut now = Instant::from_secs(1);
+    c.bench_function("sliding/ours shared/synthetic", |b| {
+        b.iter(|| {
+            now += Duration::from_nanos(2_500);
+            black_box(shared.check(black_box(now)).is_ok())
+        })
+    });
+    let shared = SharedSlidingWindowLimiter::new(sliding());
+    c.bench_function("sliding/ours shared/synthetic 2 threads", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |i| {
+                // Both threads' readings within one late reading of each other.
+                let now = base + Duration::from_nanos(i * 2_500);
                 black_box(shared.check(black_box(now)).is_ok());
             })
         })

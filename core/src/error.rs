@@ -208,6 +208,12 @@ pub enum Field {
     QuotaReserve,
     /// The longest a published quota's reset may keep a caller waiting.
     QuotaMaxWait,
+    /// The sliding-window limiter's calls per window.
+    Quota,
+    /// The segments the sliding-window limiter's window slides in.
+    Segments,
+    /// The multiple of the learned median latency a measured backoff base is.
+    MeasuredBase,
 }
 
 impl Field {
@@ -270,6 +276,9 @@ impl Field {
             Field::Slowed => "slowed",
             Field::QuotaReserve => "quota_reserve",
             Field::QuotaMaxWait => "quota_max_wait",
+            Field::Quota => "quota",
+            Field::Segments => "segments",
+            Field::MeasuredBase => "measured_base",
         }
     }
 }

@@ -55,6 +55,12 @@ pub trait CoreBreaker: Admission + sealed::Sealed {
     #[doc(hidden)]
     const BUSY_NAME: Self::NameRef;
 
+    /// Whether the breaker can learn a latency (a [`LeanBreaker`] keeps no statistics): read
+    /// outside the lock, so a lean firmware leaves out the code that acts on a learned median
+    /// (a measured backoff base, the retry's healthy-call guard).
+    #[doc(hidden)]
+    const LEARNS: bool;
+
     /// The name, as kept outside the lock.
     fn name_ref(&self) -> Self::NameRef;
     /// The settings the breaker was built with.
@@ -108,6 +114,7 @@ macro_rules! core_breaker_api {
 impl CoreBreaker for LeanBreaker {
     type NameRef = &'static Name;
     const BUSY_NAME: &'static Name = &Name::new("busy");
+    const LEARNS: bool = false;
     fn name_ref(&self) -> &'static Name {
         LeanBreaker::name(self)
     }
@@ -119,6 +126,7 @@ impl<S: SettingsRef> CoreBreaker for stormguard_core::Breaker<S> {
     // `Breaker<&'static BreakerSettings>`.
     type NameRef = Name;
     const BUSY_NAME: Name = Name::new("busy");
+    const LEARNS: bool = true;
     fn name_ref(&self) -> Name {
         *self.name()
     }
@@ -576,6 +584,9 @@ impl<M: RawMutex, B: CoreBreaker> Admission for BreakerRef<'_, M, B> {
     }
 
     fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        if !B::LEARNS {
+            return None;
+        }
         self.breaker.read(|b| b.normal_latency(now)).flatten()
     }
 

@@ -3,8 +3,9 @@
 //! included) takes a cell and a refusal is the guarded rejection `RateLimited` with the time
 //! until the next cell as its `retry_after`.
 //!
-//! On a microcontroller, share a single-threaded limiter ([`RateLimiter`], GCRA, or
-//! [`WindowLimiter`], window with cooldown) behind the embassy raw mutex: [`RateLimit`]. The
+//! On a microcontroller, share a single-threaded limiter ([`RateLimiter`], GCRA,
+//! [`WindowLimiter`], window with cooldown, or [`SlidingWindowLimiter`], a quota per window
+//! sliding in segments) behind the embassy raw mutex: [`RateLimit`]. The
 //! core's lock-free [`SharedRateLimiter`] and [`SharedWindowLimiter`] work too, but need 64-bit
 //! compare-and-swap, which thumbv6m/v7m/v7em and riscv32imc do not have (portable-atomic's
 //! fallback is a spinlock an interrupt can deadlock); they suit a host build.
@@ -16,8 +17,8 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 use stormguard_core::{
     call::Admission, limits::Limit, limits::RateLimited, limits::RateLimiter,
-    limits::SharedRateLimiter, limits::SharedWindowLimiter, limits::WindowLimiter, Duration,
-    Instant, RefusalReason, Refused,
+    limits::SharedRateLimiter, limits::SharedWindowLimiter, limits::SlidingWindowLimiter,
+    limits::WindowLimiter, Duration, Instant, RefusalReason, Refused,
 };
 
 use crate::EmbassyClock;
@@ -55,7 +56,7 @@ pub struct RateLimit<M: RawMutex, L> {
 }
 
 impl<M: RawMutex, L> RateLimit<M, L> {
-    /// Shares `limiter` (a [`RateLimiter`] or a [`WindowLimiter`]).
+    /// Shares `limiter` (a [`RateLimiter`], a [`WindowLimiter`] or a [`SlidingWindowLimiter`]).
     #[must_use]
     pub const fn new(limiter: L) -> Self {
         RateLimit {
@@ -96,6 +97,7 @@ macro_rules! limiter_api {
 }
 limiter_api!(RateLimiter);
 limiter_api!(WindowLimiter);
+limiter_api!(SlidingWindowLimiter);
 
 impl<M: RawMutex, L> fmt::Debug for RateLimit<M, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -143,6 +145,10 @@ mod sealed {
         for super::RateLimit<M, stormguard_core::limits::WindowLimiter>
     {
     }
+    impl<M: embassy_sync::blocking_mutex::raw::RawMutex> Source
+        for super::RateLimit<M, stormguard_core::limits::SlidingWindowLimiter>
+    {
+    }
     impl Source for stormguard_core::limits::SharedRateLimiter {}
     impl Source for stormguard_core::limits::SharedWindowLimiter {}
 
@@ -152,8 +158,8 @@ mod sealed {
 }
 
 /// A limiter a [`Policy`](crate::Policy) can put in front of its breaker (sealed):
-/// [`RateLimit`] over a [`RateLimiter`] or a [`WindowLimiter`], a [`SharedRateLimiter`], a
-/// [`SharedWindowLimiter`].
+/// [`RateLimit`] over a [`RateLimiter`], a [`WindowLimiter`] or a [`SlidingWindowLimiter`], a
+/// [`SharedRateLimiter`], a [`SharedWindowLimiter`].
 pub trait LimitSource: sealed::Source {
     /// The handle an attempt takes its cell through.
     type Handle<'a>: Limit + Copy
@@ -176,6 +182,16 @@ impl<M: RawMutex> LimitSource for RateLimit<M, RateLimiter> {
 impl<M: RawMutex> LimitSource for RateLimit<M, WindowLimiter> {
     type Handle<'a>
         = RateLimitRef<'a, M, WindowLimiter>
+    where
+        Self: 'a;
+    fn limit(&self) -> Self::Handle<'_> {
+        RateLimitRef { limit: self }
+    }
+}
+
+impl<M: RawMutex> LimitSource for RateLimit<M, SlidingWindowLimiter> {
+    type Handle<'a>
+        = RateLimitRef<'a, M, SlidingWindowLimiter>
     where
         Self: 'a;
     fn limit(&self) -> Self::Handle<'_> {

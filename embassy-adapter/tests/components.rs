@@ -23,10 +23,11 @@ use embassy_time::{Duration as EDuration, Timer};
 use serial_test::serial;
 use stormguard_core::{
     breaker::HedgeSuppressed, call::Admission, limits::BulkheadSettings, limits::RateLimitSettings,
-    limits::RateLimiter, limits::SharedRateLimiter, limits::WindowLimitSettings,
-    limits::WindowLimiter, policy::ChaosSettings, policy::Explain, policy::SubscriptionRetry,
-    policy::SubscriptionStatus, Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration,
-    Event, Jitter, LeanBreaker, Ratio, RefusalReason, State, GUARD_PAUSE,
+    limits::RateLimiter, limits::SharedRateLimiter, limits::SlidingWindowLimiter,
+    limits::SlidingWindowSettings, limits::WindowLimitSettings, limits::WindowLimiter,
+    policy::ChaosSettings, policy::Explain, policy::SubscriptionRetry, policy::SubscriptionStatus,
+    Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration, Event, Jitter, LeanBreaker,
+    Ratio, RefusalReason, State, GUARD_PAUSE,
 };
 use stormguard_embassy::time::to_embassy_duration;
 use stormguard_embassy::{
@@ -427,6 +428,31 @@ fn a_window_limiter_refuses_for_its_cooldown() {
         r.unwrap_err().retry_after().map(to_embassy_duration),
         Some(EDuration::from_secs(30) - ms(100))
     );
+    assert_eq!(limit.available(), 0);
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn a_sliding_window_limiter_refuses_until_its_oldest_segment_leaves() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("uplink"));
+    let sliding = SlidingWindowSettings::builder("uplink")
+        .quota(2)
+        .window(Duration::from_secs(8)) // 8 segments of 1 s
+        .build()
+        .unwrap();
+    let limit = RateLimit::<NoopRawMutex, _>::new(SlidingWindowLimiter::new(sliding));
+    let policy = Policy::new(&breaker, ONE_SHOT).with_rate_limit(&limit);
+    let first = EmbassyClock::new().now();
+    assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
+    assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
+    let third = EmbassyClock::new().now();
+    let (r, took) = run_ms(policy.call(answers));
+    assert_eq!(took, ms(100));
+    // The first call's segment leaves when the segment 8 s after it begins.
+    let leaves = Duration::from_secs(first.as_nanos() / 1_000_000_000 + 8);
+    let expected = leaves - third.since_epoch() - Duration::from_millis(100);
+    assert_eq!(r.unwrap_err().retry_after(), Some(expected));
     assert_eq!(limit.available(), 0);
 }
 

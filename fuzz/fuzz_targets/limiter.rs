@@ -1,4 +1,5 @@
-//! Arbitrary requests to the rate limiters, GCRA and window-with-cooldown, each fed to the `&mut`
+//! Arbitrary requests to the rate limiters, GCRA, window-with-cooldown and the segmented sliding
+//! window, each fed to the `&mut`
 //! form and the shared form in lockstep, over a clock that jumps, steps back, and is set to
 //! anything, `Instant::MAX` included.
 //!
@@ -11,7 +12,8 @@
 //! `stormguard_fuzz::CellLedger` for the readings this holds over). Window with cooldown: at most
 //! `events` per window, windows open at least `min(window, cooldown)` apart (so at most
 //! `events * (2 + span / min(window, cooldown))` over a span), and nothing is admitted while a
-//! cooldown announced by a refusal runs.
+//! cooldown announced by a refusal runs. Sliding window: over readings that never step back by
+//! more than a late reading, at most `quota` calls in any `segments` consecutive segments.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -19,6 +21,7 @@ use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
     Duration, Instant, limits::Limit, limits::RateLimitSettings, limits::RateLimiter, RefusalReason, Refused,
     limits::SharedRateLimiter, limits::SharedWindowLimiter, limits::WindowLimitSettings, limits::WindowLimiter,
+    limits::SharedSlidingWindowLimiter, limits::SlidingWindowLimiter, limits::SlidingWindowSettings,
 };
 use stormguard_fuzz::{CellLedger, TimeStep, LATE_READING};
 
@@ -52,6 +55,16 @@ enum Rule {
         window_ns: u64,
         cooldown_ns: u64,
     },
+    Sliding {
+        quota: u16,
+        segment_ms: u32,
+        segments: u8,
+    },
+    SlidingRaw {
+        quota: u32,
+        window_ns: u64,
+        segments: u32,
+    },
 }
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -72,6 +85,7 @@ enum Op {
 enum Pair {
     Gcra(RateLimiter, SharedRateLimiter),
     Window(WindowLimiter, SharedWindowLimiter),
+    Sliding(SlidingWindowLimiter, SharedSlidingWindowLimiter),
 }
 
 impl Pair {
@@ -79,6 +93,7 @@ impl Pair {
         let (a, b) = match self {
             Pair::Gcra(l, s) => (l.check_n(now, n), s.check_n(now, n)),
             Pair::Window(l, s) => (l.check_n(now, n), s.check_n(now, n)),
+            Pair::Sliding(l, s) => (l.check_n(now, n), s.check_n(now, n)),
         };
         assert_eq!(a, b, "the forms disagree on {n} cells at {now}");
         a
@@ -88,6 +103,7 @@ impl Pair {
         let (a, b) = match self {
             Pair::Gcra(l, s) => (l.available(now), s.available(now)),
             Pair::Window(l, s) => (l.available(now), s.available(now)),
+            Pair::Sliding(l, s) => (l.available(now), s.available(now)),
         };
         assert_eq!(a, b, "the forms disagree on what is available at {now}");
         a
@@ -97,6 +113,7 @@ impl Pair {
         let (a, b) = match self {
             Pair::Gcra(l, s) => (l.peek(now), (&*s).peek(now)),
             Pair::Window(l, s) => (l.peek(now), (&*s).peek(now)),
+            Pair::Sliding(l, s) => (l.peek(now), (&*s).peek(now)),
         };
         assert_eq!(a, b);
         a
@@ -107,6 +124,7 @@ impl Pair {
         match self {
             Pair::Gcra(l, _) => l.clone().check_n(now, n),
             Pair::Window(l, _) => l.clone().check_n(now, n),
+            Pair::Sliding(l, _) => l.clone().check_n(now, n),
         }
     }
 
@@ -114,6 +132,7 @@ impl Pair {
         match self {
             Pair::Gcra(l, _) => l.settings().burst(),
             Pair::Window(l, _) => l.settings().events(),
+            Pair::Sliding(l, _) => l.settings().quota(),
         }
     }
 }
@@ -159,6 +178,49 @@ impl WindowLedger {
                 "{cells} events in {span} ns: more than {most}"
             );
         }
+        if self.admitted.len() > 512 {
+            self.admitted.drain(..256);
+        }
+    }
+}
+
+/// Admissions of a sliding-window limiter, by the segment it counts them in: the latest segment
+/// read (a late reading counts in it), forgotten when the clock steps back further.
+#[derive(Default)]
+struct SlidingLedger {
+    admitted: Vec<(u64, u64)>,
+    latest: u64,
+    latest_segment: u64,
+}
+
+impl SlidingLedger {
+    /// The segment a reading counts in.
+    fn read(&mut self, now: Instant, s: &SlidingWindowSettings) -> u64 {
+        let now = now.as_nanos();
+        let segment = now / s.segment().as_nanos();
+        if now.saturating_add(LATE_READING.as_nanos()) < self.latest {
+            *self = SlidingLedger::default();
+        }
+        self.latest = self.latest.max(now);
+        self.latest_segment = self.latest_segment.max(segment);
+        self.latest_segment
+    }
+
+    fn admit(&mut self, now: Instant, n: u32, s: &SlidingWindowSettings) {
+        let segment = self.read(now, s);
+        self.admitted.push((segment, u64::from(n)));
+        let first = segment.saturating_sub(u64::from(s.segments()) - 1);
+        let held: u64 = self
+            .admitted
+            .iter()
+            .filter(|(at, _)| *at >= first)
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            held <= u64::from(s.quota()),
+            "{held} calls in segments {first}..={segment}: more than {}",
+            s.quota()
+        );
         if self.admitted.len() > 512 {
             self.admitted.drain(..256);
         }
@@ -226,10 +288,44 @@ fuzz_target!(|input: Input| {
             };
             Pair::Window(WindowLimiter::new(s), SharedWindowLimiter::new(s))
         }
+        Rule::Sliding {
+            quota,
+            segment_ms,
+            segments,
+        } => {
+            let segments = 2 + u32::from(segments % 7);
+            let Ok(s) = SlidingWindowSettings::builder("fuzz")
+                .quota(1 + u32::from(quota % 500))
+                .window(Duration::from_millis(
+                    (1 + u64::from(segment_ms % 60_000)) * u64::from(segments),
+                ))
+                .segments(segments)
+                .build()
+            else {
+                return;
+            };
+            Pair::Sliding(SlidingWindowLimiter::new(s), SharedSlidingWindowLimiter::new(s))
+        }
+        Rule::SlidingRaw {
+            quota,
+            window_ns,
+            segments,
+        } => {
+            let Ok(s) = SlidingWindowSettings::builder("fuzz")
+                .quota(quota)
+                .window(Duration::from_nanos(window_ns))
+                .segments(segments)
+                .build()
+            else {
+                return;
+            };
+            Pair::Sliding(SlidingWindowLimiter::new(s), SharedSlidingWindowLimiter::new(s))
+        }
     };
     let mut now = Instant::from_nanos(input.start);
     let mut cells = CellLedger::default();
     let mut windows = WindowLedger::default();
+    let mut sliding = SlidingLedger::default();
     let mut last_refusal: Option<(u32, Duration)> = None;
 
     for op in input.ops.iter().take(512) {
@@ -283,6 +379,11 @@ fuzz_target!(|input: Input| {
                             windows.admit(now, n, l.settings());
                         }
                     }
+                    Pair::Sliding(l, _) => {
+                        if n > 0 {
+                            sliding.admit(now, n, l.settings());
+                        }
+                    }
                 }
             }
             Err(r) => {
@@ -315,14 +416,20 @@ fuzz_target!(|input: Input| {
                         r.retry_after
                     );
                 }
-                if let Pair::Window(..) = pair {
-                    windows.read(now);
-                    if r.retry_after != Duration::MAX && n <= pair.most() {
-                        windows.cooling_until =
-                            Some(now.as_nanos().saturating_add(r.retry_after.as_nanos()));
+                match &pair {
+                    Pair::Window(..) => {
+                        windows.read(now);
+                        if r.retry_after != Duration::MAX && n <= pair.most() {
+                            windows.cooling_until =
+                                Some(now.as_nanos().saturating_add(r.retry_after.as_nanos()));
+                        }
                     }
-                } else {
-                    cells.read(now);
+                    // A request larger than the quota is refused without reading the time.
+                    Pair::Sliding(l, _) if n <= pair.most() => {
+                        sliding.read(now, l.settings());
+                    }
+                    Pair::Sliding(..) => {}
+                    Pair::Gcra(..) => cells.read(now),
                 }
                 last_refusal = Some((n, r.retry_after));
             }

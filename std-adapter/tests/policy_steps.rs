@@ -15,8 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use stormguard_core::{
-    limits::BulkheadSettings, limits::RateLimitSettings, limits::WindowLimitSettings, Bound,
-    BreakerSettings, Duration, Event, Field, Instant, RefusalReason, State, GUARD_PAUSE,
+    limits::BulkheadSettings, limits::RateLimitSettings, limits::SlidingWindowSettings,
+    limits::WindowLimitSettings, Bound, BreakerSettings, Duration, Event, Field, Instant,
+    RefusalReason, State, GUARD_PAUSE,
 };
 use stormguard_std::{
     Both, Bulkhead, CallError, CallOptions, Clock, Limiter, ManualClock, Metrics, Policy,
@@ -274,6 +275,44 @@ async fn the_window_form_refuses_for_its_cooldown_once_exceeded() {
     // nanosecond, and then the stream is served again.
     sleep(ms(14_800)).await;
     assert_eq!(policy.call(ok).await, Ok(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sliding_window_form_refuses_until_its_oldest_segment_leaves() {
+    let limiter = Limiter::sliding(
+        SlidingWindowSettings::builder("search")
+            .quota(2)
+            .window(Duration::from_secs(8)) // 8 segments of 1 s
+            .build()
+            .unwrap(),
+    );
+    let policy = Policy::builder("search")
+        .max_attempts(1)
+        .rate_limit(limiter.clone())
+        .build()
+        .unwrap();
+    assert!(policy
+        .explain()
+        .to_string()
+        .contains("- rate limit: 2 per 8s, sliding in 8 segments;"));
+    assert_eq!(policy.call(ok).await, Ok(7));
+    sleep(ms(3_000)).await;
+    assert_eq!(policy.call(ok).await, Ok(7));
+    let r = policy.call(ok).await;
+    let rejection = *r.unwrap_err().rejection().unwrap();
+    assert_eq!(rejection.reason, RefusalReason::RateLimited);
+    // The first call's segment leaves the window 7 to 8 s after that call, 3 s of which (and the
+    // pause) have passed; the second call's segment stays.
+    assert!(rejection.retry_after > Duration::from_secs(4) - GUARD_PAUSE);
+    assert!(rejection.retry_after <= Duration::from_secs(5) - GUARD_PAUSE);
+    assert_eq!(limiter.available_at(now()), 0);
+    sleep(rejection.retry_after.into()).await;
+    assert_eq!(limiter.available_at(now()), 1);
+    assert_eq!(policy.call(ok).await, Ok(7));
+    assert!(
+        policy.call(ok).await.is_err(),
+        "the second call's segment is still in"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -621,6 +660,93 @@ async fn warm_hedging(
         .unwrap();
     warm(&policy, 40).await;
     (policy, metrics, kinds)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_measured_backoff_base_waits_a_multiple_of_the_learned_median() {
+    let policy = Policy::builder("measured")
+        .backoff(no_jitter())
+        .measured_backoff_base(stormguard_core::Multiple::whole(4))
+        .clock(TokioClock::global())
+        .build()
+        .unwrap();
+    warm(&policy, 40).await;
+    let median = policy
+        .breaker()
+        .unwrap()
+        .shared()
+        .normal_latency(now())
+        .expect("40 successes teach a median");
+    let start = TokioInstant::now();
+    let r = policy
+        .call(|attempt| async move {
+            if attempt == 1 {
+                Err("blip")
+            } else {
+                Ok(attempt)
+            }
+        })
+        .await;
+    assert_eq!(r, Ok(2));
+    // No time but the wait: 4x the median (about 84 ms), not the configured 100 ms; tokio's
+    // timer rounds a sleep up to its millisecond.
+    let waited = Duration::from(start.elapsed());
+    let expected = median.saturating_mul(4);
+    assert!(
+        waited >= expected && waited - expected < Duration::from_millis(1),
+        "{waited} for {expected}"
+    );
+    assert!(waited < Duration::from_millis(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_win_rate_loop_halves_the_hedged_share_after_losing_hedges_and_a_win_restores_it() {
+    let metrics = Metrics::new("win-rate");
+    let policy = Policy::builder("win-rate")
+        .hedging(true)
+        .hedge_win_rate(true)
+        .backoff(no_jitter())
+        .clock(TokioClock::global())
+        .listener(metrics.clone())
+        .build()
+        .unwrap();
+    // 200 calls of 20 ms: a handful of slower ones later leave the p95 where it is.
+    warm(&policy, 200).await;
+    assert_eq!(policy.hedge_share(), Some(1024));
+    assert!(policy
+        .explain()
+        .to_string()
+        .contains("the hedge win-rate loop allows 1024/1024 of calls a hedge now"));
+    // `first` is how long the first attempt takes, `hedge` how long a hedge does.
+    let call = |first: u64, hedge: u64| {
+        policy.call(move |attempt| async move {
+            sleep(ms(if attempt == 1 { first } else { hedge })).await;
+            Ok::<_, &str>(attempt)
+        })
+    };
+    // The hedge launches at the p95 (about 21 ms) and the first attempt answers at 24 ms:
+    // four losing hedges halve the share.
+    for n in 1..=4 {
+        let before = metrics.snapshot().attempts;
+        assert_eq!(call(24, 100).await, Ok(1));
+        assert_eq!(
+            metrics.snapshot().attempts - before,
+            2,
+            "call {n} was hedged"
+        );
+    }
+    assert_eq!(policy.hedge_share(), Some(512));
+    // Every other call now: this one runs alone, though it is slow enough to hedge.
+    let before = metrics.snapshot().attempts;
+    assert_eq!(call(40, 5).await, Ok(1));
+    assert_eq!(
+        metrics.snapshot().attempts - before,
+        1,
+        "outside the share: no hedge"
+    );
+    // The next is hedged, and its hedge wins: the share doubles back.
+    assert_eq!(call(40, 5).await, Ok(2));
+    assert_eq!(policy.hedge_share(), Some(1024));
 }
 
 #[tokio::test(start_paused = true)]

@@ -6,6 +6,16 @@
 //! maximum, with no jitter. The arithmetic is integer nanoseconds and thousandths; randomness
 //! comes only from the [`JitterRng`] the caller passes, so the same seed gives the same
 //! delays.
+//!
+//! # Measured base (opt-in)
+//! With [`BackoffBuilder::measured_base`], the first retry after a transient failure waits a
+//! multiple of the dependency's learned median latency (what the breaker learns) instead of the
+//! configured base, kept within 10x of the configured base either way: a dependency that
+//! answers in 2 ms is retried in milliseconds, one that answers in 2 s is given seconds, and a
+//! wild median never makes the wait absurd. Until the breaker has learned a median (20
+//! successes), and without a breaker that learns, the configured base stands. The throttled
+//! base is never measured: a throttling dependency has said it is overloaded, and its pace is
+//! not the measure of when to come back.
 
 use core::fmt;
 
@@ -76,6 +86,7 @@ impl fmt::Display for Jitter {
 /// | factor | 2x | each further retry's wait, times this; at least 1 (1 is a constant wait) |
 /// | cap | 30 s | no nominal wait (nor a dependency's hint) is longer |
 /// | jitter | [`Jitter::Full`] | uniform in `[0, nominal]` |
+/// | measured base | off | the base as a multiple of the learned median latency, within 10x of the base |
 ///
 /// ```
 /// use stormguard_core::{Backoff, Duration, Jitter, rng::JitterRng, Outcome};
@@ -97,7 +108,13 @@ pub struct Backoff {
     factor: Multiple,
     cap: Duration,
     jitter: Jitter,
+    measured: Option<Multiple>,
 }
+
+/// How far from the configured base a measured base may go, either way.
+const MEASURED_SPAN: u64 = 10;
+/// The least measured base, as a multiple of the configured one: a tenth.
+const MEASURED_LEAST: Multiple = Multiple::from_milli(100);
 
 /// Builds a [`Backoff`], starting from [`Backoff::DEFAULT`]; every method is `const`.
 #[derive(Clone, Copy, Debug)]
@@ -119,6 +136,7 @@ impl Backoff {
         factor: Multiple::whole(2),
         cap: Duration::from_secs(30),
         jitter: Jitter::Full,
+        measured: None,
     };
 
     /// No wait between attempts: every retry starts at once, throttled or not (zero base and
@@ -143,6 +161,7 @@ impl Backoff {
             factor: Multiple::whole(1),
             cap: Backoff::DEFAULT.cap,
             jitter: Jitter::None,
+            measured: None,
         }
     }
 
@@ -164,6 +183,7 @@ impl Backoff {
             factor: Multiple::whole(2),
             cap: Duration::from_secs(60),
             jitter: Jitter::None,
+            measured: None,
         }
     }
 
@@ -177,6 +197,7 @@ impl Backoff {
             factor: Multiple::whole(2),
             cap: Duration::from_secs(120),
             jitter: Jitter::None,
+            measured: None,
         }
     }
 
@@ -215,16 +236,60 @@ impl Backoff {
         self.jitter
     }
 
+    /// The multiple of the learned median latency the base is measured as, if on (see
+    /// [`BackoffBuilder::measured_base`]).
+    #[must_use]
+    pub const fn measured_base(&self) -> Option<Multiple> {
+        self.measured
+    }
+
+    /// The base in force given the learned median latency (`None` before there is one): with
+    /// a measured base, the multiple of the median kept within 10x of the configured base
+    /// either way; otherwise, or without a median, the configured base.
+    ///
+    /// ```
+    /// use stormguard_core::{Backoff, Duration, Multiple};
+    /// let b = Backoff::builder()
+    ///     .base(Duration::from_millis(100))
+    ///     .measured_base(Multiple::whole(4))
+    ///     .build()?;
+    /// let ms = Duration::from_millis;
+    /// assert_eq!(b.base_for(None), ms(100)); // nothing learned yet
+    /// assert_eq!(b.base_for(Some(ms(50))), ms(200)); // 4x the median
+    /// assert_eq!(b.base_for(Some(ms(1))), ms(10)); // no less than a tenth of the base
+    /// assert_eq!(b.base_for(Some(ms(900))), ms(1_000)); // no more than 10x the base
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
+    #[must_use]
+    pub fn base_for(&self, median: Option<Duration>) -> Duration {
+        match (self.measured, median) {
+            (Some(m), Some(median)) => {
+                // A tenth through the core's 32-bit division: a 64-bit one links a routine
+                // of some 860 B into a Cortex-M firmware.
+                let least = MEASURED_LEAST.apply(self.base);
+                let most = self.base.saturating_mul(MEASURED_SPAN);
+                m.apply(median).max(least).min(most)
+            }
+            _ => self.base,
+        }
+    }
+
     /// The unjittered wait before retry number `retry` (1-based: the first retry waits the base;
     /// 0 is read as 1): `min(cap, base * factor^(retry - 1))`, from the throttled base when
     /// `throttled`. Integer arithmetic, saturating; any `retry` is fine.
     #[must_use]
     pub fn nominal(&self, retry: u32, throttled: bool) -> Duration {
-        let mut wait = if throttled {
+        let base = if throttled {
             self.throttled_base
         } else {
             self.base
         };
+        self.curve(base, retry)
+    }
+
+    /// `min(cap, base * factor^(retry - 1))`.
+    fn curve(&self, base: Duration, retry: u32) -> Duration {
+        let mut wait = base;
         if wait >= self.cap {
             return self.cap;
         }
@@ -254,15 +319,29 @@ impl Backoff {
     /// Random numbers come only from `rng`, so the same seed gives the same delays.
     #[must_use]
     pub fn delay(&self, retry: u32, last: Outcome, rng: &mut JitterRng) -> Duration {
-        match last {
+        self.delay_measured(retry, last, None, rng)
+    }
+
+    /// [`delay`](Backoff::delay) with the learned median latency (`None` before there is
+    /// one): after a transient failure the curve starts from [`base_for`](Backoff::base_for)
+    /// the median. The call driver reads the median from the breaker.
+    #[must_use]
+    pub fn delay_measured(
+        &self,
+        retry: u32,
+        last: Outcome,
+        median: Option<Duration>,
+        rng: &mut JitterRng,
+    ) -> Duration {
+        // One curve and one draw, from whichever base applies.
+        let start = match last {
             Outcome::Throttled {
                 retry_after: Some(hint),
-            } => hint.min(self.cap),
-            Outcome::Throttled { retry_after: None } => {
-                self.jitter.apply(self.nominal(retry, true), rng)
-            }
-            _ => self.jitter.apply(self.nominal(retry, false), rng),
-        }
+            } => return hint.min(self.cap),
+            Outcome::Throttled { retry_after: None } => self.throttled_base,
+            _ => self.base_for(median),
+        };
+        self.jitter.apply(self.curve(start, retry), rng)
     }
 
     /// Adds every setting at fault to `p`. A zero base (or throttled base) is valid: no wait
@@ -270,6 +349,16 @@ impl Backoff {
     pub(crate) const fn check(&self, p: &mut Problems) {
         if self.factor.milli() < 1000 {
             p.push(SettingsError::new(Field::BackoffFactor, Bound::AtLeastOne));
+        }
+        if let Some(m) = self.measured {
+            if m.milli() < 1000 {
+                p.push(SettingsError::new(Field::MeasuredBase, Bound::AtLeastOne));
+            } else if !m.is_within_max() {
+                p.push(SettingsError::new(
+                    Field::MeasuredBase,
+                    Bound::AtMost(Multiple::MAX_WHOLE as u64),
+                ));
+            }
         }
         if self.cap.as_nanos() < self.base.as_nanos() {
             p.push(SettingsError::new(
@@ -323,6 +412,15 @@ impl BackoffBuilder {
     /// How the nominal wait is randomized (default [`Jitter::Full`]).
     pub const fn jitter(mut self, jitter: Jitter) -> Self {
         self.backoff.jitter = jitter;
+        self
+    }
+
+    /// Measures the base (default off): the first retry after a transient failure waits
+    /// `multiple` times the learned median latency, kept within 10x of the configured base
+    /// either way; the configured base until the breaker has learned a median. At least 1x:
+    /// a retry sooner than a healthy call takes gives the dependency no room.
+    pub const fn measured_base(mut self, multiple: Multiple) -> Self {
+        self.backoff.measured = Some(multiple);
         self
     }
 
@@ -390,6 +488,13 @@ impl fmt::Display for Backoff {
                 write!(f, ", x{whole}.{frac:0width$}")?;
             }
             write!(f, ", capped at {}", self.cap)?;
+        }
+        if let Some(m) = self.measured {
+            write!(
+                f,
+                ", the base {m} the learned median (within 10x of {})",
+                self.base
+            )?;
         }
         write!(f, ", {}", self.jitter)
     }

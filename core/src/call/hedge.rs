@@ -47,8 +47,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use core::cell::Cell;
+
 use super::{Admission, Call, Funding, Parts, Permit};
 use crate::event::Event;
+use crate::loom::AtomicU64;
+use crate::packed::{const_unless_loom, field, put, word, Word};
 use crate::{Duration, Instant, Outcome};
 
 /// One attempt of a hedged pair.
@@ -130,6 +134,8 @@ pub struct HedgedPair {
     launch_at: Option<Instant>,
     first: Flight,
     hedge: Flight,
+    /// Whether a hedge ran and, if so, whether its answer was the call's.
+    hedge_won: Option<bool>,
 }
 
 impl HedgedPair {
@@ -145,7 +151,17 @@ impl HedgedPair {
                 deadline: call.attempt_deadline(),
             },
             hedge: Flight::IDLE,
+            hedge_won: None,
         }
+    }
+
+    /// Whether the hedge won: `None` when no hedge ran, `Some(true)` once the hedge succeeded
+    /// (the first success is the call's answer), `Some(false)` when it ran but did not (the
+    /// first attempt answered first, or the hedge failed or timed out). Read it once the pair is
+    /// over, for [`HedgeShare::on_hedge`]; a pair the caller cancelled has no verdict to give.
+    #[must_use]
+    pub const fn hedge_won(&self) -> Option<bool> {
+        self.hedge_won
     }
 
     const fn flight(&self, lane: Lane) -> &Flight {
@@ -229,6 +245,7 @@ impl HedgedPair {
             running: true,
             deadline: call.attempt_deadline(),
         };
+        self.hedge_won = Some(false);
         Some((permit, made))
     }
 
@@ -250,6 +267,9 @@ impl HedgedPair {
     ) -> PairNext {
         self.launch_at = None;
         *self.flight_mut(lane) = Flight::IDLE;
+        if lane == Lane::Hedge && outcome == Outcome::Success {
+            self.hedge_won = Some(true);
+        }
         if let Some(permit) = permit {
             call.complete_attempt(parts, permit, now, outcome, answered, events);
         }
@@ -298,6 +318,214 @@ impl HedgedPair {
             call.complete(parts, permit, now, Outcome::Cancelled, events);
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The win-rate loop: the share of calls allowed a hedge
+
+/// The share of calls allowed a hedge, in 1024ths: all of them.
+const FULL_SHARE: u64 = 1024;
+/// The least share: one call in 64. Never zero, so hedges keep being tried and a dependency
+/// whose hedges start winning again gets them back.
+const LEAST_SHARE: u64 = 16;
+/// Losing hedges in a row that halve the share: a p95 hedge that helps wins about half the time
+/// in a long tail, so four losses in a row is a sign it stopped helping, not bad luck (1 in 16
+/// at even odds), and a few stray losses never halve it.
+const LOSSES_TO_HALVE: u64 = 4;
+
+const SHARE_AT: u32 = 0;
+const CREDIT_AT: u32 = 16;
+const LOSSES_AT: u32 = 32;
+const FIELD_BITS: u32 = 16;
+
+/// The loop's state, one word: the share (1024ths), the credit towards the next hedge (1024ths)
+/// and the losing hedges in a row. The zeroed word is a fresh loop (full share).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ShareState {
+    share: u64,
+    credit: u64,
+    losses: u64,
+}
+
+impl ShareState {
+    const fn unpack(word: u64) -> ShareState {
+        let share = field(word, SHARE_AT, FIELD_BITS);
+        ShareState {
+            // Zero is the fresh word: a full share.
+            share: if share == 0 { FULL_SHARE } else { share },
+            credit: field(word, CREDIT_AT, FIELD_BITS),
+            losses: field(word, LOSSES_AT, FIELD_BITS),
+        }
+    }
+
+    const fn pack(self) -> u64 {
+        put(self.share, SHARE_AT, FIELD_BITS)
+            | put(self.credit, CREDIT_AT, FIELD_BITS)
+            | put(self.losses, LOSSES_AT, FIELD_BITS)
+    }
+
+    /// A call that would hedge asks: granted once the share's credit adds up to a whole call.
+    fn on_call(self) -> (bool, ShareState) {
+        let credit = self.credit.saturating_add(self.share);
+        if credit >= FULL_SHARE {
+            let credit = credit.saturating_sub(FULL_SHARE);
+            (true, ShareState { credit, ..self })
+        } else {
+            (false, ShareState { credit, ..self })
+        }
+    }
+
+    /// A launched hedge's verdict: a win doubles the share (up to all calls), the
+    /// [`LOSSES_TO_HALVE`]th loss in a row halves it (down to [`LEAST_SHARE`]).
+    fn on_hedge(self, won: bool) -> ShareState {
+        if won {
+            ShareState {
+                share: self.share.saturating_mul(2).min(FULL_SHARE),
+                losses: 0,
+                ..self
+            }
+        } else {
+            let losses = self.losses.saturating_add(1);
+            if losses >= LOSSES_TO_HALVE {
+                ShareState {
+                    share: (self.share / 2).max(LEAST_SHARE),
+                    losses: 0,
+                    ..self
+                }
+            } else {
+                ShareState { losses, ..self }
+            }
+        }
+    }
+}
+
+/// The share of calls allowed a hedge, learned from whether hedges win (an opt-in loop beside
+/// hedging): it halves when hedges stop winning and grows back when they win, so a dependency
+/// whose slow attempts are slow for everyone (a hedge only adds load) is hedged less and less,
+/// down to one call in 64, and one whose tail a second try escapes keeps every hedge.
+///
+/// The rule is a pure function of the verdicts, no clock and no randomness:
+/// - every call that would hedge asks [`on_call`](HedgeShare::on_call) first; the share is
+///   granted as credit, a call in `1 / share` hedges (with the full share, every one);
+/// - every hedge that ran reports its verdict ([`HedgedPair::hedge_won`]) to
+///   [`on_hedge`](HedgeShare::on_hedge): a win doubles the share, up to all calls; four losses
+///   in a row (a hedge that failed or lost the race to the first attempt) halve it, down to one
+///   call in 64 (never none, so hedges keep being tried and come back when they win again).
+///
+/// ```
+/// use stormguard_core::call::HedgeShare;
+///
+/// let mut share = HedgeShare::new();
+/// assert!(share.on_call()); // a fresh loop allows every call a hedge
+/// for _ in 0..4 {
+///     share.on_hedge(false); // the first attempt kept winning the race
+/// }
+/// assert_eq!(share.share_per_1024(), 512);
+/// let allowed = (0..8).filter(|_| share.on_call()).count();
+/// assert_eq!(allowed, 4); // every other call
+/// share.on_hedge(true);
+/// assert_eq!(share.share_per_1024(), 1024);
+/// ```
+#[derive(Clone, Debug)]
+pub struct HedgeShare {
+    word: Cell<u64>,
+}
+
+impl Default for HedgeShare {
+    fn default() -> Self {
+        HedgeShare::new()
+    }
+}
+
+impl HedgeShare {
+    const_unless_loom! {
+        /// A fresh loop: every call allowed a hedge.
+        #[must_use]
+        pub fn new() -> HedgeShare {
+            HedgeShare { word: word!(Cell<u64>) }
+        }
+    }
+
+    /// A call that would hedge (its [`Call::hedge_delay`] is `Some`) asks whether it may:
+    /// `true` for its share of calls. Ask once per call, and only then arm the hedge.
+    pub fn on_call(&mut self) -> bool {
+        on_call(&self.word)
+    }
+
+    /// A hedge that ran ended: `won` when its answer was the call's ([`HedgedPair::hedge_won`]).
+    pub fn on_hedge(&mut self, won: bool) {
+        on_hedge(&self.word, won);
+    }
+
+    /// The share of calls allowed a hedge now, in 1024ths (16 to 1024).
+    #[must_use]
+    pub fn share_per_1024(&self) -> u16 {
+        share_of(&self.word)
+    }
+}
+
+/// [`HedgeShare`] shared by many threads through `&self`, lock-free: one atomic word driven by
+/// the same rule, so both decide identically for any sequential input.
+///
+/// ```
+/// use stormguard_core::call::SharedHedgeShare;
+/// static SHARE: SharedHedgeShare = SharedHedgeShare::new();
+/// assert!(SHARE.on_call());
+/// assert_eq!(SHARE.share_per_1024(), 1024);
+/// ```
+#[derive(Debug)]
+pub struct SharedHedgeShare {
+    word: AtomicU64,
+}
+
+impl Default for SharedHedgeShare {
+    fn default() -> Self {
+        SharedHedgeShare::new()
+    }
+}
+
+impl SharedHedgeShare {
+    const_unless_loom! {
+        /// A fresh loop: every call allowed a hedge; usable in a `static`.
+        #[must_use]
+        pub fn new() -> SharedHedgeShare {
+            SharedHedgeShare { word: word!(AtomicU64) }
+        }
+    }
+
+    /// A call that would hedge asks whether it may (see [`HedgeShare::on_call`]).
+    pub fn on_call(&self) -> bool {
+        on_call(&self.word)
+    }
+
+    /// A hedge that ran ended (see [`HedgeShare::on_hedge`]).
+    pub fn on_hedge(&self, won: bool) {
+        on_hedge(&self.word, won);
+    }
+
+    /// The share of calls allowed a hedge now, in 1024ths (16 to 1024).
+    #[must_use]
+    pub fn share_per_1024(&self) -> u16 {
+        share_of(&self.word)
+    }
+}
+
+fn on_call(word: &impl Word) -> bool {
+    let mut granted = false;
+    word.update(|w| {
+        let (g, next) = ShareState::unpack(w).on_call();
+        granted = g;
+        next.pack()
+    });
+    granted
+}
+
+fn on_hedge(word: &impl Word, won: bool) {
+    word.update(|w| ShareState::unpack(w).on_hedge(won).pack());
+}
+
+fn share_of(word: &impl Word) -> u16 {
+    u16::try_from(ShareState::unpack(word.get()).share).unwrap_or(u16::MAX)
 }
 
 #[cfg(test)]
@@ -711,6 +939,176 @@ mod tests {
         assert_eq!(
             call.judge_answer(early, Outcome::TimedOut, true),
             (Outcome::TimedOut, false)
+        );
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The win-rate loop
+
+    #[test]
+    fn four_losses_in_a_row_halve_the_share_and_a_win_in_between_resets_the_run() {
+        let mut share = HedgeShare::new();
+        assert_eq!(share.share_per_1024(), 1024);
+        for _ in 0..3 {
+            share.on_hedge(false);
+        }
+        share.on_hedge(true);
+        for _ in 0..3 {
+            share.on_hedge(false);
+        }
+        assert_eq!(share.share_per_1024(), 1024, "no four losses in a row yet");
+        share.on_hedge(false);
+        assert_eq!(share.share_per_1024(), 512);
+        for _ in 0..4 {
+            share.on_hedge(false);
+        }
+        assert_eq!(share.share_per_1024(), 256);
+    }
+
+    #[test]
+    fn the_share_never_falls_below_one_call_in_64_and_wins_double_it_back() {
+        let mut share = HedgeShare::new();
+        for _ in 0..400 {
+            share.on_hedge(false);
+        }
+        assert_eq!(share.share_per_1024(), 16);
+        let allowed = (0..640).filter(|_| share.on_call()).count();
+        assert_eq!(allowed, 10, "one call in 64");
+        let mut seen = Vec::new();
+        for _ in 0..7 {
+            share.on_hedge(true);
+            seen.push(share.share_per_1024());
+        }
+        assert_eq!(seen, [32, 64, 128, 256, 512, 1024, 1024]);
+        assert!(
+            (0..10).all(|_| share.on_call()),
+            "a full share hedges every call"
+        );
+    }
+
+    #[test]
+    fn the_shared_form_agrees_with_the_mut_form_in_lockstep() {
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut own = HedgeShare::new();
+        let shared = SharedHedgeShare::new();
+        for _ in 0..20_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            match rng % 5 {
+                0 => {
+                    own.on_hedge(true);
+                    shared.on_hedge(true);
+                }
+                1 | 2 => {
+                    own.on_hedge(false);
+                    shared.on_hedge(false);
+                }
+                _ => assert_eq!(own.on_call(), shared.on_call()),
+            }
+            assert_eq!(own.share_per_1024(), shared.share_per_1024());
+        }
+    }
+
+    /// Breaker learned on 20 ms calls, no budget limit: every hedge the pair asks for runs.
+    fn warm_unlimited() -> (Parts<Breaker, crate::call::Unlimited>, Instant) {
+        let mut parts = Parts {
+            breaker: Breaker::of(5, "loop").unwrap(),
+            budget: crate::call::Unlimited,
+        };
+        let mut now = Instant::from_secs(1);
+        for _ in 0..40 {
+            let permit = parts.breaker.try_acquire(now).unwrap();
+            now += ms(20);
+            parts
+                .breaker
+                .on_outcome(now, permit, Outcome::Success, &mut |_| {});
+        }
+        (parts, now)
+    }
+
+    /// One hedging call through the pair, the share asked first, against a breaker that learned
+    /// 20 ms calls (fresh each call, so the p95 the hedge waits for stays put): the first
+    /// attempt answers `first_after` after the hedge would launch, a hedge `hedge_after` after
+    /// its launch. Returns whether a hedge ran.
+    fn one_call(share: &mut HedgeShare, first_after: Duration, hedge_after: Duration) -> bool {
+        let (mut parts, now) = warm_unlimited();
+        let parts = &mut parts;
+        let mut call = Call::begin(&hedging(), now);
+        let Step::Attempt(first) = call.poll(parts, now, &mut |_| {}) else {
+            panic!("the first attempt")
+        };
+        let would = call.hedge_delay(parts, now).expect("a warm breaker hedges");
+        let after = Some(would).filter(|_| share.on_call());
+        let mut pair = HedgedPair::begin(&call, now, after);
+        let first_done = now + would + first_after;
+        let mut hedge = None;
+        let mut at = first_done;
+        if let Some(launch) = pair
+            .wake_at()
+            .filter(|&l| l < first_done && after.is_some())
+        {
+            assert_eq!(pair.due(), Some(Due::Launch));
+            hedge = pair.launch(&mut call, parts, launch, &mut |_| {}, Some);
+            at = launch + hedge_after;
+        }
+        let (lane, loser) = match hedge {
+            Some(_) if at < first_done => (Lane::Hedge, Lane::First),
+            _ => (Lane::First, Lane::Hedge),
+        };
+        let end = at.min(first_done);
+        let ran = hedge.is_some();
+        let (won_permit, lost_permit) = match (lane, hedge) {
+            (Lane::Hedge, Some((h, _))) => (h, Some(first)),
+            (_, h) => (first, h.map(|(p, _)| p)),
+        };
+        let next = pair.finished(
+            &mut call,
+            parts,
+            lane,
+            Some(won_permit),
+            end,
+            Outcome::Success,
+            true,
+            &mut |_| {},
+        );
+        if let PairNext::Drop(other) = next {
+            assert_eq!(other, loser);
+            pair.abandon(&mut call, parts, other, lost_permit, end, &mut |_| {});
+        }
+        if let Some(won) = pair.hedge_won() {
+            share.on_hedge(won);
+        }
+        assert_eq!(pair.hedge_won().is_some(), ran);
+        ran
+    }
+
+    #[test]
+    fn hedges_that_stop_winning_are_cut_to_the_floor_and_come_back_when_they_win() {
+        let mut share = HedgeShare::new();
+        // The first attempt always answers 1 ms after the hedge would launch: every hedge
+        // loses the race.
+        let mut hedged = 0;
+        for _ in 0..300 {
+            hedged += u32::from(one_call(&mut share, ms(1), ms(50)));
+        }
+        assert_eq!(share.share_per_1024(), 16);
+        // 4 at the full share, then 4 each at 1/2, 1/4, ... 1/32 (in 252 calls): 24 hedges
+        // before the floor, then one call in 64 of what is left.
+        assert_eq!(hedged, 24, "hedges out of 300 calls");
+        // Now the first attempt hangs for 10 s and every hedge answers 1 ms after launch.
+        let (mut calls, mut hedges) = (0, 0);
+        while share.share_per_1024() < 1024 {
+            hedges += u32::from(one_call(&mut share, Duration::from_secs(10), ms(1)));
+            calls += 1;
+            assert!(calls <= 126, "the share never grew back");
+        }
+        // Six winning hedges double 16 back to 1024, each within 1 / share calls of the last:
+        // at most 64 + 32 + 16 + 8 + 4 + 2 calls.
+        assert_eq!(hedges, 6);
+        assert!(
+            one_call(&mut share, Duration::from_secs(10), ms(1)),
+            "a full share hedges the next call"
         );
     }
 }

@@ -43,6 +43,7 @@ pub use self::classify::{Classify, EveryErrorTransient};
 pub use self::criticality::Criticality;
 pub use self::error::CallError;
 pub use self::hedge::{Due, HedgedPair, Lane, PairNext};
+pub use self::hedge::{HedgeShare, SharedHedgeShare};
 pub(crate) use self::permit::Kind;
 pub use self::permit::Permit;
 
@@ -1631,10 +1632,12 @@ impl Call {
             return;
         }
         self.mix_rng();
-        let delay = self
-            .rules
-            .backoff
-            .delay(self.attempts, outcome, &mut self.rng);
+        let median =
+            (self.rules.backoff.measured_base()).and_then(|_| parts.breaker.normal_latency(now));
+        let delay =
+            self.rules
+                .backoff
+                .delay_measured(self.attempts, outcome, median, &mut self.rng);
         if let Some(left) = self.remaining(now) {
             // A wait that would end at or past the deadline is not started, nor a retry with
             // less time left after the wait than a healthy call takes.

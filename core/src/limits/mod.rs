@@ -1,11 +1,13 @@
-//! The local limits on calls: the retry budget, the rate limiters, the bulkhead and the
-//! adaptive concurrency limiter, and the quota a dependency publishes.
+//! The local limits on calls: the retry budget, the rate limiters (GCRA, the window with
+//! cooldown and the segmented sliding window), the bulkhead, the adaptive concurrency limiter,
+//! and the quota a dependency publishes.
 
 pub(crate) mod adaptive;
 pub(crate) mod budget;
 pub(crate) mod bulkhead;
 pub mod quota;
 pub(crate) mod ratelimit;
+pub(crate) mod sliding;
 
 pub use self::adaptive::{
     AdaptiveLimitSettings, AdaptiveLimitSettingsBuilder, AdaptiveLimiter, AdaptivePermit,
@@ -26,4 +28,8 @@ pub use self::ratelimit::{
     LimiterHashState, LimiterHasher, RateLimitSettings, RateLimitSettingsBuilder, RateLimited,
     RateLimiter, SharedRateLimiter, SharedWindowLimiter, WindowLimitSettings,
     WindowLimitSettingsBuilder, WindowLimiter, MAX_WINDOW_EVENTS,
+};
+pub use self::sliding::{
+    max_quota, SharedSlidingWindowLimiter, SlidingWindowLimiter, SlidingWindowSettings,
+    SlidingWindowSettingsBuilder, MAX_SEGMENTS,
 };

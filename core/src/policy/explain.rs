@@ -10,8 +10,8 @@ use crate::call::GUARD_PAUSE;
 use crate::limits::budget::BudgetSnapshot;
 use crate::{
     limits::AdaptiveLimitSettings, limits::AdaptiveSnapshot, limits::BulkheadSettings,
-    limits::RateLimitSettings, limits::WindowLimitSettings, BreakerSettings, BudgetSettings,
-    CallSettings, Duration, Name, State,
+    limits::RateLimitSettings, limits::SlidingWindowSettings, limits::WindowLimitSettings,
+    BreakerSettings, BudgetSettings, CallSettings, Duration, Name, State,
 };
 
 /// The rate limiter in front of a policy's attempts, if any.
@@ -19,6 +19,7 @@ use crate::{
 enum RateLimit<'a> {
     Gcra(&'a RateLimitSettings),
     Window(&'a WindowLimitSettings),
+    Sliding(&'a SlidingWindowSettings),
 }
 
 /// A policy's description: its call settings, and the breaker and budget it uses, if any,
@@ -49,6 +50,7 @@ pub struct Explain<'a> {
     budget: Option<&'a BudgetSettings>,
     breaker_now: Option<Snapshot>,
     budget_now: Option<BudgetSnapshot>,
+    hedge_share: Option<u16>,
 }
 
 /// On a microcontroller's log, an explanation reads as its text.
@@ -69,6 +71,7 @@ impl<'a> Explain<'a> {
             bulkhead: None,
             adaptive: None,
             adaptive_now: None,
+            hedge_share: None,
             breaker: None,
             budget: None,
             breaker_now: None,
@@ -105,6 +108,26 @@ impl<'a> Explain<'a> {
     /// The window-with-cooldown limiter every attempt counts against.
     pub const fn window_limit(mut self, settings: &'a WindowLimitSettings) -> Explain<'a> {
         self.limit = Some(RateLimit::Window(settings));
+        self
+    }
+
+    /// The segmented sliding-window limiter every attempt counts against.
+    ///
+    /// ```
+    /// use stormguard_core::{CallSettings, limits::SlidingWindowSettings, policy::Explain};
+    /// let limit = SlidingWindowSettings::defaults("api");
+    /// let text = Explain::new(&CallSettings::DEFAULT).sliding_limit(&limit).to_string();
+    /// assert!(text.contains("- rate limit: 50 per 60s, sliding in 8 segments;"));
+    /// ```
+    pub const fn sliding_limit(mut self, settings: &'a SlidingWindowSettings) -> Explain<'a> {
+        self.limit = Some(RateLimit::Sliding(settings));
+        self
+    }
+
+    /// The hedge win-rate loop is on, allowing `per_1024` 1024ths of calls a hedge now
+    /// ([`HedgeShare`](crate::call::HedgeShare)); shown when hedging is.
+    pub const fn hedge_share(mut self, per_1024: u16) -> Explain<'a> {
+        self.hedge_share = Some(per_1024);
         self
     }
 
@@ -285,6 +308,14 @@ impl fmt::Display for Explain<'_> {
                  in flight, the first success wins, each hedge an attempt and a retry), never \
                  while the breaker is not closed or is near its trip point"
             )?;
+            if let Some(share) = self.hedge_share {
+                writeln!(
+                    f,
+                    "    the hedge win-rate loop allows {share}/1024 of calls a hedge now (four \
+                     losing hedges in a row halve the share, down to 16/1024; a winning one \
+                     doubles it)"
+                )?;
+            }
         }
 
         // What admits an attempt besides the breaker.
@@ -296,6 +327,11 @@ impl fmt::Display for Explain<'_> {
             Some(RateLimit::Window(l)) => writeln!(
                 f,
                 "- rate limit: {l}; every attempt (retries and hedges too) counts"
+            )?,
+            Some(RateLimit::Sliding(l)) => writeln!(
+                f,
+                "- rate limit: {l}; every attempt (retries and hedges too) counts, a refusal \
+                 waits for the oldest segment with calls to leave"
             )?,
             None => {}
         }

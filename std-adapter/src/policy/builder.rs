@@ -1,8 +1,10 @@
 use std::sync::Arc;
+
 use stormguard_core::{
-    breaker::BreakerSettingsBuilder, call::CallSettingsBuilder, limits::BudgetSettingsBuilder,
-    limits::QuotaSettings, limits::SharedQuota, Backoff, Bound, BreakerSettings, BudgetSettings,
-    CallSettings, Duration, Field, Name, Ratio, SettingsError,
+    breaker::BreakerSettingsBuilder, call::CallSettingsBuilder, call::SharedHedgeShare,
+    limits::BudgetSettingsBuilder, limits::QuotaSettings, limits::SharedQuota, Backoff, Bound,
+    BreakerSettings, BudgetSettings, CallSettings, Duration, Field, Multiple, Name, Ratio,
+    SettingsError,
 };
 
 use super::{AdaptiveLimit, Bulkhead, Limiter, Policy};
@@ -55,6 +57,8 @@ pub struct PolicyBuilder<K = DefaultClock, L = NoListener> {
     pub(super) adaptive: Option<AdaptiveLimit>,
     /// The reserve of a published quota, when quotas are kept.
     pub(super) quota: Option<Ratio>,
+    pub(super) hedge_win_rate: bool,
+    pub(super) measured_base: Option<Multiple>,
     pub(super) call: CallSettingsBuilder,
     pub(super) retries_when_nested: bool,
     #[cfg(feature = "tokio")]
@@ -361,6 +365,46 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
+    /// Learns the share of calls allowed a hedge from whether hedges win (default off; only
+    /// with [`hedging`](Self::hedging)): the core's
+    /// [`SharedHedgeShare`](stormguard_core::call::SharedHedgeShare), shared by every call of
+    /// the policy and its clones. A hedge wins when its answer is the call's; four losing
+    /// hedges in a row halve the share (down to one call in 64), a winning one doubles it (up
+    /// to every call). A call outside the share runs its first attempt alone.
+    ///
+    /// ```
+    /// let p = stormguard_std::Policy::builder("search")
+    ///     .hedging(true)
+    ///     .hedge_win_rate(true)
+    ///     .build()?;
+    /// assert_eq!(p.hedge_share(), Some(1024)); // in 1024ths: every call, to begin with
+    /// assert!(p.explain().to_string().contains("hedge win-rate loop"));
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn hedge_win_rate(mut self, on: bool) -> Self {
+        self.hedge_win_rate = on;
+        self
+    }
+
+    /// Measures the backoff base (default off): the first retry after a transient failure
+    /// waits `multiple` times the median latency the breaker has learned, kept within 10x of
+    /// the configured base either way, and the configured base until there is a median (see
+    /// [`BackoffBuilder::measured_base`](stormguard_core::BackoffBuilder::measured_base)). It
+    /// applies to the backoff set with [`backoff`](Self::backoff), whichever is called first.
+    ///
+    /// ```
+    /// use stormguard_core::Multiple;
+    /// let p = stormguard_std::Policy::builder("db")
+    ///     .measured_backoff_base(Multiple::whole(4))
+    ///     .build()?;
+    /// assert_eq!(p.settings().backoff().measured_base(), Some(Multiple::whole(4)));
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn measured_backoff_base(mut self, multiple: Multiple) -> Self {
+        self.measured_base = Some(multiple);
+        self
+    }
+
     /// Whether this policy retries while it serves a request that was itself a caller's retry
     /// (default `true`). With `false`, a call made while serving such a request (one that
     /// arrived through a [`NestedRetryLayer`](crate::tower::NestedRetryLayer) carrying an
@@ -522,6 +566,8 @@ impl<K, L> PolicyBuilder<K, L> {
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
             quota: self.quota,
+            hedge_win_rate: self.hedge_win_rate,
+            measured_base: self.measured_base,
             call: self.call,
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
@@ -549,6 +595,8 @@ impl<K, L> PolicyBuilder<K, L> {
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
             quota: self.quota,
+            hedge_win_rate: self.hedge_win_rate,
+            measured_base: self.measured_base,
             call: self.call,
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
@@ -567,7 +615,14 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     pub fn build(self) -> Result<Policy<K, L>, SettingsError> {
         self.name.check().map_err(SettingsError::name)?;
-        let settings = self.call.build()?;
+        let call = match self.measured_base {
+            Some(m) => {
+                let backoff = self.call.build()?.backoff().to_builder();
+                self.call.backoff(backoff.measured_base(m).build()?)
+            }
+            None => self.call,
+        };
+        let settings = call.build()?;
         let handed_in = matches!(self.breaker, Choice::Given(_));
         let breaker = match self.breaker {
             Choice::Default => Some(Breaker::new(
@@ -629,9 +684,11 @@ impl<K, L> PolicyBuilder<K, L> {
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
             quota,
+            hedge_share: (self.hedge_win_rate && settings.hedging())
+                .then(|| Arc::new(SharedHedgeShare::new())),
             settings,
             // One attempt cannot hedge: the single-attempt form runs without it.
-            single: self.call.max_attempts(1).hedging(false).build()?,
+            single: call.max_attempts(1).hedging(false).build()?,
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
             drain: self.drain,

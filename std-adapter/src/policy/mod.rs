@@ -20,8 +20,8 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use stormguard_core::{
-    limits::BulkheadPermit, limits::SharedQuota, policy::Explain, Call, CallError, CallSettings,
-    Event, Finished, Instant, Name, Parts, Step,
+    call::SharedHedgeShare, limits::BulkheadPermit, limits::SharedQuota, policy::Explain, Call,
+    CallError, CallSettings, Event, Finished, Instant, Name, Parts, Step,
 };
 
 use crate::classify::Classify;
@@ -84,6 +84,8 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
     adaptive: Option<AdaptiveLimit>,
     /// The quota the dependency publishes ([`PolicyBuilder::published_quotas`]), if kept.
     quota: Option<Arc<SharedQuota>>,
+    /// The hedge win-rate loop ([`PolicyBuilder::hedge_win_rate`]), if on.
+    hedge_share: Option<Arc<SharedHedgeShare>>,
     settings: CallSettings,
     /// The same settings with one attempt, for calls that cannot be repeated.
     single: CallSettings,
@@ -122,6 +124,8 @@ impl Policy {
             bulkhead: None,
             adaptive: None,
             quota: None,
+            hedge_win_rate: false,
+            measured_base: None,
             call: CallSettings::builder().seed(entropy_seed()),
             retries_when_nested: true,
             #[cfg(feature = "tokio")]
@@ -151,6 +155,15 @@ impl<K: Clone, L: Clone> Policy<K, L> {
 }
 
 impl<K, L> Policy<K, L> {
+    /// The share of calls the hedge win-rate loop allows a hedge now, in 1024ths (16 to 1024);
+    /// `None` without the loop ([`PolicyBuilder::hedge_win_rate`]).
+    #[must_use]
+    pub fn hedge_share(&self) -> Option<u16> {
+        self.hedge_share
+            .as_deref()
+            .map(SharedHedgeShare::share_per_1024)
+    }
+
     /// Whether calls made while serving a caller's retry may retry
     /// ([`PolicyBuilder::retries_when_nested`]).
     #[must_use]
@@ -248,6 +261,7 @@ impl<K, L> Policy<K, L> {
             bulkhead: self.bulkhead,
             adaptive: self.adaptive,
             quota: self.quota,
+            hedge_share: self.hedge_share,
             settings: self.settings,
             single: self.single,
             retries_when_nested: self.retries_when_nested,
@@ -378,10 +392,15 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 explain = explain.rate_limit(gcra.settings());
             } else if let Some(window) = l.as_window() {
                 explain = explain.window_limit(window.settings());
+            } else if let Some(sliding) = l.as_sliding() {
+                explain = explain.sliding_limit(sliding.settings());
             }
         }
         if let Some(b) = self.bulkhead() {
             explain = explain.bulkhead(b.settings());
+        }
+        if let Some(share) = self.hedge_share() {
+            explain = explain.hedge_share(share);
         }
         if let Some(a) = self.adaptive_limit() {
             explain = explain

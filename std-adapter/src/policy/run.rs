@@ -5,7 +5,7 @@ use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 
 use stormguard_core::{
-    call::{Admission, Due, HedgedPair, Lane, OptionalBreaker, PairNext},
+    call::{Admission, Due, HedgedPair, Lane, OptionalBreaker, PairNext, SharedHedgeShare},
     limits::{BulkheadEntry, BulkheadPermit, BulkheadTicket, SharedQuota},
     Call, Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
 };
@@ -483,7 +483,12 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                         call_left: call.deadline().map(|d| d.saturating_duration_since(now)),
                     };
                     let hedge = if self.settings.hedging() {
-                        call.hedge_delay(&parts, now)
+                        // With the win-rate loop, a call that would hedge asks for its share.
+                        call.hedge_delay(&parts, now).filter(|_| {
+                            self.hedge_share
+                                .as_deref()
+                                .is_none_or(SharedHedgeShare::on_call)
+                        })
                     } else {
                         None
                     };
@@ -698,7 +703,14 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 succeeded_at = Some(now);
             }
             let permit = mine_guard.take().and_then(PermitGuard::disarm);
-            match pair.finished(call, parts, lane, permit, now, outcome, answered, &mut sink) {
+            let next = pair.finished(call, parts, lane, permit, now, outcome, answered, &mut sink);
+            if next != PairNext::Wait {
+                // The pair is over: the hedge, if one ran, won or lost.
+                if let (Some(share), Some(won)) = (self.hedge_share.as_deref(), pair.hedge_won()) {
+                    share.on_hedge(won);
+                }
+            }
+            match next {
                 // A failure: the other attempt goes on and decides.
                 PairNext::Wait => {}
                 PairNext::Over => return (now, succeeded_at),

@@ -7,25 +7,30 @@ use stormguard_core::{
     limits::BulkheadSlots, limits::BulkheadSnapshot, limits::Bulkheaded, limits::Limit,
     limits::RateLimitSettings, limits::RateLimited, limits::SharedAdaptiveLimiter,
     limits::SharedBulkhead, limits::SharedQuota, limits::SharedRateLimiter,
-    limits::SharedWindowLimiter, limits::WindowLimitSettings, Instant, Name, Refused,
-    SettingsError, SharedBreaker, SharedBudget,
+    limits::SharedSlidingWindowLimiter, limits::SharedWindowLimiter, limits::SlidingWindowSettings,
+    limits::WindowLimitSettings, Instant, Name, Refused, SettingsError, SharedBreaker,
+    SharedBudget,
 };
 
 /// The budget side of a policy's calls: its shared budget, or none (the core's `Option`).
 pub(crate) type Funds<'a> = Option<&'a SharedBudget>;
 
 /// A rate limiter a policy puts in front of its breaker (see [`PolicyBuilder::rate_limit`]):
-/// the core's lock-free [`SharedRateLimiter`] (GCRA) or [`SharedWindowLimiter`] (a window with
-/// a cooldown) in an `Arc`, so clones, and every policy given one, share its cells.
+/// the core's lock-free [`SharedRateLimiter`] (GCRA), [`SharedWindowLimiter`] (a window with
+/// a cooldown) or [`SharedSlidingWindowLimiter`] (a quota per window sliding in segments) in an
+/// `Arc`, so clones, and every policy given one, share its cells.
 ///
 /// ```
 /// use stormguard_core::{Instant, limits::RateLimitSettings, limits::WindowLimitSettings};
+/// use stormguard_core::limits::SlidingWindowSettings;
 /// use stormguard_std::Limiter;
 ///
 /// let api = Limiter::gcra(RateLimitSettings::per_second("api", 100)?);
 /// let stream = Limiter::window(WindowLimitSettings::defaults("stream")); // 50 a minute
+/// let search = Limiter::sliding(SlidingWindowSettings::defaults("search")); // 50 a minute
 /// assert_eq!(api.name().as_str(), "api");
 /// assert_eq!(stream.available_at(Instant::from_secs(1)), 50);
+/// assert!(search.as_sliding().is_some());
 /// # Ok::<(), stormguard_std::SettingsError>(())
 /// ```
 ///
@@ -38,6 +43,7 @@ pub struct Limiter {
 enum LimiterForm {
     Gcra(SharedRateLimiter),
     Window(SharedWindowLimiter),
+    Sliding(SharedSlidingWindowLimiter),
 }
 
 impl Limiter {
@@ -49,6 +55,18 @@ impl Limiter {
     /// A window-with-cooldown limiter with `settings`, empty at start.
     pub fn window(settings: WindowLimitSettings) -> Limiter {
         Limiter::from_window(SharedWindowLimiter::new(settings))
+    }
+
+    /// A segmented sliding-window limiter with `settings`, empty at start.
+    pub fn sliding(settings: SlidingWindowSettings) -> Limiter {
+        Limiter::from_sliding(SharedSlidingWindowLimiter::new(settings))
+    }
+
+    /// Takes ownership of a shared sliding-window limiter.
+    pub fn from_sliding(limiter: SharedSlidingWindowLimiter) -> Limiter {
+        Limiter {
+            inner: Arc::new(LimiterForm::Sliding(limiter)),
+        }
     }
 
     /// Takes ownership of a shared GCRA limiter.
@@ -71,6 +89,7 @@ impl Limiter {
         match &*self.inner {
             LimiterForm::Gcra(l) => l.name(),
             LimiterForm::Window(l) => l.name(),
+            LimiterForm::Sliding(l) => l.name(),
         }
     }
 
@@ -80,6 +99,7 @@ impl Limiter {
         match &*self.inner {
             LimiterForm::Gcra(l) => l.available(now),
             LimiterForm::Window(l) => l.available(now),
+            LimiterForm::Sliding(l) => l.available(now),
         }
     }
 
@@ -88,7 +108,7 @@ impl Limiter {
     pub fn as_gcra(&self) -> Option<&SharedRateLimiter> {
         match &*self.inner {
             LimiterForm::Gcra(l) => Some(l),
-            LimiterForm::Window(_) => None,
+            LimiterForm::Window(_) | LimiterForm::Sliding(_) => None,
         }
     }
 
@@ -97,7 +117,16 @@ impl Limiter {
     pub fn as_window(&self) -> Option<&SharedWindowLimiter> {
         match &*self.inner {
             LimiterForm::Window(l) => Some(l),
-            LimiterForm::Gcra(_) => None,
+            LimiterForm::Gcra(_) | LimiterForm::Sliding(_) => None,
+        }
+    }
+
+    /// The shared sliding-window limiter, if this is one.
+    #[must_use]
+    pub fn as_sliding(&self) -> Option<&SharedSlidingWindowLimiter> {
+        match &*self.inner {
+            LimiterForm::Sliding(l) => Some(l),
+            LimiterForm::Gcra(_) | LimiterForm::Window(_) => None,
         }
     }
 
@@ -111,6 +140,7 @@ impl Limiter {
         match &*self.inner {
             LimiterForm::Gcra(l) => Cells::Gcra(l),
             LimiterForm::Window(l) => Cells::Window(l),
+            LimiterForm::Sliding(l) => Cells::Sliding(l),
         }
     }
 }
@@ -120,6 +150,7 @@ impl fmt::Debug for Limiter {
         let form = match &*self.inner {
             LimiterForm::Gcra(_) => "gcra",
             LimiterForm::Window(_) => "window",
+            LimiterForm::Sliding(_) => "sliding",
         };
         f.debug_struct("Limiter")
             .field("name", &self.name().as_str())
@@ -133,6 +164,7 @@ impl fmt::Debug for Limiter {
 pub(crate) enum Cells<'a> {
     Gcra(&'a SharedRateLimiter),
     Window(&'a SharedWindowLimiter),
+    Sliding(&'a SharedSlidingWindowLimiter),
 }
 
 impl Limit for Cells<'_> {
@@ -141,6 +173,7 @@ impl Limit for Cells<'_> {
         match self {
             Cells::Gcra(l) => Limit::take(l, now),
             Cells::Window(l) => Limit::take(l, now),
+            Cells::Sliding(l) => Limit::take(l, now),
         }
     }
     #[inline]
@@ -148,6 +181,7 @@ impl Limit for Cells<'_> {
         match self {
             Cells::Gcra(l) => Limit::peek(l, now),
             Cells::Window(l) => Limit::peek(l, now),
+            Cells::Sliding(l) => Limit::peek(l, now),
         }
     }
 }
