@@ -29,6 +29,15 @@ fn defaults() -> BreakerSettings {
     BreakerSettings::defaults("bench")
 }
 
+/// The synthetic instant of the `i`-th operation of a two-thread run: 1 us apart in the order
+/// the operations are numbered, so each thread's clock moves forward and the two move at the
+/// pace of their threads, as real clocks read per thread would. Each thread computes it on its
+/// own: a shared counter would add a contended write of its own to every operation (the figure
+/// being measured would then include a two-thread `fetch_add`).
+fn tick(i: u64) -> Instant {
+    Instant::from_secs(1) + Duration::from_nanos(i * 1_000)
+}
+
 /// Runs `op` on two threads at once, `iters` times each; returns the wall time per operation
 /// of one thread (what each caller experiences under contention).
 fn two_threads(iters: u64, op: impl Fn(u64) + Sync) -> StdDuration {
@@ -85,13 +94,12 @@ fn closed_path(c: &mut Criterion) {
                 shared.on_outcome(now, p, Outcome::Success, &mut |_| {});
             })
         });
-        let clock = AtomicU64::new(1_000_000_000);
         c.bench_function(
             &format!("breaker shared/{label}/acquire+success 2 threads"),
             |b| {
                 b.iter_custom(|iters| {
-                    two_threads(iters, |_| {
-                        let now = Instant::from_nanos(clock.fetch_add(1_000, Ordering::Relaxed));
+                    two_threads(iters, |i| {
+                        let now = tick(i);
                         let p = shared
                             .try_acquire(black_box(now), None, &mut |_| {})
                             .unwrap();
@@ -155,19 +163,18 @@ fn budget(c: &mut Criterion) {
             black_box(shared.try_withdraw(black_box(now)).is_ok());
         })
     });
-    let clock = AtomicU64::new(1_000_000_000);
     c.bench_function("budget shared/deposit 2 threads", |b| {
         b.iter_custom(|iters| {
-            two_threads(iters, |_| {
-                let now = Instant::from_nanos(clock.fetch_add(1_000, Ordering::Relaxed));
+            two_threads(iters, |i| {
+                let now = tick(i);
                 shared.on_outcome(black_box(now), Outcome::Success);
             })
         })
     });
     c.bench_function("budget shared/withdraw 2 threads", |b| {
         b.iter_custom(|iters| {
-            two_threads(iters, |_| {
-                let now = Instant::from_nanos(clock.fetch_add(1_000, Ordering::Relaxed));
+            two_threads(iters, |i| {
+                let now = tick(i);
                 black_box(shared.try_withdraw(black_box(now)).is_ok());
             })
         })
