@@ -30,7 +30,8 @@ pub use self::settings::{
     BreakerSettings, BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls, MAX_COUNT,
     MAX_PROBES, TRIP_BUCKETS,
 };
-pub use self::shared::{PermitGuard, SharedBreaker};
+pub use self::shared::{PermitGuard, SharedBreaker, DEFAULT_LANES};
+pub use self::stats::LaneHint;
 // Defined with the call driver, which hands them around; named here too, where a breaker user
 // meets them.
 pub use crate::call::{HedgeSuppressed, Permit};
@@ -39,7 +40,7 @@ use core::cell::Cell;
 use core::fmt;
 use core::marker::PhantomData;
 
-use self::stats::{Fold, Measure, NoStats, Readings, Sample, Stats};
+use self::stats::{Fold, HistCounts, Measure, NoStats, Readings, Ring, Sample, Stats, Stripes};
 use crate::call::Kind;
 use crate::error::{RefusalReason, Refused};
 use crate::event::Event;
@@ -1051,9 +1052,11 @@ impl<W: Word, M, S> Core<W, M, S> {
     }
 }
 
-impl<W: Word> Core<W> {
+impl<W: Word, T: Stripes<Item = Ring<W>>, C: Stripes<Item = HistCounts<W>>>
+    Core<W, Stats<W, T, C>>
+{
     const_unless_loom! {
-        pub(crate) fn new(settings: BreakerSettings) -> Core<W> {
+        pub(crate) fn new(settings: BreakerSettings) -> Self {
             Core::closed(seed_from(settings.name()), settings, Stats::new())
         }
     }
