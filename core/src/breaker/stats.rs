@@ -1836,12 +1836,11 @@ mod loom_models {
                 failures: 1,
                 slow: 0,
             };
-            let writers: Vec<_> = (0..2)
-                .map(|lane| {
-                    let stats = stats.clone();
-                    loom::thread::spawn(move || stats.to_window(now, &s, fail, lane))
-                })
-                .collect();
+            let writer = |lane: usize| {
+                let stats = stats.clone();
+                loom::thread::spawn(move || stats.to_window(now, &s, fail, lane))
+            };
+            let writers = [writer(0), writer(1)];
             let r = stats.readings(now, &s);
             assert!(r.window.calls <= 2, "counted twice: {r:?}");
             assert_eq!(r.window.failures, r.window.calls, "torn: {r:?}");
