@@ -157,6 +157,57 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 4 } else { 256 }, ..ProptestConfig::default() })]
+
+    /// An open breaker's refusal (read from the control word and the mark alone) is the one the
+    /// full admission rule gives, at any instant: during the break, after it, and on a clock
+    /// that stepped back before the open, whatever the break's jitter and doubling; in both
+    /// forms.
+    #[test]
+    fn a_refusal_while_open_is_the_full_rules_answer(
+        seed in any::<u64>(),
+        jitter in any::<bool>(),
+        reopens in 0u32..5,
+        offsets in proptest::collection::vec(-20_000i64..150_000, 1..40),
+    ) {
+        let settings = BreakerSettings::builder("open")
+            .consecutive_failures(1)
+            .failure_rate(None)
+            .slow_calls(None)
+            .jitter(jitter)
+            .build()
+            .unwrap();
+        let mut local = Breaker::new(settings).with_seed(seed);
+        let shared = SharedBreaker::new(settings).with_seed(seed);
+        let mut now = Instant::from_secs(1000);
+        // Open, then fail the probe `reopens` times: each break doubles.
+        for _ in 0..=reopens {
+            if let Some(due) = local.poll_timeout(now) {
+                now = now.max(due);
+            }
+            let a = local.try_acquire(now).unwrap();
+            local.on_outcome(now, a, Outcome::Transient, &mut |_| {});
+            let b = shared.try_acquire(now, None, &mut |_| {}).unwrap();
+            shared.on_outcome(now, b, Outcome::Transient, &mut |_| {});
+        }
+        prop_assert_eq!(local.state(now), State::Open);
+        for ms in offsets {
+            let at = if ms < 0 {
+                now - Duration::from_millis(ms.unsigned_abs())
+            } else {
+                now + Duration::from_millis(ms.unsigned_abs())
+            };
+            let rule = local.check(at).err();
+            prop_assert_eq!(local.clone().try_acquire(at).err(), rule, "&mut at {:?}", at);
+            prop_assert_eq!(shared.check(at).err(), rule, "shared check at {:?}", at);
+            if rule.is_some() {
+                prop_assert_eq!(shared.try_acquire(at, None, &mut |_| {}).err(), rule, "shared at {:?}", at);
+            }
+        }
+    }
+}
+
 /// Outcomes written to different lanes are read as one trip window: spread over four lanes,
 /// the same outcomes trip the shared breaker exactly when they trip the `&mut` one, for the
 /// same reason, and leave the same counts.
