@@ -11,7 +11,8 @@
 use proptest::prelude::*;
 use stormguard_core::{
     Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event, Instant,
-    Outcome, Parts, Permit, Recovery, RefusalReason, SharedBreaker, SharedBudget, State, Step,
+    Outcome, Parts, Permit, Ratio, Recovery, RefusalReason, SharedBreaker, SharedBudget, State,
+    Step,
 };
 
 #[derive(Clone, Debug)]
@@ -54,6 +55,16 @@ fn outcome(n: u8) -> Outcome {
     }
 }
 
+thread_local! {
+    /// The lane [`test_lane`] names for this thread (each test thread sets its own).
+    static LANE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A lane hint the test controls: whatever this thread last stored in [`LANE`].
+fn test_lane() -> usize {
+    LANE.with(std::cell::Cell::get)
+}
+
 fn record(log: &mut Vec<String>) -> impl FnMut(Event<'_>) + '_ {
     move |e| log.push(format!("{e:?}"))
 }
@@ -62,9 +73,10 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 4 } else { 256 }, ..ProptestConfig::default() })]
 
     /// For any sequential input, the shared forms and the `&mut` forms give the same decisions,
-    /// the same events and the same snapshots.
+    /// the same events and the same snapshots, whichever lane of counters the thread writes.
     #[test]
     fn the_shared_and_single_threaded_forms_agree_on_any_sequence(
+        lane in 0usize..20,
         probes in 1u32..3,
         ramp in any::<bool>(),
         stats in any::<bool>(),
@@ -81,7 +93,8 @@ proptest! {
         }
         let settings = b.build().unwrap();
         let mut local = Breaker::new(settings).with_seed(seed);
-        let shared = SharedBreaker::new(settings).with_seed(seed);
+        LANE.with(|l| l.set(lane));
+        let shared = SharedBreaker::new(settings).with_seed(seed).with_lane_hint(test_lane);
         let mut budget = Budget::new(BudgetSettings::defaults("eq"));
         let shared_budget = SharedBudget::new(BudgetSettings::defaults("eq"));
         let mut now = Instant::from_secs(500);
@@ -142,6 +155,106 @@ proptest! {
             prop_assert_eq!(budget.snapshot(now), shared_budget.snapshot(now));
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 4 } else { 256 }, ..ProptestConfig::default() })]
+
+    /// An open breaker's refusal (read from the control word and the mark alone) is the one the
+    /// full admission rule gives, at any instant: during the break, after it, and on a clock
+    /// that stepped back before the open, whatever the break's jitter and doubling; in both
+    /// forms.
+    #[test]
+    fn a_refusal_while_open_is_the_full_rules_answer(
+        seed in any::<u64>(),
+        jitter in any::<bool>(),
+        reopens in 0u32..5,
+        offsets in proptest::collection::vec(-20_000i64..150_000, 1..40),
+    ) {
+        let settings = BreakerSettings::builder("open")
+            .consecutive_failures(1)
+            .failure_rate(None)
+            .slow_calls(None)
+            .jitter(jitter)
+            .build()
+            .unwrap();
+        let mut local = Breaker::new(settings).with_seed(seed);
+        let shared = SharedBreaker::new(settings).with_seed(seed);
+        let mut now = Instant::from_secs(1000);
+        // Open, then fail the probe `reopens` times: each break doubles.
+        for _ in 0..=reopens {
+            if let Some(due) = local.poll_timeout(now) {
+                now = now.max(due);
+            }
+            let a = local.try_acquire(now).unwrap();
+            local.on_outcome(now, a, Outcome::Transient, &mut |_| {});
+            let b = shared.try_acquire(now, None, &mut |_| {}).unwrap();
+            shared.on_outcome(now, b, Outcome::Transient, &mut |_| {});
+        }
+        prop_assert_eq!(local.state(now), State::Open);
+        for ms in offsets {
+            let at = if ms < 0 {
+                now - Duration::from_millis(ms.unsigned_abs())
+            } else {
+                now + Duration::from_millis(ms.unsigned_abs())
+            };
+            let rule = local.check(at).err();
+            prop_assert_eq!(local.clone().try_acquire(at).err(), rule, "&mut at {:?}", at);
+            prop_assert_eq!(shared.check(at).err(), rule, "shared check at {:?}", at);
+            if rule.is_some() {
+                prop_assert_eq!(shared.try_acquire(at, None, &mut |_| {}).err(), rule, "shared at {:?}", at);
+            }
+        }
+    }
+}
+
+/// Outcomes written to different lanes are read as one trip window: spread over four lanes,
+/// the same outcomes trip the shared breaker exactly when they trip the `&mut` one, for the
+/// same reason, and leave the same counts.
+#[test]
+fn outcomes_spread_over_lanes_trip_as_the_same_outcomes_in_one() {
+    let settings = BreakerSettings::builder("lanes")
+        .consecutive_failures(50)
+        .failure_rate(None)
+        .failure_ratio(Ratio::from_percent(50))
+        .minimum_calls(20)
+        .jitter(false)
+        .build()
+        .unwrap();
+    let mut local = Breaker::new(settings);
+    let shared = SharedBreaker::<4>::with_lanes(settings).with_lane_hint(test_lane);
+    let now = Instant::from_secs(100);
+    let mut tripped_at = None;
+    // Two successes, then a failure, over and over: the window reaches half failures once
+    // enough of them have come.
+    for i in 0..60u32 {
+        let o = if i % 3 == 2 || i >= 30 {
+            Outcome::Transient
+        } else {
+            Outcome::Success
+        };
+        LANE.with(|l| l.set(i as usize));
+        let (mut la, mut lb) = (Vec::new(), Vec::new());
+        match (
+            local.try_acquire(now),
+            shared.try_acquire(now, None, &mut |_| {}),
+        ) {
+            (Ok(a), Ok(b)) => {
+                local.on_outcome(now, a, o, &mut record(&mut la));
+                shared.on_outcome(now, b, o, &mut record(&mut lb));
+            }
+            (Err(a), Err(b)) => assert_eq!(a, b),
+            (a, b) => panic!("outcome {i}: diverged: {a:?} vs {b:?}"),
+        }
+        assert_eq!(la, lb, "outcome {i}");
+        assert_eq!(local.snapshot(now), shared.snapshot(now), "outcome {i}");
+        if tripped_at.is_none() && shared.state(now) != State::Closed {
+            tripped_at = Some(i);
+        }
+    }
+    // 20 successes and 10 failures by outcome 29, then failures: the window reaches half
+    // failures at outcome 39 (20 of 40).
+    assert_eq!(tripped_at, Some(39));
 }
 
 #[test]

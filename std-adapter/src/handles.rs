@@ -29,11 +29,41 @@ pub fn entropy_seed() -> u64 {
     hasher.finish()
 }
 
+/// The calling thread's lane of a [`SharedBreaker`]'s counters
+/// ([`SharedBreaker::with_lane_hint`]): each thread is numbered at its first call, in the order
+/// threads first ask, so the worker threads of a runtime write different lanes while there are
+/// no more of them than lanes. [`Breaker::new`] sets it on every breaker it builds.
+///
+/// ```
+/// let here = stormguard_std::lane_hint();
+/// assert_eq!(here, stormguard_std::lane_hint(), "a thread keeps its lane");
+/// let there = std::thread::spawn(stormguard_std::lane_hint).join().unwrap();
+/// assert_ne!(here, there);
+/// ```
+#[must_use]
+pub fn lane_hint() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    // Const-initialised, so reading it is a plain thread-local load; `usize::MAX` until the
+    // thread's first call numbers it.
+    thread_local!(static LANE: Cell<usize> = const { Cell::new(usize::MAX) });
+    LANE.with(|lane| match lane.get() {
+        usize::MAX => {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed) & (usize::MAX >> 1);
+            lane.set(n);
+            n
+        }
+        n => n,
+    })
+}
+
 /// A circuit breaker shared by every task and thread that holds a clone: an
 /// `Arc<`[`SharedBreaker`]`>`, lock-free on the call path (`Send + Sync`, `&self`, atomics only).
 ///
 /// [`Breaker::new`] seeds the break jitter from [`entropy_seed`], so a fleet's breaks do not
-/// line up. Methods without a `now` read the process-wide clock (`TokioClock::global()`, or
+/// line up, and gives each thread its own lane of the breaker's counters ([`lane_hint`]), so
+/// that the threads of a runtime do not all write the same words on every call. Methods without a `now` read the process-wide clock (`TokioClock::global()`, or
 /// [`MonotonicClock::global`](crate::MonotonicClock::global) without the `tokio` feature),
 /// which is the clock policies read by default; with a policy on another clock, use the `_at`
 /// forms with that clock's readings.
@@ -60,7 +90,11 @@ impl Breaker {
     /// A closed breaker with validated `settings`, its jitter seeded from [`entropy_seed`].
     #[must_use]
     pub fn new(settings: BreakerSettings) -> Breaker {
-        Breaker::from_shared(SharedBreaker::new(settings).with_seed(entropy_seed()))
+        Breaker::from_shared(
+            SharedBreaker::new(settings)
+                .with_seed(entropy_seed())
+                .with_lane_hint(lane_hint),
+        )
     }
 
     /// The common case: trips after `consecutive_failures` transient failures in a row, every
@@ -78,7 +112,8 @@ impl Breaker {
             .map(Breaker::new)
     }
 
-    /// Wraps a breaker built elsewhere (its seed is kept as it is).
+    /// Wraps a breaker built elsewhere (its seed and lane hint are kept as they are: without
+    /// `.with_lane_hint(stormguard_std::lane_hint)`, every thread writes the same lane).
     ///
     /// ```
     /// use stormguard_std::{BreakerSettings, SharedBreaker};

@@ -176,7 +176,7 @@ pub use classify::{Classify, EveryErrorTransient};
 pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock, SteadyClock};
 pub use engine::{AddError, Decision, EnginePolicy, PolicyEngine, Predicate, Trail};
 pub use events::{Both, Ended, Listener, NoListener};
-pub use handles::{entropy_seed, Breaker, Budget};
+pub use handles::{entropy_seed, lane_hint, Breaker, Budget};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError, MAX_KEYS};

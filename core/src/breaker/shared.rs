@@ -18,6 +18,7 @@
 
 use core::fmt;
 
+use crate::breaker::stats::{LaneHint, StripedStats};
 use crate::breaker::{admission_via_core, Core, HedgeSuppressed, Permit, Snapshot, State};
 use crate::loom::AtomicU64;
 use crate::packed::const_unless_loom;
@@ -41,24 +42,85 @@ use crate::{BreakerSettings, Duration, Event, Instant, Name, Outcome, Ratio, Ref
 /// assert_eq!(PAYMENTS.state(now), State::Closed);
 /// # Ok::<(), stormguard_core::Refused>(())
 /// ```
+///
+/// # Lanes
+/// Every success while closed writes the trip window and the latency histogram. So that threads
+/// sharing a breaker do not all write the same words, those counters are kept in `LANES` lanes,
+/// each on its own cache line, and every reading sums them. A thread writes the lane its
+/// lane hint ([`SharedBreaker::with_lane_hint`]) names (modulo `LANES`); without a hint every
+/// thread writes lane 0. Each lane costs some 640 bytes (the host default of
+/// [`DEFAULT_LANES`](crate::breaker::DEFAULT_LANES) comes to about 5 KiB a breaker); one thread on one lane decides exactly as
+/// the single-threaded [`Breaker`](crate::Breaker) does.
 #[derive(Debug)]
-pub struct SharedBreaker {
-    core: Core<AtomicU64>,
+pub struct SharedBreaker<const LANES: usize = DEFAULT_LANES> {
+    core: Core<AtomicU64, StripedStats<AtomicU64, LANES>>,
 }
+
+/// The lanes of a [`SharedBreaker`] unless its type says otherwise: 8 on a 64-bit host, where
+/// a breaker is shared by the worker threads of a runtime (threads beyond 8 share lanes, 2 or
+/// more to one); 1 elsewhere, where memory counts more and the chip has a core or two.
+pub const DEFAULT_LANES: usize = if cfg!(target_pointer_width = "64") {
+    8
+} else {
+    1
+};
 
 impl SharedBreaker {
     const_unless_loom! {
-        /// A closed breaker with validated `settings`; usable in a `static`.
+        /// A closed breaker with validated `settings` and the default lanes; usable in a
+        /// `static`.
         #[must_use]
         pub fn new(settings: BreakerSettings) -> SharedBreaker {
+            SharedBreaker { core: Core::new(settings) }
+        }
+    }
+}
+
+impl<const LANES: usize> SharedBreaker<LANES> {
+    const_unless_loom! {
+        /// A closed breaker with validated `settings` and `LANES` lanes of counters (see the
+        /// type's docs; zero lanes fail the build); usable in a `static`.
+        ///
+        /// ```
+        /// use stormguard_core::{BreakerSettings, SharedBreaker};
+        ///
+        /// let breaker = SharedBreaker::<16>::with_lanes(BreakerSettings::defaults("search"));
+        /// # let _ = breaker;
+        /// ```
+        #[must_use]
+        pub fn with_lanes(settings: BreakerSettings) -> SharedBreaker<LANES> {
+            const { assert!(LANES > 0, "a shared breaker needs at least one lane") };
             SharedBreaker { core: Core::new(settings) }
         }
     }
 
     /// Sets the jitter seed (give each process its own, so a fleet's breaks do not line up).
     #[must_use]
-    pub const fn with_seed(mut self, seed: u64) -> SharedBreaker {
+    pub const fn with_seed(mut self, seed: u64) -> Self {
         self.core.set_seed(seed);
+        self
+    }
+
+    /// Sets the function that names the calling thread's lane (see the type's docs), for
+    /// example a thread-local index: each thread then writes its own lane of counters. The
+    /// hint picks a lane only; it changes no decision.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use stormguard_core::{BreakerSettings, SharedBreaker};
+    ///
+    /// fn this_thread() -> usize {
+    ///     static NEXT: AtomicUsize = AtomicUsize::new(0);
+    ///     thread_local!(static LANE: usize = NEXT.fetch_add(1, Ordering::Relaxed));
+    ///     LANE.with(|lane| *lane)
+    /// }
+    ///
+    /// static SEARCH: SharedBreaker =
+    ///     SharedBreaker::new(BreakerSettings::defaults("search")).with_lane_hint(this_thread);
+    /// ```
+    #[must_use]
+    pub const fn with_lane_hint(mut self, hint: LaneHint) -> Self {
+        self.core.stats.set_lane_hint(hint);
         self
     }
 
@@ -99,7 +161,7 @@ impl SharedBreaker {
         now: Instant,
         attempt_timeout: Option<Duration>,
         events: &mut impl FnMut(Event<'_>),
-    ) -> Result<PermitGuard<'_>, Refused> {
+    ) -> Result<PermitGuard<'_, LANES>, Refused> {
         self.try_acquire(now, attempt_timeout, events)
             .map(|permit| PermitGuard {
                 breaker: self,
@@ -196,12 +258,12 @@ impl SharedBreaker {
 /// never leaks a half-open probe slot.
 #[must_use = "dropping the guard releases the permit"]
 #[derive(Debug)]
-pub struct PermitGuard<'a> {
-    breaker: &'a SharedBreaker,
+pub struct PermitGuard<'a, const LANES: usize = DEFAULT_LANES> {
+    breaker: &'a SharedBreaker<LANES>,
     permit: Option<Permit>,
 }
 
-impl PermitGuard<'_> {
+impl<const LANES: usize> PermitGuard<'_, LANES> {
     /// Time since the attempt was admitted, at `now`.
     #[must_use]
     pub fn latency(&self, now: Instant) -> Option<Duration> {
@@ -221,7 +283,7 @@ impl PermitGuard<'_> {
     }
 }
 
-impl Drop for PermitGuard<'_> {
+impl<const LANES: usize> Drop for PermitGuard<'_, LANES> {
     fn drop(&mut self) {
         if let Some(p) = self.permit.take() {
             self.breaker.release(p);
@@ -229,23 +291,23 @@ impl Drop for PermitGuard<'_> {
     }
 }
 
-admission_via_core!(impl [] for &SharedBreaker);
+admission_via_core!(impl [const LANES: usize] for &SharedBreaker<LANES>);
 
-impl fmt::Display for SharedBreaker {
+impl<const LANES: usize> fmt::Display for SharedBreaker<LANES> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "shared breaker `{}`", self.name())
     }
 }
 
 #[cfg(feature = "defmt")]
-impl defmt::Format for SharedBreaker {
+impl<const LANES: usize> defmt::Format for SharedBreaker<LANES> {
     fn format(&self, f: defmt::Formatter<'_>) {
         defmt::write!(f, "SharedBreaker({})", self.name());
     }
 }
 
 #[cfg(feature = "defmt")]
-impl<'a> defmt::Format for PermitGuard<'a> {
+impl<'a, const LANES: usize> defmt::Format for PermitGuard<'a, LANES> {
     fn format(&self, f: defmt::Formatter<'_>) {
         defmt::write!(f, "PermitGuard({})", self.permit);
     }
