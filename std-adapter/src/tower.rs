@@ -399,17 +399,11 @@ impl<B: Clone + Send + 'static> Requests<Request<B>> for HttpRequests {
     }
 
     fn criticality(&self, req: &Request<B>) -> Option<Criticality> {
-        req.extensions()
-            .get::<Criticality>()
-            .copied()
-            .or_else(crate::inbound_criticality)
+        request_criticality(req.extensions())
     }
 
     fn set_criticality(&self, req: &mut Request<B>, criticality: Criticality) {
-        req.headers_mut().insert(
-            CRITICALITY_HEADER,
-            HeaderValue::from_static(criticality.as_str()),
-        );
+        write_criticality(req.headers_mut(), criticality);
     }
 
     fn scope(&self, req: &Request<B>) -> Option<String> {
@@ -443,6 +437,23 @@ impl HttpRequests {
             headers.insert(header.clone(), HeaderValue::from(left.as_millis()));
         }
     }
+}
+
+/// A call's label as the request rules read it: a [`Criticality`] in the request's
+/// extensions, else the label of the inbound request being served.
+fn request_criticality(extensions: &http::Extensions) -> Option<Criticality> {
+    extensions
+        .get::<Criticality>()
+        .copied()
+        .or_else(crate::inbound_criticality)
+}
+
+/// Writes a call's label into [`CRITICALITY_HEADER`], for the receiving side's layer.
+fn write_criticality(headers: &mut http::HeaderMap, criticality: Criticality) {
+    headers.insert(
+        CRITICALITY_HEADER,
+        HeaderValue::from_static(criticality.as_str()),
+    );
 }
 
 /// The HTTP rules for a `reqwest::Client` (feature `reqwest`): a `reqwest::Request` is
@@ -514,6 +525,16 @@ impl Requests<reqwest::Request> for HttpRequests {
 
     fn set_attempt(&self, req: &mut reqwest::Request, number: u32) {
         mark_attempt(req.headers_mut(), number);
+    }
+
+    /// The label of the inbound request being served ([`inbound_criticality`](crate::inbound_criticality)):
+    /// reqwest keeps a request's extensions to itself, so a label cannot ride on one.
+    fn criticality(&self, _: &reqwest::Request) -> Option<Criticality> {
+        crate::inbound_criticality()
+    }
+
+    fn set_criticality(&self, req: &mut reqwest::Request, criticality: Criticality) {
+        write_criticality(req.headers_mut(), criticality);
     }
 
     fn scope(&self, req: &reqwest::Request) -> Option<String> {

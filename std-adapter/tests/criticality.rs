@@ -155,3 +155,54 @@ async fn a_label_travels_on_the_header_down_a_chain_of_services_capped_by_each_s
         .await
         .expect("bounded");
 }
+
+/// A front whose outbound client is a `reqwest::Client` behind the policy layer.
+#[cfg(feature = "reqwest")]
+async fn reqwest_front(dependency: String, max: Criticality) -> String {
+    let policy = Policy::builder("dependency").build().unwrap();
+    let http = reqwest::Client::new();
+    let client = PolicyLayer::new(policy).layer(http.clone());
+    let app = Router::new()
+        .fallback(get(move || {
+            let (client, http, url) = (client.clone(), http.clone(), dependency.clone());
+            async move {
+                let req = http.get(format!("{url}/item")).build().unwrap();
+                client.oneshot(req).await.unwrap();
+                "served"
+            }
+        }))
+        .layer(NestedRetryLayer::new("front").max_criticality(max));
+    listen(app).await
+}
+
+#[cfg(feature = "reqwest")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reqwest_client_behind_the_layer_sends_the_label_it_serves_under() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let front = reqwest_front(dependency(seen.clone()).await, Criticality::Default).await;
+    let client = PolicyLayer::new(Policy::builder("front").build().unwrap()).layer(hyper());
+    for label in [Criticality::Sheddable, Criticality::Critical] {
+        let mut req = Request::get(format!("{front}/order"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        req.extensions_mut().insert(label);
+        client.clone().oneshot(req).await.unwrap();
+    }
+    // Sheddable travels as it is; critical is capped at the front's `Default`.
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [Some("sheddable".to_string()), Some("default".to_string())]
+    );
+}
+
+#[cfg(feature = "tonic")]
+#[test]
+fn the_grpc_rules_read_a_label_from_the_request_and_write_it_as_metadata() {
+    use stormguard_std::tower::{GrpcRequests, Requests};
+    let mut req = http::Request::new(tonic::body::Body::empty());
+    assert_eq!(GrpcRequests.criticality(&req), None);
+    req.extensions_mut().insert(Criticality::Sheddable);
+    assert_eq!(GrpcRequests.criticality(&req), Some(Criticality::Sheddable));
+    GrpcRequests.set_criticality(&mut req, Criticality::Sheddable);
+    assert_eq!(req.headers()[CRITICALITY_HEADER], "sheddable");
+}

@@ -15,7 +15,7 @@ use http::{Extensions, HeaderMap, HeaderValue, Method, Request, Response, Uri, V
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 use stormguard_core::grpc::{format_timeout, parse_timeout};
-use stormguard_core::Duration;
+use stormguard_core::{call::Criticality, Duration};
 use tonic::body::Body;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -168,6 +168,18 @@ impl Requests<Request<Body>> for GrpcRequests {
     /// is headers), as the HTTP rules send it.
     fn set_attempt(&self, req: &mut Request<Body>, number: u32) {
         super::mark_attempt(req.headers_mut(), number);
+    }
+
+    /// As the HTTP rules read it: a [`Criticality`] in the request's extensions, else the
+    /// label of the inbound request being served.
+    fn criticality(&self, req: &Request<Body>) -> Option<Criticality> {
+        super::request_criticality(req.extensions())
+    }
+
+    /// Sent in [`CRITICALITY_HEADER`](super::CRITICALITY_HEADER) (gRPC metadata is headers),
+    /// for the server's layer to read back, capped.
+    fn set_criticality(&self, req: &mut Request<Body>, criticality: Criticality) {
+        super::write_criticality(req.headers_mut(), criticality);
     }
 }
 
