@@ -28,8 +28,8 @@ use serde::de::{self, Deserialize, Deserializer, IntoDeserializer};
 use crate::breaker::{BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls};
 use crate::call::{Backoff, BackoffBuilder, CallSettings, CallSettingsBuilder, Jitter};
 use crate::limits::{
-    AdaptiveLimitSettings, BudgetSettingsBuilder, BulkheadSettings, RateLimitSettings,
-    WindowLimitSettings,
+    AdaptiveLimitSettings, BudgetSettingsBuilder, BulkheadSettings, QuotaSettings,
+    RateLimitSettings, SlidingWindowSettings, WindowLimitSettings,
 };
 use crate::policy::ChaosSettings;
 use crate::{
@@ -680,6 +680,78 @@ impl WindowLimitConfig {
     }
 }
 
+/// Overrides of a segmented sliding-window limiter's settings ([`SlidingWindowSettings`]):
+/// `quota` calls per `window`, the window sliding in `segments`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlidingWindowConfig {
+    /// The name (default: the policy's, in a policy section).
+    pub name: Option<Name>,
+    /// Calls admitted per window.
+    pub quota: Option<u64>,
+    /// The window.
+    pub window: Option<Duration>,
+    /// The segments the window slides in.
+    pub segments: Option<u64>,
+}
+
+impl SlidingWindowConfig {
+    /// The settings of a limiter called `name` (unless these keys name it): the defaults with
+    /// these keys, checked.
+    pub fn build(&self, name: Name) -> Result<SlidingWindowSettings, SettingsError> {
+        let mut b = SlidingWindowSettings::builder_named(self.name.unwrap_or(name));
+        if let Some(n) = self.quota {
+            b = b.quota(count(n));
+        }
+        if let Some(d) = self.window {
+            b = b.window(d);
+        }
+        if let Some(n) = self.segments {
+            b = b.segments(count(n));
+        }
+        b.build()
+    }
+}
+
+/// The settings of kept published quotas ([`QuotaSettings`]): `reserve` (a decimal share of
+/// the published limit kept untouched) and `max_wait` (the longest a reading may keep a
+/// caller waiting).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// The share of the limit kept untouched, as a decimal below 1.
+    pub reserve: Option<f64>,
+    /// The longest a reading may keep a caller waiting.
+    pub max_wait: Option<Duration>,
+}
+
+impl QuotaConfig {
+    /// The settings: the defaults with these keys, checked.
+    pub fn build(&self) -> Result<QuotaSettings, SettingsError> {
+        let reserve = match self.reserve {
+            // NaN and negative shares are no share; 1 and above are refused by the settings.
+            Some(x) if x.is_nan() || x < 0.0 => {
+                return Err(SettingsError::new(Field::QuotaReserve, Bound::BelowOne))
+            }
+            Some(x) => crate::Ratio::from_ppm_const(ppm(x).min(1_000_000)),
+            None => QuotaSettings::DEFAULT.reserve(),
+        };
+        QuotaSettings::new(
+            reserve,
+            self.max_wait.unwrap_or(QuotaSettings::DEFAULT.max_wait()),
+        )
+    }
+}
+
+impl<'de> Deserialize<'de> for QuotaSettings {
+    /// [`QuotaConfig`] keys on [`QuotaSettings::DEFAULT`], checked.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        QuotaConfig::deserialize(d)?
+            .build()
+            .map_err(|e| de::Error::custom(format_args!("invalid settings: {e}")))
+    }
+}
+
 /// Overrides of an adaptive concurrency limiter's settings ([`AdaptiveLimitSettings`]):
 /// `min_limit` and `max_limit` (set together by its builder's `limits`), `initial_limit`,
 /// `latency_tolerance` (a decimal multiple), `decrease` (a decimal ratio) and
@@ -802,6 +874,7 @@ settings_through!(BulkheadSettings, BulkheadConfig);
 settings_through!(RateLimitSettings, RateLimitConfig);
 settings_through!(WindowLimitSettings, WindowLimitConfig);
 settings_through!(AdaptiveLimitSettings, AdaptiveLimitConfig);
+settings_through!(SlidingWindowSettings, SlidingWindowConfig);
 
 impl<'de> Deserialize<'de> for ChaosSettings {
     /// [`ChaosConfig`] keys on [`ChaosSettings::OFF`], checked.

@@ -85,7 +85,8 @@ use serde::Deserialize;
 use serde_json::Value;
 pub use stormguard_core::config::{
     key, AdaptiveLimitConfig, BackoffConfig, BreakerConfig, BudgetConfig, BulkheadConfig,
-    CallConfig, ChaosConfig, PolicySection, RateLimitConfig, Switch, WindowLimitConfig,
+    CallConfig, ChaosConfig, PolicySection, QuotaConfig, RateLimitConfig, SlidingWindowConfig,
+    Switch, WindowLimitConfig,
 };
 use stormguard_core::{
     Bound, BreakerSettings, BudgetSettings, CallSettings, Field, Name, Problems, SettingsError,

@@ -376,7 +376,8 @@ fn a_policy_section_in_a_strategy_reads_as_the_std_loader_reads_it() {
 #[test]
 fn every_limit_and_fault_injection_settings_type_deserializes_with_the_builders_keys() {
     use stormguard_core::limits::{
-        AdaptiveLimitSettings, BulkheadSettings, RateLimitSettings, WindowLimitSettings,
+        AdaptiveLimitSettings, BulkheadSettings, QuotaSettings, RateLimitSettings,
+        SlidingWindowSettings, WindowLimitSettings,
     };
     use stormguard_core::policy::ChaosSettings;
     let b: BulkheadSettings =
@@ -406,6 +407,21 @@ fn every_limit_and_fault_injection_settings_type_deserializes_with_the_builders_
     .unwrap();
     assert_eq!((a.min_limit(), a.max_limit(), a.initial_limit()), (2, 9, 3));
     assert_eq!(a.decrease().ppm(), 500_000);
+    let sw: SlidingWindowSettings =
+        toml::from_str("name = \"api\"\nquota = 100\nwindow = \"1m\"\nsegments = 4").unwrap();
+    assert_eq!(
+        (sw.quota(), sw.window(), sw.segments()),
+        (100, Duration::from_secs(60), 4)
+    );
+    let q: QuotaSettings = toml::from_str("reserve = 0.2\nmax_wait = \"5s\"").unwrap();
+    assert_eq!(
+        (q.reserve().ppm(), q.max_wait()),
+        (200_000, Duration::from_secs(5))
+    );
+    assert!(toml::from_str::<QuotaSettings>("reserve = 1.0")
+        .unwrap_err()
+        .message()
+        .contains("quota_reserve"));
     let c: ChaosSettings =
         toml::from_str("faults = 0.25\nslowed = 0.5\nlatency = \"100ms\"\nseed = 7").unwrap();
     assert_eq!((c.faults().ppm(), c.slowed().ppm()), (250_000, 500_000));
