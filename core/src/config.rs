@@ -957,10 +957,10 @@ pub struct PolicyProblems {
     /// The call settings' (the section's own keys).
     pub call: Problems,
     /// The breaker's (`breaker.` keys); a breaker `name` other than the policy's is
-    /// [`Field::BreakerName`](crate::Field::BreakerName).
+    /// [`Field::BreakerName`].
     pub breaker: Problems,
     /// The budget's (`budget.` keys); a budget `name` other than the policy's is
-    /// [`Field::BudgetName`](crate::Field::BudgetName).
+    /// [`Field::BudgetName`].
     pub budget: Problems,
     /// The rate limiter's (`rate_limit.` keys).
     pub rate_limit: Problems,

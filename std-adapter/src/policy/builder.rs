@@ -389,7 +389,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// Measures the backoff base (default off): the first retry after a transient failure
     /// waits `multiple` times the median latency the breaker has learned, kept within 10x of
     /// the configured base either way, and the configured base until there is a median (see
-    /// [`BackoffBuilder::measured_base`](stormguard_core::BackoffBuilder::measured_base)). It
+    /// [`BackoffBuilder::measured_base`](stormguard_core::call::BackoffBuilder::measured_base)). It
     /// applies to the backoff set with [`backoff`](Self::backoff), whichever is called first.
     ///
     /// ```
