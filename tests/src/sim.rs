@@ -148,7 +148,9 @@ struct Frame {
     /// (bottom layer only), with the hedge's attempt and permit once launched.
     pair: Option<HedgedPair>,
     hedge: Option<(u64, Permit)>,
-    /// Numbers the pair's wake-ups, so a stale one is ignored.
+    /// The pair's current wake-up (0: none). Unique across the run, like `attempt`: a frame's
+    /// slot is reused by later calls, and a wake-up armed for an earlier call must not fire
+    /// this one's pair.
     pair_wake: u64,
     begun: u64,
     permit: Option<Permit>,
@@ -222,6 +224,8 @@ struct Sim<'a> {
     clients: Vec<Client>,
     in_flight: u32,
     next_attempt: u64,
+    /// The last pair wake-up number handed out.
+    next_wake: u64,
     dep_rng: fastrand::Rng,
     tally: Tally,
 }
@@ -302,6 +306,7 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
         clients,
         in_flight: 0,
         next_attempt: 1,
+        next_wake: 0,
         dep_rng: fastrand::Rng::with_seed(derive(seed, u64::MAX, 0xDE9)),
         tally: Tally::default(),
     };
@@ -703,8 +708,9 @@ impl Sim<'_> {
         let Some(frame) = self.frames[f].as_mut() else {
             return;
         };
-        frame.pair_wake += 1;
-        let seq = frame.pair_wake;
+        self.next_wake += 1;
+        let seq = self.next_wake;
+        frame.pair_wake = seq;
         if let Some(at) = frame.pair.as_ref().and_then(HedgedPair::wake_at) {
             self.at(at.as_nanos().max(self.now), Ev::PairWake { frame: f, seq });
         }
