@@ -28,10 +28,15 @@ fn hedging_at_the_learned_p95_cuts_a_long_tail_for_a_few_more_attempts() {
         );
     }
     assert_eq!(plain.hedges, 0);
-    // Each hedge is an attempt at the dependency: the load rises by about the hedged share.
-    assert!(hedged.hedges > 0);
+    // Each hedge is an attempt at the dependency: the load rises by about the hedged share,
+    // which the learned p95 keeps near one call in 20 (a little more: the calls the ceiling
+    // cut are not in the latencies learned).
+    let share = hedged.hedges as f64 / hedged.calls as f64;
+    assert!((0.03..=0.07).contains(&share), "hedged share {share:.4}");
     assert!(hedged.load_multiplier > plain.load_multiplier);
     assert!(hedged.load_multiplier <= 1.1, "{}", hedged.load_multiplier);
-    // The slowest calls no longer wait out the tail alone.
-    assert!(hedged.latency_p99_ms < 0.8 * plain.latency_p99_ms);
+    // The slowest calls no longer wait out the tail alone: p99 cut by at least a third.
+    assert!(hedged.latency_p99_ms <= plain.latency_p99_ms * 2.0 / 3.0);
+    // And the hedges do not spend what the retries after a timeout need.
+    assert!(hedged.availability >= 0.999, "{}", hedged.availability);
 }

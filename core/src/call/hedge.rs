@@ -136,6 +136,9 @@ pub struct HedgedPair {
     hedge: Flight,
     /// Whether a hedge ran and, if so, whether its answer was the call's.
     hedge_won: Option<bool>,
+    /// When the first attempt started: a hedge that answers while it still runs reports the
+    /// latency from here (see [`HedgedPair::finished`]).
+    first_started: Instant,
 }
 
 impl HedgedPair {
@@ -152,6 +155,7 @@ impl HedgedPair {
             },
             hedge: Flight::IDLE,
             hedge_won: None,
+            first_started: now,
         }
     }
 
@@ -253,6 +257,13 @@ impl HedgedPair {
     /// [`Outcome::TimedOut`]); `answered` as [`Call::complete_attempt`] reads it. The adapter
     /// has dropped the attempt and hands over its permit (`None` when it holds none). No hedge
     /// is launched after either attempt ended. Says what comes next.
+    ///
+    /// A hedge that succeeds while the first attempt still runs is reported with the pair's
+    /// latency, from the first attempt's start, not its own. The first attempt is dropped
+    /// unanswered, and what the breaker learns of it is that it took at least that long: the
+    /// learned percentiles below the hedge delay stay those of the dependency. The hedge's
+    /// own latency is a draw conditioned on winning the race; learned in place of the slow
+    /// first attempt, it would pull the learned p95 down, hedge sooner, and pull it further.
     #[allow(clippy::too_many_arguments)]
     pub fn finished<A: Admission, F: Funding>(
         &mut self,
@@ -267,8 +278,12 @@ impl HedgedPair {
     ) -> PairNext {
         self.launch_at = None;
         *self.flight_mut(lane) = Flight::IDLE;
+        let mut permit = permit;
         if lane == Lane::Hedge && outcome == Outcome::Success {
             self.hedge_won = Some(true);
+            if self.first.running {
+                permit = permit.map(|p| p.granted_at(self.first_started));
+            }
         }
         if let Some(permit) = permit {
             call.complete_attempt(parts, permit, now, outcome, answered, events);
@@ -1081,6 +1096,107 @@ mod tests {
         }
         assert_eq!(pair.hedge_won().is_some(), ran);
         ran
+    }
+
+    /// A latency of a dependency with a tail: 20 ms divided by a uniform draw in [0.1, 1], so
+    /// between 20 and 200 ms, with `P(X > x) = (20 ms / x - 0.1) / 0.9`.
+    fn tail_latency(rng: &mut fastrand::Rng) -> Duration {
+        let u = 0.1 + 0.9 * rng.f64();
+        Duration::from_nanos((20e6 / u) as u64)
+    }
+
+    #[test]
+    fn hedges_that_win_leave_the_learned_p95_where_the_dependency_puts_it() {
+        // The dependency's p95: (20 / x - 0.1) / 0.9 = 0.05 at x = 20 / 0.145 ms.
+        let true_p95 = Duration::from_nanos((20e6 / 0.145) as u64);
+        let mut parts = Parts {
+            breaker: Breaker::of(5, "tail").unwrap(),
+            budget: crate::call::Unlimited,
+        };
+        let parts = &mut parts;
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut now = Instant::from_secs(1);
+        let (mut hedged, mut won) = (0, 0);
+        for _ in 0..20_000 {
+            let mut call = Call::begin(&hedging(), now);
+            let Step::Attempt(first) = call.poll(parts, now, &mut |_| {}) else {
+                panic!("the first attempt")
+            };
+            let after = call.hedge_delay(parts, now);
+            let mut pair = HedgedPair::begin(&call, now, after);
+            let first_done = now + tail_latency(&mut rng);
+            assert!(
+                call.attempt_deadline().is_none_or(|d| d > first_done),
+                "the ceiling never cuts this dependency's slowest call"
+            );
+            let launch = after.map(|a| now + a).filter(|&at| at < first_done);
+            let end = match launch {
+                None => {
+                    let next = pair.finished(
+                        &mut call,
+                        parts,
+                        Lane::First,
+                        Some(first),
+                        first_done,
+                        Outcome::Success,
+                        true,
+                        &mut |_| {},
+                    );
+                    assert_eq!(next, PairNext::Over);
+                    first_done
+                }
+                Some(at) => {
+                    assert_eq!(pair.due(), Some(Due::Launch));
+                    let (hedge, _) = pair
+                        .launch(&mut call, parts, at, &mut |_| {}, Some)
+                        .expect("an unlimited budget funds every hedge");
+                    hedged += 1;
+                    let hedge_done = at + tail_latency(&mut rng);
+                    let (lane, permit, lost, end) = if hedge_done < first_done {
+                        won += 1;
+                        (Lane::Hedge, hedge, first, hedge_done)
+                    } else {
+                        (Lane::First, first, hedge, first_done)
+                    };
+                    let next = pair.finished(
+                        &mut call,
+                        parts,
+                        lane,
+                        Some(permit),
+                        end,
+                        Outcome::Success,
+                        true,
+                        &mut |_| {},
+                    );
+                    assert_eq!(next, PairNext::Drop(lane.other()));
+                    pair.abandon(&mut call, parts, lane.other(), Some(lost), end, &mut |_| {});
+                    end
+                }
+            };
+            assert_eq!(
+                call.poll(parts, end, &mut |_| {}),
+                Step::Done(Finished::Succeeded)
+            );
+            now = end;
+        }
+        let learned = parts
+            .breaker
+            .hedge_after(now)
+            .expect("a warm breaker hedges");
+        // The histogram reads a bucket by its upper bound: up to 1/8 above the true value.
+        assert!(
+            learned >= true_p95 && learned.as_nanos() <= true_p95.as_nanos() * 9 / 8,
+            "learned p95 {learned:?}, the dependency's {true_p95:?} ({hedged} hedges, {won} won)"
+        );
+        // The calls hedged are those slower than the learned p95 (within a fifth, for the
+        // early calls and the draw): about one in 20, less the histogram's rounding up.
+        let share = (20e6 / learned.as_nanos() as f64 - 0.1) / 0.9;
+        let expected = 20_000.0 * share;
+        assert!(
+            (f64::from(hedged) - expected).abs() <= expected / 5.0,
+            "{hedged} hedges in 20,000 calls, {expected:.0} expected"
+        );
+        assert!(won > 0, "some hedges won the race");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The permit a breaker grants for one attempt, which the call driver hands back with the
 //! attempt's outcome.
 
-use crate::packed::{field, put};
+use crate::packed::{field, mask, put};
 use crate::{Duration, Instant};
 
 /// What kind of admission a permit records.
@@ -87,6 +87,15 @@ impl Permit {
             Duration::ZERO
         } else {
             Duration::from_nanos(elapsed)
+        }
+    }
+
+    /// The same permit, as if granted at `started`: a hedge that answered while the first
+    /// attempt still ran reports the pair's latency, counted from the first attempt's grant.
+    #[inline]
+    pub(crate) const fn granted_at(self, started: Instant) -> Permit {
+        Permit {
+            word: (self.word & !mask(STARTED_BITS)) | put(started.as_nanos(), 0, STARTED_BITS),
         }
     }
 
