@@ -1117,7 +1117,10 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(7);
         let mut now = Instant::from_secs(1);
         let (mut hedged, mut won) = (0, 0);
-        for _ in 0..20_000 {
+        // Under miri (which runs the unit tests in CI) a short walk: it checks the path, not
+        // the statistics.
+        let calls = if cfg!(miri) { 300 } else { 20_000 };
+        for _ in 0..calls {
             let mut call = Call::begin(&hedging(), now);
             let Step::Attempt(first) = call.poll(parts, now, &mut |_| {}) else {
                 panic!("the first attempt")
@@ -1183,6 +1186,9 @@ mod tests {
             .breaker
             .hedge_after(now)
             .expect("a warm breaker hedges");
+        if cfg!(miri) {
+            return;
+        }
         // The histogram reads a bucket by its upper bound: up to 1/8 above the true value.
         assert!(
             learned >= true_p95 && learned.as_nanos() <= true_p95.as_nanos() * 9 / 8,
