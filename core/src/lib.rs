@@ -117,6 +117,15 @@ macro_rules! forward_breaker_readings {
         ) -> Result<$crate::Duration, $crate::breaker::HedgeSuppressed> {
             self.$($field)+.hedge_after(now)
         }
+
+        fn censored_latency(
+            &self,
+            now: $crate::Instant,
+            ran_past: $crate::Duration,
+            draw: u64,
+        ) -> $crate::Duration {
+            self.$($field)+.censored_latency(now, ran_past, draw)
+        }
     };
 }
 

@@ -605,6 +605,12 @@ impl<M: RawMutex, B: CoreBreaker> Admission for BreakerRef<'_, M, B> {
             .unwrap_or(Err(HedgeSuppressed::NotClosed))
     }
 
+    fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
+        self.breaker
+            .read(|b| b.censored_latency(now, ran_past, draw))
+            .unwrap_or(ran_past)
+    }
+
     fn self_limits(&self) -> bool {
         false
     }

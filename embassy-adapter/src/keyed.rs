@@ -239,6 +239,16 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> Admiss
             })
             .unwrap_or(Err(HedgeSuppressed::NotClosed))
     }
+
+    fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
+        self.keyed
+            .read(|k| {
+                k.get(&self.key)
+                    .map(|b| b.censored_latency(now, ran_past, draw))
+            })
+            .flatten()
+            .unwrap_or(ran_past)
+    }
 }
 
 /// `policy.call(key, |attempt| async { ... })`: a [`Policy`](crate::Policy) whose breaker is

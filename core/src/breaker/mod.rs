@@ -1633,6 +1633,12 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         p95.map(|p| p.saturating_mul(CEILING_MULTIPLE))
     }
 
+    /// Where to learn an attempt known only to have run past `ran_past` (see
+    /// [`Admission::censored_latency`](crate::call::Admission::censored_latency)).
+    pub(crate) fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
+        self.stats.censored(now, self.s(), ran_past, draw)
+    }
+
     /// When a hedged second attempt should start after the first (the learned p95 of normal
     /// latency, never a fixed delay, and never under 10 ms), or why hedging is suppressed now.
     pub(crate) fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
@@ -1826,6 +1832,14 @@ macro_rules! admission_via_core {
                 now: $crate::Instant,
             ) -> Result<$crate::Duration, $crate::breaker::HedgeSuppressed> {
                 self.core.hedge_after(now)
+            }
+            fn censored_latency(
+                &self,
+                now: $crate::Instant,
+                ran_past: $crate::Duration,
+                draw: u64,
+            ) -> $crate::Duration {
+                self.core.censored_latency(now, ran_past, draw)
             }
             fn self_limits(&self) -> bool {
                 false

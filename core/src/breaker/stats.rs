@@ -860,6 +860,38 @@ impl<W: Word, C: Stripes<Item = HistCounts<W>>> Histogram<W, C> {
         }
     }
 
+    /// A bucket above `bucket`, drawn in proportion to the samples each holds, with `draw`
+    /// uniform over `u64`; `None` when no sample lies above. A scan of the whole histogram:
+    /// for the rare reader (a hedge that won), not per call.
+    fn draw_above(&self, bucket: usize, draw: u64) -> Option<usize> {
+        let mut total: u64 = 0;
+        let _ = self.scan_above(bucket, &mut |count| {
+            total = total.saturating_add(count);
+            false
+        });
+        let rank = draw.checked_rem(total)?;
+        let mut seen: u64 = 0;
+        self.scan_above(bucket, &mut |count| {
+            seen = seen.saturating_add(count);
+            seen > rank
+        })
+    }
+
+    /// Hands `stop` the count of each bucket above `bucket`, lowest first, until it says stop:
+    /// the bucket it stopped at.
+    fn scan_above(&self, bucket: usize, stop: &mut dyn FnMut(u64) -> bool) -> Option<usize> {
+        let written = self.counts.written();
+        for wi in 0..HIST_WORDS {
+            for (i, count) in self.counts_at(wi, written).into_iter().enumerate() {
+                let b = wi.saturating_mul(LANES).saturating_add(i);
+                if b > bucket && stop(count) {
+                    return Some(b);
+                }
+            }
+        }
+        None
+    }
+
     /// The memoized 95th percentile (read as its bucket's upper bound).
     fn p95(&self) -> Option<Duration> {
         self.tail
@@ -1039,6 +1071,24 @@ impl<W: Word, T: Stripes<Item = Ring<W>>, C: Stripes<Item = HistCounts<W>>> Stat
         (self.latency.p95(), self.latency.reading().1)
     }
 
+    /// Where to learn an attempt known only to have run past `ran_past` (see
+    /// [`Measure::censored`]).
+    pub(crate) fn censored(
+        &self,
+        now: Instant,
+        s: &BreakerSettings,
+        ran_past: Duration,
+        draw: u64,
+    ) -> Duration {
+        if self.latency.expired(now, half_baseline(s)) {
+            return ran_past;
+        }
+        let bucket = Histogram::<W>::bucket(ran_past.as_nanos());
+        self.latency.draw_above(bucket, draw).map_or(ran_past, |b| {
+            Histogram::<W>::upper_bound(b).saturating_sub(Duration::from_nanos(1))
+        })
+    }
+
     /// The slow-call threshold in force at `now`: memoized with the median, one load.
     pub(crate) fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration> {
         if self.latency.expired(now, half_baseline(s)) {
@@ -1111,6 +1161,17 @@ pub(crate) trait Measure {
     fn tail(&self, now: Instant, s: &BreakerSettings) -> (Option<Duration>, u32);
     /// The slow-call threshold in force.
     fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration>;
+    /// Where to learn an attempt known only to have run past `ran_past` (a first attempt a
+    /// winning hedge left running): a latency drawn, with `draw` uniform over `u64`, from
+    /// those learned above `ran_past`'s bucket, in proportion to how often each came, or
+    /// `ran_past` itself when none lies above (or nothing is learned).
+    fn censored(
+        &self,
+        now: Instant,
+        s: &BreakerSettings,
+        ran_past: Duration,
+        draw: u64,
+    ) -> Duration;
     /// Empties the trip window, folding what `fold` says into the error baseline.
     fn clear_window(&self, now: Instant, s: &BreakerSettings, fold: Fold);
 }
@@ -1138,6 +1199,15 @@ impl<W: Word, T: Stripes<Item = Ring<W>>, C: Stripes<Item = HistCounts<W>>> Meas
     fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration> {
         Stats::slow_threshold(self, now, s)
     }
+    fn censored(
+        &self,
+        now: Instant,
+        s: &BreakerSettings,
+        ran_past: Duration,
+        draw: u64,
+    ) -> Duration {
+        Stats::censored(self, now, s, ran_past, draw)
+    }
     fn clear_window(&self, now: Instant, s: &BreakerSettings, fold: Fold) {
         Stats::clear_window(self, now, s, fold);
     }
@@ -1162,6 +1232,9 @@ impl Measure for NoStats {
     }
     fn slow_threshold(&self, _: Instant, s: &BreakerSettings) -> Option<Duration> {
         slow_threshold(s, None, 0)
+    }
+    fn censored(&self, _: Instant, _: &BreakerSettings, ran_past: Duration, _: u64) -> Duration {
+        ran_past
     }
     fn clear_window(&self, _: Instant, _: &BreakerSettings, _: Fold) {}
 }

@@ -136,9 +136,11 @@ pub struct HedgedPair {
     hedge: Flight,
     /// Whether a hedge ran and, if so, whether its answer was the call's.
     hedge_won: Option<bool>,
-    /// When the first attempt started: a hedge that answers while it still runs reports the
-    /// latency from here (see [`HedgedPair::finished`]).
+    /// When the first attempt started, and the hedge delay it was given: a hedge that answers
+    /// while the first attempt still runs is learned at that delay (see
+    /// [`HedgedPair::finished`]).
     first_started: Instant,
+    hedge_after: Option<Duration>,
 }
 
 impl HedgedPair {
@@ -156,6 +158,7 @@ impl HedgedPair {
             hedge: Flight::IDLE,
             hedge_won: None,
             first_started: now,
+            hedge_after,
         }
     }
 
@@ -258,12 +261,23 @@ impl HedgedPair {
     /// has dropped the attempt and hands over its permit (`None` when it holds none). No hedge
     /// is launched after either attempt ended. Says what comes next.
     ///
-    /// A hedge that succeeds while the first attempt still runs is reported with the pair's
-    /// latency, from the first attempt's start, not its own. The first attempt is dropped
-    /// unanswered, and what the breaker learns of it is that it took at least that long: the
-    /// learned percentiles below the hedge delay stay those of the dependency. The hedge's
-    /// own latency is a draw conditioned on winning the race; learned in place of the slow
-    /// first attempt, it would pull the learned p95 down, hedge sooner, and pull it further.
+    /// A hedge that succeeds while the first attempt still runs is learned as the first
+    /// attempt, which it stands in for, and at a latency drawn from those learned above the
+    /// hedge delay ([`Admission::censored_latency`]): the first attempt, dropped unanswered, is
+    /// known only to have run past the delay, so it is given the length of a call that did,
+    /// in proportion to how often each came (the "redistribute to the right" estimate of
+    /// survival analysis). The learned percentiles then stay the dependency's:
+    /// - the hedge's own latency is a draw conditioned on winning the race; learned in place
+    ///   of the slow first attempt, it would pull the learned p95 down, hedge sooner, and pull
+    ///   it further;
+    /// - the pair's latency would push the other way: when every first attempt hangs, each
+    ///   win would land above the p95 it was launched at, and the delay would climb call after
+    ///   call until the calls read as slow;
+    /// - the delay itself would hold the p95 wherever it first stood, even below the truth.
+    ///
+    /// With nothing learned above the delay, the attempt is learned just under it, in the
+    /// bucket the delay was read from: the delay rises no further than the slowest answer the
+    /// dependency has given.
     #[allow(clippy::too_many_arguments)]
     pub fn finished<A: Admission, F: Funding>(
         &mut self,
@@ -280,8 +294,13 @@ impl HedgedPair {
         *self.flight_mut(lane) = Flight::IDLE;
         if lane == Lane::Hedge && outcome == Outcome::Success {
             self.hedge_won = Some(true);
-            if self.first.running {
-                permit = permit.map(|p| p.granted_at(self.first_started));
+            if let (true, Some(after)) = (self.first.running, self.hedge_after) {
+                // The delay is a bucket's exclusive upper bound: one nanosecond less is in it.
+                let ran_past = after
+                    .saturating_sub(Duration::from_nanos(1))
+                    .min(now.saturating_duration_since(self.first_started));
+                let learned = parts.breaker.censored_latency(now, ran_past, call.draw());
+                permit = permit.map(|p| p.granted_at(now.saturating_sub(learned)));
             }
         }
         if let Some(permit) = permit {
@@ -1104,40 +1123,33 @@ mod tests {
         Duration::from_nanos((20e6 / u) as u64)
     }
 
-    #[test]
-    fn hedges_that_win_leave_the_learned_p95_where_the_dependency_puts_it() {
-        // The dependency's p95: (20 / x - 0.1) / 0.9 = 0.05 at x = 20 / 0.145 ms.
-        let true_p95 = Duration::from_nanos((20e6 / 0.145) as u64);
-        let mut parts = Parts {
-            breaker: Breaker::of(5, "tail").unwrap(),
-            budget: crate::call::Unlimited,
-        };
-        let parts = &mut parts;
-        let mut rng = fastrand::Rng::with_seed(7);
-        let mut now = Instant::from_secs(1);
+    /// Walks `calls` hedged calls that all succeed, one after the other from `now`, each
+    /// attempt taking `latency(lane)`; the first attempt is hedged when it runs past the
+    /// delay. Returns how many calls were hedged and how many of those hedges won.
+    fn hedged_walk(
+        parts: &mut Parts<Breaker, crate::call::Unlimited>,
+        now: &mut Instant,
+        calls: u32,
+        latency: &mut dyn FnMut(Lane) -> Duration,
+    ) -> (u32, u32) {
         let (mut hedged, mut won) = (0u32, 0u32);
-        // Under miri (which runs the unit tests in CI) a short walk: it checks the path, not
-        // the statistics.
-        let calls: u32 = if cfg!(miri) { 300 } else { 20_000 };
         for _ in 0..calls {
-            let mut call = Call::begin(&hedging(), now);
-            let Step::Attempt(first) = call.poll(parts, now, &mut |_| {}) else {
+            let start = *now;
+            let mut call = Call::begin(&hedging(), start);
+            let Step::Attempt(first) = call.poll(parts, start, &mut |_| {}) else {
                 panic!("the first attempt")
             };
-            let after = call.hedge_delay(parts, now);
-            let mut pair = HedgedPair::begin(&call, now, after);
-            let first_done = now + tail_latency(&mut rng);
-            assert!(
-                call.attempt_deadline().is_none_or(|d| d > first_done),
-                "the ceiling never cuts this dependency's slowest call"
-            );
-            let launch = after.map(|a| now + a).filter(|&at| at < first_done);
+            let after = call.hedge_delay(parts, start);
+            let mut pair = HedgedPair::begin(&call, start, after);
+            let first_deadline = call.attempt_deadline();
+            let first_done = start + latency(Lane::First);
+            let launch = after.map(|a| start + a).filter(|&at| at < first_done);
             let hedge = launch.map(|at| {
                 assert_eq!(pair.due(), Some(Due::Launch));
                 let (hedge, _) = pair
                     .launch(&mut call, parts, at, &mut |_| {}, Some)
                     .expect("an unlimited budget funds every hedge");
-                (hedge, at + tail_latency(&mut rng))
+                (hedge, at + latency(Lane::Hedge))
             });
             hedged += u32::from(hedge.is_some());
             let (lane, permit, lost, end) = match hedge {
@@ -1148,6 +1160,14 @@ mod tests {
                 Some((hedge, _)) => (Lane::First, first, Some(hedge), first_done),
                 None => (Lane::First, first, None, first_done),
             };
+            let deadline = match lane {
+                Lane::First => first_deadline,
+                Lane::Hedge => call.attempt_deadline(),
+            };
+            assert!(
+                deadline.is_none_or(|d| d > end),
+                "the ceiling never cuts the attempt that answers"
+            );
             let next = pair.finished(
                 &mut call,
                 parts,
@@ -1169,8 +1189,26 @@ mod tests {
                 call.poll(parts, end, &mut |_| {}),
                 Step::Done(Finished::Succeeded)
             );
-            now = end;
+            *now = end;
         }
+        (hedged, won)
+    }
+
+    #[test]
+    fn hedges_that_win_leave_the_learned_p95_where_the_dependency_puts_it() {
+        // The dependency's p95: (20 / x - 0.1) / 0.9 = 0.05 at x = 20 / 0.145 ms.
+        let true_p95 = Duration::from_nanos((20e6 / 0.145) as u64);
+        let mut parts = Parts {
+            breaker: Breaker::of(5, "tail").unwrap(),
+            budget: crate::call::Unlimited,
+        };
+        let parts = &mut parts;
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut now = Instant::from_secs(1);
+        // Under miri (which runs the unit tests in CI) a short walk: it checks the path, not
+        // the statistics.
+        let calls: u32 = if cfg!(miri) { 300 } else { 20_000 };
+        let (hedged, won) = hedged_walk(parts, &mut now, calls, &mut |_| tail_latency(&mut rng));
         let learned = parts
             .breaker
             .hedge_after(now)
@@ -1192,6 +1230,34 @@ mod tests {
             "{hedged} hedges in {calls} calls, {expected:.0} expected"
         );
         assert!(won > 0, "some hedges won the race");
+    }
+
+    #[test]
+    fn a_first_attempt_that_always_hangs_leaves_the_hedge_delay_where_it_was() {
+        let mut parts = Parts {
+            breaker: Breaker::of(5, "hangs").unwrap(),
+            budget: crate::call::Unlimited,
+        };
+        let parts = &mut parts;
+        let mut now = Instant::from_secs(1);
+        // Warm at 20 ms: no call is slower than the p95, so none is hedged.
+        assert_eq!(hedged_walk(parts, &mut now, 40, &mut |_| ms(20)), (0, 0));
+        let before = parts
+            .breaker
+            .hedge_after(now)
+            .expect("a warm breaker hedges");
+        // Now every first attempt hangs and every hedge answers in 20 ms: each call is the
+        // hedge's, and what the breaker learns of the hung attempts must not move the delay
+        // (learned at the pair's latency, it climbed a bucket every few calls until the calls
+        // read as slow and tripped the breaker).
+        let calls: u32 = if cfg!(miri) { 100 } else { 2_000 };
+        let (hedged, won) = hedged_walk(parts, &mut now, calls, &mut |lane| match lane {
+            Lane::First => Duration::from_secs(10),
+            Lane::Hedge => ms(20),
+        });
+        assert_eq!((hedged, won), (calls, calls));
+        assert_eq!(parts.breaker.hedge_after(now), Ok(before));
+        assert_eq!(parts.breaker.state(now), crate::State::Closed);
     }
 
     #[test]

@@ -156,6 +156,16 @@ pub trait Admission {
         let _ = now;
         Err(HedgeSuppressed::NoBaseline)
     }
+    /// Where to learn a first attempt that a winning hedge left running, known only to have
+    /// run past `ran_past` (just under the hedge delay): a latency drawn, with `draw` uniform
+    /// over `u64`, from those learned above `ran_past`, in proportion to how often each came,
+    /// or `ran_past` itself when none lies above. So the learned percentiles stay the
+    /// dependency's (see [`HedgedPair::finished`](crate::call::HedgedPair::finished)). Without
+    /// anything learned, `ran_past`.
+    fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
+        let _ = (now, draw);
+        ran_past
+    }
     /// Whether a refusal may come from a local rate limiter or bulkhead in front of the
     /// breaker, a self-imposed throttle the call retries ([`Call::poll`]). `true` unless the
     /// type knows better: a bare breaker answers `false`, which lets the compiler leave the
@@ -340,6 +350,13 @@ impl<A: Admission> Admission for OptionalBreaker<A> {
         }
     }
     #[inline]
+    fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
+        match self {
+            OptionalBreaker::Breaker(b) => b.censored_latency(now, ran_past, draw),
+            OptionalBreaker::Unguarded(u) => u.censored_latency(now, ran_past, draw),
+        }
+    }
+    #[inline]
     fn self_limits(&self) -> bool {
         match self {
             OptionalBreaker::Breaker(b) => b.self_limits(),
@@ -386,6 +403,9 @@ impl<A: Admission + ?Sized> Admission for &mut A {
     }
     fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
         (**self).hedge_after(now)
+    }
+    fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
+        (**self).censored_latency(now, ran_past, draw)
     }
     fn self_limits(&self) -> bool {
         (**self).self_limits()
@@ -1000,6 +1020,12 @@ impl Call {
     pub fn reseed(&mut self, seed: u64) {
         self.mix_rng();
         self.rng = JitterRng::with_seed(seed ^ self.rng.next_u64());
+    }
+
+    /// A draw from the call's generator, uniform over `u64`.
+    pub(crate) fn draw(&mut self) -> u64 {
+        self.mix_rng();
+        self.rng.next_u64()
     }
 
     /// Makes the jitter generator of the seed it holds, on first use.

@@ -91,7 +91,7 @@ impl Permit {
     }
 
     /// The same permit, as if granted at `started`: a hedge that answered while the first
-    /// attempt still ran reports the pair's latency, counted from the first attempt's grant.
+    /// attempt still ran is learned as that attempt (see `HedgedPair::finished`).
     #[inline]
     pub(crate) const fn granted_at(self, started: Instant) -> Permit {
         Permit {
