@@ -1044,19 +1044,26 @@ mod tests {
     }
 
     /// Breaker learned on 20 ms calls, no budget limit: every hedge the pair asks for runs.
+    /// Learned once per thread and copied: the tests below take hundreds of fresh ones, and
+    /// under miri learning each anew took minutes.
     fn warm_unlimited() -> (Parts<Breaker, crate::call::Unlimited>, Instant) {
-        let mut parts = Parts {
-            breaker: Breaker::of(5, "loop").unwrap(),
+        std::thread_local! {
+            static WARM: (Breaker, Instant) = {
+                let mut breaker = Breaker::of(5, "loop").unwrap();
+                let mut now = Instant::from_secs(1);
+                for _ in 0..40 {
+                    let permit = breaker.try_acquire(now).unwrap();
+                    now += ms(20);
+                    breaker.on_outcome(now, permit, Outcome::Success, &mut |_| {});
+                }
+                (breaker, now)
+            };
+        }
+        let (breaker, now) = WARM.with(Clone::clone);
+        let parts = Parts {
+            breaker,
             budget: crate::call::Unlimited,
         };
-        let mut now = Instant::from_secs(1);
-        for _ in 0..40 {
-            let permit = parts.breaker.try_acquire(now).unwrap();
-            now += ms(20);
-            parts
-                .breaker
-                .on_outcome(now, permit, Outcome::Success, &mut |_| {});
-        }
         (parts, now)
     }
 
