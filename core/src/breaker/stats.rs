@@ -788,17 +788,12 @@ impl<W: Word, C: Stripes<Item = HistCounts<W>>> Histogram<W, C> {
             .map_or(total, |(q, r)| q.saturating_add(u64::from(r > 0)))
             .clamp(1, total);
         let mut seen: u64 = 0;
-        let written = self.counts.written();
-        for wi in 0..HIST_WORDS {
-            for (i, count) in self.counts_at(wi, written).into_iter().enumerate() {
-                seen = seen.saturating_add(count);
-                if seen >= rank {
-                    return (Some(wi.saturating_mul(LANES).saturating_add(i)), total);
-                }
-            }
-        }
         // A halving racing the scan can leave fewer samples than the rank: no reading.
-        (None, total)
+        let bucket = self.scan_from(0, &mut |count| {
+            seen = seen.saturating_add(count);
+            seen >= rank
+        });
+        (bucket, total)
     }
 
     /// Re-reads the memo and sets when time next needs checking.
@@ -864,27 +859,28 @@ impl<W: Word, C: Stripes<Item = HistCounts<W>>> Histogram<W, C> {
     /// uniform over `u64`; `None` when no sample lies above. A scan of the whole histogram:
     /// for the rare reader (a hedge that won), not per call.
     fn draw_above(&self, bucket: usize, draw: u64) -> Option<usize> {
+        let above = bucket.saturating_add(1);
         let mut total: u64 = 0;
-        let _ = self.scan_above(bucket, &mut |count| {
+        let _ = self.scan_from(above, &mut |count| {
             total = total.saturating_add(count);
             false
         });
         let rank = draw.checked_rem(total)?;
         let mut seen: u64 = 0;
-        self.scan_above(bucket, &mut |count| {
+        self.scan_from(above, &mut |count| {
             seen = seen.saturating_add(count);
             seen > rank
         })
     }
 
-    /// Hands `stop` the count of each bucket above `bucket`, lowest first, until it says stop:
-    /// the bucket it stopped at.
-    fn scan_above(&self, bucket: usize, stop: &mut dyn FnMut(u64) -> bool) -> Option<usize> {
+    /// Hands `stop` the count (summed over the lanes) of each bucket from `first` up, lowest
+    /// first, until it says stop: the bucket it stopped at, `None` if it never did.
+    fn scan_from(&self, first: usize, stop: &mut dyn FnMut(u64) -> bool) -> Option<usize> {
         let written = self.counts.written();
-        for wi in 0..HIST_WORDS {
+        for wi in first / LANES..HIST_WORDS {
             for (i, count) in self.counts_at(wi, written).into_iter().enumerate() {
                 let b = wi.saturating_mul(LANES).saturating_add(i);
-                if b > bucket && stop(count) {
+                if b >= first && stop(count) {
                     return Some(b);
                 }
             }

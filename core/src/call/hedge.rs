@@ -137,8 +137,8 @@ pub struct HedgedPair {
     /// Whether a hedge ran and, if so, whether its answer was the call's.
     hedge_won: Option<bool>,
     /// When the first attempt started, and the hedge delay it was given: a hedge that answers
-    /// while the first attempt still runs is learned at that delay (see
-    /// [`HedgedPair::finished`]).
+    /// while the first attempt still runs is learned as a first attempt that ran past that
+    /// delay (see [`HedgedPair::finished`]).
     first_started: Instant,
     hedge_after: Option<Duration>,
 }
