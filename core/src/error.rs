@@ -59,6 +59,29 @@ impl RefusalReason {
     }
 }
 
+impl RefusalReason {
+    /// Whether the refusal is the caller's own limit (a local rate limiter, bulkhead or adaptive
+    /// limiter, or a published quota's reserve) rather than the breaker's or the budget's
+    /// judgement of the dependency: the call retries it as a self-imposed throttle, and the
+    /// dependency was never asked.
+    ///
+    /// ```
+    /// use stormguard_core::RefusalReason;
+    /// assert!(RefusalReason::BulkheadFull.is_self_imposed());
+    /// assert!(!RefusalReason::BudgetExhausted.is_self_imposed());
+    /// ```
+    #[must_use]
+    pub const fn is_self_imposed(self) -> bool {
+        matches!(
+            self,
+            RefusalReason::RateLimited
+                | RefusalReason::BulkheadFull
+                | RefusalReason::ConcurrencyLimited
+                | RefusalReason::QuotaReserve
+        )
+    }
+}
+
 impl fmt::Display for RefusalReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

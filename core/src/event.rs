@@ -1,6 +1,7 @@
 //! Events: what happened, handed to a caller-supplied sink. The core allocates nothing and drops
 //! nothing; the adapters forward events to `tracing`, `defmt` and listeners.
 
+use crate::call::AttemptEnd;
 use crate::error::RefusalReason;
 use crate::ratio::Ratio;
 use crate::state::{State, TripReason};
@@ -70,6 +71,17 @@ pub enum Event<'a> {
         /// The outcome that caused the retry.
         after: Outcome,
     },
+    /// An attempt of a call ended: it ran (its outcome, how long it took, whether the
+    /// dependency answered, whether it was a hedge), or a local part refused it before it
+    /// started. A call's [`AttemptLog`](crate::call::AttemptLog) is made of these.
+    Attempt {
+        /// The name of the breaker guarding the call (or the policy's).
+        name: &'a Name,
+        /// The attempt's number: 1 for the first.
+        attempt: u32,
+        /// How it ended.
+        end: AttemptEnd,
+    },
     /// A hedged attempt was launched beside a slow one.
     Hedged {
         /// The name of the breaker guarding the call (or the policy's).
@@ -107,6 +119,7 @@ impl Event<'_> {
             | Event::RampStep { name, .. }
             | Event::Rejected { name, .. }
             | Event::Retry { name, .. }
+            | Event::Attempt { name, .. }
             | Event::Hedged { name, .. }
             | Event::NestedRetry { name, .. }
             | Event::Drained { name, .. } => name,
@@ -160,6 +173,7 @@ impl Event<'_> {
                 delay,
                 after,
             },
+            Event::Attempt { attempt, end, .. } => Event::Attempt { name, attempt, end },
             Event::Hedged { attempt, .. } => Event::Hedged { name, attempt },
             Event::NestedRetry { attempt, .. } => Event::NestedRetry { name, attempt },
             Event::Drained { attempts, last, .. } => Event::Drained {
@@ -180,6 +194,7 @@ impl Event<'_> {
             Event::RampStep { .. } => "ramp_step",
             Event::Rejected { .. } => "rejected",
             Event::Retry { .. } => "retry",
+            Event::Attempt { .. } => "attempt",
             Event::Hedged { .. } => "hedged",
             Event::NestedRetry { .. } => "nested_retry",
             Event::Drained { .. } => "drained",
@@ -226,6 +241,16 @@ mod tests {
             Event::Hedged {
                 name: &a,
                 attempt: 2,
+            },
+            Event::Attempt {
+                name: &a,
+                attempt: 2,
+                end: AttemptEnd::Ran {
+                    outcome: Outcome::TimedOut,
+                    took: Duration::from_millis(30),
+                    answered: false,
+                    hedge: true,
+                },
             },
             Event::NestedRetry {
                 name: &a,

@@ -1673,6 +1673,7 @@ fn every_kind_of_event_carries_the_breakers_name() {
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
         [
+            "attempt",
             "hedged",
             "probe_started",
             "probes_reclaimed",

@@ -462,8 +462,14 @@ fn a_full_bulkhead_with_no_retry_left_becomes_a_guarded_rejection_in_the_call_dr
     assert_eq!(r.reason, RefusalReason::BulkheadFull);
     assert_eq!(r.pause, GUARD_PAUSE);
     assert_eq!(r.retry_after, Duration::ZERO);
-    assert_eq!(events.len(), 1);
-    assert!(events[0].contains("BulkheadFull"), "{events:?}");
+    // The refused attempt (for the attempt log), then the rejection, both naming the bulkhead.
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert!(events[0].starts_with("Attempt"), "{events:?}");
+    assert!(events[1].starts_with("Rejected"), "{events:?}");
+    assert!(
+        events.iter().all(|e| e.contains("BulkheadFull")),
+        "{events:?}"
+    );
     assert_eq!(
         second.poll(&mut parts, T0, &mut |_| {}),
         Step::Done(Finished::Rejected(r))

@@ -39,8 +39,10 @@ where
     F: stormguard_core::call::Funding,
 {
     let mut did = Vec::new();
+    // The call's decisions; each attempt's end (the attempt log's events) is tested apart.
     let mut sink = |e: Event<'_>| {
         events.push(match e {
+            Event::Attempt { .. } => return,
             Event::Rejected { delay, .. } => format!("rejected delay={delay}"),
             Event::Retry { attempt, delay, .. } => format!("retry #{attempt} after {delay}"),
             other => other.kind().to_string(),
@@ -282,6 +284,7 @@ where
     let mut events = Vec::new();
     let mut sink = |e: Event<'_>| {
         events.push(match e {
+            Event::Attempt { .. } => return,
             Event::Rejected { reason, delay, .. } => format!("rejected {reason} delay={delay}"),
             other => other.kind().to_string(),
         })

@@ -30,6 +30,7 @@ fn recorder(log: &mut Vec<String>) -> impl FnMut(Event<'_>) + '_ {
     |e| {
         log.push(match e {
             Event::Drained { attempts, last, .. } => format!("drained {attempts} {last:?}"),
+            Event::Attempt { attempt, end, .. } => format!("attempt {attempt}: {end}"),
             other => other.kind().to_string(),
         })
     }
@@ -63,7 +64,13 @@ fn a_drain_during_an_attempt_lets_it_finish_but_starts_no_retry() {
     );
     assert_eq!(call.attempts(), 1);
     // Announced once, with what the call had; no `retry` was scheduled.
-    assert_eq!(log, ["drained 1 Some(Transient)"]);
+    assert_eq!(
+        log,
+        [
+            "attempt 1: transient failure after 40ms",
+            "drained 1 Some(Transient)"
+        ]
+    );
     // The caller gets the drain's own reason and the last error.
     let result: Result<u32, _> = Finished::Drained { last }.into_result(Some(Err("reset")));
     assert_eq!(
@@ -117,7 +124,14 @@ fn a_drain_during_a_backoff_wait_ends_the_call_at_the_next_poll_without_an_attem
         Step::Done(Finished::Drained { last })
     );
     assert_eq!(call.attempts(), 1);
-    assert_eq!(log, ["retry", "drained 1 Some(TimedOut)"]);
+    assert_eq!(
+        log,
+        [
+            "attempt 1: timed out after 5ms",
+            "retry",
+            "drained 1 Some(TimedOut)"
+        ]
+    );
     // A timeout returned no error: the drain's reason, with no last error.
     let result: Result<u32, CallError<&str>> = Finished::Drained { last }.into_result(None);
     assert_eq!(result, Err(CallError::Drained { last: None }));

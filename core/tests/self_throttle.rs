@@ -22,6 +22,7 @@ fn kinds(events: &mut Vec<String>) -> impl FnMut(Event<'_>) + '_ {
     |e| {
         events.push(match e {
             Event::Retry { attempt, delay, .. } => format!("retry #{attempt} after {delay}"),
+            Event::Attempt { attempt, end, .. } => format!("attempt {attempt}: {end}"),
             other => other.kind().to_string(),
         })
     }
@@ -42,7 +43,13 @@ fn a_rate_limited_attempt_waits_the_limiters_hint_uncharged_and_unseen_by_the_br
     let mut call = Call::begin(&no_jitter(), now);
     let step = call.poll(&mut p, now, &mut kinds(&mut events));
     assert_eq!(step, Step::Wait(ms(1000)));
-    assert_eq!(events, ["retry #2 after 1s"]);
+    assert_eq!(
+        events,
+        [
+            "attempt 1: refused locally (rate_limited), self-imposed",
+            "retry #2 after 1s"
+        ]
+    );
     assert_eq!(call.attempts(), 1, "the refused attempt took a slot");
     assert_eq!(p.budget.available(now), budget_before, "nothing charged");
     let snap = p.breaker.breaker().snapshot(now);
@@ -159,8 +166,15 @@ fn with_no_backoff_a_full_bulkhead_is_retried_at_once_never_with_a_zero_wait() {
     );
     assert_eq!(
         events,
-        ["retry #2 after 0s", "retry #3 after 0s", "rejected"],
-        "each retry announced"
+        [
+            "attempt 1: refused locally (bulkhead_full), self-imposed",
+            "retry #2 after 0s",
+            "attempt 2: refused locally (bulkhead_full), self-imposed",
+            "retry #3 after 0s",
+            "attempt 3: refused locally (bulkhead_full), self-imposed",
+            "rejected"
+        ],
+        "each refused attempt logged and each retry announced"
     );
     holder.complete(&mut p, held, now, Outcome::Success, &mut |_| {});
 }

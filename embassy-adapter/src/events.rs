@@ -1,8 +1,8 @@
 //! Events: to `defmt` (feature `defmt`) and to a [`Listener`], with no allocation.
 //!
 //! The core hands every event to a sink; this crate forwards each one to `defmt` (state changes to
-//! `Open` or `Isolated` at `warn`, other state changes at `info`, everything else at `debug`) and
-//! then to the policy's listener.
+//! `Open` or `Isolated` at `warn`, other state changes at `info`, each attempt's end at `trace`,
+//! everything else at `debug`) and then to the policy's listener.
 //!
 //! Events are never delivered while a breaker's lock is held: a transition's events are kept in a
 //! small fixed buffer (a transition makes at most five), each named again with
@@ -82,7 +82,8 @@ impl<F: Fn(&Event<'_>)> Listener for F {
 }
 
 /// Logs `event` with `defmt`: state changes to `Open` or `Isolated` at `warn`, other state changes
-/// at `info`, everything else at `debug`. Without the `defmt` feature it does nothing.
+/// at `info`, each attempt's end at `trace`, everything else at `debug`. Without the `defmt`
+/// feature it does nothing.
 ///
 /// ```
 /// use stormguard_core::{Event, Name};
@@ -97,6 +98,8 @@ pub fn log(event: &Event<'_>) {
             ..
         } => defmt::warn!("stormguard: {}", event),
         Event::StateChanged { .. } => defmt::info!("stormguard: {}", event),
+        // One per attempt, successes included.
+        Event::Attempt { .. } => defmt::trace!("stormguard: {}", event),
         _ => defmt::debug!("stormguard: {}", event),
     }
     #[cfg(not(feature = "defmt"))]

@@ -52,6 +52,7 @@ impl Log {
             Event::Rejected { reason, delay, .. } => format!("rejected {reason} {delay}"),
             Event::Retry { attempt, .. } => format!("retry #{attempt}"),
             Event::Hedged { name, attempt } => format!("hedged {name} #{attempt}"),
+            Event::Attempt { attempt, end, .. } => format!("attempt #{attempt}: {end}"),
             other => other.kind().to_string(),
         };
         self.0.borrow_mut().push(s);
@@ -191,7 +192,14 @@ fn a_slow_attempt_is_hedged_after_the_p95_and_the_loser_is_dropped_and_not_count
     // The hedge went out at the p95 (rounded up to the next 1 ms step) and answered 5 ms later.
     let p95 = EDuration::from_micros(p95.as_micros());
     assert!(took >= p95 + ms(5) && took <= p95 + ms(7), "{took:?}");
-    assert_eq!(log.take(), ["hedged gateway #2"]);
+    assert_eq!(
+        log.take(),
+        [
+            "hedged gateway #2",
+            "attempt #2: success after 5ms, a hedge",
+            "attempt #1: cancelled after 26ms"
+        ]
+    );
     // Both futures are gone: the winner finished, the loser was dropped.
     assert_eq!(dropped.get(), 2);
     // The hedge was funded by the budget; the cancelled loser counted as no failure.
@@ -264,7 +272,7 @@ fn hedging_is_suppressed_while_the_breaker_is_cold_and_off_through_call() {
         takes(ms(500))
     }));
     assert_eq!((r, took, calls.get()), (Ok(215), ms(500), 1));
-    assert!(log.take().is_empty());
+    assert_eq!(log.take(), ["attempt #1: success after 500ms"], "no hedge");
 
     // Warm, but through `call` (one attempt at a time): no hedge either.
     warm(40, || policy.call(async |_| takes(ms(20)).await));
@@ -275,7 +283,7 @@ fn hedging_is_suppressed_while_the_breaker_is_cold_and_off_through_call() {
         takes(ms(200)).await
     }));
     assert_eq!((r, took, calls.get()), (Ok(215), ms(200), 1));
-    assert!(log.take().is_empty());
+    assert_eq!(log.take(), ["attempt #1: success after 200ms"], "no hedge");
 }
 
 #[test]
@@ -366,7 +374,14 @@ fn a_rate_limited_call_is_a_guarded_rejection_with_the_time_until_the_next_cell(
     assert_eq!(rejection.retry_after, Duration::from_millis(900));
     assert_eq!(last, None);
     assert_eq!(ran.get(), 0);
-    assert_eq!(log.take(), ["rejected rate_limited 100ms"]);
+    assert_eq!(
+        log.take(),
+        [
+            "attempt #1: success after 0s",
+            "attempt #1: refused locally (rate_limited), self-imposed",
+            "rejected rate_limited 100ms"
+        ]
+    );
     // Once the cell is back, calls pass again.
     advance(ms(900));
     assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
@@ -653,7 +668,15 @@ fn a_limiter_or_bulkhead_refusal_is_retried_uncharged_and_unseen_then_guarded_wh
     );
     assert_eq!(took, ms(1000));
     assert_eq!(ran.get(), 1);
-    assert_eq!(log.take(), ["retry #2"]);
+    assert_eq!(
+        log.take(),
+        [
+            "attempt #1: success after 0s",
+            "attempt #1: refused locally (rate_limited), self-imposed",
+            "retry #2",
+            "attempt #2: success after 0s"
+        ]
+    );
     assert_eq!(budget.available(), 1, "nothing charged to the budget");
     let snap = breaker.snapshot().unwrap();
     assert_eq!(
@@ -690,9 +713,18 @@ fn a_limiter_or_bulkhead_refusal_is_retried_uncharged_and_unseen_then_guarded_wh
     assert_eq!((rejection.last, last), (None, None));
     assert_eq!(took, ms(3_100), "1 s, 2 s, then the guarded pause");
     assert_eq!(ran.get(), 0);
+    // The slot's holder ends its own call (5 s) after this one was refused.
     assert_eq!(
         log.take(),
-        ["retry #2", "retry #3", "rejected bulkhead_full 100ms"]
+        [
+            "attempt #1: refused locally (bulkhead_full), self-imposed",
+            "retry #2",
+            "attempt #2: refused locally (bulkhead_full), self-imposed",
+            "retry #3",
+            "attempt #3: refused locally (bulkhead_full), self-imposed",
+            "rejected bulkhead_full 100ms",
+            "attempt #1: success after 5s"
+        ]
     );
     assert_eq!(budget.available(), 1, "nothing charged to the budget");
     let snap = breaker.snapshot().unwrap();
@@ -735,7 +767,14 @@ fn each_key_has_its_own_breaker() {
         );
     }
     assert_eq!(keyed.state(&0x49), Some(State::Open));
-    assert_eq!(log.take(), ["closed->open"]);
+    assert_eq!(
+        log.take(),
+        [
+            "attempt #1: transient failure after 0s",
+            "attempt #1: transient failure after 0s",
+            "closed->open"
+        ]
+    );
     // 0x48 is untouched.
     assert_eq!(run_ms(policy.call(0x48, answers)).0, Ok(215));
     assert_eq!(keyed.state(&0x48), Some(State::Closed));
@@ -747,7 +786,14 @@ fn each_key_has_its_own_breaker() {
         (rejection.reason, took),
         (RefusalReason::BreakerOpen, ms(100))
     );
-    assert_eq!(log.take(), ["rejected breaker_open 100ms"]);
+    assert_eq!(
+        log.take(),
+        [
+            "attempt #1: success after 0s",
+            "attempt #1: refused locally (breaker_open)",
+            "rejected breaker_open 100ms"
+        ]
+    );
     assert_eq!(keyed.len(), 2);
 }
 

@@ -10,8 +10,10 @@
 //! | `ProbesReclaimed` | INFO | probes lost without an outcome: callers are abandoning attempts |
 //! | `Rejected`, `Retry`, `ProbeStarted`, `RampStep`, `Hedged` | DEBUG | per call: a polling loop refused 10 times a second must not flood the logs |
 //! | `Rejected`, summarised | WARN | at most once per [`REJECTION_WARN_EVERY`] (30 s) per breaker, with the count of the rejections since the last such line: an outage is visible at WARN without flooding it |
+//! | `Attempt` | TRACE | one per attempt, success included: the attempt log's lines |
 //!
-//! The success path emits no event, so tracing costs nothing there.
+//! The success path emits one event, the attempt's end, at TRACE: with TRACE off for the
+//! target, `tracing` skips it after one check of the callsite's cached interest.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -310,6 +312,13 @@ pub fn trace(event: &Event<'_>) {
             breaker,
             attempts,
             "call stopped: draining"
+        ),
+        Event::Attempt { attempt, end, .. } => tracing::trace!(
+            target: "stormguard",
+            breaker,
+            attempt,
+            self_imposed = end.is_self_imposed(),
+            "attempt ended: {end}"
         ),
         Event::RampStep { fraction, cap, .. } => tracing::debug!(
             target: "stormguard",

@@ -16,7 +16,7 @@
 
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use stormguard_core::{limits::BulkheadSettings, limits::RateLimitSettings, Duration};
-use stormguard_std::{Bulkhead, CallError, Limiter, Policy};
+use stormguard_std::{Bulkhead, CallError, CallOptions, Limiter, Policy};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
@@ -101,6 +101,31 @@ fn a_retried_call_allocates_nothing() {
         let region = Region::new(GLOBAL);
         for _ in 0..100 {
             assert_eq!(call().await, Ok(2));
+        }
+        assert_eq!(allocations(&region), 0);
+    });
+}
+
+fn a_logged_call_allocates_nothing() {
+    let rt = runtime();
+    rt.block_on(async {
+        let policy = Policy::builder("alloc-log").no_budget().build().unwrap();
+        let call = || {
+            policy.call_logged(CallOptions::new(), |attempt| async move {
+                if attempt == 1 {
+                    Err(())
+                } else {
+                    Ok(attempt)
+                }
+            })
+        };
+        for _ in 0..10 {
+            assert_eq!(call().await.result, Ok(2));
+        }
+        let region = Region::new(GLOBAL);
+        for _ in 0..100 {
+            let logged = call().await;
+            assert_eq!((logged.result, logged.attempts.len()), (Ok(2), 2));
         }
         assert_eq!(allocations(&region), 0);
     });
@@ -193,6 +218,7 @@ fn main() {
     the_success_path_allocates_nothing();
     the_rejection_path_allocates_nothing();
     a_retried_call_allocates_nothing();
+    a_logged_call_allocates_nothing();
     the_optional_steps_allocate_nothing();
     a_hedged_call_allocates_nothing();
     println!("policy calls allocate nothing once warmed up: ok");

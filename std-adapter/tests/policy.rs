@@ -54,6 +54,7 @@ impl Listener for Recorder {
             Event::Rejected { reason, delay, .. } => format!("rejected {reason} pause={delay}"),
             Event::StateChanged { to, .. } => format!("state {to}"),
             Event::Retry { attempt, delay, .. } => format!("retry #{attempt} in {delay}"),
+            Event::Attempt { attempt, end, .. } => format!("attempt {attempt}: {end}"),
             other => other.kind().to_string(),
         };
         self.0.lock().unwrap().push((TokioInstant::now(), line));
@@ -694,7 +695,12 @@ async fn the_breaker_refuses_with_its_remaining_break_as_retry_after() {
     assert_eq!(r.retry_after(), Some(after));
     assert_eq!(
         recorder.lines(),
-        ["state open", "rejected breaker_open pause=100ms"]
+        [
+            "attempt 1: transient failure after 0s",
+            "state open",
+            "attempt 1: refused locally (breaker_open)",
+            "rejected breaker_open pause=100ms"
+        ]
     );
 }
 

@@ -1218,3 +1218,116 @@ fn a_hedged_policy_refuses_a_handed_in_breaker_that_learns_nothing() {
         .build()
         .is_ok());
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_attempt_log_tells_a_local_limiters_refusal_from_the_dependencys_429() {
+    use stormguard_std::{AttemptEnd, Outcome};
+    let limiter = Limiter::gcra(RateLimitSettings::per_second("api", 1).unwrap());
+    let policy = Policy::builder("api")
+        .rate_limit(limiter)
+        .max_attempts(3)
+        .backoff(no_jitter())
+        .build()
+        .unwrap();
+    // Another call takes the only cell: the next comes in 1 s.
+    assert_eq!(policy.call(ok).await, Ok(7));
+    // The dependency's answer is a status; 429 asks for 200 ms.
+    let options = CallOptions::new().classify(|r: &Result<u16, ()>| match r {
+        Ok(200) => Outcome::Success,
+        Ok(429) => Outcome::Throttled {
+            retry_after: Some(Duration::from_millis(200)),
+        },
+        _ => Outcome::Transient,
+    });
+    let logged = policy
+        .call_logged(options, |_| async { Ok::<u16, ()>(429) })
+        .await;
+    // No attempt left after the limiter's second refusal: the caller gets the 429 itself.
+    assert_eq!(logged.result, Ok(429), "the answer");
+    let ends: Vec<_> = logged.attempts.iter().map(|r| (r.attempt, r.end)).collect();
+    assert_eq!(ends.len(), 3, "{}", logged.attempts);
+    // 1: the local limiter refused it (the dependency was never asked); then the wait for
+    // its next cell.
+    assert_eq!(
+        ends[0],
+        (
+            1,
+            AttemptEnd::Refused {
+                reason: RefusalReason::RateLimited
+            }
+        )
+    );
+    assert!(ends[0].1.is_self_imposed());
+    // 2: the dependency's own 429, answered.
+    assert!(
+        matches!(
+            ends[1],
+            (
+                2,
+                AttemptEnd::Ran {
+                    outcome: Outcome::Throttled { .. },
+                    answered: true,
+                    hedge: false,
+                    ..
+                }
+            )
+        ),
+        "{:?}",
+        ends[1]
+    );
+    assert!(!ends[1].1.is_self_imposed());
+    // 3: the retry 200 ms later met the limiter again, with no attempt left.
+    assert!(ends[2].1.is_self_imposed(), "{:?}", ends[2]);
+    assert_eq!(
+        logged.attempts.to_string(),
+        "attempt 1: refused locally (rate_limited), self-imposed; \
+         attempt 2: throttled after 0s, answered; \
+         attempt 3: refused locally (rate_limited), self-imposed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_attempt_log_shows_the_hedge_that_won_and_the_attempt_it_replaced() {
+    use stormguard_std::{AttemptEnd, Outcome};
+    let (policy, _, _) = warm_hedging("hedge-log").await;
+    let logged = policy
+        .call_logged(CallOptions::new(), |attempt| async move {
+            sleep(ms(if attempt == 1 { 500 } else { 5 })).await;
+            Ok::<_, &str>(attempt)
+        })
+        .await;
+    assert_eq!(logged.result, Ok(2));
+    assert!(logged.attempts.hedged());
+    let ends: Vec<_> = logged.attempts.iter().map(|r| (r.attempt, r.end)).collect();
+    assert!(
+        matches!(
+            ends[..],
+            [
+                (
+                    2,
+                    AttemptEnd::Ran {
+                        outcome: Outcome::Success,
+                        hedge: true,
+                        answered: true,
+                        ..
+                    }
+                ),
+                (
+                    1,
+                    AttemptEnd::Ran {
+                        outcome: Outcome::Cancelled,
+                        hedge: false,
+                        answered: false,
+                        ..
+                    }
+                )
+            ]
+        ),
+        "{}",
+        logged.attempts
+    );
+    let AttemptEnd::Ran { took, .. } = ends[0].1 else {
+        unreachable!()
+    };
+    assert_eq!(took, Duration::from_millis(5), "the hedge's own time");
+}

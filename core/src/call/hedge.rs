@@ -49,7 +49,7 @@
 
 use core::cell::Cell;
 
-use super::{Admission, Call, Funding, Parts, Permit};
+use super::{Admission, Call, Funding, Parts, Permit, Ran};
 use crate::event::Event;
 use crate::loom::AtomicU64;
 use crate::packed::{const_unless_loom, field, put, word, Word};
@@ -292,6 +292,7 @@ impl HedgedPair {
     ) -> PairNext {
         self.launch_at = None;
         *self.flight_mut(lane) = Flight::IDLE;
+        let ran = self.ran(call, lane, permit.as_ref(), now);
         if lane == Lane::Hedge && outcome == Outcome::Success {
             self.hedge_won = Some(true);
             if let (true, Some(after)) = (self.first.running, self.hedge_after) {
@@ -304,7 +305,7 @@ impl HedgedPair {
             }
         }
         if let Some(permit) = permit {
-            call.complete_attempt(parts, permit, now, outcome, answered, events);
+            call.complete_ran(parts, permit, now, outcome, answered, ran, events);
         }
         let other = lane.other();
         if !self.is_running(other) {
@@ -348,7 +349,20 @@ impl HedgedPair {
     ) {
         *self.flight_mut(lane) = Flight::IDLE;
         if let Some(permit) = permit {
-            call.complete(parts, permit, now, Outcome::Cancelled, events);
+            let ran = self.ran(call, lane, Some(&permit), now);
+            call.complete_ran(parts, permit, now, Outcome::Cancelled, false, ran, events);
+        }
+    }
+
+    /// Which attempt the one in `lane` is: the hedge is the call's latest, and the first
+    /// attempt the one before it once a hedge launched.
+    fn ran(&self, call: &Call, lane: Lane, permit: Option<&Permit>, now: Instant) -> Ran {
+        let hedge = lane == Lane::Hedge;
+        let behind = u32::from(!hedge && self.hedge_won.is_some());
+        Ran {
+            attempt: call.attempts().saturating_sub(behind),
+            hedge,
+            took: permit.map_or(Duration::ZERO, |p| p.latency(now)),
         }
     }
 }
@@ -592,6 +606,119 @@ mod tests {
 
     fn hedging() -> CallSettings {
         CallSettings::builder().hedging(true).build().unwrap()
+    }
+
+    #[test]
+    fn the_attempt_log_tells_a_winning_hedge_from_the_first_attempt_it_replaced() {
+        use crate::call::{AttemptEnd, AttemptLog};
+        let (mut parts, now) = warm();
+        let mut log = AttemptLog::<8>::new();
+        let (mut call, mut pair, first) = started(&mut parts, now);
+        let at = pair.wake_at().expect("the hedge's launch");
+        let (hedge, ()) = pair
+            .launch(&mut call, &mut parts, at, &mut |e| log.record(&e), |_| {
+                Some(())
+            })
+            .expect("launched");
+        // The hedge answers 5 ms later; the first attempt, still running, is dropped.
+        let end = at + ms(5);
+        let next = pair.finished(
+            &mut call,
+            &mut parts,
+            Lane::Hedge,
+            Some(hedge),
+            end,
+            Outcome::Success,
+            true,
+            &mut |e| log.record(&e),
+        );
+        assert_eq!(next, PairNext::Drop(Lane::First));
+        pair.abandon(
+            &mut call,
+            &mut parts,
+            Lane::First,
+            Some(first),
+            end,
+            &mut |e| log.record(&e),
+        );
+        let records: Vec<_> = log.iter().copied().collect();
+        assert_eq!(records.len(), 2, "{log}");
+        assert_eq!(records[0].attempt, 2);
+        assert_eq!(
+            records[0].end,
+            AttemptEnd::Ran {
+                outcome: Outcome::Success,
+                took: ms(5),
+                answered: true,
+                hedge: true
+            },
+            "the hedge's own time, not the one it is learned at"
+        );
+        assert_eq!(records[1].attempt, 1);
+        assert_eq!(
+            records[1].end,
+            AttemptEnd::Ran {
+                outcome: Outcome::Cancelled,
+                took: end - now,
+                answered: false,
+                hedge: false
+            }
+        );
+        assert!(log.hedged() && !log.any_self_imposed());
+    }
+
+    #[test]
+    fn a_first_attempt_that_fails_beside_a_running_hedge_is_logged_as_attempt_one() {
+        use crate::call::{AttemptEnd, AttemptLog};
+        let (mut parts, now) = warm();
+        let mut log = AttemptLog::<8>::new();
+        let (mut call, mut pair, first) = started(&mut parts, now);
+        let at = pair.wake_at().expect("the hedge's launch");
+        let (hedge, ()) = pair
+            .launch(&mut call, &mut parts, at, &mut |_| {}, |_| Some(()))
+            .expect("launched");
+        let mut sink = |e: Event<'_>| log.record(&e);
+        let failed = at + ms(1);
+        let next = pair.finished(
+            &mut call,
+            &mut parts,
+            Lane::First,
+            Some(first),
+            failed,
+            Outcome::Transient,
+            false,
+            &mut sink,
+        );
+        assert_eq!(next, PairNext::Wait);
+        let answered = at + ms(8);
+        let next = pair.finished(
+            &mut call,
+            &mut parts,
+            Lane::Hedge,
+            Some(hedge),
+            answered,
+            Outcome::Success,
+            true,
+            &mut sink,
+        );
+        assert_eq!(next, PairNext::Over);
+        let numbers: Vec<_> = log
+            .iter()
+            .map(|r| {
+                (
+                    r.attempt,
+                    r.end.outcome(),
+                    matches!(r.end, AttemptEnd::Ran { hedge: true, .. }),
+                )
+            })
+            .collect();
+        assert_eq!(
+            numbers,
+            [
+                (1, Some(Outcome::Transient), false),
+                (2, Some(Outcome::Success), true)
+            ]
+        );
     }
 
     /// A hedging call whose first attempt started at `now`, its pair, and its permit.

@@ -36,6 +36,7 @@ pub(crate) mod classify;
 pub(crate) mod criticality;
 pub(crate) mod error;
 pub(crate) mod hedge;
+pub(crate) mod log;
 pub(crate) mod permit;
 
 pub use self::backoff::{Backoff, BackoffBuilder, Jitter};
@@ -44,6 +45,7 @@ pub use self::criticality::Criticality;
 pub use self::error::CallError;
 pub use self::hedge::{Due, HedgedPair, Lane, PairNext};
 pub use self::hedge::{HedgeShare, SharedHedgeShare};
+pub use self::log::{AttemptEnd, AttemptLog, AttemptRecord};
 pub(crate) use self::permit::Kind;
 pub use self::permit::Permit;
 
@@ -81,18 +83,6 @@ pub const fn guarded_pause(left: Option<Duration>) -> Duration {
         Some(left) => GUARD_PAUSE.min(left),
         None => GUARD_PAUSE,
     }
-}
-
-/// Whether a refusal is the caller's own limit (a local rate limiter or bulkhead) rather than
-/// the breaker's or the budget's judgement: the call retries it as a self-imposed throttle.
-const fn is_self_imposed(reason: RefusalReason) -> bool {
-    matches!(
-        reason,
-        RefusalReason::RateLimited
-            | RefusalReason::BulkheadFull
-            | RefusalReason::ConcurrencyLimited
-            | RefusalReason::QuotaReserve
-    )
 }
 
 /// Why a hedged attempt is not to be launched now.
@@ -909,6 +899,14 @@ struct Rules {
     backoff: Backoff,
 }
 
+/// Which attempt is being completed: its number, whether it is a hedge, and how long it ran.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ran {
+    pub(crate) attempt: u32,
+    pub(crate) hedge: bool,
+    pub(crate) took: Duration,
+}
+
 /// One call in progress: plain data, holding no borrow between steps, reading no clock.
 ///
 /// Call order: [`Call::begin`], then [`Call::poll`] until it returns [`Step::Done`] or
@@ -1195,6 +1193,13 @@ impl Call {
             last: self.last.filter(|o| !o.is_success()),
             attempts: self.attempts,
         };
+        events(Event::Attempt {
+            name: parts.breaker.name(),
+            attempt: self.attempts.saturating_add(1),
+            end: AttemptEnd::Refused {
+                reason: refused.reason,
+            },
+        });
         // Announced before it is served, under the breaker's name whoever refused (the reason
         // tells a budget's refusal apart).
         events(Event::Rejected {
@@ -1304,7 +1309,7 @@ impl Call {
                     self.phase = Phase::InFlight;
                     Step::Attempt(permit)
                 }
-                Err(refused) if parts.breaker.self_limits() && is_self_imposed(refused.reason) => {
+                Err(refused) if parts.breaker.self_limits() && refused.reason.is_self_imposed() => {
                     match self.throttle_self(parts, refused, now, events) {
                         // A zero wait (`Backoff::none()`) is no wait: the retry is due now, and
                         // a `Step::Wait` is never zero.
@@ -1347,6 +1352,13 @@ impl Call {
             }
         }
         self.attempts = slot;
+        events(Event::Attempt {
+            name: parts.breaker.name(),
+            attempt: slot,
+            end: AttemptEnd::Refused {
+                reason: refused.reason,
+            },
+        });
         events(Event::Retry {
             name: parts.breaker.name(),
             attempt: slot.saturating_add(1),
@@ -1615,7 +1627,38 @@ impl Call {
         answered: bool,
         events: &mut dyn FnMut(Event<'_>),
     ) {
+        let ran = Ran {
+            attempt: self.attempts,
+            hedge: false,
+            took: permit.latency(now),
+        };
+        self.complete_ran(parts, permit, now, outcome, answered, ran, events);
+    }
+
+    /// [`Call::complete_attempt`] for the attempt `ran` describes (the hedged pair knows which
+    /// of its two attempts ended, and how long it ran before its permit was re-dated).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn complete_ran<A: Admission, F: Funding>(
+        &mut self,
+        parts: &mut Parts<A, F>,
+        permit: Permit,
+        now: Instant,
+        outcome: Outcome,
+        answered: bool,
+        ran: Ran,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
         let outcome = outcome.effective();
+        events(Event::Attempt {
+            name: parts.breaker.name(),
+            attempt: ran.attempt,
+            end: AttemptEnd::Ran {
+                outcome,
+                took: ran.took,
+                answered,
+                hedge: ran.hedge,
+            },
+        });
         let evidence = self.as_evidence(&parts.breaker, &permit, now, outcome);
         parts.breaker.on_outcome(now, permit, evidence, events);
         parts.budget.on_outcome(now, evidence);

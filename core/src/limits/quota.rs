@@ -1014,10 +1014,16 @@ mod tests {
             breaker: RateLimited::new(Unguarded(Name::new("api")), quota),
             budget: Unlimited,
         };
-        let mut events = 0;
+        let mut events = [""; 4];
+        let mut seen = 0;
         let mut call = Call::begin(&CallSettings::DEFAULT, t0);
         // Within the reserve: the published reset is waited out (no budget, no breaker).
-        let step = call.poll(&mut parts, t0, &mut |_| events += 1);
+        let step = call.poll(&mut parts, t0, &mut |e| {
+            if let Some(kind) = events.get_mut(seen) {
+                *kind = e.kind();
+            }
+            seen += 1;
+        });
         assert_eq!(step, Step::Wait(Duration::from_secs(2)));
         let t1 = t0 + Duration::from_secs(2);
         let Step::Attempt(permit) = call.poll(&mut parts, t1, &mut |_| {}) else {
@@ -1028,7 +1034,8 @@ mod tests {
             call.poll(&mut parts, t1, &mut |_| {}),
             Step::Done(_)
         ));
-        assert_eq!(events, 1); // the Retry event announcing the wait
+        // The attempt the quota refused, then the Retry event announcing the wait.
+        assert_eq!(events[..seen], ["attempt", "retry"]);
 
         // With no retry left, it is the guarded rejection, naming the quota.
         parts

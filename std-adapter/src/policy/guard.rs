@@ -105,12 +105,14 @@ impl<L: Listener> Drop for Report<'_, L> {
 }
 
 /// How a call ended, for the success cache: how the core finished it, and, when its value
-/// came back from a successful attempt, the instant that attempt ended.
+/// came back from a successful attempt, the instant that attempt ended; and where to keep the
+/// call's attempt log, when the caller asked for one.
 #[cfg(feature = "tokio")]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct CallEnd {
+#[derive(Debug, Default)]
+pub(crate) struct CallEnd<'l> {
     pub(crate) finished: Option<Finished>,
     pub(crate) succeeded_at: Option<Instant>,
+    pub(crate) log: Option<&'l mut stormguard_core::call::AttemptLog>,
 }
 
 /// What an attempt knows when it starts.

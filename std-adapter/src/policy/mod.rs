@@ -40,6 +40,8 @@ pub(crate) use guard::{Report, Slept};
 pub use options::CallOptions;
 #[cfg(feature = "tokio")]
 use options::DEFAULT_OPTIONS;
+#[cfg(feature = "tokio")]
+pub use run::Logged;
 pub use steps::{AdaptiveLimit, Bulkhead, Limiter};
 use steps::{CallAdmission, Funds, Steps};
 

@@ -5,7 +5,9 @@ use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 
 use stormguard_core::{
-    call::{Admission, Due, HedgedPair, Lane, OptionalBreaker, PairNext, SharedHedgeShare},
+    call::{
+        Admission, AttemptLog, Due, HedgedPair, Lane, OptionalBreaker, PairNext, SharedHedgeShare,
+    },
     limits::{BulkheadEntry, BulkheadPermit, BulkheadTicket, SharedQuota},
     Call, Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
 };
@@ -21,6 +23,16 @@ use crate::cache::SuccessCache;
 use crate::classify::Classify;
 use crate::clock::Clock;
 use crate::events::{Ended, Listener};
+
+/// A call's result with the log of its attempts ([`Policy::call_logged`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub struct Logged<T, E> {
+    /// What [`Policy::call_with`] would have returned.
+    pub result: Result<T, CallError<E>>,
+    /// How each attempt ended, in the order they ended.
+    pub attempts: AttemptLog,
+}
 
 /// How an attempt's race ended.
 enum Ran<R> {
@@ -197,6 +209,60 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             .await
     }
 
+    /// [`Policy::call_with`], keeping how each attempt ended: its number, outcome and
+    /// duration, whether the dependency answered, whether it was a hedge, and, for an attempt
+    /// refused before it started, by whom and whether the refusal was the caller's own limit
+    /// (a local rate limiter, bulkhead, adaptive limiter or quota reserve) rather than the
+    /// breaker or the budget. The log comes back beside the result, whatever the result:
+    /// a local limiter's refusal and the dependency's 429 read apart after the fact.
+    ///
+    /// The log holds no allocation (the first 8 attempts, a count of any more); the call
+    /// itself is [`Policy::call_with`]'s. A call that needs no log uses that.
+    ///
+    /// ```
+    /// use stormguard_std::{CallOptions, Outcome, Policy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
+    /// let policy = Policy::builder("search").build()?;
+    /// let logged = policy
+    ///     .call_logged(CallOptions::new(), |attempt| async move {
+    ///         if attempt == 1 { Err("reset") } else { Ok(attempt) }
+    ///     })
+    ///     .await;
+    /// assert_eq!(logged.result, Ok(2));
+    /// let first = logged.attempts.iter().next().unwrap();
+    /// assert_eq!(first.end.outcome(), Some(Outcome::Transient));
+    /// assert!(!logged.attempts.any_self_imposed());
+    /// assert!(logged.attempts.to_string().starts_with("attempt 1: transient failure after"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn call_logged<T, E, F, Fut, C>(
+        &self,
+        options: CallOptions<'_, C>,
+        mut op: F,
+    ) -> Logged<T, E>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+    {
+        let mut attempts = AttemptLog::new();
+        let mut end = CallEnd {
+            log: Some(&mut attempts),
+            ..CallEnd::default()
+        };
+        let result = self
+            .run(
+                None,
+                &options,
+                |a: Attempt| Some(op(a.number)),
+                Some(&mut end),
+            )
+            .await;
+        Logged { result, attempts }
+    }
+
     /// [`Policy::call`] with a fallback for refusals: when the call is refused (breaker
     /// open, half-open full, ramp shedding, isolated, budget empty), `fallback` gives the
     /// value instead, after the same guarded pause, so a polling loop with a fallback
@@ -364,13 +430,13 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     /// The call loop: poll the core, do what it says. The call starts at `start`, or at
     /// the first poll when that is `None`. `op` returns `None` when it cannot make the
     /// attempt (a permanent outcome). How the call ended goes to `end` (for the cache).
-    pub(crate) fn run<'s, 'o, T, E, F, Fut, C>(
+    pub(crate) fn run<'s, 'o, 'l, T, E, F, Fut, C>(
         &'s self,
         start: Option<Instant>,
         options: &'o CallOptions<'o, C>,
         op: F,
-        end: Option<&'o mut CallEnd>,
-    ) -> impl Future<Output = Result<T, CallError<E>>> + use<'s, 'o, T, E, F, Fut, C, K, L>
+        end: Option<&'o mut CallEnd<'l>>,
+    ) -> impl Future<Output = Result<T, CallError<E>>> + use<'s, 'o, 'l, T, E, F, Fut, C, K, L>
     where
         F: FnMut(Attempt) -> Option<Fut>,
         Fut: Future<Output = Result<T, E>>,
@@ -397,12 +463,12 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     // Few, narrow arguments (the options by reference, the steps and the report made
     // here): an async fn moves its arguments into place when first polled, just after the
     // caller wrote them, and wide moves of narrow writes stall the processor.
-    async fn drive<'p, 'o, T, E, F, Fut, C, A, M>(
+    async fn drive<'p, 'o, 'l, T, E, F, Fut, C, A, M>(
         &'p self,
         start: Option<Instant>,
         options: &'o CallOptions<'o, C>,
         mut op: F,
-        end: Option<&'o mut CallEnd>,
+        end: Option<&'o mut CallEnd<'l>>,
         admission: M,
     ) -> Result<T, CallError<E>>
     where
@@ -457,7 +523,20 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             breaker: admission(steps, held),
             budget: self.funds(),
         };
-        let mut sink = |e: Event<'_>| self.emit(&e);
+        // A log the caller asked for is kept from the call's events.
+        let (end, mut log) = match end {
+            Some(end) => {
+                let log = end.log.take();
+                (Some(end), log)
+            }
+            None => (None, None),
+        };
+        let mut sink = |e: Event<'_>| {
+            self.emit(&e);
+            if let Some(log) = log.as_deref_mut() {
+                log.record(&e);
+            }
+        };
         let mut last: Option<Result<T, E>> = None;
         let mut succeeded_at = None;
         let finished = loop {
@@ -500,6 +579,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                                 steps,
                                 report: &mut report,
                                 last: &mut last,
+                                sink: &mut sink,
                             };
                             let hedged =
                                 pin!(self.hedged(pair, &mut op, fut, guard, after, now, options));
@@ -593,9 +673,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     /// other attempt is dropped and reported cancelled, a failure waits for the other.
     /// Returns the time the pair ended and, if one succeeded, that time again.
     #[allow(clippy::too_many_arguments)]
-    async fn hedged<'p, 'g, T, E, F, Fut, C, A>(
+    async fn hedged<'p, 'g, T, E, F, Fut, C, A, S>(
         &'p self,
-        pair: Pair<'_, 'p, 'g, T, E, L, A>,
+        pair: Pair<'_, 'p, 'g, T, E, L, A, S>,
         op: &mut F,
         first: Fut,
         guard: PermitGuard<'p>,
@@ -608,6 +688,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
         A: Admission,
+        S: FnMut(Event<'_>),
     {
         let Pair {
             call,
@@ -615,8 +696,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             steps,
             report,
             last,
+            sink,
         } = pair;
-        let mut sink = |e: Event<'_>| self.emit(&e);
         // The core's pair says what the one timer is armed for and what each event means.
         let mut pair = HedgedPair::begin(call, now, Some(after));
         let mut fut_a = pin!(Some(first));
@@ -672,7 +753,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                         // one that cannot be repeated gives back what the hedge took.
                         let launch = |number| op(Attempt { number, call_left });
                         if let Some((permit, fut)) =
-                            pair.launch(call, parts, now, &mut sink, launch)
+                            pair.launch(call, parts, now, &mut *sink, launch)
                         {
                             guard_b = Some(PermitGuard::new(steps, permit));
                             report.attempt(call.attempts());
@@ -688,7 +769,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     for (lane, guard) in [(Lane::First, &mut guard_a), (Lane::Hedge, &mut guard_b)]
                     {
                         let permit = guard.take().and_then(PermitGuard::disarm);
-                        pair.abandon(call, parts, lane, permit, now, &mut sink);
+                        pair.abandon(call, parts, lane, permit, now, &mut *sink);
                     }
                     return (now, None);
                 }
@@ -703,7 +784,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 succeeded_at = Some(now);
             }
             let permit = mine_guard.take().and_then(PermitGuard::disarm);
-            let next = pair.finished(call, parts, lane, permit, now, outcome, answered, &mut sink);
+            let next = pair.finished(
+                call, parts, lane, permit, now, outcome, answered, &mut *sink,
+            );
             if next != PairNext::Wait {
                 // The pair is over: the hedge, if one ran, won or lost.
                 if let (Some(share), Some(won)) = (self.hedge_share.as_deref(), pair.hedge_won()) {
@@ -719,7 +802,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     // dropped, which cancels it, and reported so.
                     other.set(None);
                     let permit = other_guard.take().and_then(PermitGuard::disarm);
-                    pair.abandon(call, parts, other_lane, permit, now, &mut sink);
+                    pair.abandon(call, parts, other_lane, permit, now, &mut *sink);
                     return (now, succeeded_at);
                 }
             }
@@ -728,12 +811,14 @@ impl<K: Clock, L: Listener> Policy<K, L> {
 }
 
 /// What a hedged pair of attempts works on, borrowed from the call loop.
-struct Pair<'r, 'p, 'g, T, E, L: Listener, A> {
+struct Pair<'r, 'p, 'g, T, E, L: Listener, A, S> {
     call: &'r mut Call,
     parts: &'r mut Parts<A, Funds<'p>>,
     steps: Steps<'p>,
     report: &'r mut Report<'g, L>,
     last: &'r mut Option<Result<T, E>>,
+    /// The call's event sink (tracing, the listener, the attempt log).
+    sink: &'r mut S,
 }
 
 /// Polls a future the common path does not take (the hedged pair, the bulkhead's wait)
