@@ -147,6 +147,13 @@ pub trait Listener {
         let _ = event;
     }
 
+    /// Whether this listener takes [`Event::Attempt`] events (one per attempt, successes
+    /// included): `true` unless it says otherwise. A policy whose listener does not, with
+    /// `tracing`'s TRACE level off, has its calls skip building them.
+    fn hears_attempts(&self) -> bool {
+        true
+    }
+
     /// An attempt is starting (`attempt` is 1 for the first).
     fn on_attempt(&self, name: &Name, attempt: u32) {
         let _ = (name, attempt);
@@ -168,7 +175,11 @@ pub trait Listener {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NoListener;
 
-impl Listener for NoListener {}
+impl Listener for NoListener {
+    fn hears_attempts(&self) -> bool {
+        false
+    }
+}
 
 impl<F: Fn(&Event<'_>)> Listener for F {
     fn on_event(&self, event: &Event<'_>) {
@@ -192,6 +203,9 @@ impl<A: Listener, B: Listener> Listener for Both<A, B> {
     fn on_event(&self, event: &Event<'_>) {
         self.0.on_event(event);
         self.1.on_event(event);
+    }
+    fn hears_attempts(&self) -> bool {
+        self.0.hears_attempts() || self.1.hears_attempts()
     }
     fn on_attempt(&self, name: &Name, attempt: u32) {
         self.0.on_attempt(name, attempt);
@@ -331,6 +345,12 @@ pub fn trace(event: &Event<'_>) {
     }
 }
 
+/// Whether `tracing` takes attempt events now (TRACE on for the `stormguard` target).
+#[inline]
+pub(crate) fn traces_attempts() -> bool {
+    tracing::enabled!(target: "stormguard", tracing::Level::TRACE)
+}
+
 /// The least time between two WARN lines summarising one breaker's rejections.
 pub const REJECTION_WARN_EVERY: Duration = Duration::from_secs(30);
 
@@ -374,6 +394,10 @@ fn rejection_warning_due(breaker: &str, now: Instant) -> Option<u64> {
 
 /// Sends `event` to `tracing` and to `listener`.
 pub(crate) fn emit<L: Listener>(listener: &L, event: &Event<'_>) {
-    trace(event);
+    // An attempt's end comes once per attempt, successes included: asked of `tracing` here,
+    // at its level check, rather than after `trace`'s dispatch on the event.
+    if !matches!(event, Event::Attempt { .. }) || traces_attempts() {
+        trace(event);
+    }
     listener.on_event(event);
 }

@@ -295,6 +295,9 @@ fn escape_label_value(value: &str) -> String {
 }
 
 impl Listener for Metrics {
+    fn hears_attempts(&self) -> bool {
+        false
+    }
     fn on_event(&self, event: &Event<'_>) {
         let c = &self.inner.counters;
         match event {

@@ -937,6 +937,8 @@ pub struct Call {
     draining: bool,
     /// How much the call matters ([`Call::set_criticality`]).
     criticality: Criticality,
+    /// Whether each attempt's end is announced ([`Call::set_attempt_events`]).
+    attempt_events: bool,
 }
 
 impl Call {
@@ -1002,6 +1004,7 @@ impl Call {
             answered: false,
             draining: false,
             criticality: Criticality::Default,
+            attempt_events: true,
         }
     }
 
@@ -1126,6 +1129,27 @@ impl Call {
         self.criticality
     }
 
+    /// Whether the call announces each attempt's end with an [`Event::Attempt`] (on from
+    /// [`Call::begin`]): an adapter whose sink would drop them (no attempt log asked for, no
+    /// listener for them, the trace level off) turns them off, and the call's events are then
+    /// its decisions alone. A call's decisions are the same either way.
+    ///
+    /// ```
+    /// use stormguard_core::{call::{Unguarded, Unlimited}, Call, CallSettings, Instant, Outcome, Parts, Step};
+    ///
+    /// let mut parts = Parts { breaker: Unguarded("feed".into()), budget: Unlimited };
+    /// let now = Instant::from_secs(1);
+    /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
+    /// call.set_attempt_events(false);
+    /// let mut events = 0;
+    /// let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| events += 1) else { unreachable!() };
+    /// call.complete(&mut parts, permit, now, Outcome::Success, &mut |_| events += 1);
+    /// assert_eq!(events, 0);
+    /// ```
+    pub fn set_attempt_events(&mut self, on: bool) {
+        self.attempt_events = on;
+    }
+
     /// Whether a drain began ([`Call::on_drain`]).
     #[must_use]
     pub const fn is_draining(&self) -> bool {
@@ -1193,13 +1217,7 @@ impl Call {
             last: self.last.filter(|o| !o.is_success()),
             attempts: self.attempts,
         };
-        events(Event::Attempt {
-            name: parts.breaker.name(),
-            attempt: self.attempts.saturating_add(1),
-            end: AttemptEnd::Refused {
-                reason: refused.reason,
-            },
-        });
+        self.refused_attempt(parts, self.attempts.saturating_add(1), refused, events);
         // Announced before it is served, under the breaker's name whoever refused (the reason
         // tells a budget's refusal apart).
         events(Event::Rejected {
@@ -1209,6 +1227,25 @@ impl Call {
             retry_after,
         });
         rejection
+    }
+
+    /// Announces that `refused` kept attempt number `attempt` from starting.
+    fn refused_attempt<A: Admission, F: Funding>(
+        &self,
+        parts: &Parts<A, F>,
+        attempt: u32,
+        refused: Refused,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        if self.attempt_events {
+            events(Event::Attempt {
+                name: parts.breaker.name(),
+                attempt,
+                end: AttemptEnd::Refused {
+                    reason: refused.reason,
+                },
+            });
+        }
     }
 
     /// Ends the call as stopped by the drain, and announces it.
@@ -1352,13 +1389,7 @@ impl Call {
             }
         }
         self.attempts = slot;
-        events(Event::Attempt {
-            name: parts.breaker.name(),
-            attempt: slot,
-            end: AttemptEnd::Refused {
-                reason: refused.reason,
-            },
-        });
+        self.refused_attempt(parts, slot, refused, events);
         events(Event::Retry {
             name: parts.breaker.name(),
             attempt: slot.saturating_add(1),
@@ -1649,16 +1680,18 @@ impl Call {
         events: &mut dyn FnMut(Event<'_>),
     ) {
         let outcome = outcome.effective();
-        events(Event::Attempt {
-            name: parts.breaker.name(),
-            attempt: ran.attempt,
-            end: AttemptEnd::Ran {
-                outcome,
-                took: ran.took,
-                answered,
-                hedge: ran.hedge,
-            },
-        });
+        if self.attempt_events {
+            events(Event::Attempt {
+                name: parts.breaker.name(),
+                attempt: ran.attempt,
+                end: AttemptEnd::Ran {
+                    outcome,
+                    took: ran.took,
+                    answered,
+                    hedge: ran.hedge,
+                },
+            });
+        }
         let evidence = self.as_evidence(&parts.breaker, &permit, now, outcome);
         parts.breaker.on_outcome(now, permit, evidence, events);
         parts.budget.on_outcome(now, evidence);

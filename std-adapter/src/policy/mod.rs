@@ -317,10 +317,25 @@ impl<K, L> Policy<K, L> {
     /// The call driver for a call starting at `now` with `options`' deadline, salted with the
     /// thread's count of calls begun so that calls beginning at the same instant (paused time,
     /// a coarse clock) do not back off in step.
-    pub(crate) fn begin<C>(&self, options: &CallOptions<'_, C>, now: Instant) -> Call {
+    pub(crate) fn begin<C>(&self, options: &CallOptions<'_, C>, now: Instant) -> Call
+    where
+        L: Listener,
+    {
         let mut call = Call::begin_salted(self.call_settings(options), now, next_salt());
         options.tighten(&mut call, now);
+        call.set_attempt_events(self.hears_attempts());
         call
+    }
+
+    /// Whether anything takes a call's attempt events: the listener, or `tracing` at TRACE
+    /// (an attempt log asked for turns them on besides). Nothing else does, so a call made
+    /// without them skips building one event per attempt.
+    #[inline]
+    pub(crate) fn hears_attempts(&self) -> bool
+    where
+        L: Listener,
+    {
+        self.listener.hears_attempts() || events::traces_attempts()
     }
 
     /// The settings a call made with `options` runs under.

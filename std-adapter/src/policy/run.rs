@@ -493,6 +493,15 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         // call would be built aside and copied in.
         let mut call = Call::begin_salted(self.call_settings(options), start, super::next_salt());
         options.tighten(&mut call, start);
+        // A log the caller asked for is kept from the call's events.
+        let (end, mut log) = match end {
+            Some(end) => {
+                let log = end.log.take();
+                (Some(end), log)
+            }
+            None => (None, None),
+        };
+        call.set_attempt_events(log.is_some() || self.hears_attempts());
         // A bulkhead with a bounded wait: the call waits for a slot before its first
         // attempt (the core's `Bulkheaded` never queues; the wait is the adapter's).
         let mut held = None;
@@ -522,14 +531,6 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let mut parts = Parts {
             breaker: admission(steps, held),
             budget: self.funds(),
-        };
-        // A log the caller asked for is kept from the call's events.
-        let (end, mut log) = match end {
-            Some(end) => {
-                let log = end.log.take();
-                (Some(end), log)
-            }
-            None => (None, None),
         };
         let mut sink = |e: Event<'_>| {
             self.emit(&e);
