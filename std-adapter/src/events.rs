@@ -12,8 +12,9 @@
 //! | `Rejected`, summarised | WARN | at most once per [`REJECTION_WARN_EVERY`] (30 s) per breaker, with the count of the rejections since the last such line: an outage is visible at WARN without flooding it |
 //! | `Attempt` | TRACE | one per attempt, success included: the attempt log's lines |
 //!
-//! The success path emits one event, the attempt's end, at TRACE: with TRACE off for the
-//! target, `tracing` skips it after one check of the callsite's cached interest.
+//! The success path's one event is the attempt's end, and a call builds it only when something
+//! takes it: a listener that [hears attempts](Listener::hears_attempts), TRACE on for the
+//! target, or an attempt log asked for. Otherwise the success path emits nothing.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
