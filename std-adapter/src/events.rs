@@ -149,8 +149,9 @@ pub trait Listener {
     }
 
     /// Whether this listener takes [`Event::Attempt`] events (one per attempt, successes
-    /// included): `true` unless it says otherwise. A policy whose listener does not, with
-    /// `tracing`'s TRACE level off, has its calls skip building them.
+    /// included): `true` unless it says otherwise. A listener that does not is never sent
+    /// them, and a policy whose listener does not, with `tracing`'s TRACE level off, has its
+    /// calls skip building them (unless a call asks for its attempt log).
     fn hears_attempts(&self) -> bool {
         true
     }
@@ -202,8 +203,13 @@ pub struct Both<A, B>(pub A, pub B);
 
 impl<A: Listener, B: Listener> Listener for Both<A, B> {
     fn on_event(&self, event: &Event<'_>) {
-        self.0.on_event(event);
-        self.1.on_event(event);
+        let attempt = matches!(event, Event::Attempt { .. });
+        if !attempt || self.0.hears_attempts() {
+            self.0.on_event(event);
+        }
+        if !attempt || self.1.hears_attempts() {
+            self.1.on_event(event);
+        }
     }
     fn hears_attempts(&self) -> bool {
         self.0.hears_attempts() || self.1.hears_attempts()
@@ -395,10 +401,17 @@ fn rejection_warning_due(breaker: &str, now: Instant) -> Option<u64> {
 
 /// Sends `event` to `tracing` and to `listener`.
 pub(crate) fn emit<L: Listener>(listener: &L, event: &Event<'_>) {
-    // An attempt's end comes once per attempt, successes included: asked of `tracing` here,
-    // at its level check, rather than after `trace`'s dispatch on the event.
-    if !matches!(event, Event::Attempt { .. }) || traces_attempts() {
-        trace(event);
+    if let Event::Attempt { .. } = event {
+        // One per attempt, successes included, and made for a log as well: each taker is
+        // asked first (`tracing` at its level check, rather than after `trace`'s dispatch).
+        if traces_attempts() {
+            trace(event);
+        }
+        if listener.hears_attempts() {
+            listener.on_event(event);
+        }
+        return;
     }
+    trace(event);
     listener.on_event(event);
 }

@@ -1331,3 +1331,72 @@ async fn the_attempt_log_shows_the_hedge_that_won_and_the_attempt_it_replaced() 
     };
     assert_eq!(took, Duration::from_millis(5), "the hedge's own time");
 }
+
+/// A listener that keeps the kinds of the events it is sent, and says whether it hears attempts.
+#[derive(Clone, Default)]
+struct Kept {
+    kinds: Arc<Mutex<Vec<&'static str>>>,
+    attempts: bool,
+}
+
+impl stormguard_std::Listener for Kept {
+    fn on_event(&self, event: &Event<'_>) {
+        self.kinds.lock().unwrap().push(event.kind());
+    }
+    fn hears_attempts(&self) -> bool {
+        self.attempts
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listener_that_does_not_hear_attempts_is_sent_none_and_a_log_still_fills() {
+    let flaky = |attempt: u32| async move {
+        if attempt == 1 {
+            Err("reset")
+        } else {
+            Ok(attempt)
+        }
+    };
+    for attempts in [false, true] {
+        let kept = Kept {
+            attempts,
+            ..Kept::default()
+        };
+        let policy = Policy::builder("heard")
+            .backoff(no_jitter())
+            .listener(kept.clone())
+            .build()
+            .unwrap();
+        assert_eq!(policy.call(flaky).await, Ok(2));
+        let logged = policy.call_logged(CallOptions::new(), flaky).await;
+        assert_eq!(logged.result, Ok(2));
+        assert_eq!(logged.attempts.len(), 2, "the log fills either way");
+        let kinds = kept.kinds.lock().unwrap().clone();
+        let expected: &[&str] = if attempts {
+            &["attempt", "retry", "attempt", "attempt", "retry", "attempt"]
+        } else {
+            // The logged call builds its attempt events for the log, not for this listener:
+            // it is sent the call's decisions alone.
+            &["retry", "retry"]
+        };
+        assert_eq!(kinds, expected, "hears attempts: {attempts}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn of_two_listeners_only_the_one_that_hears_attempts_is_sent_them() {
+    let (hears, deaf) = (
+        Kept {
+            attempts: true,
+            ..Kept::default()
+        },
+        Kept::default(),
+    );
+    let policy = Policy::builder("both")
+        .listener(Both(hears.clone(), deaf.clone()))
+        .build()
+        .unwrap();
+    assert_eq!(policy.call(ok).await, Ok(7));
+    assert_eq!(*hears.kinds.lock().unwrap(), ["attempt"]);
+    assert!(deaf.kinds.lock().unwrap().is_empty());
+}
