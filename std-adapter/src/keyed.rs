@@ -101,15 +101,15 @@ use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::Arc;
 
 use stormguard_core::{
-    breaker::FullTable, breaker::KeyedRefusal, breaker::Member, call::Admission, BreakerSettings,
-    Duration, Event, Finished, Instant, Outcome, Parts, Permit, RefusalReason, Refused, Rejection,
-    SettingsError, SharedBreaker, Snapshot, State, Step,
+    breaker::FullTable, breaker::KeyedRefusal, breaker::Member, call::Admission, call::AttemptLog,
+    BreakerSettings, Duration, Event, Finished, Instant, Outcome, Parts, Permit, RefusalReason,
+    Refused, Rejection, SettingsError, SharedBreaker, Snapshot, State, Step,
 };
 
 use crate::classify::Classify;
 use crate::clock::{Clock, DefaultClock};
 use crate::events::{Listener, NoListener};
-use crate::policy::{Attempt, Report, Slept};
+use crate::policy::{Attempt, CallEnd, Report, Slept};
 use crate::slots::{Entry, Occupant, Refusal, Slots};
 use crate::{Breaker, CallError, CallOptions, Policy};
 
@@ -715,19 +715,20 @@ where
         Fut: Future<Output = Result<T, E>>,
         Cl: Classify<T, E>,
     {
-        self.run(key, None, &options, |a: Attempt| Some(op(a.number)))
+        self.run(key, None, &options, |a: Attempt| Some(op(a.number)), None)
             .await
     }
 
     /// The call proper, for [`KeyedPolicy::call_with`] and the tower layer's per-host scope:
     /// `op` gets each attempt's number and time left, `start` is when the call began (now if
-    /// `None`).
+    /// `None`); how the call ended, and its attempt log if one is asked for, go to `end`.
     pub(crate) async fn run<T, E, F, Fut, Cl>(
         &self,
         key: &K,
         start: Option<Instant>,
         options: &CallOptions<'_, Cl>,
         op: F,
+        end: Option<&mut CallEnd<'_>>,
     ) -> Result<T, KeyedError<E>>
     where
         F: FnMut(Attempt) -> Option<Fut>,
@@ -738,13 +739,16 @@ where
         let entry = match self.enter(key) {
             Ok(entry) => entry,
             Err(Refusal::Make(never)) => match never {},
-            Err(Refusal::Full) => return self.refuse_full(options).await,
+            Err(Refusal::Full) => {
+                let log = end.and_then(|end| end.log.as_deref_mut());
+                return self.refuse_full(options, log).await;
+            }
         };
         let in_flight = InFlight {
             entry: &entry,
             clock,
         };
-        let result = entry.value.policy.run(start, options, op, None).await;
+        let result = entry.value.policy.run(start, options, op, end).await;
         drop(in_flight);
         result.map_err(KeyedError::Call)
     }
@@ -759,16 +763,25 @@ impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
     async fn refuse_full<T, E, Cl>(
         &self,
         options: &CallOptions<'_, Cl>,
+        mut log: Option<&mut AttemptLog>,
     ) -> Result<T, KeyedError<E>> {
         let template = &self.table.template;
         let now = template.clock().now();
         let mut call = template.begin(options, now);
+        if log.is_some() {
+            call.set_attempt_events(true);
+        }
         let mut parts = Parts {
             breaker: self.table.full,
             budget: template.funds(),
         };
         let report = Report::new(template.listener(), template.name());
-        let mut sink = |e: Event<'_>| template.emit(&e);
+        let mut sink = |e: Event<'_>| {
+            template.emit(&e);
+            if let Some(log) = log.as_deref_mut() {
+                log.record(&e);
+            }
+        };
         let (finished, result) = loop {
             match call.poll(&mut parts, now, &mut sink) {
                 Step::Reject(rejection) => {

@@ -55,7 +55,7 @@ use std::task::{Context, Poll};
 
 use http::header::HeaderName;
 use http::{Extensions, HeaderMap, HeaderValue, Method, Request, Uri, Version};
-use stormguard_core::{call::Criticality, Duration};
+use stormguard_core::{call::AttemptLog, call::Criticality, Duration};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -63,7 +63,7 @@ use crate::classify::{Classify, Http};
 use crate::clock::{Clock, DefaultClock};
 use crate::events::{Listener, NoListener};
 use crate::keyed::{KeyedPolicy, KeyedSetupError};
-use crate::policy::Attempt;
+use crate::policy::{Attempt, CallEnd};
 use crate::{CallError, CallOptions, Policy};
 
 #[cfg(feature = "tonic")]
@@ -102,6 +102,50 @@ pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Idempotent;
+
+/// Where the layer leaves a call's [`AttemptLog`]: put one in a request's extensions, keep a
+/// clone, and read it once the call has ended, whatever it ended with (a response, a failure
+/// or a refusal). How each attempt went (its outcome and duration, whether it was a hedge,
+/// whether the layer's own rate limiter or bulkhead held it back) can then be told apart from
+/// what the dependency said. A request without one costs the call nothing.
+///
+/// ```
+/// use stormguard_std::tower::AttemptSlot;
+/// let slot = AttemptSlot::new();
+/// let mut req = http::Request::get("/orders").body(String::new()).unwrap();
+/// req.extensions_mut().insert(slot.clone());
+/// // ... the call through the layer ...
+/// assert!(slot.take().is_none()); // nothing yet: no call was made here
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct AttemptSlot(Arc<std::sync::Mutex<Option<AttemptLog>>>);
+
+impl AttemptSlot {
+    /// An empty slot.
+    #[must_use]
+    pub fn new() -> Self {
+        AttemptSlot::default()
+    }
+
+    /// The log the layer left, taken out (`None` before the call ended, or once taken).
+    #[must_use]
+    pub fn take(&self) -> Option<AttemptLog> {
+        self.0.lock().map_or(None, |mut log| log.take())
+    }
+
+    fn put(&self, log: AttemptLog) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(log);
+        }
+    }
+}
+
+// Two slots are equal when they are the same slot: extensions compare by identity.
+impl PartialEq for AttemptSlot {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
 
 /// How the layer treats requests: which can be replayed for a retry, and how a deadline
 /// travels with them.
@@ -166,6 +210,14 @@ pub trait Requests<Req> {
         let _ = (req, criticality);
     }
 
+    /// Where to leave the call's attempt log, if the request asks for one. By default
+    /// nowhere; [`HttpRequests`] and the gRPC rules read an [`AttemptSlot`] in the request's
+    /// extensions.
+    fn attempt_slot(&self, req: &Req) -> Option<AttemptSlot> {
+        let _ = req;
+        None
+    }
+
     /// The key of the scope `req` belongs to, for a layer with a breaker per scope
     /// ([`PolicyLayer::per_host`]); requests without one share the scope `""`. By default
     /// none; [`HttpRequests`] answers the request's authority (`host:port`, lower-cased), and
@@ -219,6 +271,9 @@ impl<Req, R: Requests<Req>, F: Fn(&Req) -> String> Requests<Req> for ScopeBy<R, 
     }
     fn set_criticality(&self, req: &mut Req, criticality: Criticality) {
         self.requests.set_criticality(req, criticality);
+    }
+    fn attempt_slot(&self, req: &Req) -> Option<AttemptSlot> {
+        self.requests.attempt_slot(req)
     }
     fn scope(&self, req: &Req) -> Option<String> {
         Some((self.scope)(req))
@@ -404,6 +459,10 @@ impl<B: Clone + Send + 'static> Requests<Request<B>> for HttpRequests {
 
     fn set_criticality(&self, req: &mut Request<B>, criticality: Criticality) {
         write_criticality(req.headers_mut(), criticality);
+    }
+
+    fn attempt_slot(&self, req: &Request<B>) -> Option<AttemptSlot> {
+        req.extensions().get::<AttemptSlot>().cloned()
     }
 
     fn scope(&self, req: &Request<B>) -> Option<String> {
@@ -831,6 +890,7 @@ where
             .clone()
             .map(|hosts| (hosts, requests.scope(&req).unwrap_or_default()));
         Box::pin(async move {
+            let slot = requests.attempt_slot(&req);
             let (req, template) = requests.prepare(req);
             let criticality = requests.criticality(&req);
             let mut options = CallOptions::new().classify(classify);
@@ -874,13 +934,23 @@ where
                     svc.call(req).await
                 })
             };
-            match scope {
+            // Made only when asked for: a log is a few hundred bytes to clear.
+            let mut attempts = slot.as_ref().map(|_| AttemptLog::new());
+            let mut end = CallEnd {
+                log: attempts.as_mut(),
+                ..CallEnd::default()
+            };
+            let result = match scope {
                 Some((hosts, host)) => hosts
-                    .run(&host, Some(start), &options, op)
+                    .run(&host, Some(start), &options, op, Some(&mut end))
                     .await
                     .map_err(CallError::from),
-                None => policy.run(Some(start), &options, op, None).await,
+                None => policy.run(Some(start), &options, op, Some(&mut end)).await,
+            };
+            if let (Some(slot), Some(attempts)) = (slot, attempts) {
+                slot.put(attempts);
             }
+            result
         })
     }
 }

@@ -119,7 +119,13 @@ async fn a_new_host_meeting_a_full_table_of_open_breakers_is_refused_as_keyed_fu
         let _ = svc.clone().oneshot(get_from("http://down.example/")).await;
     }
     let started = tokio::time::Instant::now();
-    let refused = svc.clone().oneshot(get_from("http://up.example/")).await;
+    let slot = stormguard_std::tower::AttemptSlot::new();
+    let mut req = get_from("http://up.example/");
+    req.extensions_mut().insert(slot.clone());
+    let refused = svc.clone().oneshot(req).await;
+    // The request's attempt log names the full table.
+    let log = slot.take().expect("the log of a refused call");
+    assert_eq!(log.to_string(), "attempt 1: refused locally (keyed_full)");
     match refused {
         Err(CallError::Rejected { rejection, last }) => {
             assert_eq!(rejection.reason, RefusalReason::KeyedFull);

@@ -386,3 +386,57 @@ async fn a_granted_hedge_whose_request_cannot_be_repeated_gives_back_what_it_too
     assert_eq!(breaker.state, State::Closed);
     assert_eq!(breaker.consecutive_failures, 0);
 }
+
+/// A GET carrying an attempt slot.
+fn logged_request() -> (Request<String>, stormguard_std::tower::AttemptSlot) {
+    let slot = stormguard_std::tower::AttemptSlot::new();
+    let mut req = request(Method::GET);
+    req.extensions_mut().insert(slot.clone());
+    (req, slot)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_carrying_a_slot_gets_the_calls_attempt_log_back() {
+    for per_host in [false, true] {
+        let hits = Arc::new(AtomicU32::new(0));
+        let layer = PolicyLayer::new(policy());
+        let layer = if per_host {
+            layer.per_host().unwrap()
+        } else {
+            layer
+        };
+        let svc = layer.layer(scripted(&[503], hits.clone()));
+        let (req, slot) = logged_request();
+        assert!(slot.take().is_none());
+        let r = svc.clone().oneshot(req).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let log = slot.take().expect("the layer left the log");
+        assert_eq!(log.len(), 2, "per host: {per_host}");
+        let text = log.to_string();
+        assert!(
+            text.starts_with("attempt 1: transient failure after 0s, answered; attempt 2: success"),
+            "per host: {per_host}: {text}"
+        );
+        assert!(slot.take().is_none(), "taken once");
+        // A request without a slot is served as before.
+        let r = svc.oneshot(request(Method::GET)).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_request_carrying_a_slot_reads_who_refused_it() {
+    let hits = Arc::new(AtomicU32::new(0));
+    let p = policy();
+    p.isolate();
+    let svc = PolicyLayer::new(p).layer(scripted(&[], hits.clone()));
+    let (req, slot) = logged_request();
+    let e = svc.oneshot(req).await.unwrap_err();
+    assert!(matches!(e, CallError::Rejected { .. }));
+    let log = slot.take().expect("the log of a refused call too");
+    assert_eq!(log.to_string(), "attempt 1: refused locally (isolated)");
+    assert!(
+        !log.any_self_imposed(),
+        "an isolated breaker is not the caller's own limit"
+    );
+}

@@ -33,9 +33,9 @@ use builder::Choice;
 pub use builder::PolicyBuilder;
 #[cfg(feature = "tokio")]
 pub use drain::Drain;
-#[cfg(feature = "tokio")]
-pub(crate) use guard::Attempt;
 use guard::PermitGuard;
+#[cfg(feature = "tokio")]
+pub(crate) use guard::{Attempt, CallEnd};
 pub(crate) use guard::{Report, Slept};
 pub use options::CallOptions;
 #[cfg(feature = "tokio")]

@@ -14,10 +14,10 @@ use stormguard_core::{
 use tokio_util::either::Either;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use super::guard::CallEnd;
 use super::steps::BulkheadShared;
 use super::{
-    Attempt, CallError, CallOptions, Drain, Funds, PermitGuard, Policy, Report, Slept, Steps,
+    Attempt, CallEnd, CallError, CallOptions, Drain, Funds, PermitGuard, Policy, Report, Slept,
+    Steps,
 };
 use crate::cache::SuccessCache;
 use crate::classify::Classify;

@@ -164,6 +164,12 @@ impl Requests<Request<Body>> for GrpcRequests {
         write_grpc_timeout(req.headers_mut(), ceiling);
     }
 
+    /// As the HTTP rules read it: an [`AttemptSlot`](super::AttemptSlot) in the request's
+    /// extensions.
+    fn attempt_slot(&self, req: &Request<Body>) -> Option<super::AttemptSlot> {
+        req.extensions().get::<super::AttemptSlot>().cloned()
+    }
+
     /// A retry carries its number in [`ATTEMPT_HEADER`](super::ATTEMPT_HEADER) (gRPC metadata
     /// is headers), as the HTTP rules send it.
     fn set_attempt(&self, req: &mut Request<Body>, number: u32) {
