@@ -57,9 +57,7 @@ impl RefusalReason {
             RefusalReason::QuotaReserve => "quota_reserve",
         }
     }
-}
 
-impl RefusalReason {
     /// Whether the refusal is the caller's own limit (a local rate limiter, bulkhead or adaptive
     /// limiter, or a published quota's reserve) rather than the breaker's or the budget's
     /// judgement of the dependency: the call retries it as a self-imposed throttle, and the

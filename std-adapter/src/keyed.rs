@@ -767,21 +767,13 @@ impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
     ) -> Result<T, KeyedError<E>> {
         let template = &self.table.template;
         let now = template.clock().now();
-        let mut call = template.begin(options, now);
-        if log.is_some() {
-            call.set_attempt_events(true);
-        }
+        let mut call = template.begin(options, now, log.is_some());
         let mut parts = Parts {
             breaker: self.table.full,
             budget: template.funds(),
         };
         let report = Report::new(template.listener(), template.name());
-        let mut sink = |e: Event<'_>| {
-            template.emit(&e);
-            if let Some(log) = log.as_deref_mut() {
-                log.record(&e);
-            }
-        };
+        let mut sink = |e: Event<'_>| template.emit_logged(&e, &mut log);
         let (finished, result) = loop {
             match call.poll(&mut parts, now, &mut sink) {
                 Step::Reject(rejection) => {

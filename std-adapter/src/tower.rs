@@ -140,13 +140,6 @@ impl AttemptSlot {
     }
 }
 
-// Two slots are equal when they are the same slot: extensions compare by identity.
-impl PartialEq for AttemptSlot {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
 /// How the layer treats requests: which can be replayed for a retry, and how a deadline
 /// travels with them.
 pub trait Requests<Req> {

@@ -614,12 +614,7 @@ mod tests {
         let (mut parts, now) = warm();
         let mut log = AttemptLog::<8>::new();
         let (mut call, mut pair, first) = started(&mut parts, now);
-        let at = pair.wake_at().expect("the hedge's launch");
-        let (hedge, ()) = pair
-            .launch(&mut call, &mut parts, at, &mut |e| log.record(&e), |_| {
-                Some(())
-            })
-            .expect("launched");
+        let (hedge, at) = launched(&mut call, &mut pair, &mut parts);
         // The hedge answers 5 ms later; the first attempt, still running, is dropped.
         let end = at + ms(5);
         let next = pair.finished(
@@ -673,10 +668,7 @@ mod tests {
         let (mut parts, now) = warm();
         let mut log = AttemptLog::<8>::new();
         let (mut call, mut pair, first) = started(&mut parts, now);
-        let at = pair.wake_at().expect("the hedge's launch");
-        let (hedge, ()) = pair
-            .launch(&mut call, &mut parts, at, &mut |_| {}, |_| Some(()))
-            .expect("launched");
+        let (hedge, at) = launched(&mut call, &mut pair, &mut parts);
         let mut sink = |e: Event<'_>| log.record(&e);
         let failed = at + ms(1);
         let next = pair.finished(

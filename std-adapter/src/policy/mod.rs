@@ -316,26 +316,26 @@ impl<K, L> Policy<K, L> {
 
     /// The call driver for a call starting at `now` with `options`' deadline, salted with the
     /// thread's count of calls begun so that calls beginning at the same instant (paused time,
-    /// a coarse clock) do not back off in step.
-    pub(crate) fn begin<C>(&self, options: &CallOptions<'_, C>, now: Instant) -> Call
+    /// a coarse clock) do not back off in step; `logging` when the call keeps an attempt log.
+    pub(crate) fn begin<C>(&self, options: &CallOptions<'_, C>, now: Instant, logging: bool) -> Call
     where
         L: Listener,
     {
         let mut call = Call::begin_salted(self.call_settings(options), now, next_salt());
         options.tighten(&mut call, now);
-        call.set_attempt_events(self.hears_attempts());
+        call.set_attempt_events(self.attempt_events(logging));
         call
     }
 
-    /// Whether anything takes a call's attempt events: the listener, or `tracing` at TRACE
-    /// (an attempt log asked for turns them on besides). Nothing else does, so a call made
-    /// without them skips building one event per attempt.
+    /// Whether a call builds its attempt events: for its attempt log (`logging`), the
+    /// listener, or `tracing` at TRACE. Nothing else takes them, so a call made without them
+    /// skips building one event per attempt.
     #[inline]
-    pub(crate) fn hears_attempts(&self) -> bool
+    pub(crate) fn attempt_events(&self, logging: bool) -> bool
     where
         L: Listener,
     {
-        self.listener.hears_attempts() || events::traces_attempts()
+        logging || self.listener.hears_attempts() || events::traces_attempts()
     }
 
     /// The settings a call made with `options` runs under.
@@ -440,6 +440,21 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         events::emit(&self.listener, event);
     }
 
+    /// Sends a call's `event` on ([`Policy::emit`]), and into the call's attempt log when it
+    /// keeps one.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn emit_logged(
+        &self,
+        event: &Event<'_>,
+        log: &mut Option<&mut stormguard_core::call::AttemptLog>,
+    ) {
+        self.emit(event);
+        if let Some(log) = log.as_deref_mut() {
+            log.record(event);
+        }
+    }
+
     /// Runs `op` under the policy, blocking the thread, with no async runtime: `op(attempt)`
     /// (1 for the first attempt) makes one attempt; `Ok` is a success, every `Err` a transient
     /// failure. Waits and the guarded pause are `std::thread` sleeps.
@@ -501,7 +516,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let mut sink = |e: Event<'_>| self.emit(&e);
         let mut report = Report::new(&self.listener, &self.name);
         let mut now = self.clock.now();
-        let mut call = self.begin(&options, now);
+        let mut call = self.begin(&options, now, false);
         let mut last: Option<Result<T, E>> = None;
         #[cfg(feature = "tokio")]
         let drain: blocking::DrainRef<'_> = options.drain.or(self.drain.as_ref());

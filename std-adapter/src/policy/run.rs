@@ -468,7 +468,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         start: Option<Instant>,
         options: &'o CallOptions<'o, C>,
         mut op: F,
-        end: Option<&'o mut CallEnd<'l>>,
+        mut end: Option<&'o mut CallEnd<'l>>,
         admission: M,
     ) -> Result<T, CallError<E>>
     where
@@ -494,14 +494,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let mut call = Call::begin_salted(self.call_settings(options), start, super::next_salt());
         options.tighten(&mut call, start);
         // A log the caller asked for is kept from the call's events.
-        let (end, mut log) = match end {
-            Some(end) => {
-                let log = end.log.take();
-                (Some(end), log)
-            }
-            None => (None, None),
-        };
-        call.set_attempt_events(log.is_some() || self.hears_attempts());
+        let mut log = end.as_deref_mut().and_then(|end| end.log.take());
+        call.set_attempt_events(self.attempt_events(log.is_some()));
         // A bulkhead with a bounded wait: the call waits for a slot before its first
         // attempt (the core's `Bulkheaded` never queues; the wait is the adapter's).
         let mut held = None;
@@ -532,12 +526,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             breaker: admission(steps, held),
             budget: self.funds(),
         };
-        let mut sink = |e: Event<'_>| {
-            self.emit(&e);
-            if let Some(log) = log.as_deref_mut() {
-                log.record(&e);
-            }
-        };
+        let mut sink = |e: Event<'_>| self.emit_logged(&e, &mut log);
         let mut last: Option<Result<T, E>> = None;
         let mut succeeded_at = None;
         let finished = loop {
