@@ -876,6 +876,87 @@ fn a_dependency_that_stays_slow_keeps_the_ramp_at_its_floor() {
     assert!(b.normal_latency(t).unwrap() < ms(12));
 }
 
+/// A dependency whose healthy answers have a heavy tail: one in eight takes 60 ms, 6x the
+/// 10 ms median and past the 3x slow-call threshold.
+fn heavy_tail(i: u64) -> Duration {
+    if i % 8 == 7 {
+        ms(60)
+    } else {
+        ms(10)
+    }
+}
+
+/// Warms a heavy-tailed baseline, trips, and passes two fast probes: the ramp starts.
+fn into_ramp_with_a_heavy_tail(b: &mut Breaker) -> Instant {
+    let (t, trips) = traffic(b, Instant::from_secs(1), 20, 10, |i| {
+        (heavy_tail(i), Outcome::Success)
+    });
+    assert_eq!(
+        trips,
+        [],
+        "one slow answer in eight is this dependency's normal"
+    );
+    trip(b, t);
+    let after = t + secs(15);
+    call(b, after, ms(10), Outcome::Success).unwrap();
+    call(b, after + ms(10), ms(10), Outcome::Success).unwrap();
+    let start = after + ms(20);
+    assert_eq!(b.state(start), State::Recovering);
+    start
+}
+
+/// Offers a call every 10 ms from `start` until the breaker leaves `Recovering` or `until`,
+/// each admitted one lasting `latency(i)` for the `i`-th admitted: when the ramp ended, and the
+/// lowest evidence cap it stepped to.
+fn ramp_through(
+    b: &mut Breaker,
+    start: Instant,
+    until: Instant,
+    latency: impl Fn(u64) -> Duration,
+) -> (Instant, Option<Ratio>) {
+    let (mut t, mut admitted, mut lowest) = (start, 0u64, None::<Ratio>);
+    while b.state(t) == State::Recovering && t < until {
+        if let Ok(p) = b.try_acquire(t) {
+            b.on_outcome(t + latency(admitted), p, Outcome::Success, &mut |e| {
+                if let Event::RampStep { cap, .. } = e {
+                    lowest = Some(lowest.map_or(cap, |l| l.min(cap)));
+                }
+            });
+            admitted += 1;
+        }
+        t += ms(10);
+    }
+    (t, lowest)
+}
+
+/// The ramp's slow calls are judged against the dependency's own share of slow answers: one in
+/// eight, as it always was, is not evidence that it is still unwell, so the ramp runs its
+/// course. (Halving the cap on each of them held it near 30% for good.)
+#[test]
+fn a_dependency_back_to_its_heavy_tailed_normal_finishes_the_ramp() {
+    let mut b = Breaker::new(ramped());
+    let start = into_ramp_with_a_heavy_tail(&mut b);
+    let (end, lowest) = ramp_through(&mut b, start, start + secs(60), heavy_tail);
+    assert_eq!(b.state(end), State::Closed, "still recovering at {end:?}");
+    // A quarter of the 15 s break, ramped over, with the clock term the only bound.
+    assert!(end - start <= ms(3800), "{:?}", end - start);
+    assert_eq!(lowest, None, "the cap never stepped down");
+}
+
+/// What a heavy tail forgives is its own share, not a dependency that is slow: when every
+/// answer is slow the slow calls soon lie beyond it, and each one then halves the cap.
+#[test]
+fn a_heavy_tailed_dependency_that_stays_slow_keeps_the_ramp_at_its_floor() {
+    let mut b = Breaker::new(ramped());
+    let start = into_ramp_with_a_heavy_tail(&mut b);
+    let until = start + secs(120);
+    let (end, lowest) = ramp_through(&mut b, start, until, |_| ms(100));
+    assert_eq!(end, until);
+    assert_eq!(b.state(end), State::Recovering);
+    assert_eq!(lowest, Ratio::from_percent(5));
+    assert_eq!(b.ramp_fraction(end), Ratio::from_percent(5));
+}
+
 #[test]
 fn one_failure_during_the_ramp_reopens_with_the_grown_break() {
     let mut b = Breaker::new(ramped());

@@ -244,10 +244,13 @@ pub(crate) struct Ramp {
     pub(crate) credit: u16,
     /// Fast admitted calls in a row since the last evidence step.
     pub(crate) streak: u16,
-    /// Counted outcomes of the calls the ramp admitted (halved with `failures` when full).
+    /// Counted outcomes of the calls the ramp admitted (halved with `failures` and `slow`
+    /// when any of the three is full).
     pub(crate) outcomes: u16,
     /// Failures among them.
     pub(crate) failures: u16,
+    /// Slow calls among them.
+    pub(crate) slow: u16,
 }
 
 impl Ramp {
@@ -263,6 +266,7 @@ impl Ramp {
             streak: 0,
             outcomes: 0,
             failures: 0,
+            slow: 0,
         }
     }
 
@@ -277,14 +281,15 @@ impl Ramp {
     }
 
     /// The ramp word: 8 bits of tag, 10 of cap (at most 1000), 11 of credit (below 2000), 10 of
-    /// streak (at most [`MAX_COUNT`]), 14 of outcomes and 11 of failures.
+    /// streak (at most [`MAX_COUNT`]), 11 of outcomes, 7 of failures and 7 of slow calls.
     pub(crate) const fn pack(self) -> u64 {
         put(self.tag as u64, 0, 8)
             | put(self.cap as u64, 8, 10)
             | put(self.credit as u64, 18, 11)
             | put(self.streak as u64, 29, 10)
-            | put(self.outcomes as u64, 39, 14)
-            | put(self.failures as u64, 53, 11)
+            | put(self.outcomes as u64, 39, 11)
+            | put(self.failures as u64, 50, 7)
+            | put(self.slow as u64, 57, 7)
     }
 
     pub(crate) const fn unpack(w: u64) -> Ramp {
@@ -294,29 +299,38 @@ impl Ramp {
             cap: field(w, 8, 10) as u16,
             credit: field(w, 18, 11) as u16,
             streak: field(w, 29, 10) as u16,
-            outcomes: field(w, 39, 14) as u16,
-            failures: field(w, 53, 11) as u16,
+            outcomes: field(w, 39, 11) as u16,
+            failures: field(w, 50, 7) as u16,
+            slow: field(w, 57, 7) as u16,
         }
     }
 
-    /// Counts one admitted call's outcome. When either count is full both are halved, which
-    /// keeps their ratio: the ramp then weighs its recent calls more.
-    const fn tally(&mut self, failure: bool) {
-        if self.outcomes >= RAMP_MAX_OUTCOMES || self.failures >= RAMP_MAX_FAILURES {
+    /// Counts one admitted call's outcome. When any count is full all three are halved, which
+    /// keeps their ratios: the ramp then weighs its recent calls more.
+    const fn tally(&mut self, sample: RampSample) {
+        if self.outcomes >= RAMP_MAX_OUTCOMES
+            || self.failures >= RAMP_MAX_MARKED
+            || self.slow >= RAMP_MAX_MARKED
+        {
             self.outcomes /= 2;
             self.failures /= 2;
+            self.slow /= 2;
         }
         self.outcomes = self.outcomes.saturating_add(1);
-        if failure {
+        if sample.failure {
             self.failures = self.failures.saturating_add(1);
+        }
+        if sample.slow {
+            self.slow = self.slow.saturating_add(1);
         }
     }
 }
 
-/// The most outcomes the ramp word counts (14 bits) before halving.
-const RAMP_MAX_OUTCOMES: u16 = (1 << 14) - 1;
-/// The most failures the ramp word counts (11 bits) before halving.
-const RAMP_MAX_FAILURES: u16 = (1 << 11) - 1;
+/// The most outcomes the ramp word counts (11 bits) before halving.
+const RAMP_MAX_OUTCOMES: u16 = (1 << 11) - 1;
+/// The most failures, and the most slow calls, the ramp word counts (7 bits each) before
+/// halving.
+const RAMP_MAX_MARKED: u16 = (1 << 7) - 1;
 
 /// What one outcome of a call the ramp admitted tells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -722,7 +736,7 @@ pub(crate) fn complete<M: Measure>(
                 // One probe is one sample: it says the dependency answers, not that it is still
                 // unwell when it answers slowly (a fresh connection, a cold cache, against a
                 // microsecond-scale median). With a ramp, a slow probe starts it at once, and
-                // the ramp's evidence cap halves on every slow call it admits; without one, a
+                // the ramp's slow calls halve its evidence cap; without one, a
                 // slow probe counts as a success, and once closed the slow-call rule judges a
                 // window of calls.
                 if slow && recovery::<M>(s).is_some() {
@@ -746,15 +760,25 @@ pub(crate) fn complete<M: Measure>(
     }
 }
 
-/// The ramp's evidence term: a slow admitted call halves the cap on the spot (never below 5%);
-/// `probe successes` fast successes in a row raise it by 5% (up to 1); a failure ends the
-/// streak. Every sample is counted for [`ramp_failures_reopen`]. Returns whether the cap moved.
-pub(crate) fn ramp_evidence(r: &mut Ramp, sample: RampSample, s: &BreakerSettings) -> bool {
-    r.tally(sample.failure);
+/// The ramp's evidence term: a slow admitted call halves the cap on the spot (never below 5%)
+/// when the ramp's slow calls are beyond what the dependency's normal share of slow answers
+/// explains (`normal_slow`, see [`slow_beyond_noise`]); `probe successes` fast successes in a
+/// row raise it by 5% (up to 1); a failure or a slow call ends the streak. Every sample is
+/// counted for [`ramp_failures_reopen`]. Returns whether the cap moved.
+pub(crate) fn ramp_evidence(
+    r: &mut Ramp,
+    sample: RampSample,
+    s: &BreakerSettings,
+    normal_slow: Option<(u32, u32)>,
+) -> bool {
+    r.tally(sample);
     if sample.slow {
-        r.cap = (r.cap / 2).max(RAMP_INITIAL);
         r.streak = 0;
-        return true;
+        if slow_beyond_noise(r, s, normal_slow) {
+            r.cap = (r.cap / 2).max(RAMP_INITIAL);
+            return true;
+        }
+        return false;
     }
     if sample.failure {
         r.streak = 0;
@@ -767,6 +791,27 @@ pub(crate) fn ramp_evidence(r: &mut Ramp, sample: RampSample, s: &BreakerSetting
         return true;
     }
     false
+}
+
+/// Whether the slow calls among those a ramp admitted are evidence that the dependency is still
+/// slow. `normal_slow` is `(slow, samples)`: how many of the learned healthy latencies lie at or
+/// above the slow-call threshold, of how many. Without it (nothing learned, or a breaker that
+/// learns nothing), or with none of them slow, every slow call is evidence, as the documents
+/// say. Once the dependency is known to answer slowly now and then (a heavy tail: at p50 20 ms
+/// and p99 200 ms, one healthy answer in eight is past 3x the median), only slow calls beyond
+/// that share within the noise bound are: otherwise the cap would halve on the dependency's
+/// normal tail and the ramp would never end on a dependency that is back.
+fn slow_beyond_noise(r: &Ramp, s: &BreakerSettings, normal_slow: Option<(u32, u32)>) -> bool {
+    match normal_slow {
+        None => r.slow > 0,
+        Some((slow, samples)) => stats::beyond_noise(
+            u32::from(r.outcomes),
+            u32::from(r.slow),
+            slow,
+            samples,
+            s.noise_bound(),
+        ),
+    }
 }
 
 /// The run of failures that trips the consecutive rule now: the configured count on a cold
@@ -1430,6 +1475,20 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         if !slow && self.quiet_success(&permit, outcome) {
             return;
         }
+        // A slow call the ramp admitted is judged against the dependency's normal share of
+        // slow answers (read only here: a scan of the latency histogram).
+        let normal_slow = match threshold {
+            Some(t)
+                if keeps
+                    && slow
+                    && current
+                    && at_outcome.phase == Phase::Recovering
+                    && permit.kind() == Kind::Ramp =>
+            {
+                self.stats.slow_share(now, s, t, TAIL_SAMPLES)
+            }
+            _ => None,
+        };
         let n = loop {
             let (raw, c0, r) = self.load();
             let mut c = c0;
@@ -1456,7 +1515,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             if let Some(sample) = evidence {
                 let (old, new) = self.ramp.update(|w| {
                     let mut r = Ramp::current(w, c.epoch);
-                    ramp_evidence(&mut r, sample, s);
+                    ramp_evidence(&mut r, sample, s, normal_slow);
                     r.pack()
                 });
                 let counted = Ramp::unpack(new);
@@ -1754,10 +1813,14 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
 ///   never below the floor, and reached inclusively.
 /// - **Recovery ramp**: a failure among the calls the ramp admitted re-opens only when their
 ///   failures are beyond what `p` explains at the same bound (with `p` unknown or zero, one
-///   failure does).
+///   failure does). Its slow calls are judged the same way against the share of the learned
+///   healthy latencies at or above the slow-call threshold: a slow call halves the cap once the
+///   ramp's slow calls are beyond that share (with the share unknown or zero, every slow call
+///   does). A heavy-tailed dependency that is back (one answer in eight past 3x its median)
+///   finishes the ramp; one that is still slow keeps it at its floor.
 /// - **Slow probes**: one probe is one sample. A probe that answers, however slowly, is a
-///   successful probe (with a ramp, a slow one starts it at once, and the ramp then halves its
-///   cap on every slow call); whether the dependency is still slow is the slow-call rule's to
+///   successful probe (with a ramp, a slow one starts it at once, and the ramp's slow calls
+///   then halve its cap); whether the dependency is still slow is the slow-call rule's to
 ///   judge, over a window of calls, once closed. A microsecond-scale dependency whose probes pay
 ///   for a fresh connection is not locked out; a brownout that outlasts the break trips the
 ///   slow-call rule again after the window's minimum calls.
@@ -2090,16 +2153,38 @@ mod tests {
             credit: 1999,
             streak: 1000,
             outcomes: RAMP_MAX_OUTCOMES,
-            failures: RAMP_MAX_FAILURES,
+            failures: RAMP_MAX_MARKED,
+            slow: RAMP_MAX_MARKED,
         };
         assert_eq!(Ramp::unpack(r.pack()), r);
         assert_eq!(Ramp::current(r.pack(), 8), Ramp::fresh(8));
-        // A full count halves both before counting on, keeping their ratio.
+        // A full count halves all three before counting on, keeping their ratios.
         let mut full = r;
-        full.tally(true);
+        full.tally(RampSample {
+            failure: true,
+            slow: false,
+        });
         assert_eq!(
-            (full.outcomes, full.failures),
-            (RAMP_MAX_OUTCOMES / 2 + 1, RAMP_MAX_FAILURES / 2 + 1)
+            (full.outcomes, full.failures, full.slow),
+            (
+                RAMP_MAX_OUTCOMES / 2 + 1,
+                RAMP_MAX_MARKED / 2 + 1,
+                RAMP_MAX_MARKED / 2
+            )
+        );
+        let mut slow_full = Ramp {
+            slow: RAMP_MAX_MARKED,
+            failures: 3,
+            outcomes: 400,
+            ..Ramp::fresh(1)
+        };
+        slow_full.tally(RampSample {
+            failure: false,
+            slow: true,
+        });
+        assert_eq!(
+            (slow_full.outcomes, slow_full.failures, slow_full.slow),
+            (201, 1, RAMP_MAX_MARKED / 2 + 1)
         );
     }
 

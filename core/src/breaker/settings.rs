@@ -239,7 +239,9 @@ impl SlowCalls {
 /// break just served rather than all at once.
 ///
 /// A slow answer halves the admitted fraction (never below 5%), so a dependency that answers
-/// but stays slow keeps the ramp at its floor. Slow answers are not taught to the latency
+/// but stays slow keeps the ramp at its floor. Once the breaker has learned that some of its
+/// dependency's healthy answers are slow (a heavy tail), only slow answers beyond that share
+/// halve it (see [`Breaker`](crate::Breaker), "Rules under noise"). Slow answers are not taught to the latency
 /// baseline meanwhile; only a whole baseline window without a fast one (5 minutes by default)
 /// forgets what normal was, and the slower latency can then become the new normal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

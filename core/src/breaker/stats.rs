@@ -1085,6 +1085,36 @@ impl<W: Word, T: Stripes<Item = Ring<W>>, C: Stripes<Item = HistCounts<W>>> Stat
         })
     }
 
+    /// How many learned healthy latencies lie at or above `threshold` (read by bucket: the
+    /// threshold's own bucket counts as at or above, so the share errs high by up to an eighth
+    /// of the threshold), of how many; `None` until `armed` samples are learned or once the
+    /// baseline has gone a whole window without one. A scan of the whole histogram: for the
+    /// ramp's slow calls, not per call.
+    pub(crate) fn slow_share(
+        &self,
+        now: Instant,
+        s: &BreakerSettings,
+        threshold: Duration,
+        armed: u32,
+    ) -> Option<(u32, u32)> {
+        if self.latency.expired(now, half_baseline(s)) {
+            return None;
+        }
+        let first = Histogram::<W>::bucket(threshold.as_nanos());
+        let (mut slow, mut total) = (0u64, 0u64);
+        let _ = self.latency.scan_from(0, &mut |count| {
+            total = total.saturating_add(count);
+            false
+        });
+        let _ = self.latency.scan_from(first, &mut |count| {
+            slow = slow.saturating_add(count);
+            false
+        });
+        let total = u32::try_from(total).unwrap_or(u32::MAX);
+        let slow = u32::try_from(slow).unwrap_or(u32::MAX).min(total);
+        (total >= armed).then_some((slow, total))
+    }
+
     /// The slow-call threshold in force at `now`: memoized with the median, one load.
     pub(crate) fn slow_threshold(&self, now: Instant, s: &BreakerSettings) -> Option<Duration> {
         if self.latency.expired(now, half_baseline(s)) {
@@ -1168,6 +1198,15 @@ pub(crate) trait Measure {
         ran_past: Duration,
         draw: u64,
     ) -> Duration;
+    /// How many learned healthy latencies lie at or above `threshold`, of how many, once
+    /// `armed` are learned (see [`Stats::slow_share`]).
+    fn slow_share(
+        &self,
+        now: Instant,
+        s: &BreakerSettings,
+        threshold: Duration,
+        armed: u32,
+    ) -> Option<(u32, u32)>;
     /// Empties the trip window, folding what `fold` says into the error baseline.
     fn clear_window(&self, now: Instant, s: &BreakerSettings, fold: Fold);
 }
@@ -1204,6 +1243,15 @@ impl<W: Word, T: Stripes<Item = Ring<W>>, C: Stripes<Item = HistCounts<W>>> Meas
     ) -> Duration {
         Stats::censored(self, now, s, ran_past, draw)
     }
+    fn slow_share(
+        &self,
+        now: Instant,
+        s: &BreakerSettings,
+        threshold: Duration,
+        armed: u32,
+    ) -> Option<(u32, u32)> {
+        Stats::slow_share(self, now, s, threshold, armed)
+    }
     fn clear_window(&self, now: Instant, s: &BreakerSettings, fold: Fold) {
         Stats::clear_window(self, now, s, fold);
     }
@@ -1231,6 +1279,15 @@ impl Measure for NoStats {
     }
     fn censored(&self, _: Instant, _: &BreakerSettings, ran_past: Duration, _: u64) -> Duration {
         ran_past
+    }
+    fn slow_share(
+        &self,
+        _: Instant,
+        _: &BreakerSettings,
+        _: Duration,
+        _: u32,
+    ) -> Option<(u32, u32)> {
+        None
     }
     fn clear_window(&self, _: Instant, _: &BreakerSettings, _: Fold) {}
 }
