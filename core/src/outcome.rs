@@ -102,4 +102,24 @@ impl Outcome {
             Outcome::Success | Outcome::Transient | Outcome::TimedOut
         )
     }
+
+    /// A stable, lower-case name for logs, span fields and metrics labels (a throttled
+    /// outcome's hint is not part of it).
+    ///
+    /// ```
+    /// use stormguard_core::Outcome;
+    /// assert_eq!(Outcome::TimedOut.as_str(), "timed_out");
+    /// assert_eq!(Outcome::Throttled { retry_after: None }.as_str(), "throttled");
+    /// ```
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Transient => "transient",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Throttled { .. } => "throttled",
+            Outcome::Permanent => "permanent",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
 }

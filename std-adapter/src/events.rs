@@ -15,6 +15,16 @@
 //! The success path's one event is the attempt's end, and a call builds it only when something
 //! takes it: a listener that [hears attempts](Listener::hears_attempts), TRACE on for the
 //! target, or an attempt log asked for. Otherwise the success path emits nothing.
+//!
+//! Spans, at DEBUG on the same target, so that a call's events read in context:
+//!
+//! | span | fields | inside |
+//! |---|---|---|
+//! | `call` | `breaker`; once over, `attempts` and `ended` (as [`Ended::as_str`] names it) | the caller's span (the tower layer's `request`) |
+//! | `attempt` | `attempt` (1 for the first), `hedge`; once over, `outcome` (as [`Outcome::as_str`](stormguard_core::Outcome::as_str) names it, `dropped` for the loser of a hedged pair) | its `call` |
+//! | `request` | `method`, `url` (scheme, host, port and path: no user information or query, which may carry credentials) | the caller's span |
+//!
+//! Below DEBUG none is made: a span the subscriber does not want costs a load.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -349,6 +359,45 @@ pub fn trace(event: &Event<'_>) {
             "recovery ramp step"
         ),
         _ => tracing::debug!(target: "stormguard", breaker, kind = event.kind(), "event"),
+    }
+}
+
+/// The span a call runs in: DEBUG, target `stormguard`, name `call`, with the breaker's name
+/// (`breaker`) and, once the call is over, the attempts it made (`attempts`) and how it ended
+/// (`ended`, as [`Ended::as_str`] names it). Its attempts' spans ([`attempt_span`]) and the
+/// events above are inside it. A span that records nothing (and costs a load) unless DEBUG is
+/// on for the target.
+#[inline]
+pub(crate) fn call_span(name: &Name) -> tracing::Span {
+    tracing::debug_span!(
+        target: "stormguard",
+        "call",
+        breaker = name.as_str(),
+        attempts = tracing::field::Empty,
+        ended = tracing::field::Empty,
+    )
+}
+
+/// The span one attempt runs in: DEBUG, target `stormguard`, name `attempt`, with its number
+/// (`attempt`, 1 for the first), whether it is a hedge (`hedge`), and once it has ended its
+/// outcome (`outcome`, as [`Outcome::as_str`] names it; `dropped` for an attempt a hedged
+/// pair's other attempt made moot).
+#[inline]
+pub(crate) fn attempt_span(attempt: u32, hedge: bool) -> tracing::Span {
+    tracing::debug_span!(
+        target: "stormguard",
+        "attempt",
+        attempt,
+        hedge,
+        outcome = tracing::field::Empty,
+    )
+}
+
+/// Records an attempt's outcome on its span ([`attempt_span`]).
+#[inline]
+pub(crate) fn record_outcome(span: &tracing::Span, outcome: &str) {
+    if !span.is_disabled() {
+        span.record("outcome", outcome);
     }
 }
 

@@ -106,9 +106,11 @@ use stormguard_core::{
     Refused, Rejection, SettingsError, SharedBreaker, Snapshot, State, Step,
 };
 
+use tracing::Instrument;
+
 use crate::classify::Classify;
 use crate::clock::{Clock, DefaultClock};
-use crate::events::{Listener, NoListener};
+use crate::events::{call_span, Listener, NoListener};
 use crate::policy::{Attempt, CallEnd, Report, Slept};
 use crate::slots::{Entry, Occupant, Refusal, Slots};
 use crate::{Breaker, CallError, CallOptions, Policy};
@@ -741,7 +743,11 @@ where
             Err(Refusal::Make(never)) => match never {},
             Err(Refusal::Full) => {
                 let log = end.and_then(|end| end.log.as_deref_mut());
-                return self.refuse_full(options, log).await;
+                let span = call_span(self.table.template.name());
+                return self
+                    .refuse_full(options, log, span.clone())
+                    .instrument(span)
+                    .await;
             }
         };
         let in_flight = InFlight {
@@ -759,11 +765,12 @@ impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
     /// ([`FullTable`]), so that it is guarded like any other refusal (the `Rejected` event and
     /// the call's report to the listener, the pause capped by the call's deadline and ended by
     /// its cancellation, the `retry_after`). No attempt can run: the driver's first step is the
-    /// refusal.
+    /// refusal. The call runs in `span` (told how it ended).
     async fn refuse_full<T, E, Cl>(
         &self,
         options: &CallOptions<'_, Cl>,
         mut log: Option<&mut AttemptLog>,
+        span: tracing::Span,
     ) -> Result<T, KeyedError<E>> {
         let template = &self.table.template;
         let now = template.clock().now();
@@ -772,7 +779,7 @@ impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
             breaker: self.table.full,
             budget: template.funds(),
         };
-        let report = Report::new(template.listener(), template.name());
+        let report = Report::new(template.listener(), template.name(), span);
         let mut sink = |e: Event<'_>| template.emit_logged(&e, &mut log);
         let (finished, result) = loop {
             match call.poll(&mut parts, now, &mut sink) {

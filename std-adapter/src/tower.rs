@@ -58,6 +58,7 @@ use http::{Extensions, HeaderMap, HeaderValue, Method, Request, Uri, Version};
 use stormguard_core::{call::AttemptLog, call::Criticality, Duration};
 use tower_layer::Layer;
 use tower_service::Service;
+use tracing::Instrument;
 
 use crate::classify::{Classify, Http};
 use crate::clock::{Clock, DefaultClock};
@@ -219,6 +220,57 @@ pub trait Requests<Req> {
         let _ = req;
         None
     }
+
+    /// The span the layer runs `req`'s call in, around the policy's own `call` span. By
+    /// default none; [`HttpRequests`] and the gRPC rules give a `request` span (DEBUG, target
+    /// `stormguard`) with the request's `method` and `url` (scheme, authority and path: the
+    /// query is left out, as it may carry credentials).
+    fn span(&self, req: &Req) -> tracing::Span {
+        let _ = req;
+        tracing::Span::none()
+    }
+}
+
+/// The layer's `request` span (see [`Requests::span`]): `url` is written only when the span
+/// is enabled.
+pub(crate) fn request_span(method: &str, url: Url<'_>) -> tracing::Span {
+    tracing::debug_span!(target: "stormguard", "request", method, url = %url)
+}
+
+/// A request's URL for a span: `scheme://host:port/path`, or as much of it as the request
+/// holds, without its user information or query (either may carry credentials).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Url<'a> {
+    pub(crate) scheme: Option<&'a str>,
+    pub(crate) host: Option<&'a str>,
+    pub(crate) port: Option<u16>,
+    pub(crate) path: &'a str,
+}
+
+impl Url<'_> {
+    pub(crate) fn of(uri: &Uri) -> Url<'_> {
+        Url {
+            scheme: uri.scheme_str(),
+            host: uri.host(),
+            port: uri.port_u16(),
+            path: uri.path(),
+        }
+    }
+}
+
+impl fmt::Display for Url<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(host) = self.host {
+            if let Some(scheme) = self.scheme {
+                write!(f, "{scheme}://")?;
+            }
+            f.write_str(host)?;
+            if let Some(port) = self.port {
+                write!(f, ":{port}")?;
+            }
+        }
+        f.write_str(self.path)
+    }
 }
 
 /// Requests treated by `R`'s rules, in the scope `F` names ([`PolicyLayer::scope_by`]).
@@ -270,6 +322,9 @@ impl<Req, R: Requests<Req>, F: Fn(&Req) -> String> Requests<Req> for ScopeBy<R, 
     }
     fn scope(&self, req: &Req) -> Option<String> {
         Some((self.scope)(req))
+    }
+    fn span(&self, req: &Req) -> tracing::Span {
+        self.requests.span(req)
     }
 }
 
@@ -464,6 +519,10 @@ impl<B: Clone + Send + 'static> Requests<Request<B>> for HttpRequests {
             .map(|a| a.as_str().to_ascii_lowercase())
     }
 
+    fn span(&self, req: &Request<B>) -> tracing::Span {
+        request_span(req.method().as_str(), Url::of(req.uri()))
+    }
+
     /// A gRPC call's ceiling goes in `grpc-timeout` (feature `tonic`), as `GrpcRequests`
     /// sends it.
     fn set_attempt_ceiling(&self, req: &mut Request<B>, ceiling: Duration) {
@@ -596,6 +655,17 @@ impl Requests<reqwest::Request> for HttpRequests {
             Some(port) => format!("{host}:{port}"),
             None => host,
         })
+    }
+
+    fn span(&self, req: &reqwest::Request) -> tracing::Span {
+        let url = req.url();
+        let url = Url {
+            scheme: Some(url.scheme()),
+            host: url.host_str(),
+            port: url.port(),
+            path: url.path(),
+        };
+        request_span(req.method().as_str(), url)
     }
 
     fn set_deadline(&self, req: &mut reqwest::Request, left: Duration) {
@@ -882,7 +952,8 @@ where
             .hosts
             .clone()
             .map(|hosts| (hosts, requests.scope(&req).unwrap_or_default()));
-        Box::pin(async move {
+        let span = requests.span(&req);
+        let call = async move {
             let slot = requests.attempt_slot(&req);
             let (req, template) = requests.prepare(req);
             let criticality = requests.criticality(&req);
@@ -944,6 +1015,7 @@ where
                 slot.put(attempts);
             }
             result
-        })
+        };
+        Box::pin(call.instrument(span))
     }
 }

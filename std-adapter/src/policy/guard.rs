@@ -65,16 +65,19 @@ pub(crate) struct Report<'a, L: Listener> {
     name: &'a Name,
     pub(crate) attempts: u32,
     pub(crate) ended: Ended,
+    /// The call's span ([`call_span`](crate::events::call_span)), told the same at the end.
+    span: tracing::Span,
 }
 
 impl<'a, L: Listener> Report<'a, L> {
     #[inline]
-    pub(crate) fn new(listener: &'a L, name: &'a Name) -> Self {
+    pub(crate) fn new(listener: &'a L, name: &'a Name, span: tracing::Span) -> Self {
         Report {
             listener,
             name,
             attempts: 0,
             ended: Ended::Cancelled,
+            span,
         }
     }
 
@@ -101,6 +104,10 @@ impl<L: Listener> Drop for Report<'_, L> {
     #[inline]
     fn drop(&mut self) {
         self.listener.on_call(self.name, self.attempts, self.ended);
+        if !self.span.is_disabled() {
+            self.span.record("attempts", self.attempts);
+            self.span.record("ended", self.ended.as_str());
+        }
     }
 }
 

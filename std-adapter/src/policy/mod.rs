@@ -513,8 +513,10 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     {
         let steps = self.steps();
         let mut parts = self.parts(steps, None);
+        let span = crate::events::call_span(&self.name);
+        let _in_call = span.enter();
         let mut sink = |e: Event<'_>| self.emit(&e);
-        let mut report = Report::new(&self.listener, &self.name);
+        let mut report = Report::new(&self.listener, &self.name, span.clone());
         let mut now = self.clock.now();
         let mut call = self.begin(&options, now, false);
         let mut last: Option<Result<T, E>> = None;
@@ -535,7 +537,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                         break Finished::Cancelled;
                     }
                     report.attempt(call.attempts());
-                    let result = op(call.attempts());
+                    let attempt = crate::events::attempt_span(call.attempts(), false);
+                    let result = attempt.in_scope(|| op(call.attempts()));
                     now = self.clock.now();
                     // The attempt could not be cut short: the core judges a late answer.
                     let outcome = options.classify.classify(&result);
@@ -543,6 +546,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                         quota.on_published(now, options.classify.published(&result));
                     }
                     let (outcome, answered) = call.judge_answer(now, outcome, result.is_ok());
+                    crate::events::record_outcome(&attempt, outcome.as_str());
                     last = Some(result);
                     if let Some(permit) = guard.disarm() {
                         call.complete_attempt(

@@ -13,6 +13,7 @@ use stormguard_core::{
 };
 use tokio_util::either::Either;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tracing::instrument::{Instrument, Instrumented};
 
 use super::steps::BulkheadShared;
 use super::{
@@ -22,7 +23,7 @@ use super::{
 use crate::cache::SuccessCache;
 use crate::classify::Classify;
 use crate::clock::Clock;
-use crate::events::{Ended, Listener};
+use crate::events::{attempt_span, call_span, record_outcome, Ended, Listener};
 
 /// A call's result with the log of its attempts ([`Policy::call_logged`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -451,15 +452,23 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             // without the steps pays nothing for them (measured: the composition with both
             // absent costs the plain path a few percent).
             let admission = |steps: Steps<'s>, _| OptionalBreaker::new(steps.breaker, *steps.name);
-            Either::Left(self.drive(start, options, op, end, admission))
+            let span = call_span(&self.name);
+            Either::Left(
+                self.drive(start, options, op, end, admission, span.clone())
+                    .instrument(span),
+            )
         } else {
-            Either::Right(self.drive(start, options, op, end, Steps::admission))
+            let span = call_span(&self.name);
+            Either::Right(
+                self.drive(start, options, op, end, Steps::admission, span.clone())
+                    .instrument(span),
+            )
         }
     }
 
     /// The loop proper, over the call's admission `A` (built by `admission` from the policy's
     /// steps and a bulkhead slot the call already won by waiting), for a call that began at
-    /// `start`.
+    /// `start`, running in `span` (told how the call ended).
     // Few, narrow arguments (the options by reference, the steps and the report made
     // here): an async fn moves its arguments into place when first polled, just after the
     // caller wrote them, and wide moves of narrow writes stall the processor.
@@ -470,6 +479,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         mut op: F,
         mut end: Option<&'o mut CallEnd<'l>>,
         admission: M,
+        span: tracing::Span,
     ) -> Result<T, CallError<E>>
     where
         F: FnMut(Attempt) -> Option<Fut>,
@@ -485,7 +495,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             None => self.clock.now(),
         };
         let steps = self.steps();
-        let mut report = Report::new(&self.listener, &self.name);
+        let mut report = Report::new(&self.listener, &self.name, span);
         let cancel = options.cancel;
         let drain = options.drain.or(self.drain.as_ref());
         let mut now = start;
@@ -579,7 +589,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                             continue;
                         }
                         (Some(fut), None) => {
-                            let mut fut = pin!(fut);
+                            let mut fut = pin!(fut.instrument(attempt_span(number, false)));
                             let mut cancelled = pin!(None);
                             let mut timer = pin!(None);
                             // A drain that begins during the attempt lets it run on, within
@@ -615,7 +625,10 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                                 timer.set(None);
                             };
                             now = self.clock.now();
-                            classify(ran, &options.classify, &mut last, steps.quota, now)
+                            let judged =
+                                classify(ran, &options.classify, &mut last, steps.quota, now);
+                            record_outcome(fut.span(), judged.0.as_str());
+                            judged
                         }
                         // The operation cannot be attempted again (a request that cannot
                         // be replayed): a permanent outcome, so the call ends here.
@@ -689,9 +702,10 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             sink,
         } = pair;
         // The core's pair says what the one timer is armed for and what each event means.
+        let first = first.instrument(attempt_span(call.attempts(), false));
         let mut pair = HedgedPair::begin(call, now, Some(after));
         let mut fut_a = pin!(Some(first));
-        let mut fut_b = pin!(None::<Fut>);
+        let mut fut_b = pin!(None::<Instrumented<Fut>>);
         let mut guard_a = Some(guard);
         let mut guard_b: Option<PermitGuard<'p>> = None;
         let mut timer = pin!(None::<tokio::time::Sleep>);
@@ -741,7 +755,10 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                         // The core grants the hedge first and only then has the future made:
                         // the operation is never invoked for a hedge that does not run, and
                         // one that cannot be repeated gives back what the hedge took.
-                        let launch = |number| op(Attempt { number, call_left });
+                        let launch = |number| {
+                            let fut = op(Attempt { number, call_left })?;
+                            Some(fut.instrument(attempt_span(number, true)))
+                        };
                         if let Some((permit, fut)) =
                             pair.launch(call, parts, now, &mut *sink, launch)
                         {
@@ -768,8 +785,11 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 Lane::First => (fut_a.as_mut(), &mut guard_a, fut_b.as_mut(), &mut guard_b),
                 Lane::Hedge => (fut_b.as_mut(), &mut guard_b, fut_a.as_mut(), &mut guard_a),
             };
-            mine.set(None);
             let (outcome, answered) = classify(ran, &options.classify, last, steps.quota, now);
+            if let Some(fut) = mine.as_ref().as_pin_ref() {
+                record_outcome(fut.span(), outcome.as_str());
+            }
+            mine.set(None);
             if outcome == Outcome::Success {
                 succeeded_at = Some(now);
             }
@@ -790,6 +810,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 PairNext::Drop(other_lane) => {
                     // The winner (or a permanent failure) ends the call: the other attempt is
                     // dropped, which cancels it, and reported so.
+                    if let Some(fut) = other.as_ref().as_pin_ref() {
+                        record_outcome(fut.span(), "dropped");
+                    }
                     other.set(None);
                     let permit = other_guard.take().and_then(PermitGuard::disarm);
                     pair.abandon(call, parts, other_lane, permit, now, &mut *sink);

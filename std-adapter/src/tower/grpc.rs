@@ -170,6 +170,11 @@ impl Requests<Request<Body>> for GrpcRequests {
         req.extensions().get::<super::AttemptSlot>().cloned()
     }
 
+    /// The `request` span: the method is POST, the path names the service and method.
+    fn span(&self, req: &Request<Body>) -> tracing::Span {
+        super::request_span(req.method().as_str(), super::Url::of(req.uri()))
+    }
+
     /// A retry carries its number in [`ATTEMPT_HEADER`](super::ATTEMPT_HEADER) (gRPC metadata
     /// is headers), as the HTTP rules send it.
     fn set_attempt(&self, req: &mut Request<Body>, number: u32) {
