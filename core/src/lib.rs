@@ -99,8 +99,16 @@ macro_rules! forward_breaker_readings {
             self.$($field)+.name()
         }
 
-        fn latency_terms(&self, now: $crate::Instant) -> $crate::call::LatencyTerms {
-            self.$($field)+.latency_terms(now)
+        fn normal_latency(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+            self.$($field)+.normal_latency(now)
+        }
+
+        fn attempt_ceiling(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+            self.$($field)+.attempt_ceiling(now)
+        }
+
+        fn slow_threshold(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+            self.$($field)+.slow_threshold(now)
         }
 
         fn hedge_after(

@@ -13,7 +13,7 @@ use std::sync::Barrier;
 
 use proptest::prelude::*;
 use stormguard_core::{
-    call::LatencyTerms, call::Unguarded, call::Unlimited, limits::Bulkhead, limits::BulkheadEntry,
+    call::Unguarded, call::Unlimited, limits::Bulkhead, limits::BulkheadEntry,
     limits::BulkheadPermit, limits::BulkheadSettings, limits::BulkheadSlots,
     limits::BulkheadTicket, limits::Bulkheaded, limits::SharedBulkhead, Bound, Breaker, Call,
     CallSettings, Duration, Event, Field, Finished, Instant, Name, Outcome, Parts, RefusalReason,
@@ -573,7 +573,7 @@ fn a_released_attempt_gives_its_slot_back() {
     front.release(p);
     assert_eq!(front.check(T0), Ok(()));
     assert_eq!(front.name(), &"db");
-    assert_eq!(front.latency_terms(T0), LatencyTerms::NONE);
+    assert_eq!(front.normal_latency(T0), None);
     let (_, b) = front.into_parts();
     assert_eq!(BulkheadSlots::check(b), Ok(()));
 }

@@ -10,8 +10,8 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 use stormguard_core::{
     breaker::ConstSettings, breaker::Fixed, breaker::HedgeSuppressed, breaker::SettingsRef,
-    call::Admission, call::LatencyTerms, BreakerSettings, Duration, Event, Instant, LeanBreaker,
-    Name, Outcome, Permit, RefusalReason, Refused, SettingsError, Snapshot, State,
+    call::Admission, BreakerSettings, Duration, Event, Instant, LeanBreaker, Name, Outcome, Permit,
+    RefusalReason, Refused, SettingsError, Snapshot, State,
 };
 
 use crate::events::{self, Held};
@@ -583,20 +583,19 @@ impl<M: RawMutex, B: CoreBreaker> Admission for BreakerRef<'_, M, B> {
         self.breaker.release(permit);
     }
 
-    fn latency_terms(&self, now: Instant) -> LatencyTerms {
-        let terms = self
-            .breaker
-            .read(|b| b.latency_terms(now))
-            .unwrap_or(LatencyTerms::NONE);
-        // Known outside the lock: a lean firmware leaves out what acts on a learned median.
-        if B::LEARNS {
-            terms
-        } else {
-            LatencyTerms {
-                normal: None,
-                ..terms
-            }
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        if !B::LEARNS {
+            return None;
         }
+        self.breaker.read(|b| b.normal_latency(now)).flatten()
+    }
+
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        self.breaker.read(|b| b.attempt_ceiling(now)).flatten()
+    }
+
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        self.breaker.read(|b| b.slow_threshold(now)).flatten()
     }
 
     fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {

@@ -22,8 +22,8 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 use stormguard_core::{
     breaker::HedgeSuppressed, breaker::Keyed, breaker::KeyedRefusal, breaker::Member,
-    call::Admission, call::LatencyTerms, CallSettings, Duration, Event, Instant, Name, Outcome,
-    Permit, Refused, Snapshot, State,
+    call::Admission, CallSettings, Duration, Event, Instant, Name, Outcome, Permit, Refused,
+    Snapshot, State,
 };
 
 use crate::events::{self as event_log};
@@ -213,11 +213,22 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> Admiss
         self.keyed.with(|k| k.release(&self.key, permit));
     }
 
-    fn latency_terms(&self, now: Instant) -> LatencyTerms {
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
         self.keyed
-            .read(|k| k.get(&self.key).map(|b| b.latency_terms(now)))
+            .read(|k| k.get(&self.key).and_then(|b| b.normal_latency(now)))
             .flatten()
-            .unwrap_or(LatencyTerms::NONE)
+    }
+
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        self.keyed
+            .read(|k| k.get(&self.key).and_then(|b| b.attempt_ceiling(now)))
+            .flatten()
+    }
+
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        self.keyed
+            .read(|k| k.get(&self.key).and_then(|b| b.slow_threshold(now)))
+            .flatten()
     }
 
     fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {

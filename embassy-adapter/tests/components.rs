@@ -129,14 +129,14 @@ fn the_handle_forwards_the_measured_ceiling_and_a_hung_attempt_is_cut_there() {
     let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("gateway"));
     let policy = Policy::new(&breaker, ONE_SHOT);
     let at = EmbassyClock::new().now();
-    assert_eq!(breaker.handle().latency_terms(at).ceiling, None, "cold");
+    assert_eq!(breaker.handle().attempt_ceiling(at), None, "cold");
     assert_eq!(
         breaker.handle().hedge_after(at),
         Err(HedgeSuppressed::NoBaseline)
     );
     warm(30, || policy.call(async |_| takes(ms(20)).await));
     let at = EmbassyClock::new().now();
-    let ceiling = breaker.handle().latency_terms(at).ceiling.expect("warm");
+    let ceiling = breaker.handle().attempt_ceiling(at).expect("warm");
     // 3x the p95 of 20 ms calls (which reads at most 12.5% above).
     assert!(
         ceiling >= Duration::from_millis(60) && ceiling <= Duration::from_micros(67_500),

@@ -262,6 +262,9 @@ impl Admission for FullTable {
     ) {
     }
     fn release(&mut self, _permit: Permit) {}
+    fn normal_latency(&self, _now: Instant) -> Option<Duration> {
+        None
+    }
 }
 
 /// Why a keyed table did not admit a call.

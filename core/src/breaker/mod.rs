@@ -1692,15 +1692,6 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         p95.map(|p| p.saturating_mul(CEILING_MULTIPLE))
     }
 
-    /// The call driver's latency terms (see [`LatencyTerms`](crate::call::LatencyTerms)).
-    pub(crate) fn latency_terms(&self, now: Instant) -> crate::call::LatencyTerms {
-        crate::call::LatencyTerms {
-            normal: self.normal_latency(now),
-            ceiling: self.attempt_ceiling(now),
-            slow: self.slow_threshold(now),
-        }
-    }
-
     /// Where to learn an attempt known only to have run past `ran_past` (see
     /// [`Admission::censored_latency`](crate::call::Admission::censored_latency)).
     pub(crate) fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
@@ -1890,8 +1881,14 @@ macro_rules! admission_via_core {
             fn release(&mut self, permit: $crate::Permit) {
                 self.core.release(&permit);
             }
-            fn latency_terms(&self, now: $crate::Instant) -> $crate::call::LatencyTerms {
-                self.core.latency_terms(now)
+            fn normal_latency(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+                self.core.normal_latency(now)
+            }
+            fn attempt_ceiling(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+                self.core.attempt_ceiling(now)
+            }
+            fn slow_threshold(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+                self.core.slow_threshold(now)
             }
             fn hedge_after(
                 &self,

@@ -100,41 +100,6 @@ pub enum HedgeSuppressed {
     NearTrip,
 }
 
-/// The latency terms a breaker gives the call driver, read together at one instant: each
-/// `None` until known (a breaker learns a latency from 20 successful calls on; a breaker that
-/// learns nothing, or no breaker, knows none).
-///
-/// ```
-/// use stormguard_core::{call::Admission, Breaker, Duration, Instant, Outcome};
-///
-/// let mut b = Breaker::of(5, "payments")?;
-/// assert_eq!(b.latency_terms(Instant::ZERO).normal, None);
-/// # Ok::<(), stormguard_core::SettingsError>(())
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct LatencyTerms {
-    /// How long a healthy call takes (the learned median): the retry guard starts no retry
-    /// with less time left than this, and a measured backoff base scales with it.
-    pub normal: Option<Duration>,
-    /// The measured attempt ceiling (3x the recent p95): the call driver raises it to its
-    /// settings' floor and lets it only tighten the configured attempt timeout.
-    pub ceiling: Option<Duration>,
-    /// The slow-call threshold in force: an attempt the call's own deadline cut short before
-    /// it ran this long is the caller's cancellation, not evidence against the dependency
-    /// (with none, the call's ceiling floor stands in).
-    pub slow: Option<Duration>,
-}
-
-impl LatencyTerms {
-    /// Nothing known.
-    pub const NONE: LatencyTerms = LatencyTerms {
-        normal: None,
-        ceiling: None,
-        slow: None,
-    };
-}
-
 /// The breaker side of a call: implemented by [`Breaker`](crate::Breaker) (`&mut`), by the shared breaker, and
 /// by [`Unguarded`] (no breaker).
 pub trait Admission {
@@ -159,11 +124,20 @@ pub trait Admission {
     );
     /// Gives back a permit whose attempt never reached an outcome.
     fn release(&mut self, permit: Permit);
-    /// What the breaker knows of its dependency's latency at `now` (see [`LatencyTerms`]):
-    /// nothing, unless the type knows better.
-    fn latency_terms(&self, now: Instant) -> LatencyTerms {
+    /// How long a healthy call takes (the learned median), if known.
+    fn normal_latency(&self, now: Instant) -> Option<Duration>;
+    /// The measured attempt ceiling (3x the recent p95), if known: the call driver raises it to
+    /// its settings' floor and lets it only tighten the configured attempt timeout.
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
         let _ = now;
-        LatencyTerms::NONE
+        None
+    }
+    /// The slow-call threshold in force, if any: an attempt the call's own deadline cut short
+    /// before it ran this long is the caller's cancellation, not evidence against the
+    /// dependency (with none, the call's ceiling floor stands in).
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        let _ = now;
+        None
     }
     /// When to launch a hedged second attempt after the first (the learned p95), or why not:
     /// never while half-open or recovering, without a baseline, or near the trip point.
@@ -238,6 +212,9 @@ impl Admission for Unguarded {
     }
     fn on_outcome(&mut self, _: Instant, _: Permit, _: Outcome, _: &mut dyn FnMut(Event<'_>)) {}
     fn release(&mut self, _: Permit) {}
+    fn normal_latency(&self, _: Instant) -> Option<Duration> {
+        None
+    }
     fn self_limits(&self) -> bool {
         false
     }
@@ -335,10 +312,24 @@ impl<A: Admission> Admission for OptionalBreaker<A> {
         }
     }
     #[inline]
-    fn latency_terms(&self, now: Instant) -> LatencyTerms {
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
         match self {
-            OptionalBreaker::Breaker(b) => b.latency_terms(now),
-            OptionalBreaker::Unguarded(u) => u.latency_terms(now),
+            OptionalBreaker::Breaker(b) => b.normal_latency(now),
+            OptionalBreaker::Unguarded(u) => u.normal_latency(now),
+        }
+    }
+    #[inline]
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.attempt_ceiling(now),
+            OptionalBreaker::Unguarded(u) => u.attempt_ceiling(now),
+        }
+    }
+    #[inline]
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        match self {
+            OptionalBreaker::Breaker(b) => b.slow_threshold(now),
+            OptionalBreaker::Unguarded(u) => u.slow_threshold(now),
         }
     }
     #[inline]
@@ -391,8 +382,14 @@ impl<A: Admission + ?Sized> Admission for &mut A {
     fn release(&mut self, permit: Permit) {
         (**self).release(permit);
     }
-    fn latency_terms(&self, now: Instant) -> LatencyTerms {
-        (**self).latency_terms(now)
+    fn normal_latency(&self, now: Instant) -> Option<Duration> {
+        (**self).normal_latency(now)
+    }
+    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
+        (**self).attempt_ceiling(now)
+    }
+    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
+        (**self).slow_threshold(now)
     }
     fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
         (**self).hedge_after(now)
@@ -1386,8 +1383,8 @@ impl Call {
         let delay = self.rules.backoff.delay(slot, after, &mut self.rng);
         if let Some(left) = self.remaining(now) {
             let after_wait = left.checked_sub(delay).filter(|l| !l.is_zero());
-            let healthy = parts.breaker.latency_terms(now).normal;
-            if after_wait.is_none_or(|l| l < healthy.unwrap_or(Duration::ZERO)) {
+            let healthy = parts.breaker.normal_latency(now).unwrap_or(Duration::ZERO);
+            if after_wait.is_none_or(|l| l < healthy) {
                 return None;
             }
         }
@@ -1410,8 +1407,7 @@ impl Call {
             None
         } else {
             breaker
-                .latency_terms(now)
-                .ceiling
+                .attempt_ceiling(now)
                 .map(|c| c.max(self.rules.ceiling_floor))
         };
         let tighter = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
@@ -1738,8 +1734,8 @@ impl Call {
             return;
         }
         self.mix_rng();
-        let healthy = parts.breaker.latency_terms(now).normal;
-        let median = healthy.filter(|_| self.rules.backoff.measured_base().is_some());
+        let median =
+            (self.rules.backoff.measured_base()).and_then(|_| parts.breaker.normal_latency(now));
         let delay =
             self.rules
                 .backoff
@@ -1748,7 +1744,8 @@ impl Call {
             // A wait that would end at or past the deadline is not started, nor a retry with
             // less time left after the wait than a healthy call takes.
             let after_wait = left.checked_sub(delay).filter(|l| !l.is_zero());
-            if after_wait.is_none_or(|l| l < healthy.unwrap_or(Duration::ZERO)) {
+            let healthy = parts.breaker.normal_latency(now).unwrap_or(Duration::ZERO);
+            if after_wait.is_none_or(|l| l < healthy) {
                 self.phase = Phase::Over(Finished::DeadlineExceeded {
                     last: Some(outcome),
                 });
@@ -1816,8 +1813,7 @@ impl Call {
             return outcome;
         }
         let slow = breaker
-            .latency_terms(now)
-            .slow
+            .slow_threshold(now)
             .unwrap_or(self.rules.ceiling_floor);
         if ran >= slow {
             outcome
