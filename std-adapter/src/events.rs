@@ -16,7 +16,8 @@
 //! takes it: a listener that [hears attempts](Listener::hears_attempts), TRACE on for the
 //! target, or an attempt log asked for. Otherwise the success path emits nothing.
 //!
-//! Spans, at DEBUG on the same target, so that a call's events read in context:
+//! Spans (feature `spans`), at DEBUG on the same target, so that a call's events read in
+//! context:
 //!
 //! | span | fields | inside |
 //! |---|---|---|
@@ -24,7 +25,8 @@
 //! | `attempt` | `attempt` (1 for the first), `hedge`; once over, `outcome` (as [`Outcome::as_str`](stormguard_core::Outcome::as_str) names it, `dropped` for the loser of a hedged pair) | its `call` |
 //! | `request` | `method`, `url` (scheme, host, port and path: no user information or query, which may carry credentials) | the caller's span |
 //!
-//! Below DEBUG none is made: a span the subscriber does not want costs a load.
+//! Below DEBUG none is made. Without the feature nothing of them is built in: compiled in,
+//! they cost a call a few nanoseconds even when no subscriber wants them (see the README).
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -362,13 +364,90 @@ pub fn trace(event: &Event<'_>) {
     }
 }
 
+/// A call's or an attempt's span: a `tracing::Span` with feature `spans`; without it, a
+/// placeholder that holds nothing, so that a build without spans pays nothing for them (a
+/// span nobody listens to still cost the call loop a few nanoseconds: see the README).
+#[cfg(feature = "spans")]
+pub(crate) type CallSpan = tracing::Span;
+/// A call's or an attempt's span: a placeholder that holds nothing (feature `spans` off).
+#[cfg(not(feature = "spans"))]
+pub(crate) type CallSpan = NoSpan;
+
+/// The span of a build without feature `spans`: nothing to enter or record.
+// Clone, not Copy: it stands in for `tracing::Span`, which the call loop clones.
+#[cfg(not(feature = "spans"))]
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NoSpan;
+
+/// What entering a [`NoSpan`] gives: nothing to leave.
+#[cfg(not(feature = "spans"))]
+#[derive(Debug)]
+pub(crate) struct NotEntered;
+
+#[cfg(not(feature = "spans"))]
+impl NoSpan {
+    // Only the async loop's hedged pair starts from no span.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) const fn none() -> NoSpan {
+        NoSpan
+    }
+    #[inline]
+    pub(crate) fn enter(&self) -> NotEntered {
+        NotEntered
+    }
+    #[inline]
+    pub(crate) fn in_scope<T>(&self, f: impl FnOnce() -> T) -> T {
+        f()
+    }
+}
+
+#[cfg(not(feature = "spans"))]
+#[inline]
+pub(crate) fn call_span(_: &Name) -> CallSpan {
+    NoSpan
+}
+
+#[cfg(not(feature = "spans"))]
+#[inline]
+pub(crate) fn attempt_span(_: &CallSpan, _: u32, _: bool) -> CallSpan {
+    NoSpan
+}
+
+#[cfg(not(feature = "spans"))]
+#[inline]
+pub(crate) fn record_outcome(_: &CallSpan, _: &str) {}
+
+#[cfg(not(feature = "spans"))]
+#[inline]
+pub(crate) fn record_end(_: &CallSpan, _: u32, _: Ended) {}
+
+/// Whether spans are wanted at all: DEBUG on for some subscriber (one load). Checked first,
+/// so that a call nobody traces runs none of the span machinery, which stays out of line.
+#[cfg(feature = "spans")]
+#[inline]
+fn spans_on() -> bool {
+    tracing::Level::DEBUG <= tracing::level_filters::STATIC_MAX_LEVEL
+        && tracing::Level::DEBUG <= tracing::level_filters::LevelFilter::current()
+}
+
 /// The span a call runs in: DEBUG, target `stormguard`, name `call`, with the breaker's name
 /// (`breaker`) and, once the call is over, the attempts it made (`attempts`) and how it ended
 /// (`ended`, as [`Ended::as_str`] names it). Its attempts' spans ([`attempt_span`]) and the
-/// events above are inside it. A span that records nothing (and costs a load) unless DEBUG is
-/// on for the target.
+/// events above are inside it. A span that records nothing unless DEBUG is on for the target.
+#[cfg(feature = "spans")]
 #[inline]
-pub(crate) fn call_span(name: &Name) -> tracing::Span {
+pub(crate) fn call_span(name: &Name) -> CallSpan {
+    if spans_on() {
+        new_call_span(name)
+    } else {
+        tracing::Span::none()
+    }
+}
+
+#[cfg(feature = "spans")]
+#[cold]
+#[inline(never)]
+fn new_call_span(name: &Name) -> CallSpan {
     tracing::debug_span!(
         target: "stormguard",
         "call",
@@ -378,14 +457,27 @@ pub(crate) fn call_span(name: &Name) -> tracing::Span {
     )
 }
 
-/// The span one attempt runs in: DEBUG, target `stormguard`, name `attempt`, with its number
-/// (`attempt`, 1 for the first), whether it is a hedge (`hedge`), and once it has ended its
-/// outcome (`outcome`, as [`Outcome::as_str`] names it; `dropped` for an attempt a hedged
-/// pair's other attempt made moot).
+/// The span one attempt runs in, inside its call's: DEBUG, target `stormguard`, name
+/// `attempt`, with its number (`attempt`, 1 for the first), whether it is a hedge (`hedge`),
+/// and once it has ended its outcome (`outcome`, as [`Outcome::as_str`] names it; `dropped`
+/// for an attempt a hedged pair's other attempt made moot).
+#[cfg(feature = "spans")]
 #[inline]
-pub(crate) fn attempt_span(attempt: u32, hedge: bool) -> tracing::Span {
+pub(crate) fn attempt_span(call: &CallSpan, attempt: u32, hedge: bool) -> CallSpan {
+    if spans_on() {
+        new_attempt_span(call, attempt, hedge)
+    } else {
+        tracing::Span::none()
+    }
+}
+
+#[cfg(feature = "spans")]
+#[cold]
+#[inline(never)]
+fn new_attempt_span(call: &CallSpan, attempt: u32, hedge: bool) -> CallSpan {
     tracing::debug_span!(
         target: "stormguard",
+        parent: call,
         "attempt",
         attempt,
         hedge,
@@ -394,11 +486,36 @@ pub(crate) fn attempt_span(attempt: u32, hedge: bool) -> tracing::Span {
 }
 
 /// Records an attempt's outcome on its span ([`attempt_span`]).
+#[cfg(feature = "spans")]
 #[inline]
-pub(crate) fn record_outcome(span: &tracing::Span, outcome: &str) {
+pub(crate) fn record_outcome(span: &CallSpan, outcome: &str) {
     if !span.is_disabled() {
-        span.record("outcome", outcome);
+        record_str(span, "outcome", outcome);
     }
+}
+
+/// Records how a call ended on its span ([`call_span`]).
+#[cfg(feature = "spans")]
+#[inline]
+pub(crate) fn record_end(span: &CallSpan, attempts: u32, ended: Ended) {
+    if !span.is_disabled() {
+        span_end(span, attempts, ended);
+    }
+}
+
+#[cfg(feature = "spans")]
+#[cold]
+#[inline(never)]
+fn record_str(span: &CallSpan, field: &str, value: &str) {
+    span.record(field, value);
+}
+
+#[cfg(feature = "spans")]
+#[cold]
+#[inline(never)]
+fn span_end(span: &CallSpan, attempts: u32, ended: Ended) {
+    span.record("attempts", attempts);
+    span.record("ended", ended.as_str());
 }
 
 /// Whether `tracing` takes attempt events now (TRACE on for the `stormguard` target).

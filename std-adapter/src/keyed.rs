@@ -106,11 +106,9 @@ use stormguard_core::{
     Refused, Rejection, SettingsError, SharedBreaker, Snapshot, State, Step,
 };
 
-use tracing::Instrument;
-
 use crate::classify::Classify;
 use crate::clock::{Clock, DefaultClock};
-use crate::events::{call_span, Listener, NoListener};
+use crate::events::{call_span, CallSpan, Listener, NoListener};
 use crate::policy::{Attempt, CallEnd, Report, Slept};
 use crate::slots::{Entry, Occupant, Refusal, Slots};
 use crate::{Breaker, CallError, CallOptions, Policy};
@@ -744,10 +742,7 @@ where
             Err(Refusal::Full) => {
                 let log = end.and_then(|end| end.log.as_deref_mut());
                 let span = call_span(self.table.template.name());
-                return self
-                    .refuse_full(options, log, span.clone())
-                    .instrument(span)
-                    .await;
+                return self.refuse_full(options, log, span).await;
             }
         };
         let in_flight = InFlight {
@@ -770,7 +765,7 @@ impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
         &self,
         options: &CallOptions<'_, Cl>,
         mut log: Option<&mut AttemptLog>,
-        span: tracing::Span,
+        span: CallSpan,
     ) -> Result<T, KeyedError<E>> {
         let template = &self.table.template;
         let now = template.clock().now();
@@ -779,8 +774,11 @@ impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
             breaker: self.table.full,
             budget: template.funds(),
         };
-        let report = Report::new(template.listener(), template.name(), span);
-        let mut sink = |e: Event<'_>| template.emit_logged(&e, &mut log);
+        let report = Report::new(template.listener(), template.name(), span.clone());
+        let mut sink = |e: Event<'_>| {
+            let _in_call = span.enter();
+            template.emit_logged(&e, &mut log);
+        };
         let (finished, result) = loop {
             match call.poll(&mut parts, now, &mut sink) {
                 Step::Reject(rejection) => {

@@ -58,6 +58,7 @@ use http::{Extensions, HeaderMap, HeaderValue, Method, Request, Uri, Version};
 use stormguard_core::{call::AttemptLog, call::Criticality, Duration};
 use tower_layer::Layer;
 use tower_service::Service;
+#[cfg(feature = "spans")]
 use tracing::Instrument;
 
 use crate::classify::{Classify, Http};
@@ -221,10 +222,13 @@ pub trait Requests<Req> {
         None
     }
 
-    /// The span the layer runs `req`'s call in, around the policy's own `call` span. By
-    /// default none; [`HttpRequests`] and the gRPC rules give a `request` span (DEBUG, target
-    /// `stormguard`) with the request's `method` and `url` (scheme, authority and path: the
-    /// query is left out, as it may carry credentials).
+    /// The span the layer runs `req`'s call in, around the policy's own `call` span (feature
+    /// `spans`). By default none; [`HttpRequests`] and the gRPC rules give a `request` span
+    /// (DEBUG, target `stormguard`) with the request's `method` and `url` (scheme, host, port
+    /// and path: the user information and the query are left out, as they may carry
+    /// credentials).
+    #[cfg(feature = "spans")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "spans")))]
     fn span(&self, req: &Req) -> tracing::Span {
         let _ = req;
         tracing::Span::none()
@@ -233,12 +237,14 @@ pub trait Requests<Req> {
 
 /// The layer's `request` span (see [`Requests::span`]): `url` is written only when the span
 /// is enabled.
+#[cfg(feature = "spans")]
 pub(crate) fn request_span(method: &str, url: Url<'_>) -> tracing::Span {
     tracing::debug_span!(target: "stormguard", "request", method, url = %url)
 }
 
 /// A request's URL for a span: `scheme://host:port/path`, or as much of it as the request
 /// holds, without its user information or query (either may carry credentials).
+#[cfg(feature = "spans")]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Url<'a> {
     pub(crate) scheme: Option<&'a str>,
@@ -247,6 +253,7 @@ pub(crate) struct Url<'a> {
     pub(crate) path: &'a str,
 }
 
+#[cfg(feature = "spans")]
 impl Url<'_> {
     pub(crate) fn of(uri: &Uri) -> Url<'_> {
         Url {
@@ -258,6 +265,7 @@ impl Url<'_> {
     }
 }
 
+#[cfg(feature = "spans")]
 impl fmt::Display for Url<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(host) = self.host {
@@ -323,6 +331,7 @@ impl<Req, R: Requests<Req>, F: Fn(&Req) -> String> Requests<Req> for ScopeBy<R, 
     fn scope(&self, req: &Req) -> Option<String> {
         Some((self.scope)(req))
     }
+    #[cfg(feature = "spans")]
     fn span(&self, req: &Req) -> tracing::Span {
         self.requests.span(req)
     }
@@ -519,6 +528,7 @@ impl<B: Clone + Send + 'static> Requests<Request<B>> for HttpRequests {
             .map(|a| a.as_str().to_ascii_lowercase())
     }
 
+    #[cfg(feature = "spans")]
     fn span(&self, req: &Request<B>) -> tracing::Span {
         request_span(req.method().as_str(), Url::of(req.uri()))
     }
@@ -657,6 +667,7 @@ impl Requests<reqwest::Request> for HttpRequests {
         })
     }
 
+    #[cfg(feature = "spans")]
     fn span(&self, req: &reqwest::Request) -> tracing::Span {
         let url = req.url();
         let url = Url {
@@ -952,6 +963,7 @@ where
             .hosts
             .clone()
             .map(|hosts| (hosts, requests.scope(&req).unwrap_or_default()));
+        #[cfg(feature = "spans")]
         let span = requests.span(&req);
         let call = async move {
             let slot = requests.attempt_slot(&req);
@@ -1016,6 +1028,8 @@ where
             }
             result
         };
-        Box::pin(call.instrument(span))
+        #[cfg(feature = "spans")]
+        let call = call.instrument(span);
+        Box::pin(call)
     }
 }

@@ -1,7 +1,7 @@
 //! Each call runs in a `call` span and each attempt in an `attempt` span inside it (DEBUG,
 //! target `stormguard`), told how they ended; the tower layer adds a `request` span with the
 //! method and the URL, its query left out.
-#![cfg(feature = "tokio")]
+#![cfg(all(feature = "tokio", feature = "spans"))]
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -91,7 +91,10 @@ async fn a_call_and_each_attempt_run_in_spans_that_say_how_they_ended() {
         "{attempts:#?}"
     );
     // Each attempt's span sits inside the call's.
-    assert!(attempts.iter().all(|l| l.contains("call{")), "{attempts:#?}");
+    assert!(
+        attempts.iter().all(|l| l.contains("call{")),
+        "{attempts:#?}"
+    );
     let calls: Vec<_> = closed.iter().filter(|l| !l.contains("attempt{")).collect();
     assert_eq!(calls.len(), 1, "{closed:#?}");
     assert!(
@@ -116,7 +119,10 @@ async fn a_refused_call_closes_its_span_as_rejected_with_no_attempt() {
     policy.isolate();
     assert!(policy.call(|_| async { Ok::<u32, ()>(1) }).await.is_err());
     let closed = lines.with("close time.");
-    assert!(closed.iter().all(|l| !l.contains("attempt{")), "{closed:#?}");
+    assert!(
+        closed.iter().all(|l| !l.contains("attempt{")),
+        "{closed:#?}"
+    );
     assert_eq!(closed.len(), 1, "{closed:#?}");
     assert!(
         closed[0].contains("attempts=0") && closed[0].contains("ended=\"rejected\""),
@@ -129,14 +135,23 @@ fn a_blocking_call_runs_in_the_same_spans() {
     let lines = Lines::default();
     let _guard = tracing::subscriber::set_default(lines.subscriber(tracing::Level::DEBUG));
     let policy = retrying("blocking-spans");
-    let r = policy.call_blocking(|attempt| if attempt < 3 { Err("reset") } else { Ok(attempt) });
+    let r = policy.call_blocking(|attempt| {
+        if attempt < 3 {
+            Err("reset")
+        } else {
+            Ok(attempt)
+        }
+    });
     assert_eq!(r, Ok(3));
     let closed = lines.with("close time.");
     let attempts: Vec<_> = closed.iter().filter(|l| l.contains("attempt{")).collect();
     assert_eq!(attempts.len(), 3, "{closed:#?}");
     assert!(attempts[2].contains("attempt=3") && attempts[2].contains("outcome=\"success\""));
     let call = closed.iter().find(|l| !l.contains("attempt{")).unwrap();
-    assert!(call.contains("attempts=3") && call.contains("ended=\"succeeded\""), "{call}");
+    assert!(
+        call.contains("attempts=3") && call.contains("ended=\"succeeded\""),
+        "{call}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -145,7 +160,13 @@ async fn without_debug_on_the_target_no_span_is_made() {
     let _guard = tracing::subscriber::set_default(lines.subscriber(tracing::Level::INFO));
     let policy = retrying("quiet-spans");
     let r = policy
-        .call(|attempt| async move { if attempt == 1 { Err("reset") } else { Ok(attempt) } })
+        .call(|attempt| async move {
+            if attempt == 1 {
+                Err("reset")
+            } else {
+                Ok(attempt)
+            }
+        })
         .await;
     assert_eq!(r, Ok(2));
     assert_eq!(lines.with("call{"), Vec::<String>::new());

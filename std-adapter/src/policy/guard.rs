@@ -66,12 +66,12 @@ pub(crate) struct Report<'a, L: Listener> {
     pub(crate) attempts: u32,
     pub(crate) ended: Ended,
     /// The call's span ([`call_span`](crate::events::call_span)), told the same at the end.
-    span: tracing::Span,
+    span: crate::events::CallSpan,
 }
 
 impl<'a, L: Listener> Report<'a, L> {
     #[inline]
-    pub(crate) fn new(listener: &'a L, name: &'a Name, span: tracing::Span) -> Self {
+    pub(crate) fn new(listener: &'a L, name: &'a Name, span: crate::events::CallSpan) -> Self {
         Report {
             listener,
             name,
@@ -104,10 +104,7 @@ impl<L: Listener> Drop for Report<'_, L> {
     #[inline]
     fn drop(&mut self) {
         self.listener.on_call(self.name, self.attempts, self.ended);
-        if !self.span.is_disabled() {
-            self.span.record("attempts", self.attempts);
-            self.span.record("ended", self.ended.as_str());
-        }
+        crate::events::record_end(&self.span, self.attempts, self.ended);
     }
 }
 

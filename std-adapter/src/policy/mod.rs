@@ -537,7 +537,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                         break Finished::Cancelled;
                     }
                     report.attempt(call.attempts());
-                    let attempt = crate::events::attempt_span(call.attempts(), false);
+                    let attempt = crate::events::attempt_span(&span, call.attempts(), false);
                     let result = attempt.in_scope(|| op(call.attempts()));
                     now = self.clock.now();
                     // The attempt could not be cut short: the core judges a late answer.

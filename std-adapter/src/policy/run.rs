@@ -13,7 +13,6 @@ use stormguard_core::{
 };
 use tokio_util::either::Either;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
-use tracing::instrument::{Instrument, Instrumented};
 
 use super::steps::BulkheadShared;
 use super::{
@@ -23,7 +22,7 @@ use super::{
 use crate::cache::SuccessCache;
 use crate::classify::Classify;
 use crate::clock::Clock;
-use crate::events::{attempt_span, call_span, record_outcome, Ended, Listener};
+use crate::events::{attempt_span, call_span, record_outcome, CallSpan, Ended, Listener};
 
 /// A call's result with the log of its attempts ([`Policy::call_logged`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -452,23 +451,19 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             // without the steps pays nothing for them (measured: the composition with both
             // absent costs the plain path a few percent).
             let admission = |steps: Steps<'s>, _| OptionalBreaker::new(steps.breaker, *steps.name);
-            let span = call_span(&self.name);
-            Either::Left(
-                self.drive(start, options, op, end, admission, span.clone())
-                    .instrument(span),
-            )
+            Either::Left(self.drive(start, options, op, end, admission))
         } else {
-            let span = call_span(&self.name);
-            Either::Right(
-                self.drive(start, options, op, end, Steps::admission, span.clone())
-                    .instrument(span),
-            )
+            Either::Right(self.drive(start, options, op, end, Steps::admission))
         }
     }
 
     /// The loop proper, over the call's admission `A` (built by `admission` from the policy's
     /// steps and a bulkhead slot the call already won by waiting), for a call that began at
-    /// `start`, running in `span` (told how the call ended).
+    /// `start`.
+    ///
+    /// The call's span ([`call_span`]) is entered where something may log (the event sink, an
+    /// attempt's future under its own span), not wrapped around the loop's future: a span
+    /// nobody listens to then costs a branch, and the loop's future is not moved once more.
     // Few, narrow arguments (the options by reference, the steps and the report made
     // here): an async fn moves its arguments into place when first polled, just after the
     // caller wrote them, and wide moves of narrow writes stall the processor.
@@ -479,7 +474,6 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         mut op: F,
         mut end: Option<&'o mut CallEnd<'l>>,
         admission: M,
-        span: tracing::Span,
     ) -> Result<T, CallError<E>>
     where
         F: FnMut(Attempt) -> Option<Fut>,
@@ -495,7 +489,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             None => self.clock.now(),
         };
         let steps = self.steps();
-        let mut report = Report::new(&self.listener, &self.name, span);
+        let span = call_span(&self.name);
+        let mut report = Report::new(&self.listener, &self.name, span.clone());
         let cancel = options.cancel;
         let drain = options.drain.or(self.drain.as_ref());
         let mut now = start;
@@ -536,7 +531,10 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             breaker: admission(steps, held),
             budget: self.funds(),
         };
-        let mut sink = |e: Event<'_>| self.emit_logged(&e, &mut log);
+        let mut sink = |e: Event<'_>| {
+            let _in_call = span.enter();
+            self.emit_logged(&e, &mut log);
+        };
         let mut last: Option<Result<T, E>> = None;
         let mut succeeded_at = None;
         let finished = loop {
@@ -571,7 +569,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     } else {
                         None
                     };
-                    let (outcome, answered) = match (op(attempt), hedge) {
+                    let in_attempt = attempt_span(&span, number, false);
+                    let (outcome, answered) = match (in_attempt.in_scope(|| op(attempt)), hedge) {
                         (Some(fut), Some(after)) => {
                             let pair = Pair {
                                 call: &mut call,
@@ -580,16 +579,18 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                                 report: &mut report,
                                 last: &mut last,
                                 sink: &mut sink,
+                                span: &span,
                             };
+                            let first = (fut, in_attempt);
                             let hedged =
-                                pin!(self.hedged(pair, &mut op, fut, guard, after, now, options));
+                                pin!(self.hedged(pair, &mut op, first, guard, after, now, options));
                             let (at, success) = Cold(hedged).await;
                             now = at;
                             succeeded_at = success;
                             continue;
                         }
                         (Some(fut), None) => {
-                            let mut fut = pin!(fut.instrument(attempt_span(number, false)));
+                            let mut fut = pin!(fut);
                             let mut cancelled = pin!(None);
                             let mut timer = pin!(None);
                             // A drain that begins during the attempt lets it run on, within
@@ -601,6 +602,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                                     .attempt_deadline()
                                     .map(|d| d.saturating_duration_since(now));
                                 let ran = poll_fn(|cx| {
+                                    let _in_attempt = in_attempt.enter();
                                     let (c, t) = (cancelled.as_mut(), timer.as_mut());
                                     if let Poll::Ready(ran) =
                                         race(fut.as_mut(), c, t, cancel, timeout, cx)
@@ -627,7 +629,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                             now = self.clock.now();
                             let judged =
                                 classify(ran, &options.classify, &mut last, steps.quota, now);
-                            record_outcome(fut.span(), judged.0.as_str());
+                            record_outcome(&in_attempt, judged.0.as_str());
                             judged
                         }
                         // The operation cannot be attempted again (a request that cannot
@@ -680,7 +682,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         &'p self,
         pair: Pair<'_, 'p, 'g, T, E, L, A, S>,
         op: &mut F,
-        first: Fut,
+        (first, first_span): (Fut, CallSpan),
         guard: PermitGuard<'p>,
         after: Duration,
         mut now: Instant,
@@ -700,12 +702,15 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             report,
             last,
             sink,
+            span,
         } = pair;
         // The core's pair says what the one timer is armed for and what each event means.
-        let first = first.instrument(attempt_span(call.attempts(), false));
         let mut pair = HedgedPair::begin(call, now, Some(after));
         let mut fut_a = pin!(Some(first));
-        let mut fut_b = pin!(None::<Instrumented<Fut>>);
+        let mut fut_b = pin!(None::<Fut>);
+        // Each attempt's span, entered while its future is polled.
+        let span_a = first_span;
+        let mut span_b = CallSpan::none();
         let mut guard_a = Some(guard);
         let mut guard_b: Option<PermitGuard<'p>> = None;
         let mut timer = pin!(None::<tokio::time::Sleep>);
@@ -719,10 +724,18 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             let wake = pair.wake_at();
             timer.set(wake.map(|at| tokio::time::sleep(at.saturating_duration_since(now).into())));
             let event = poll_fn(|cx| {
-                if let Some(Poll::Ready(r)) = fut_a.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
+                if let Some(Poll::Ready(r)) = fut_a
+                    .as_mut()
+                    .as_pin_mut()
+                    .map(|f| span_a.in_scope(|| f.poll(cx)))
+                {
                     return Poll::Ready(PairEvent::Ran(Lane::First, Ran::Returned(r)));
                 }
-                if let Some(Poll::Ready(r)) = fut_b.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
+                if let Some(Poll::Ready(r)) = fut_b
+                    .as_mut()
+                    .as_pin_mut()
+                    .map(|f| span_b.in_scope(|| f.poll(cx)))
+                {
                     return Poll::Ready(PairEvent::Ran(Lane::Hedge, Ran::Returned(r)));
                 }
                 if let Some(Poll::Ready(())) = cancelled.as_mut().as_pin_mut().map(|c| c.poll(cx)) {
@@ -755,13 +768,15 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                         // The core grants the hedge first and only then has the future made:
                         // the operation is never invoked for a hedge that does not run, and
                         // one that cannot be repeated gives back what the hedge took.
+                        let mut hedge_span = CallSpan::none();
                         let launch = |number| {
-                            let fut = op(Attempt { number, call_left })?;
-                            Some(fut.instrument(attempt_span(number, true)))
+                            hedge_span = attempt_span(span, number, true);
+                            hedge_span.in_scope(|| op(Attempt { number, call_left }))
                         };
                         if let Some((permit, fut)) =
                             pair.launch(call, parts, now, &mut *sink, launch)
                         {
+                            span_b = hedge_span;
                             guard_b = Some(PermitGuard::new(steps, permit));
                             report.attempt(call.attempts());
                             fut_b.set(Some(fut));
@@ -781,14 +796,26 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     return (now, None);
                 }
             };
-            let (mut mine, mine_guard, mut other, other_guard) = match lane {
-                Lane::First => (fut_a.as_mut(), &mut guard_a, fut_b.as_mut(), &mut guard_b),
-                Lane::Hedge => (fut_b.as_mut(), &mut guard_b, fut_a.as_mut(), &mut guard_a),
+            let (mut mine, mine_guard, mine_span, mut other, other_guard, other_span) = match lane {
+                Lane::First => (
+                    fut_a.as_mut(),
+                    &mut guard_a,
+                    &span_a,
+                    fut_b.as_mut(),
+                    &mut guard_b,
+                    &span_b,
+                ),
+                Lane::Hedge => (
+                    fut_b.as_mut(),
+                    &mut guard_b,
+                    &span_b,
+                    fut_a.as_mut(),
+                    &mut guard_a,
+                    &span_a,
+                ),
             };
             let (outcome, answered) = classify(ran, &options.classify, last, steps.quota, now);
-            if let Some(fut) = mine.as_ref().as_pin_ref() {
-                record_outcome(fut.span(), outcome.as_str());
-            }
+            record_outcome(mine_span, outcome.as_str());
             mine.set(None);
             if outcome == Outcome::Success {
                 succeeded_at = Some(now);
@@ -810,8 +837,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 PairNext::Drop(other_lane) => {
                     // The winner (or a permanent failure) ends the call: the other attempt is
                     // dropped, which cancels it, and reported so.
-                    if let Some(fut) = other.as_ref().as_pin_ref() {
-                        record_outcome(fut.span(), "dropped");
+                    if other.is_some() {
+                        record_outcome(other_span, "dropped");
                     }
                     other.set(None);
                     let permit = other_guard.take().and_then(PermitGuard::disarm);
@@ -832,6 +859,8 @@ struct Pair<'r, 'p, 'g, T, E, L: Listener, A, S> {
     last: &'r mut Option<Result<T, E>>,
     /// The call's event sink (tracing, the listener, the attempt log).
     sink: &'r mut S,
+    /// The call's span, the parent of each attempt's.
+    span: &'r CallSpan,
 }
 
 /// Polls a future the common path does not take (the hedged pair, the bulkhead's wait)

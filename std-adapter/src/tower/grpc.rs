@@ -171,6 +171,7 @@ impl Requests<Request<Body>> for GrpcRequests {
     }
 
     /// The `request` span: the method is POST, the path names the service and method.
+    #[cfg(feature = "spans")]
     fn span(&self, req: &Request<Body>) -> tracing::Span {
         super::request_span(req.method().as_str(), super::Url::of(req.uri()))
     }
