@@ -10,35 +10,16 @@
     missing_docs
 )]
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stormguard_std::Policy;
 
-/// A writer into a shared buffer, for the subscriber.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
+mod support;
+use support::Lines;
 
-impl Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Lines {
-    fn warnings(&self) -> Vec<String> {
-        String::from_utf8(self.0.lock().unwrap().clone())
-            .unwrap()
-            .lines()
-            .filter(|l| l.contains("calls rejected"))
-            .map(str::to_string)
-            .collect()
-    }
+/// The summarised rejection warnings written so far.
+fn warnings(lines: &Lines) -> Vec<String> {
+    lines.with("calls rejected")
 }
 
 #[tokio::test(start_paused = true)]
@@ -60,7 +41,7 @@ async fn an_outage_warns_once_per_30_seconds_per_breaker_with_the_count_of_the_r
     for _ in 0..50 {
         assert!(policy.call(|_| async { Ok::<u32, ()>(1) }).await.is_err());
     }
-    let w = lines.warnings();
+    let w = warnings(&lines);
     assert_eq!(w.len(), 1, "{w:#?}");
     assert!(
         w[0].contains("ledger-warn") && w[0].contains("(0 more"),
@@ -68,11 +49,11 @@ async fn an_outage_warns_once_per_30_seconds_per_breaker_with_the_count_of_the_r
     );
     // Another breaker has its own pace.
     assert!(other.call(|_| async { Ok::<u32, ()>(1) }).await.is_err());
-    assert_eq!(lines.warnings().len(), 2);
+    assert_eq!(warnings(&lines).len(), 2);
     // 30 s on, the next rejection warns again, counting the 49 held back.
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert!(policy.call(|_| async { Ok::<u32, ()>(1) }).await.is_err());
-    let w = lines.warnings();
+    let w = warnings(&lines);
     assert_eq!(w.len(), 3, "{w:#?}");
     assert!(
         w[2].contains("ledger-warn") && w[2].contains("(49 more"),

@@ -11,47 +11,21 @@
     missing_docs
 )]
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use stormguard_std::{Backoff, Policy};
 use tracing_subscriber::fmt::format::FmtSpan;
 
-/// A writer into a shared buffer, for the subscriber.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
+mod support;
+use support::Lines;
 
-impl Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Lines {
-    /// The lines that contain `needle`.
-    fn with(&self, needle: &str) -> Vec<String> {
-        String::from_utf8(self.0.lock().unwrap().clone())
-            .unwrap()
-            .lines()
-            .filter(|l| l.contains(needle))
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// A subscriber at `level` writing here, with a line as each span closes.
-    fn subscriber(&self, level: tracing::Level) -> impl tracing::Subscriber + Send + Sync {
-        let writer = self.clone();
-        tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_ansi(false)
-            .with_span_events(FmtSpan::CLOSE)
-            .with_writer(move || writer.clone())
-            .finish()
-    }
+/// A subscriber at `level` writing to `lines`, with a line as each span closes.
+fn subscriber(lines: &Lines, level: tracing::Level) -> impl tracing::Subscriber + Send + Sync {
+    let writer = lines.clone();
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_ansi(false)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_writer(move || writer.clone())
+        .finish()
 }
 
 fn retrying(name: &'static str) -> Policy {
@@ -62,12 +36,9 @@ fn retrying(name: &'static str) -> Policy {
         .unwrap()
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_call_and_each_attempt_run_in_spans_that_say_how_they_ended() {
-    let lines = Lines::default();
-    let _guard = tracing::subscriber::set_default(lines.subscriber(tracing::Level::DEBUG));
-    let policy = retrying("ledger-spans");
-    let r = policy
+/// A call whose first attempt fails and whose second succeeds.
+async fn fail_once(policy: &Policy) -> Result<u32, stormguard_std::CallError<&'static str>> {
+    policy
         .call(|attempt| async move {
             if attempt == 1 {
                 Err("reset")
@@ -75,8 +46,15 @@ async fn a_call_and_each_attempt_run_in_spans_that_say_how_they_ended() {
                 Ok(attempt)
             }
         })
-        .await;
-    assert_eq!(r, Ok(2));
+        .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_and_each_attempt_run_in_spans_that_say_how_they_ended() {
+    let lines = Lines::default();
+    let _guard = tracing::subscriber::set_default(subscriber(&lines, tracing::Level::DEBUG));
+    let policy = retrying("ledger-spans");
+    assert_eq!(fail_once(&policy).await, Ok(2));
     let closed = lines.with("close time.");
     let attempts: Vec<_> = closed.iter().filter(|l| l.contains("attempt{")).collect();
     assert_eq!(attempts.len(), 2, "{closed:#?}");
@@ -114,7 +92,7 @@ async fn a_call_and_each_attempt_run_in_spans_that_say_how_they_ended() {
 #[tokio::test(start_paused = true)]
 async fn a_refused_call_closes_its_span_as_rejected_with_no_attempt() {
     let lines = Lines::default();
-    let _guard = tracing::subscriber::set_default(lines.subscriber(tracing::Level::DEBUG));
+    let _guard = tracing::subscriber::set_default(subscriber(&lines, tracing::Level::DEBUG));
     let policy = retrying("search-spans");
     policy.isolate();
     assert!(policy.call(|_| async { Ok::<u32, ()>(1) }).await.is_err());
@@ -133,7 +111,7 @@ async fn a_refused_call_closes_its_span_as_rejected_with_no_attempt() {
 #[test]
 fn a_blocking_call_runs_in_the_same_spans() {
     let lines = Lines::default();
-    let _guard = tracing::subscriber::set_default(lines.subscriber(tracing::Level::DEBUG));
+    let _guard = tracing::subscriber::set_default(subscriber(&lines, tracing::Level::DEBUG));
     let policy = retrying("blocking-spans");
     let r = policy.call_blocking(|attempt| {
         if attempt < 3 {
@@ -157,18 +135,9 @@ fn a_blocking_call_runs_in_the_same_spans() {
 #[tokio::test(start_paused = true)]
 async fn without_debug_on_the_target_no_span_is_made() {
     let lines = Lines::default();
-    let _guard = tracing::subscriber::set_default(lines.subscriber(tracing::Level::INFO));
+    let _guard = tracing::subscriber::set_default(subscriber(&lines, tracing::Level::INFO));
     let policy = retrying("quiet-spans");
-    let r = policy
-        .call(|attempt| async move {
-            if attempt == 1 {
-                Err("reset")
-            } else {
-                Ok(attempt)
-            }
-        })
-        .await;
-    assert_eq!(r, Ok(2));
+    assert_eq!(fail_once(&policy).await, Ok(2));
     assert_eq!(lines.with("call{"), Vec::<String>::new());
     assert_eq!(lines.with("close time."), Vec::<String>::new());
 }
@@ -181,7 +150,7 @@ async fn the_layer_adds_a_request_span_with_the_method_and_the_url_without_its_q
     use tower::{service_fn, Layer, ServiceExt};
 
     let lines = Lines::default();
-    let _guard = tracing::subscriber::set_default(lines.subscriber(tracing::Level::DEBUG));
+    let _guard = tracing::subscriber::set_default(subscriber(&lines, tracing::Level::DEBUG));
     let service = PolicyLayer::new(retrying("layer-spans")).layer(service_fn(
         |_req: http::Request<String>| async {
             Ok::<_, Infallible>(http::Response::new(String::from("ok")))

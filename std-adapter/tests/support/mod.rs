@@ -38,3 +38,29 @@ impl Seeded {
         self.next() % n
     }
 }
+
+/// A writer into a shared buffer, for a `tracing` subscriber whose lines a test reads.
+#[derive(Clone, Default)]
+pub struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Lines {
+    /// The lines written so far that contain `needle`.
+    pub fn with(&self, needle: &str) -> Vec<String> {
+        String::from_utf8(self.0.lock().unwrap().clone())
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_string)
+            .collect()
+    }
+}
