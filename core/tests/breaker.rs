@@ -746,9 +746,17 @@ fn ramped() -> BreakerSettings {
 
 /// Warms a baseline at 10 ms, trips, and passes two fast probes: the ramp starts.
 fn into_ramp(b: &mut Breaker) -> Instant {
-    let (t, _) = traffic(b, Instant::from_secs(1), 10, 10, |_| {
-        (ms(10), Outcome::Success)
+    into_ramp_after(b, 10, |_| ms(10))
+}
+
+/// Warms a baseline over `seconds` of 10 successful calls a second, the `i`-th lasting
+/// `latency(i)` (none of it trips the breaker), trips, and passes two fast probes: the ramp
+/// starts.
+fn into_ramp_after(b: &mut Breaker, seconds: u64, latency: impl Fn(u64) -> Duration) -> Instant {
+    let (t, trips) = traffic(b, Instant::from_secs(1), seconds, 10, |i| {
+        (latency(i), Outcome::Success)
     });
+    assert_eq!(trips, [], "the baseline is the dependency's normal");
     trip(b, t);
     let after = t + secs(15);
     call(b, after, ms(10), Outcome::Success).unwrap();
@@ -886,25 +894,6 @@ fn heavy_tail(i: u64) -> Duration {
     }
 }
 
-/// Warms a heavy-tailed baseline, trips, and passes two fast probes: the ramp starts.
-fn into_ramp_with_a_heavy_tail(b: &mut Breaker) -> Instant {
-    let (t, trips) = traffic(b, Instant::from_secs(1), 20, 10, |i| {
-        (heavy_tail(i), Outcome::Success)
-    });
-    assert_eq!(
-        trips,
-        [],
-        "one slow answer in eight is this dependency's normal"
-    );
-    trip(b, t);
-    let after = t + secs(15);
-    call(b, after, ms(10), Outcome::Success).unwrap();
-    call(b, after + ms(10), ms(10), Outcome::Success).unwrap();
-    let start = after + ms(20);
-    assert_eq!(b.state(start), State::Recovering);
-    start
-}
-
 /// Offers a call every 10 ms from `start` until the breaker leaves `Recovering` or `until`,
 /// each admitted one lasting `latency(i)` for the `i`-th admitted: when the ramp ended, and the
 /// lowest evidence cap it stepped to.
@@ -935,7 +924,7 @@ fn ramp_through(
 #[test]
 fn a_dependency_back_to_its_heavy_tailed_normal_finishes_the_ramp() {
     let mut b = Breaker::new(ramped());
-    let start = into_ramp_with_a_heavy_tail(&mut b);
+    let start = into_ramp_after(&mut b, 20, heavy_tail);
     let (end, lowest) = ramp_through(&mut b, start, start + secs(60), heavy_tail);
     assert_eq!(b.state(end), State::Closed, "still recovering at {end:?}");
     // A quarter of the 15 s break, ramped over, with the clock term the only bound.
@@ -948,7 +937,7 @@ fn a_dependency_back_to_its_heavy_tailed_normal_finishes_the_ramp() {
 #[test]
 fn a_heavy_tailed_dependency_that_stays_slow_keeps_the_ramp_at_its_floor() {
     let mut b = Breaker::new(ramped());
-    let start = into_ramp_with_a_heavy_tail(&mut b);
+    let start = into_ramp_after(&mut b, 20, heavy_tail);
     let until = start + secs(120);
     let (end, lowest) = ramp_through(&mut b, start, until, |_| ms(100));
     assert_eq!(end, until);
