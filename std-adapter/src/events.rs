@@ -490,7 +490,7 @@ fn new_attempt_span(call: &CallSpan, attempt: u32, hedge: bool) -> CallSpan {
 #[inline]
 pub(crate) fn record_outcome(span: &CallSpan, outcome: &str) {
     if !span.is_disabled() {
-        record_str(span, "outcome", outcome);
+        span_outcome(span, outcome);
     }
 }
 
@@ -506,8 +506,8 @@ pub(crate) fn record_end(span: &CallSpan, attempts: u32, ended: Ended) {
 #[cfg(feature = "spans")]
 #[cold]
 #[inline(never)]
-fn record_str(span: &CallSpan, field: &str, value: &str) {
-    span.record(field, value);
+fn span_outcome(span: &CallSpan, outcome: &str) {
+    span.record("outcome", outcome);
 }
 
 #[cfg(feature = "spans")]
