@@ -178,6 +178,21 @@ pub trait Listener {
     fn on_call(&self, name: &Name, attempts: u32, ended: Ended) {
         let _ = (name, attempts, ended);
     }
+
+    /// A call that ran to its end took `took`, from its start to its last clock reading plus
+    /// any rejection pause it served (read from the policy's clock: paused time in tests).
+    /// Told just before [`on_call`](Listener::on_call), for every call but a dropped one
+    /// (whose end no clock saw) and a cached answer (which ran nothing).
+    fn on_call_duration(&self, name: &Name, ended: Ended, took: Duration) {
+        let _ = (name, ended, took);
+    }
+
+    /// A call waited `waited` for a slot of its policy's bulkhead (one with a bounded wait)
+    /// before its first attempt, and `entered` it, or was refused (its wait or its deadline
+    /// ran out, a drain began). Not told when the call found a slot free or was cancelled.
+    fn on_slot_wait(&self, name: &Name, waited: Duration, entered: bool) {
+        let _ = (name, waited, entered);
+    }
 }
 
 /// No listener: events still go to `tracing`.
@@ -233,6 +248,14 @@ impl<A: Listener, B: Listener> Listener for Both<A, B> {
     fn on_call(&self, name: &Name, attempts: u32, ended: Ended) {
         self.0.on_call(name, attempts, ended);
         self.1.on_call(name, attempts, ended);
+    }
+    fn on_call_duration(&self, name: &Name, ended: Ended, took: Duration) {
+        self.0.on_call_duration(name, ended, took);
+        self.1.on_call_duration(name, ended, took);
+    }
+    fn on_slot_wait(&self, name: &Name, waited: Duration, entered: bool) {
+        self.0.on_slot_wait(name, waited, entered);
+        self.1.on_slot_wait(name, waited, entered);
     }
 }
 

@@ -774,7 +774,7 @@ impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
             breaker: self.table.full,
             budget: template.funds(),
         };
-        let report = Report::new(template.listener(), template.name(), span.clone());
+        let mut report = Report::new(template.listener(), template.name(), span.clone(), now);
         let mut sink = |e: Event<'_>| {
             let _in_call = span.enter();
             template.emit_logged(&e, &mut log);
@@ -785,6 +785,7 @@ impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
                     if options.serve_pause(rejection.pause).await == Slept::Cancelled {
                         break (Finished::Cancelled, Err(crate::CallError::Cancelled));
                     }
+                    report.served(rejection.pause);
                 }
                 Step::Done(finished) => break (finished, finished.into_result(None)),
                 // Not given by a driver whose admission refuses every attempt.
@@ -795,7 +796,7 @@ impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
                 Step::Wait(_) => call.cancel(),
             }
         };
-        match report.end(finished, result) {
+        match report.end(finished, result, now) {
             Err(CallError::Rejected { rejection, .. })
                 if rejection.reason == RefusalReason::KeyedFull =>
             {

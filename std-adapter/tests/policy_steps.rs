@@ -1392,3 +1392,111 @@ async fn of_two_listeners_only_the_one_that_hears_attempts_is_sent_them() {
     assert_eq!(*hears.0.lock().unwrap(), ["attempt"]);
     assert!(deaf.0 .0.lock().unwrap().is_empty());
 }
+
+// ---------------------------------------------------------------------------------------------
+// What a listener is told of time: a call's duration, a bulkhead wait
+
+/// The durations a listener was told: each call's end and duration, each slot wait.
+#[derive(Clone, Default)]
+struct Timings {
+    calls: Arc<Mutex<Vec<(stormguard_std::Ended, Duration)>>>,
+    waits: Arc<Mutex<Vec<(Duration, bool)>>>,
+}
+
+impl stormguard_std::Listener for Timings {
+    fn on_call_duration(
+        &self,
+        _: &stormguard_std::Name,
+        ended: stormguard_std::Ended,
+        took: Duration,
+    ) {
+        self.calls.lock().unwrap().push((ended, took));
+    }
+    fn on_slot_wait(&self, _: &stormguard_std::Name, waited: Duration, entered: bool) {
+        self.waits.lock().unwrap().push((waited, entered));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listener_is_told_each_calls_duration_backoff_and_rejection_pause_included() {
+    use stormguard_std::Ended;
+    let timings = Timings::default();
+    let policy = Policy::builder("timed")
+        .backoff(no_jitter())
+        .listener(timings.clone())
+        .build()
+        .unwrap();
+    let start = TokioInstant::now();
+    let r = policy
+        .call(|attempt| async move {
+            sleep(ms(30)).await;
+            if attempt == 1 {
+                Err("reset")
+            } else {
+                Ok(attempt)
+            }
+        })
+        .await;
+    assert_eq!(r, Ok(2));
+    let retried = start.elapsed();
+    assert!(retried > ms(60), "two attempts and a backoff: {retried:?}");
+    policy.isolate();
+    let start = TokioInstant::now();
+    assert!(policy.call(ok).await.is_err());
+    assert_eq!(start.elapsed(), ms(100));
+    assert_eq!(
+        *timings.calls.lock().unwrap(),
+        [
+            (Ended::Succeeded, Duration::from(retried)),
+            (Ended::Rejected(RefusalReason::Isolated), GUARD_PAUSE),
+        ]
+    );
+    // A call whose future is dropped has no end a clock saw: no duration.
+    policy.reset();
+    let dropped = tokio::time::timeout(
+        ms(10),
+        policy.call(|_| async {
+            sleep(ms(50)).await;
+            Ok::<_, &str>(1)
+        }),
+    )
+    .await;
+    assert!(dropped.is_err());
+    assert_eq!(timings.calls.lock().unwrap().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listener_is_told_how_long_a_call_waited_for_a_bulkhead_slot() {
+    let bulkhead = waiting_bulkhead(1, 1, 250);
+    let holder = Arc::new(
+        Policy::builder("db")
+            .bulkhead(bulkhead.clone())
+            .build()
+            .unwrap(),
+    );
+    let timings = Timings::default();
+    let policy = Policy::builder("db")
+        .max_attempts(1)
+        .bulkhead(bulkhead.clone())
+        .listener(timings.clone())
+        .build()
+        .unwrap();
+    assert_eq!(policy.call(ok).await, Ok(7), "a free slot: no wait");
+    let held = hold_slot(&holder, ms(100));
+    tokio::task::yield_now().await;
+    assert_eq!(policy.call(ok).await, Ok(7), "entered when the slot freed");
+    assert_eq!(held.await.unwrap(), 1);
+    let _held = hold_slot(&holder, ms(1_000));
+    tokio::task::yield_now().await;
+    assert!(
+        policy.call(ok).await.is_err(),
+        "refused when the wait ran out"
+    );
+    assert_eq!(
+        *timings.waits.lock().unwrap(),
+        [
+            (Duration::from_millis(100), true),
+            (Duration::from_millis(250), false)
+        ]
+    );
+}

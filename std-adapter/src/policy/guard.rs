@@ -1,9 +1,8 @@
 use stormguard_core::{
     call::Admission, call::OptionalBreaker, limits::AdaptivelyLimited, limits::Bulkheaded,
-    limits::SharedAdaptiveLimiter, CallError, Finished, Name, Permit, SharedBreaker,
+    limits::SharedAdaptiveLimiter, CallError, Duration, Finished, Instant, Name, Permit,
+    SharedBreaker,
 };
-#[cfg(feature = "tokio")]
-use stormguard_core::{Duration, Instant};
 
 use super::steps::{BulkheadShared, Slots, Steps};
 use crate::events::{Ended, Listener};
@@ -65,20 +64,43 @@ pub(crate) struct Report<'a, L: Listener> {
     name: &'a Name,
     pub(crate) attempts: u32,
     pub(crate) ended: Ended,
+    /// When the call began, moved back by each rejection pause it served (a pause is served
+    /// without a clock reading after it).
+    start: Instant,
     /// The call's span ([`call_span`](crate::events::call_span)), told the same at the end.
     span: crate::events::CallSpan,
 }
 
 impl<'a, L: Listener> Report<'a, L> {
     #[inline]
-    pub(crate) fn new(listener: &'a L, name: &'a Name, span: crate::events::CallSpan) -> Self {
+    pub(crate) fn new(
+        listener: &'a L,
+        name: &'a Name,
+        span: crate::events::CallSpan,
+        start: Instant,
+    ) -> Self {
         Report {
             listener,
             name,
             attempts: 0,
             ended: Ended::Cancelled,
+            start,
             span,
         }
+    }
+
+    /// The call served a rejection's `pause`: it counts in the call's duration.
+    #[inline]
+    pub(crate) fn served(&mut self, pause: Duration) {
+        self.start = self.start.saturating_sub(pause);
+    }
+
+    /// The call waited for a bulkhead slot from `from` to `to`, and `entered` it or not.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn slot_wait(&self, from: Instant, to: Instant, entered: bool) {
+        self.listener
+            .on_slot_wait(self.name, to.saturating_duration_since(from), entered);
     }
 
     #[inline]
@@ -88,14 +110,20 @@ impl<'a, L: Listener> Report<'a, L> {
     }
 
     /// Records how the call `finished` (the core's word: a 500 handed back as the response
-    /// is a failed call, whatever the caller's `Result` holds) and hands `result` on.
+    /// is a failed call, whatever the caller's `Result` holds) and hands `result` on. `now` is
+    /// the call's last clock reading; a cancelled call reports no duration.
     #[inline]
     pub(crate) fn end<T, E>(
         mut self,
         finished: Finished,
         result: Result<T, CallError<E>>,
+        now: Instant,
     ) -> Result<T, CallError<E>> {
         self.ended = Ended::from(finished);
+        if self.ended != Ended::Cancelled {
+            let took = now.saturating_duration_since(self.start);
+            self.listener.on_call_duration(self.name, self.ended, took);
+        }
         result
     }
 }

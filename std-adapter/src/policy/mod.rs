@@ -516,8 +516,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let span = crate::events::call_span(&self.name);
         let _in_call = span.enter();
         let mut sink = |e: Event<'_>| self.emit(&e);
-        let mut report = Report::new(&self.listener, &self.name, span.clone());
         let mut now = self.clock.now();
+        let mut report = Report::new(&self.listener, &self.name, span.clone(), now);
         let mut call = self.begin(&options, now, false);
         let mut last: Option<Result<T, E>> = None;
         #[cfg(feature = "tokio")]
@@ -567,10 +567,11 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     if blocking::sleep(rejection.pause, &options, None) == Slept::Cancelled {
                         break Finished::Cancelled;
                     }
+                    report.served(rejection.pause);
                 }
                 Step::Done(finished) => break finished,
             }
         };
-        report.end(finished, finished.into_result(last))
+        report.end(finished, finished.into_result(last), now)
     }
 }

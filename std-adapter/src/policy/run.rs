@@ -490,7 +490,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         };
         let steps = self.steps();
         let span = call_span(&self.name);
-        let mut report = Report::new(&self.listener, &self.name, span.clone());
+        let mut report = Report::new(&self.listener, &self.name, span.clone(), start);
         let cancel = options.cancel;
         let drain = options.drain.or(self.drain.as_ref());
         let mut now = start;
@@ -516,14 +516,20 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             ));
             match Cold(wait).await {
                 Waited::Entered(permit, at) => {
+                    if at > now {
+                        report.slot_wait(now, at, true);
+                    }
                     held = Some(permit);
                     now = at;
                 }
                 // The driver decides: a slot freed since is taken, else the guarded
                 // rejection (with no pause if the wait used up the deadline).
-                Waited::Refused(at) => now = at,
+                Waited::Refused(at) => {
+                    report.slot_wait(now, at, false);
+                    now = at;
+                }
                 Waited::Cancelled => {
-                    return report.end(Finished::Cancelled, Err(CallError::Cancelled))
+                    return report.end(Finished::Cancelled, Err(CallError::Cancelled), now)
                 }
             }
         }
@@ -658,6 +664,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     if sleep(rejection.pause, cancel, None).await == Slept::Cancelled {
                         break Finished::Cancelled;
                     }
+                    report.served(rejection.pause);
                 }
                 Step::Done(finished) => break finished,
             }
@@ -669,7 +676,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 end.succeeded_at = succeeded_at;
             }
         }
-        report.end(finished, result)
+        report.end(finished, result, now)
     }
 
     /// Runs the attempt just started (`first`, its permit in `guard`) and, if it is still
