@@ -102,6 +102,8 @@
 //! - `tonic`: gRPC through the layer, `tower::GrpcLayer`, and the gRPC rules in [`Http`]
 //!   (implies `tower`).
 //! - `serde`: `Serialize` on health reports and metrics snapshots.
+//! - `metrics`: [`MetricsFacade`], the metrics through the `metrics` crate's facade, with
+//!   histograms of call, attempt, slot-wait and lease durations.
 //! - `config`: [`config`], named policies from a TOML or JSON document, environment
 //!   variables and reloads (implies `serde`).
 #![warn(missing_docs)]
@@ -180,6 +182,9 @@ pub use handles::{entropy_seed, lane_hint, Breaker, Budget};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError, MAX_KEYS};
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use metrics::MetricsFacade;
 pub use metrics::{Metrics, MetricsSnapshot};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]

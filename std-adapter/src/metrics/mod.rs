@@ -15,6 +15,19 @@
 //! | `stormguard_adaptive_baseline_seconds` | gauge | `limiter` | its latency baseline (the learned p10), once it has one |
 //!
 //! Counting is a relaxed `fetch_add` on a counter of the policy's own: no lock, no allocation.
+//!
+//! With the feature `metrics`, [`MetricsFacade`] reports the same through the `metrics` crate's
+//! facade, to whatever exporter the application installs, and adds histograms (in seconds):
+//!
+//! | name | labels | what |
+//! |---|---|---|
+//! | `stormguard_call_duration_seconds` | `breaker`, `result` | each call, from its start to its end, rejection pauses included |
+//! | `stormguard_attempt_duration_seconds` | `breaker`, `outcome` | each attempt that ran, by [`Outcome::as_str`](stormguard_core::Outcome::as_str) |
+//! | `stormguard_slot_wait_seconds` | `breaker`, `entered` | each wait for a bulkhead slot (`true`: entered, `false`: refused) |
+//! | `stormguard_lease_seconds` | `breaker` | each attempt's hold on a bulkhead or adaptive limiter slot |
+//!
+//! Its gauges come from a health report, where `stormguard_breaker_state` also carries a
+//! `key` label for each key (host) of a keyed table.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +37,90 @@ use stormguard_core::{Event, Name, RefusalReason, State};
 
 use crate::events::{Ended, Listener};
 use crate::{AdaptiveLimit, Breaker, Budget};
+
+#[cfg(feature = "metrics")]
+mod facade;
+#[cfg(feature = "metrics")]
+pub use facade::MetricsFacade;
+
+/// Every metric's name, kind and help text (the exposition's `# HELP`).
+const CATALOGUE: [(&str, &str, &str); 15] = [
+    (
+        "stormguard_calls_total",
+        "counter",
+        "Calls ended, by result.",
+    ),
+    ("stormguard_attempts_total", "counter", "Attempts started."),
+    ("stormguard_retries_total", "counter", "Retries scheduled."),
+    (
+        "stormguard_hedges_total",
+        "counter",
+        "Hedged attempts launched.",
+    ),
+    (
+        "stormguard_nested_retries_total",
+        "counter",
+        "Requests received that were a caller's retry.",
+    ),
+    (
+        "stormguard_rejections_total",
+        "counter",
+        "Calls and attempts refused, by reason.",
+    ),
+    (
+        "stormguard_state_changes_total",
+        "counter",
+        "Breaker transitions, by the state entered.",
+    ),
+    (
+        "stormguard_breaker_state",
+        "gauge",
+        "1 for the breaker's current state, 0 for the others.",
+    ),
+    (
+        "stormguard_budget_utilization",
+        "gauge",
+        "Retry budget spent: 0 full, 1 empty.",
+    ),
+    (
+        "stormguard_adaptive_limit",
+        "gauge",
+        "The adaptive concurrency limiter's current limit.",
+    ),
+    (
+        "stormguard_adaptive_baseline_seconds",
+        "gauge",
+        "The adaptive limiter's latency baseline (the learned p10).",
+    ),
+    (
+        "stormguard_call_duration_seconds",
+        "histogram",
+        "Call durations, rejection pauses included, by result.",
+    ),
+    (
+        "stormguard_attempt_duration_seconds",
+        "histogram",
+        "Durations of the attempts that ran, by outcome.",
+    ),
+    (
+        "stormguard_slot_wait_seconds",
+        "histogram",
+        "Waits for a bulkhead slot, by whether it was entered.",
+    ),
+    (
+        "stormguard_lease_seconds",
+        "histogram",
+        "How long each attempt held its bulkhead or adaptive limiter slot.",
+    ),
+];
+
+/// The help text of `name`, from [`CATALOGUE`].
+fn help(name: &str) -> &'static str {
+    CATALOGUE
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map_or("", |(_, _, help)| help)
+}
 
 const RESULTS: [&str; 8] = [
     "succeeded",
@@ -257,6 +354,7 @@ impl Metrics {
     ///
     /// ```
     /// let text = stormguard_std::Metrics::new("db").to_prometheus();
+    /// assert!(text.contains("# HELP stormguard_attempts_total Attempts started."));
     /// assert!(text.contains("# TYPE stormguard_attempts_total counter"));
     /// assert!(text.contains("stormguard_attempts_total{breaker=\"db\"} 0"));
     /// ```
@@ -266,6 +364,7 @@ impl Metrics {
         self.snapshot()
             .for_each_sample(|name, kind, labels, value| {
                 if !out.contains(&format!("# TYPE {name} ")) {
+                    let _ = writeln!(out, "# HELP {name} {}", help(name));
                     let _ = writeln!(out, "# TYPE {name} {kind}");
                 }
                 let labels: Vec<String> = labels
@@ -504,7 +603,9 @@ mod tests {
         let text = Metrics::new("db\"} 1\nstormguard_fake{x=\"\\").to_prometheus();
         for line in text.lines() {
             assert!(
-                line.starts_with("# TYPE stormguard_") || line.starts_with("stormguard_"),
+                line.starts_with("# TYPE stormguard_")
+                    || line.starts_with("# HELP stormguard_")
+                    || line.starts_with("stormguard_"),
                 "{line:?}"
             );
             assert!(!line.starts_with("stormguard_fake"), "{line:?}");
