@@ -5,7 +5,9 @@
 //! unit, so the figures can be quoted as ratios on any machine:
 //! - clock reads: `std::time::Instant::now()`, `quanta`, and the adapter's clocks;
 //! - `policy.call` around a ready future, against the bare future (polled once with a no-op
-//!   waker: no runtime, no timer, exactly what the call path itself costs);
+//!   waker: no runtime, no timer, exactly what the call path itself costs); with
+//!   `--features metrics`, the same call counted and timed by the metrics facade into the
+//!   Prometheus exporter;
 //! - the shared breaker's acquire + record through the adapter (two clock reads included),
 //!   1 and 2 threads, beside `failsafe` and `recloser`;
 //! - the shared budget's deposit / withdraw (reading `quanta` or the coarse clock) beside tower's
@@ -126,6 +128,27 @@ fn policy_call(c: &mut Criterion) {
     c.bench_function("call/policy, quanta, default breaker + budget", |b| {
         b.iter(|| poll_once(defaults.call(|_| async { Ok::<u32, ()>(black_box(1)) })))
     });
+    let counted = defaults
+        .clone()
+        .with_listener(stormguard_std::Metrics::for_policy(&defaults));
+    c.bench_function(
+        "call/policy, quanta, default breaker + budget, Metrics counters",
+        |b| b.iter(|| poll_once(counted.call(|_| async { Ok::<u32, ()>(black_box(1)) }))),
+    );
+    // The metrics facade into the Prometheus exporter (with `--features metrics`): the same
+    // policy, its calls counted and timed.
+    #[cfg(feature = "metrics")]
+    {
+        let _exporter = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .unwrap();
+        let facade = stormguard_std::MetricsFacade::for_policy(&defaults);
+        let counted = defaults.clone().with_listener(facade);
+        c.bench_function(
+            "call/policy, quanta, default breaker + budget, metrics facade",
+            |b| b.iter(|| poll_once(counted.call(|_| async { Ok::<u32, ()>(black_box(1)) }))),
+        );
+    }
     let tokio_clock = Policy::builder("bench")
         .breaker(Breaker::new(consecutive_only()))
         .build()
