@@ -181,3 +181,55 @@ async fn the_layer_adds_a_request_span_with_the_method_and_the_url_without_its_q
         "{requests:#?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_runs_in_its_own_attempt_span_and_the_loser_closes_as_dropped() {
+    use tokio::time::sleep;
+    let policy = Policy::builder("hedged-spans")
+        .hedging(true)
+        .build()
+        .unwrap();
+    // 40 calls of 20 ms teach the hedge delay (the learned p95, about 20 ms).
+    for _ in 0..40 {
+        let r = policy
+            .call(|_| async {
+                sleep(std::time::Duration::from_millis(20)).await;
+                Ok::<_, &str>(0)
+            })
+            .await;
+        assert_eq!(r, Ok(0));
+    }
+    let lines = Lines::default();
+    let _guard = tracing::subscriber::set_default(subscriber(&lines, tracing::Level::DEBUG));
+    // The first attempt hangs for a second; the hedge answers in 5 ms and wins.
+    let r = policy
+        .call(|attempt| async move {
+            let took = if attempt == 1 { 1_000 } else { 5 };
+            sleep(std::time::Duration::from_millis(took)).await;
+            Ok::<_, &str>(attempt)
+        })
+        .await;
+    assert_eq!(r, Ok(2));
+    let closed = lines.with("close time.");
+    let attempts: Vec<_> = closed.iter().filter(|l| l.contains("attempt{")).collect();
+    assert_eq!(attempts.len(), 2, "{closed:#?}");
+    let hedge = attempts.iter().find(|l| l.contains("hedge=true")).unwrap();
+    assert!(
+        hedge.contains("attempt=2") && hedge.contains("outcome=\"success\""),
+        "{hedge}"
+    );
+    let first = attempts.iter().find(|l| l.contains("hedge=false")).unwrap();
+    assert!(
+        first.contains("attempt=1") && first.contains("outcome=\"dropped\""),
+        "{first}"
+    );
+    assert!(
+        attempts.iter().all(|l| l.contains("call{")),
+        "{attempts:#?}"
+    );
+    let call = closed.iter().find(|l| !l.contains("attempt{")).unwrap();
+    assert!(
+        call.contains("attempts=2") && call.contains("ended=\"succeeded\""),
+        "{call}"
+    );
+}
