@@ -13,8 +13,10 @@
 //! Retries need the request again. [`Requests`] says which requests can be replayed and how:
 //! the default, [`HttpRequests`], replays only idempotent requests (`GET`, `HEAD`, `OPTIONS`,
 //! `PUT`, `DELETE`, `TRACE`, a request carrying an [`IDEMPOTENCY_KEY`] header, or one carrying
-//! the [`Idempotent`] extension) whose body can be cloned (buffered bodies: `Full<Bytes>`,
-//! `String`, `Vec<u8>`, `()`, ...); with feature `reqwest`, it also replays a `reqwest::Request`
+//! the [`Idempotent`] extension) whose body is buffered (`Full<Bytes>`, `Bytes`, `String`,
+//! `Vec<u8>`, `()`, ..., or a `Clone` body named with [`PolicyLayer::replay_body`]); any other
+//! body (a stream, a boxed body) is accepted and gets one attempt. With feature `reqwest`, it
+//! also replays a `reqwest::Request`
 //! that the same rule allows and `try_clone()` can copy, so a `reqwest::Client` goes behind the
 //! layer as it is. A request
 //! that cannot be replayed gets exactly one attempt (still guarded by the breaker, the
@@ -47,6 +49,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::any::Any;
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
@@ -377,8 +380,14 @@ impl<Req: Clone + Send + 'static> Requests<Req> for CloneRequests {
     }
 }
 
-/// The HTTP rules: replay idempotent requests with clonable bodies; optionally propagate the
-/// remaining deadline in a header and adopt one from the incoming request.
+/// The HTTP rules: replay idempotent requests whose body is buffered; optionally propagate
+/// the remaining deadline in a header and adopt one from the incoming request.
+///
+/// Any body is accepted. A buffered body is copied for each replay: `String`, `Vec<u8>`,
+/// `&'static str`, `&'static [u8]`, `()`, `bytes::Bytes`, and `http_body_util`'s `Full<Bytes>`
+/// and `Empty<Bytes>`, plus any `Clone` body type named with [`HttpRequests::replay_body`]. A
+/// request with any other body (a stream, `hyper::body::Incoming`, a boxed body) gets exactly
+/// one attempt, whatever its method: it cannot be sent twice.
 ///
 /// ```
 /// use http::Request;
@@ -390,12 +399,44 @@ impl<Req: Clone + Send + 'static> Requests<Req> for CloneRequests {
 /// let mut marked = Request::post("/").body(()).unwrap();
 /// marked.extensions_mut().insert(Idempotent);
 /// assert!(rules.template(&marked).is_some());
+///
+/// /// A body this crate does not know, and cannot copy.
+/// struct Streamed;
+/// assert!(rules.template(&Request::get("/").body(Streamed).unwrap()).is_none());
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct HttpRequests {
     propagate: Option<HeaderName>,
     adopt: Option<HeaderName>,
+    /// Copiers of the body types named with [`HttpRequests::replay_body`].
+    bodies: Vec<CopyBody>,
 }
+
+/// Copies a request body of one type: `true` when `from` is one and `to` (an empty `Option` of
+/// that type) now holds its copy.
+type CopyBody = fn(&dyn Any, &mut dyn Any) -> bool;
+
+fn copy_body<T: Clone + 'static>(from: &dyn Any, to: &mut dyn Any) -> bool {
+    match (from.downcast_ref::<T>(), to.downcast_mut::<Option<T>>()) {
+        (Some(body), Some(slot)) => {
+            *slot = Some(body.clone());
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The buffered body types every [`HttpRequests`] replays.
+const BUFFERED_BODIES: [CopyBody; 8] = [
+    copy_body::<String>,
+    copy_body::<Vec<u8>>,
+    copy_body::<&'static str>,
+    copy_body::<&'static [u8]>,
+    copy_body::<()>,
+    copy_body::<bytes::Bytes>,
+    copy_body::<http_body_util::Full<bytes::Bytes>>,
+    copy_body::<http_body_util::Empty<bytes::Bytes>>,
+];
 
 impl HttpRequests {
     /// Writes the call's remaining deadline (whole milliseconds, rounded down) into `header` of
@@ -427,6 +468,37 @@ impl HttpRequests {
     pub fn adopt_from(mut self, header: HeaderName) -> Self {
         self.adopt = Some(header);
         self
+    }
+
+    /// Replays requests whose body is a `T` too, by cloning it: for a buffered body type of
+    /// your own (the buffered types of `std`, `bytes` and `http_body_util` are known already).
+    ///
+    /// ```
+    /// use http::Request;
+    /// use stormguard_std::tower::{HttpRequests, Requests};
+    ///
+    /// #[derive(Clone)]
+    /// struct Form(Vec<(String, String)>);
+    ///
+    /// let form = || Request::get("/search").body(Form(Vec::new())).unwrap();
+    /// assert!(HttpRequests::default().template(&form()).is_none());
+    /// let rules = HttpRequests::default().replay_body::<Form>();
+    /// assert!(rules.template(&form()).is_some());
+    /// ```
+    #[must_use]
+    pub fn replay_body<T: Clone + Send + 'static>(mut self) -> Self {
+        self.bodies.push(copy_body::<T>);
+        self
+    }
+
+    /// A copy of `body`, if its type is one this rule replays.
+    fn copy<B: 'static>(&self, body: &B) -> Option<B> {
+        let mut copy: Option<B> = None;
+        let copied = BUFFERED_BODIES
+            .iter()
+            .chain(&self.bodies)
+            .any(|copy_one| copy_one(body, &mut copy));
+        copy.filter(|_| copied)
     }
 }
 
@@ -473,23 +545,26 @@ pub struct HttpTemplate<B> {
     body: B,
 }
 
-impl<B: Clone + Send + 'static> Requests<Request<B>> for HttpRequests {
+impl<B: Send + 'static> Requests<Request<B>> for HttpRequests {
     type Template = HttpTemplate<B>;
 
     fn template(&self, req: &Request<B>) -> Option<HttpTemplate<B>> {
         let marked = req.extensions().get::<Idempotent>().is_some();
-        repeatable(req.method(), req.headers(), marked).then(|| HttpTemplate {
+        if !repeatable(req.method(), req.headers(), marked) {
+            return None;
+        }
+        Some(HttpTemplate {
             method: req.method().clone(),
             uri: req.uri().clone(),
             version: req.version(),
             headers: req.headers().clone(),
             extensions: req.extensions().clone(),
-            body: req.body().clone(),
+            body: self.copy(req.body())?,
         })
     }
 
     fn replay(&self, t: &HttpTemplate<B>) -> Option<Request<B>> {
-        let mut req = Request::new(t.body.clone());
+        let mut req = Request::new(self.copy(&t.body)?);
         *req.method_mut() = t.method.clone();
         *req.uri_mut() = t.uri.clone();
         *req.version_mut() = t.version;
@@ -740,6 +815,12 @@ impl<K, L, C> PolicyLayer<K, L, C, HttpRequests> {
     /// Adopts a remaining deadline from [`DEADLINE_HEADER`] of the request given.
     pub fn adopt_deadline(mut self) -> Self {
         self.requests = self.requests.adopt_from(DEADLINE_HEADER);
+        self
+    }
+
+    /// Replays requests whose body is a `T` too ([`HttpRequests::replay_body`]).
+    pub fn replay_body<T: Clone + Send + 'static>(mut self) -> Self {
+        self.requests = self.requests.replay_body::<T>();
         self
     }
 }

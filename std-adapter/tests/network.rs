@@ -385,3 +385,59 @@ async fn reqwest_scenario() {
         "every GET was retried in full: no budget"
     );
 }
+
+/// A hyper client whose request body is boxed (not `Clone`, as a streaming or proxied body
+/// is) goes behind the default layer: its requests get one attempt each, whatever the method,
+/// while the same client's buffered `Full` requests are retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_with_a_body_that_cannot_be_copied_gets_one_attempt_per_request() {
+    use http_body_util::combinators::BoxBody;
+    use http_body_util::BodyExt;
+
+    tokio::time::timeout(StdDuration::from_secs(30), async {
+        let dep = Arc::new(Dependency::default());
+        let url = serve(Arc::clone(&dep)).await;
+        dep.mode.store(FAILING, Ordering::SeqCst);
+        let policy = || {
+            Policy::builder("boxed")
+                .max_attempts(3)
+                .backoff(
+                    Backoff::builder()
+                        .jitter(Jitter::None)
+                        .base(Duration::from_millis(1))
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap()
+        };
+        let boxed = PolicyLayer::new(policy()).layer(
+            Client::builder(TokioExecutor::new())
+                .build::<_, BoxBody<Bytes, std::convert::Infallible>>(HttpConnector::new()),
+        );
+        let req = Request::get(&url)
+            .body(Full::new(Bytes::from_static(b"")).boxed())
+            .unwrap();
+        let response = boxed.oneshot(req).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            dep.requests.load(Ordering::SeqCst),
+            1,
+            "one attempt: no copy to resend"
+        );
+
+        let full = PolicyLayer::new(policy()).layer(
+            Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(HttpConnector::new()),
+        );
+        let req = Request::get(&url).body(Full::new(Bytes::new())).unwrap();
+        let response = full.oneshot(req).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            dep.requests.load(Ordering::SeqCst),
+            1 + 3,
+            "a buffered GET: three attempts"
+        );
+    })
+    .await
+    .expect("bounded in time");
+}
