@@ -40,10 +40,19 @@ pub(crate) use guard::{Report, Slept};
 pub use options::CallOptions;
 #[cfg(feature = "tokio")]
 use options::DEFAULT_OPTIONS;
-#[cfg(feature = "tokio")]
-pub use run::Logged;
 pub use steps::{AdaptiveLimit, Bulkhead, Limiter};
 use steps::{CallAdmission, Funds, Steps};
+
+/// A call's result with the log of its attempts ([`Policy::call_logged`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub struct Logged<T, E> {
+    /// What [`Policy::call_with`] would have returned.
+    pub result: Result<T, CallError<E>>,
+    /// How each attempt ended, in the order they ended.
+    pub attempts: stormguard_core::call::AttemptLog,
+}
 
 /// Retries, deadline, attempt timeout, backoff, breaker and retry budget for one dependency:
 /// `policy.call(|attempt| async { ... }).await`.

@@ -24,15 +24,7 @@ use crate::classify::Classify;
 use crate::clock::Clock;
 use crate::events::{attempt_span, call_span, record_outcome, CallSpan, Ended, Listener};
 
-/// A call's result with the log of its attempts ([`Policy::call_logged`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub struct Logged<T, E> {
-    /// What [`Policy::call_with`] would have returned.
-    pub result: Result<T, CallError<E>>,
-    /// How each attempt ended, in the order they ended.
-    pub attempts: AttemptLog,
-}
+use super::Logged;
 
 /// How an attempt's race ended.
 enum Ran<R> {
