@@ -111,7 +111,7 @@ use crate::clock::{Clock, DefaultClock};
 use crate::events::{call_span, CallSpan, Listener, NoListener};
 use crate::policy::{Attempt, CallEnd, Report, Slept};
 use crate::slots::{Entry, Occupant, Refusal, Slots};
-use crate::{Breaker, CallError, CallOptions, Policy};
+use crate::{Breaker, CallError, CallOptions, Logged, Policy};
 
 /// A key's breaker as the core's keyed rule sees it. (Each key's breaker is built with its own
 /// entropy seed by [`Breaker::new`], so there is nothing to reseed.)
@@ -717,6 +717,47 @@ where
     {
         self.run(key, None, &options, |a: Attempt| Some(op(a.number)), None)
             .await
+    }
+
+    /// [`KeyedPolicy::call_with`], keeping how each attempt ended, as
+    /// [`Policy::call_logged`] does: a new key refused by a full table reads "refused locally
+    /// (keyed_full)", a refusal by the key's own open breaker "refused locally (breaker_open)".
+    ///
+    /// ```
+    /// use stormguard_std::{CallOptions, KeyedPolicy, Policy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let template = Policy::builder("hosts").backoff(stormguard_std::Backoff::none()).build()?;
+    /// let hosts = KeyedPolicy::new(template, 16)?;
+    /// let logged = hosts
+    ///     .call_logged(&"a.example", CallOptions::new(), |attempt| async move {
+    ///         if attempt == 1 { Err("reset") } else { Ok(attempt) }
+    ///     })
+    ///     .await;
+    /// assert_eq!(logged.result, Ok(2));
+    /// assert_eq!(logged.attempts.len(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn call_logged<T, E, F, Fut, Cl>(
+        &self,
+        key: &K,
+        options: CallOptions<'_, Cl>,
+        mut op: F,
+    ) -> Logged<T, KeyedError<E>>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        Cl: Classify<T, E>,
+    {
+        let mut attempts = AttemptLog::new();
+        let mut end = CallEnd {
+            log: Some(&mut attempts),
+            ..CallEnd::default()
+        };
+        let op = |a: Attempt| Some(op(a.number));
+        let result = self.run(key, None, &options, op, Some(&mut end)).await;
+        Logged { result, attempts }
     }
 
     /// The call proper, for [`KeyedPolicy::call_with`] and the tower layer's per-host scope:

@@ -189,9 +189,9 @@ pub use metrics::{Metrics, MetricsSnapshot};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use nested::{inbound_criticality, inbound_retry};
-pub use policy::{AdaptiveLimit, Bulkhead, CallOptions, Limiter, Policy, PolicyBuilder};
 #[cfg(feature = "tokio")]
-pub use policy::{Drain, Logged};
+pub use policy::Drain;
+pub use policy::{AdaptiveLimit, Bulkhead, CallOptions, Limiter, Logged, Policy, PolicyBuilder};
 pub use stormguard_core::CallError;
 // The core vocabulary this crate's API takes and returns, so a host user needs only this crate.
 pub use stormguard_core::{

@@ -125,3 +125,38 @@ fn a_blocking_call_whose_token_is_already_cancelled_runs_nothing() {
     assert_eq!(runs, 0);
     assert_eq!(policy.breaker().unwrap().state(), State::Closed);
 }
+
+#[test]
+fn a_logged_blocking_call_keeps_each_attempt_and_a_refusal() {
+    let policy = Policy::builder("ledger-logged")
+        .max_attempts(3)
+        .backoff(stormguard_std::Backoff::none())
+        .build()
+        .unwrap();
+    let logged = policy.call_blocking_logged(stormguard_std::CallOptions::new(), |attempt| {
+        if attempt < 3 {
+            Err("reset")
+        } else {
+            Ok(attempt)
+        }
+    });
+    assert_eq!(logged.result, Ok(3));
+    let outcomes: Vec<_> = logged.attempts.iter().map(|r| r.end.outcome()).collect();
+    assert_eq!(
+        outcomes,
+        [
+            Some(stormguard_std::Outcome::Transient),
+            Some(stormguard_std::Outcome::Transient),
+            Some(stormguard_std::Outcome::Success)
+        ]
+    );
+    policy.isolate();
+    let logged =
+        policy.call_blocking_logged(stormguard_std::CallOptions::new(), |_| Ok::<_, &str>(0));
+    assert!(logged.result.is_err());
+    assert!(
+        logged.attempts.to_string().contains("isolated"),
+        "{}",
+        logged.attempts
+    );
+}

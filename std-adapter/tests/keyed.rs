@@ -640,3 +640,43 @@ async fn healthy_keys_refreshed_within_a_trip_window_keep_a_new_host_out_unless_
     }
     assert_eq!(keys(&bounded), [1, u32::MAX]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_logged_keyed_call_tells_the_full_tables_refusal_from_the_keys_own_breaker() {
+    let clock = ManualClock::new();
+    let (h, _, _) = full_watched_table(&clock);
+    open_key(&h, 1).await;
+    // A new key: the table is full of an open key.
+    let logged = h
+        .call_logged(&2, CallOptions::new(), |_| async { Ok::<_, &str>(2) })
+        .await;
+    assert!(
+        matches!(logged.result, Err(KeyedError::Full(_))),
+        "{logged:?}"
+    );
+    assert_eq!(logged.attempts.len(), 1);
+    assert!(
+        logged
+            .attempts
+            .to_string()
+            .contains("refused locally (keyed_full)"),
+        "{}",
+        logged.attempts
+    );
+    // The open key itself: its own breaker's refusal.
+    let logged = h
+        .call_logged(&1, CallOptions::new(), |_| async { Ok::<_, &str>(1) })
+        .await;
+    assert!(
+        matches!(
+            logged.result,
+            Err(KeyedError::Call(CallError::Rejected { .. }))
+        ),
+        "{logged:?}"
+    );
+    assert!(
+        logged.attempts.to_string().contains("refused locally (breaker_open)"),
+        "{}",
+        logged.attempts
+    );
+}

@@ -43,13 +43,13 @@ use options::DEFAULT_OPTIONS;
 pub use steps::{AdaptiveLimit, Bulkhead, Limiter};
 use steps::{CallAdmission, Funds, Steps};
 
-/// A call's result with the log of its attempts ([`Policy::call_logged`]).
+/// A call's result with the log of its attempts: [`Policy::call_logged`] and
+/// [`Policy::call_blocking_logged`] (`E` is their [`CallError`]), and
+/// `KeyedPolicy::call_logged` (`E` is its `KeyedError`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub struct Logged<T, E> {
-    /// What [`Policy::call_with`] would have returned.
-    pub result: Result<T, CallError<E>>,
+    /// What the same call without its log would have returned.
+    pub result: Result<T, E>,
     /// How each attempt ended, in the order they ended.
     pub attempts: stormguard_core::call::AttemptLog,
 }
@@ -451,7 +451,6 @@ impl<K: Clock, L: Listener> Policy<K, L> {
 
     /// Sends a call's `event` on ([`Policy::emit`]), and into the call's attempt log when it
     /// keeps one.
-    #[cfg(feature = "tokio")]
     #[inline]
     pub(crate) fn emit_logged(
         &self,
@@ -514,7 +513,51 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     pub fn call_blocking_with<T, E, F, C>(
         &self,
         options: CallOptions<'_, C>,
+        op: F,
+    ) -> Result<T, CallError<E>>
+    where
+        F: FnMut(u32) -> Result<T, E>,
+        C: Classify<T, E>,
+    {
+        self.run_blocking(&options, op, None)
+    }
+
+    /// [`Policy::call_blocking_with`], keeping how each attempt ended, as
+    /// [`Policy::call_logged`] does for an async call.
+    ///
+    /// ```
+    /// use stormguard_std::{CallOptions, Outcome, Policy};
+    ///
+    /// let policy = Policy::builder("ledger").backoff(stormguard_std::Backoff::none()).build()?;
+    /// let logged = policy.call_blocking_logged(CallOptions::new(), |attempt| {
+    ///     if attempt == 1 { Err("reset") } else { Ok(attempt) }
+    /// });
+    /// assert_eq!(logged.result, Ok(2));
+    /// assert_eq!(logged.attempts.len(), 2);
+    /// let first = logged.attempts.iter().next().unwrap();
+    /// assert_eq!(first.end.outcome(), Some(Outcome::Transient));
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
+    pub fn call_blocking_logged<T, E, F, C>(
+        &self,
+        options: CallOptions<'_, C>,
+        op: F,
+    ) -> Logged<T, CallError<E>>
+    where
+        F: FnMut(u32) -> Result<T, E>,
+        C: Classify<T, E>,
+    {
+        let mut attempts = stormguard_core::call::AttemptLog::new();
+        let result = self.run_blocking(&options, op, Some(&mut attempts));
+        Logged { result, attempts }
+    }
+
+    /// The blocking call proper; its events also go into `log`, when given one.
+    fn run_blocking<T, E, F, C>(
+        &self,
+        options: &CallOptions<'_, C>,
         mut op: F,
+        mut log: Option<&mut stormguard_core::call::AttemptLog>,
     ) -> Result<T, CallError<E>>
     where
         F: FnMut(u32) -> Result<T, E>,
@@ -524,10 +567,10 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let mut parts = self.parts(steps, None);
         let span = crate::events::call_span(&self.name);
         let _in_call = span.enter();
-        let mut sink = |e: Event<'_>| self.emit(&e);
         let mut now = self.clock.now();
         let mut report = Report::new(&self.listener, &self.name, span.clone(), now);
-        let mut call = self.begin(&options, now, false);
+        let mut call = self.begin(options, now, log.is_some());
+        let mut sink = |e: Event<'_>| self.emit_logged(&e, &mut log);
         let mut last: Option<Result<T, E>> = None;
         #[cfg(feature = "tokio")]
         let drain: blocking::DrainRef<'_> = options.drain.or(self.drain.as_ref());
@@ -540,7 +583,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             match call.poll(&mut parts, now, &mut sink) {
                 Step::Attempt(permit) => {
                     let guard = PermitGuard::new(steps, permit);
-                    if blocking::is_cancelled(&options) {
+                    if blocking::is_cancelled(options) {
                         drop(guard);
                         call.cancel();
                         break Finished::Cancelled;
@@ -564,7 +607,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     }
                 }
                 Step::Wait(wait) => {
-                    if blocking::sleep(wait, &options, drain) == Slept::Cancelled {
+                    if blocking::sleep(wait, options, drain) == Slept::Cancelled {
                         call.cancel();
                         break Finished::Cancelled;
                     }
@@ -573,7 +616,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 Step::Reject(rejection) => {
                     // Announced (the core emitted `Rejected` with this pause), then served; the
                     // next poll hands the rejection out as `Finished::Rejected`.
-                    if blocking::sleep(rejection.pause, &options, None) == Slept::Cancelled {
+                    if blocking::sleep(rejection.pause, options, None) == Slept::Cancelled {
                         break Finished::Cancelled;
                     }
                     report.served(rejection.pause);

@@ -233,7 +233,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         &self,
         options: CallOptions<'_, C>,
         mut op: F,
-    ) -> Logged<T, E>
+    ) -> Logged<T, CallError<E>>
     where
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
