@@ -122,8 +122,16 @@ pub struct Idempotent;
 /// // ... the call through the layer ...
 /// assert!(slot.take().is_none()); // nothing yet: no call was made here
 /// ```
+///
+/// A request type that holds no extensions a caller can set (`reqwest::Request`) runs its
+/// call inside [`AttemptSlot::scope`] instead.
 #[derive(Clone, Debug, Default)]
 pub struct AttemptSlot(Arc<std::sync::Mutex<Option<AttemptLog>>>);
+
+tokio::task_local! {
+    /// The slot a call through the layer fills when its request carries none.
+    static SCOPED_SLOT: AttemptSlot;
+}
 
 impl AttemptSlot {
     /// An empty slot.
@@ -136,6 +144,36 @@ impl AttemptSlot {
     #[must_use]
     pub fn take(&self) -> Option<AttemptLog> {
         self.0.lock().map_or(None, |mut log| log.take())
+    }
+
+    /// Runs `fut` with this slot as the one a call through the layer fills when its request
+    /// carries none: for request types with no extensions of their own (`reqwest::Request`:
+    /// reqwest keeps them to itself). The last call inside `fut` to end leaves its log.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use stormguard_std::tower::{AttemptSlot, PolicyLayer};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let policy = stormguard_std::Policy::builder("api").build()?;
+    /// let client = PolicyLayer::new(policy).layer(service_fn(|_req: http::Request<()>| async {
+    ///     Ok::<_, Infallible>(http::Response::new(()))
+    /// }));
+    /// let slot = AttemptSlot::new();
+    /// let request = http::Request::get("http://api.example/").body(())?; // no slot inside
+    /// slot.scope(client.oneshot(request)).await?;
+    /// assert_eq!(slot.take().map(|log| log.len()), Some(1));
+    /// # Ok(()) }
+    /// ```
+    pub async fn scope<F: Future>(&self, fut: F) -> F::Output {
+        SCOPED_SLOT.scope(self.clone(), fut).await
+    }
+
+    /// The slot of the [`AttemptSlot::scope`] being run, if any.
+    fn scoped() -> Option<AttemptSlot> {
+        SCOPED_SLOT.try_with(AttemptSlot::clone).ok()
     }
 
     fn put(&self, log: AttemptLog) {
@@ -210,7 +248,8 @@ pub trait Requests<Req> {
 
     /// Where to leave the call's attempt log, if the request asks for one. By default
     /// nowhere; [`HttpRequests`] and the gRPC rules read an [`AttemptSlot`] in the request's
-    /// extensions.
+    /// extensions. A request without one fills the slot of the [`AttemptSlot::scope`] its
+    /// call runs in, if any.
     fn attempt_slot(&self, req: &Req) -> Option<AttemptSlot> {
         let _ = req;
         None
@@ -1047,7 +1086,7 @@ where
         #[cfg(feature = "spans")]
         let span = requests.span(&req);
         let call = async move {
-            let slot = requests.attempt_slot(&req);
+            let slot = requests.attempt_slot(&req).or_else(AttemptSlot::scoped);
             let (req, template) = requests.prepare(req);
             let criticality = requests.criticality(&req);
             let mut options = CallOptions::new().classify(classify);

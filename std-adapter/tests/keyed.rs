@@ -675,7 +675,10 @@ async fn a_logged_keyed_call_tells_the_full_tables_refusal_from_the_keys_own_bre
         "{logged:?}"
     );
     assert!(
-        logged.attempts.to_string().contains("refused locally (breaker_open)"),
+        logged
+            .attempts
+            .to_string()
+            .contains("refused locally (breaker_open)"),
         "{}",
         logged.attempts
     );

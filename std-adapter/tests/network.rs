@@ -353,6 +353,19 @@ async fn reqwest_scenario() {
     assert_eq!(send(put).await, Ok(StatusCode::INTERNAL_SERVER_ERROR));
     assert_eq!(requests(), 6);
 
+    // A reqwest request holds no slot of its own: its call runs in the slot's scope, and the
+    // log of its three attempts is left there.
+    let slot = stormguard_std::tower::AttemptSlot::new();
+    let put = reqwest.put(&url).body("blob").build().unwrap();
+    let status = slot.scope(send(put)).await;
+    assert_eq!(status, Ok(StatusCode::INTERNAL_SERVER_ERROR));
+    assert_eq!(requests(), 9);
+    let log = slot
+        .take()
+        .expect("the call left its log in the scope's slot");
+    assert_eq!(log.len(), 3, "{log}");
+    assert!(log.to_string().contains("transient failure"), "{log}");
+
     // GETs are retried until the budget runs dry (a call whose retry is refused then hands back
     // the 500 it got, at once), and no further.
     let available = u64::from(budget.available());
