@@ -168,6 +168,23 @@ pub fn parse_timeout(value: &[u8]) -> Option<Duration> {
     Some(Duration::from_nanos(n.saturating_mul(nanos)))
 }
 
+/// The service a gRPC call's path names (`/package.Service/Method` gives `package.Service`):
+/// the scope a client keeps one breaker per. `None` for a path that is not a gRPC call's (no
+/// leading `/`, an empty service or method, more segments).
+///
+/// ```
+/// use stormguard_core::grpc::service_of;
+/// assert_eq!(service_of("/stock.Inventory/Get"), Some("stock.Inventory"));
+/// assert_eq!(service_of("/stock.Inventory/"), None);
+/// assert_eq!(service_of("/health"), None);
+/// ```
+#[must_use]
+pub fn service_of(path: &str) -> Option<&str> {
+    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+    let whole = !service.is_empty() && !method.is_empty() && !method.contains('/');
+    whole.then_some(service)
+}
+
 /// A `grpc-timeout` value ready to send (see [`format_timeout`]): at most 8 digits and a unit.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Timeout {
@@ -254,6 +271,14 @@ pub fn format_timeout(d: Duration) -> Timeout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_service_is_read_only_from_a_whole_grpc_path() {
+        assert_eq!(service_of("/a.B/C"), Some("a.B"));
+        for path in ["", "/", "//", "/a.B", "a.B/C", "/a.B/C/D", "//C", "/a.B//"] {
+            assert_eq!(service_of(path), None, "{path:?}");
+        }
+    }
 
     #[test]
     fn every_unit_reads_back() {

@@ -48,6 +48,8 @@ struct Stock {
 }
 
 const GET: &str = "/stock.Inventory/Get";
+/// The same method on the server's second service.
+const LEDGER_GET: &str = "/stock.Ledger/Get";
 
 /// What the server does with the next calls.
 const HEALTHY: u8 = 0;
@@ -129,7 +131,7 @@ impl Service<http::Request<Body>> for Inventory {
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let dep = self.0.clone();
         Box::pin(async move {
-            if req.uri().path() != GET {
+            if !req.uri().path().ends_with("/Get") {
                 return Ok(grpc_response(Some("12"))); // UNIMPLEMENTED
             }
             *dep.timeout.lock().unwrap() = req
@@ -178,6 +180,28 @@ impl Service<http::Request<Body>> for Inventory {
     }
 }
 
+/// The server's second service, `Ledger.Get`: the same stub over a dependency of its own.
+#[derive(Clone)]
+struct Ledger(Arc<Dependency>);
+
+impl NamedService for Ledger {
+    const NAME: &'static str = "stock.Ledger";
+}
+
+impl Service<http::Request<Body>> for Ledger {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        Inventory(self.0.clone()).call(req)
+    }
+}
+
 /// A response body after the headers: `trailers` alone, or (`None`) nothing ever.
 struct Tail {
     trailers: Option<http::HeaderMap>,
@@ -214,12 +238,18 @@ impl tonic::server::UnaryService<Ask> for Get {
 
 /// Serves `Inventory` on an ephemeral loopback port until the test's runtime ends.
 async fn serve(dep: Arc<Dependency>) -> String {
+    serve_both(dep, Arc::default()).await
+}
+
+/// Serves `Inventory` over `inventory` and `Ledger` over `ledger`, likewise.
+async fn serve_both(inventory: Arc<Dependency>, ledger: Arc<Dependency>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
     tokio::spawn(
         Server::builder()
-            .add_service(Inventory(dep))
+            .add_service(Inventory(inventory))
+            .add_service(Ledger(ledger))
             .serve_with_incoming(incoming),
     );
     format!("http://{addr}")
@@ -273,7 +303,14 @@ type Client = tonic::client::Grpc<
 
 /// A tonic client through the layer: 3 attempts of 1 s at most, 2 ms apart.
 async fn client(url: String, breaker: &Breaker, seen: &Seen) -> Client {
-    let policy = Policy::builder("inventory")
+    let layer = GrpcLayer::new(policy(breaker, seen));
+    let channel = Endpoint::from_shared(url).unwrap().connect().await.unwrap();
+    tonic::client::Grpc::new(tower::ServiceBuilder::new().layer(layer).service(channel))
+}
+
+/// 3 attempts of 1 s at most, 2 ms apart, on `breaker`.
+fn policy(breaker: &Breaker, seen: &Seen) -> Policy<stormguard_std::DefaultClock, Seen> {
+    Policy::builder("inventory")
         .breaker(breaker.clone())
         .max_attempts(3)
         .attempt_timeout(ATTEMPT_TIMEOUT)
@@ -287,15 +324,14 @@ async fn client(url: String, breaker: &Breaker, seen: &Seen) -> Client {
         )
         .listener(seen.clone())
         .build()
-        .unwrap();
-    let channel = Endpoint::from_shared(url).unwrap().connect().await.unwrap();
-    let guarded = tower::ServiceBuilder::new()
-        .layer(GrpcLayer::new(policy))
-        .service(channel);
-    tonic::client::Grpc::new(guarded)
+        .unwrap()
 }
 
 async fn get(client: &mut Client) -> Result<u32, Status> {
+    get_from(client, GET).await
+}
+
+async fn get_from(client: &mut Client, path: &'static str) -> Result<u32, Status> {
     client
         .ready()
         .await
@@ -305,7 +341,7 @@ async fn get(client: &mut Client) -> Result<u32, Status> {
     });
     let codec = ProstCodec::<Ask, Stock>::default();
     let stock = client
-        .unary(ask, PathAndQuery::from_static(GET), codec)
+        .unary(ask, PathAndQuery::from_static(path), codec)
         .await?;
     Ok(stock.into_inner().count)
 }
@@ -459,6 +495,47 @@ async fn the_breaker_opens_on_a_failing_service_and_keeps_calls_off_it() {
             matches!(cause, Some(CallError::Rejected { .. })),
             "{refused:?}"
         );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_service_a_failing_service_is_cut_off_and_the_channels_other_service_still_called() {
+    bounded(async {
+        let (inventory, ledger) = (
+            Arc::new(Dependency::default()),
+            Arc::new(Dependency::default()),
+        );
+        let url = serve_both(inventory.clone(), ledger.clone()).await;
+        let (breaker, seen) = (breaker(), Seen::default());
+        let layer = GrpcLayer::new(policy(&breaker, &seen))
+            .per_service()
+            .unwrap();
+        let services = layer.services().unwrap().clone();
+        let channel = Endpoint::from_shared(url).unwrap().connect().await.unwrap();
+        let mut client =
+            tonic::client::Grpc::new(tower::ServiceBuilder::new().layer(layer).service(channel));
+
+        inventory.misbehave(UNAVAILABLE, u32::MAX);
+        // Inventory's three failed attempts trip Inventory's breaker alone.
+        assert_eq!(
+            get(&mut client).await.unwrap_err().code(),
+            Code::Unavailable
+        );
+        assert_eq!(inventory.calls(), 3);
+        let inventory_breaker = services.breaker(&"stock.Inventory".to_owned()).unwrap();
+        assert_eq!(inventory_breaker.state(), State::Open);
+        // The ledger, on the same channel, is still called.
+        assert_eq!(get_from(&mut client, LEDGER_GET).await.unwrap(), 7);
+        assert_eq!(ledger.calls(), 1);
+        // Inventory is kept off: refused, no call reaches it.
+        assert!(get(&mut client).await.is_err());
+        assert_eq!(inventory.calls(), 3);
+        let mut keys = services.keys();
+        keys.sort();
+        assert_eq!(keys, ["stock.Inventory", "stock.Ledger"]);
+        // The template's own breaker sees no call under per-service scope.
+        assert_eq!(breaker.state(), State::Closed);
     })
     .await;
 }

@@ -22,9 +22,9 @@ use tower_service::Service;
 
 use super::{PolicyLayer, PolicyService, Requests};
 use crate::classify::{is_grpc, GrpcBodyEnd, Http};
-use crate::clock::DefaultClock;
-use crate::events::NoListener;
-use crate::Policy;
+use crate::clock::{Clock, DefaultClock};
+use crate::events::{Listener, NoListener};
+use crate::{KeyedPolicy, KeyedSetupError, Policy};
 
 /// What a body's error becomes once held (tonic's own body takes any such error).
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -168,6 +168,12 @@ impl Requests<Request<Body>> for GrpcRequests {
     /// extensions.
     fn attempt_slot(&self, req: &Request<Body>) -> Option<super::AttemptSlot> {
         req.extensions().get::<super::AttemptSlot>().cloned()
+    }
+
+    /// The call's service (`package.Service` of the path `/package.Service/Method`), for
+    /// [`GrpcLayer::per_service`].
+    fn scope(&self, req: &Request<Body>) -> Option<String> {
+        stormguard_core::grpc::service_of(req.uri().path()).map(str::to_owned)
     }
 
     /// The `request` span: the method is POST, the path names the service and method.
@@ -432,6 +438,32 @@ impl<K, L> GrpcLayer<K, L> {
     /// The policy applied.
     pub fn policy(&self) -> &Arc<Policy<K, L>> {
         self.layer.policy()
+    }
+}
+
+impl<K: Clock + Clone, L: Listener + Clone> GrpcLayer<K, L> {
+    /// A breaker per gRPC service (`package.Service` of each call's path): a failing service
+    /// is cut off while the channel's other services are still called. The table and its
+    /// rules are [`PolicyLayer::per_host`]'s ([`DEFAULT_HOSTS`](super::DEFAULT_HOSTS)
+    /// services); the budget and limiters stay shared. A call whose path names no service
+    /// shares the scope `""`.
+    ///
+    /// ```
+    /// use stormguard_std::tower::GrpcLayer;
+    /// let layer = GrpcLayer::new(stormguard_std::Policy::builder("inventory").build()?).per_service()?;
+    /// assert!(layer.services().is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn per_service(self) -> Result<Self, KeyedSetupError> {
+        Ok(GrpcLayer {
+            layer: self.layer.per_host()?,
+        })
+    }
+
+    /// The table of per-service policies, with [`GrpcLayer::per_service`] (for a health
+    /// endpoint: [`Registry::add_keyed`](crate::health::Registry::add_keyed)).
+    pub fn services(&self) -> Option<&KeyedPolicy<String, K, L>> {
+        self.layer.hosts()
     }
 }
 
