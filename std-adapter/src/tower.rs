@@ -1060,7 +1060,7 @@ where
     L: Listener + Clone + Send + Sync + 'static,
     C: Classify<S::Response, S::Error> + Clone + Send + Sync + 'static,
     R: Requests<Req> + Clone + Send + Sync + 'static,
-    R::Template: Send + Sync,
+    R::Template: Send,
 {
     type Response = S::Response;
     type Error = CallError<S::Error>;

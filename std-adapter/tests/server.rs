@@ -133,3 +133,78 @@ async fn a_handler_answers_a_refusal_with_503_and_retry_after_and_a_timeout_with
     assert!(!body.contains("connection refused"));
     server.abort();
 }
+
+/// The layer in front of an axum route (inbound load shedding): axum's request body cannot be
+/// copied, so each request gets one attempt; a bulkhead of one refuses the second request in
+/// flight, and `HandleErrorLayer` answers the refusal with `error_response`'s 503.
+#[tokio::test]
+async fn the_layer_in_front_of_an_axum_route_sheds_with_503() {
+    use axum::error_handling::HandleErrorLayer;
+    use std::convert::Infallible;
+    use stormguard_std::tower::PolicyLayer;
+    use stormguard_std::{Bulkhead, CallError};
+
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let policy = Policy::builder("orders-inbound")
+            .bulkhead(Bulkhead::of(1, "orders-inbound").unwrap())
+            .max_attempts(1)
+            .no_budget()
+            .build()
+            .unwrap();
+        let (entered, release) = (
+            Arc::new(tokio::sync::Notify::new()),
+            Arc::new(tokio::sync::Notify::new()),
+        );
+        let (inside, held) = (Arc::clone(&entered), Arc::clone(&release));
+        let app = Router::new()
+            .route(
+                "/orders",
+                axum::routing::post(move |body: String| {
+                    let (inside, held) = (Arc::clone(&inside), Arc::clone(&held));
+                    async move {
+                        inside.notify_one();
+                        held.notified().await;
+                        format!("took {} bytes", body.len())
+                    }
+                }),
+            )
+            .layer(
+                tower::ServiceBuilder::new()
+                    .layer(HandleErrorLayer::new(
+                        |e: CallError<Infallible>| async move { error_response(&e) },
+                    ))
+                    .layer(PolicyLayer::new(policy)),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/orders", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<String>();
+        let post = |body: &str| {
+            http::Request::post(url.as_str())
+                .body(body.to_owned())
+                .unwrap()
+        };
+
+        // The first order holds the bulkhead's one slot until released.
+        let first = tokio::spawn(client.request(post("{\"sku\":1}")));
+        entered.notified().await;
+        let refused = client.request(post("{\"sku\":2}")).await.unwrap();
+        assert_eq!(refused.status().as_u16(), 503);
+        assert!(refused.headers().contains_key("retry-after"));
+        let body = refused.into_body().collect().await.unwrap().to_bytes();
+        assert!(
+            String::from_utf8_lossy(&body).contains(r#""reason":"bulkhead_full""#),
+            "{body:?}"
+        );
+        release.notify_one();
+        let served = first.await.unwrap().unwrap();
+        assert_eq!(served.status().as_u16(), 200);
+        let body = served.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"took 9 bytes", "the body reached the handler whole");
+        server.abort();
+    })
+    .await
+    .expect("bounded in time");
+}
