@@ -95,6 +95,10 @@ fn baseline_and_clocks(c: &mut Criterion) {
     });
     let clock = QuantaClock::global();
     c.bench_function("clock/QuantaClock", |b| b.iter(|| black_box(clock.now())));
+    let clock = stormguard_std::DefaultClock::global();
+    c.bench_function("clock/DefaultClock (no runtime)", |b| {
+        b.iter(|| black_box(clock.now()))
+    });
     let coarse = CoarseClock::start().unwrap();
     c.bench_function("clock/CoarseClock", |b| b.iter(|| black_box(coarse.now())));
 }
@@ -149,8 +153,25 @@ fn policy_call(c: &mut Criterion) {
             |b| b.iter(|| poll_once(counted.call(|_| async { Ok::<u32, ()>(black_box(1)) }))),
         );
     }
+    // The default clock (made outside a paused runtime: the TSC), with every default rule
+    // and consecutive-only, against the same with `QuantaClock` above; and `TokioClock`, what
+    // the default clock reads in paused time.
+    let default_clock = Policy::builder("bench").build().unwrap();
+    c.bench_function(
+        "call/policy, default clock, default breaker + budget",
+        |b| b.iter(|| poll_once(default_clock.call(|_| async { Ok::<u32, ()>(black_box(1)) }))),
+    );
+    let default_clock = Policy::builder("bench")
+        .breaker(Breaker::new(consecutive_only()))
+        .build()
+        .unwrap();
+    c.bench_function(
+        "call/policy, default clock, consecutive-only breaker + budget",
+        |b| b.iter(|| poll_once(default_clock.call(|_| async { Ok::<u32, ()>(black_box(1)) }))),
+    );
     let tokio_clock = Policy::builder("bench")
         .breaker(Breaker::new(consecutive_only()))
+        .clock(TokioClock::global())
         .build()
         .unwrap();
     c.bench_function(

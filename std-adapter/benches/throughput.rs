@@ -16,7 +16,8 @@
 //! - the bare future, no breaker (the floor);
 //! - `policy.call` with the default rules (breaker + budget) and `QuantaClock`;
 //! - `policy.call` with a consecutive-only breaker and `QuantaClock`;
-//! - `policy.call` with the default rules and the default clock (`TokioClock`);
+//! - `policy.call` with the default rules and the default clock (the TSC, as `QuantaClock`),
+//!   and with `TokioClock` (what the default clock reads in paused time);
 //! - `failsafe`'s futures circuit breaker, `consecutive_failures(5, ..)`;
 //! - `recloser`'s `AsyncRecloser`, opening when the last 5 calls all failed (its ring buffer
 //!   of 5 at a failure rate of 100%).
@@ -147,7 +148,19 @@ fn shared_breaker(c: &mut Criterion) {
         Arc::new(consecutive),
         policy_calls,
     );
-    let tokio_clock = Policy::builder("bench").build().unwrap();
+    // Built outside the runtime, as a service builds its policies at start-up.
+    let default_clock = Policy::builder("bench").build().unwrap();
+    at_each_count(
+        &mut group,
+        &rt,
+        "policy, default clock, default rules",
+        Arc::new(default_clock),
+        policy_calls,
+    );
+    let tokio_clock = Policy::builder("bench")
+        .clock(stormguard_std::TokioClock::global())
+        .build()
+        .unwrap();
     at_each_count(
         &mut group,
         &rt,

@@ -197,16 +197,107 @@ pub fn process_epoch() -> std::time::Instant {
 }
 
 /// The clock a [`Policy`](crate::Policy) reads unless told otherwise, and that the handles'
-/// methods without a `now` read: `TokioClock` with the `tokio` feature (so paused-time tests
-/// drive it, and it agrees with the tokio timers the policy sleeps on), [`MonotonicClock`]
-/// without it. Both count from [`process_epoch`].
+/// methods without a `now` read: [`QuantaClock`](crate::QuantaClock) (a calibrated TSC read,
+/// under half the cost of `std::time::Instant::now()`), or, where it is made inside a tokio
+/// runtime whose time is paused, [`TokioClock`](crate::TokioClock), so that paused-time tests
+/// drive every reading (`#[tokio::test(start_paused = true)]`, `tokio::time::pause()`, then
+/// `advance`). Both count from [`process_epoch`].
+///
+/// The choice is made when the clock is made ([`DefaultClock::global`]: when a policy's
+/// builder, a health registry or a subscription is made, and at each of the handles' methods
+/// without a `now`): a policy built before its test pauses tokio's time keeps reading the real
+/// clock. Pause first (or give the policy [`TokioClock::global`](crate::TokioClock::global)).
+/// Made outside any runtime, it reads the TSC.
+///
+/// ```
+/// use stormguard_std::{Clock, DefaultClock, Duration};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let clock = DefaultClock::global();
+/// assert!(clock.follows_paused_time());
+/// let before = clock.now();
+/// tokio::time::advance(std::time::Duration::from_secs(30)).await;
+/// assert_eq!(clock.now() - before, Duration::from_secs(30));
+/// # }
+/// ```
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub type DefaultClock = crate::TokioClock;
+#[derive(Clone, Debug)]
+pub struct DefaultClock {
+    source: Source,
+}
+
+/// What a [`DefaultClock`] reads.
+#[cfg(feature = "tokio")]
+#[derive(Clone, Debug)]
+enum Source {
+    Tsc(crate::QuantaClock),
+    Tokio(crate::TokioClock),
+}
+
+#[cfg(feature = "tokio")]
+impl DefaultClock {
+    /// The process-wide default clock, from [`process_epoch`]: tokio's clock in a runtime
+    /// whose time is paused, the TSC otherwise.
+    #[must_use]
+    pub fn global() -> Self {
+        // Miri cannot read the TSC; tokio's clock is right everywhere, only dearer.
+        let source = if cfg!(miri) || tokio_time_paused() {
+            Source::Tokio(crate::TokioClock::global())
+        } else {
+            Source::Tsc(process_tsc().clone())
+        };
+        DefaultClock { source }
+    }
+
+    /// Whether this clock reads tokio's (paused) time rather than the TSC.
+    #[must_use]
+    pub const fn follows_paused_time(&self) -> bool {
+        matches!(self.source, Source::Tokio(_))
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for DefaultClock {
+    #[inline]
+    fn now(&self) -> Instant {
+        match &self.source {
+            Source::Tsc(clock) => clock.now(),
+            Source::Tokio(clock) => clock.now(),
+        }
+    }
+}
+
+/// The process's one TSC clock, anchored once: every default clock reading it agrees with
+/// every other to the nanosecond (clocks anchored apart would differ by the calibration's
+/// drift over the time between them).
+#[cfg(feature = "tokio")]
+fn process_tsc() -> &'static crate::QuantaClock {
+    static TSC: OnceLock<crate::QuantaClock> = OnceLock::new();
+    TSC.get_or_init(crate::QuantaClock::global)
+}
+
+/// Whether this thread runs inside a tokio runtime whose time is paused: tokio's clock stands
+/// still while the real one moves on (a paused clock moves only when told to, or when the
+/// runtime has nothing else to do, never within synchronous code). tokio offers no way to ask.
+/// Where the real clock does not seem to move, the answer is yes: reading tokio's clock is
+/// right either way, only dearer.
+#[cfg(feature = "tokio")]
+fn tokio_time_paused() -> bool {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return false;
+    }
+    let before = tokio::time::Instant::now();
+    let real = std::time::Instant::now();
+    // A few reads on a nanosecond clock; at most a tick of a coarse one.
+    let moved = (0..100_000).any(|_| std::time::Instant::now() > real);
+    !moved || tokio::time::Instant::now() == before
+}
 
 /// The clock a [`Policy`](crate::Policy) reads unless told otherwise, and that the handles'
-/// methods without a `now` read: `TokioClock` with the `tokio` feature, [`MonotonicClock`]
-/// without it. Both count from [`process_epoch`].
+/// methods without a `now` read: without the `tokio` feature, [`MonotonicClock`] (with it, the
+/// TSC, or tokio's clock in paused time). It counts from [`process_epoch`].
 #[cfg(not(feature = "tokio"))]
 pub type DefaultClock = MonotonicClock;
 
@@ -398,6 +489,62 @@ impl Clock for ManualClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How far apart two readings are, either way.
+    #[cfg(feature = "tokio")]
+    fn apart(a: Instant, b: Instant) -> Duration {
+        if a > b {
+            a - b
+        } else {
+            b - a
+        }
+    }
+
+    #[cfg(feature = "tokio")]
+    #[tokio::test(start_paused = true)]
+    async fn the_default_clock_made_in_paused_time_follows_it() {
+        let clock = DefaultClock::global();
+        assert!(clock.follows_paused_time());
+        let before = clock.now();
+        tokio::time::advance(std::time::Duration::from_secs(3_600)).await;
+        assert_eq!(clock.now() - before, Duration::from_secs(3_600));
+    }
+
+    #[cfg(all(feature = "tokio", not(miri)))]
+    #[tokio::test]
+    async fn the_default_clock_made_in_real_time_reads_the_tsc_in_step_with_the_os_clock() {
+        let clock = DefaultClock::global();
+        assert!(!clock.follows_paused_time());
+        let (tsc, os) = (clock.now(), MonotonicClock::global().now());
+        assert!(
+            apart(tsc, os) < Duration::from_millis(50),
+            "{tsc} against {os}"
+        );
+        // Every default clock reads the one anchored TSC clock.
+        let (a, b) = (clock.now(), DefaultClock::global().now());
+        assert!(apart(a, b) < Duration::from_millis(50));
+    }
+
+    #[test]
+    #[cfg(all(feature = "tokio", not(miri)))]
+    fn the_default_clock_made_outside_a_runtime_reads_the_tsc() {
+        assert!(!DefaultClock::global().follows_paused_time());
+    }
+
+    #[cfg(all(feature = "tokio", not(miri)))]
+    #[tokio::test]
+    async fn a_default_clock_made_before_time_is_paused_keeps_the_real_time() {
+        // As documented: the choice is made when the clock is made.
+        let clock = DefaultClock::global();
+        let before = clock.now();
+        tokio::time::pause();
+        tokio::time::advance(std::time::Duration::from_secs(3_600)).await;
+        assert!(clock.now() - before < Duration::from_secs(60));
+        assert!(
+            DefaultClock::global().follows_paused_time(),
+            "one made now follows it"
+        );
+    }
 
     #[test]
     fn a_steady_clock_lifts_a_step_back_and_counts_on_from_the_latest_reading() {

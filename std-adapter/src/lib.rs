@@ -42,9 +42,9 @@
 //! ```
 //!
 //! ## What is here
-//! - Clocks: [`Clock`], [`TokioClock`] (follows tokio's paused time; the default),
-//!   [`MonotonicClock`], [`QuantaClock`] and [`CoarseClock`] (feature `quanta`), [`ManualClock`]
-//!   for tests. The global clocks share one [`process_epoch`], so every breaker, budget and call
+//! - Clocks: [`Clock`], [`DefaultClock`] (the TSC through [`QuantaClock`], or, made in a
+//!   tokio runtime whose time is paused, [`TokioClock`], which follows it), [`MonotonicClock`],
+//!   [`CoarseClock`] (feature `quanta`, implied by `tokio`), [`ManualClock`] for tests. The global clocks share one [`process_epoch`], so every breaker, budget and call
 //!   agrees on time. A policy reads its clock through a [`SteadyClock`], so a custom clock that
 //!   steps back holds no call past its deadline and no breaker past its break.
 //! - Handles: [`Breaker`] and [`Budget`], cloneable `Send + Sync` `Arc`s around the core's

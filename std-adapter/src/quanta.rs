@@ -12,8 +12,8 @@ use crate::Clock;
 ///
 /// Reading it costs about half of `std::time::Instant::now()` on x86-64 (see the crate's
 /// benchmark), which matters because a policy reads its clock twice per attempt. It does **not**
-/// follow tokio's paused time: tests that pause tokio's clock keep the default
-/// [`TokioClock`](crate::TokioClock).
+/// follow tokio's paused time; the [`DefaultClock`](crate::DefaultClock) reads it outside
+/// paused time and [`TokioClock`](crate::TokioClock) within it.
 ///
 /// [`QuantaClock::global`] is aligned with [`process_epoch`](crate::process_epoch) when it is
 /// built, so it agrees with the other global clocks (to within the TSC calibration's drift,
@@ -187,7 +187,9 @@ mod tests {
     use super::*;
     use stormguard_core::Duration;
 
+    // The TSC is read with inline assembly, which miri cannot run.
     #[test]
+    #[cfg(not(miri))]
     fn the_quanta_clock_never_steps_back() {
         let clock = QuantaClock::new();
         let mut last = clock.now();
@@ -223,7 +225,9 @@ mod tests {
         }
     }
 
+    // The TSC is read with inline assembly, which miri cannot run.
     #[test]
+    #[cfg(not(miri))]
     fn the_global_quanta_clock_agrees_with_the_global_std_clock() {
         let quanta = QuantaClock::global();
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -233,7 +237,9 @@ mod tests {
         assert!(apart < Duration::from_millis(20), "{a} vs {b}");
     }
 
+    // The TSC is read with inline assembly, which miri cannot run.
     #[test]
+    #[cfg(not(miri))]
     fn the_coarse_clock_moves_on_by_itself_and_agrees_with_the_quanta_clock() {
         let coarse = CoarseClock::start().unwrap();
         let again = CoarseClock::start().unwrap();

@@ -44,8 +44,8 @@ impl TokioClock {
     /// The process-wide tokio clock: its epoch is [`process_epoch`](crate::process_epoch)
     /// (an hour before the first reading), shared with
     /// [`MonotonicClock::global`](crate::MonotonicClock::global), the breaker and budget handles
-    /// and the health registry.
-    /// This is the clock a [`Policy`](crate::Policy) reads unless told otherwise.
+    /// and the health registry. A [`DefaultClock`](crate::DefaultClock) made in a runtime whose
+    /// time is paused reads this clock.
     ///
     /// Under paused time it follows the runtime's clock; a paused runtime starts at the real
     /// time it was created, so it reads after the epoch.

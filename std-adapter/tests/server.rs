@@ -202,7 +202,11 @@ async fn the_layer_in_front_of_an_axum_route_sheds_with_503() {
         let served = first.await.unwrap().unwrap();
         assert_eq!(served.status().as_u16(), 200);
         let body = served.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(&body[..], b"took 9 bytes", "the body reached the handler whole");
+        assert_eq!(
+            &body[..],
+            b"took 9 bytes",
+            "the body reached the handler whole"
+        );
         server.abort();
     })
     .await
