@@ -330,10 +330,13 @@ fn layer(c: &mut Criterion) {
             })
         });
     };
-    run("layer/one policy, quanta", PolicyLayer::new(policy()));
     run(
-        "layer/per host (16 hosts), quanta",
-        PolicyLayer::new(policy()).per_host().unwrap(),
+        "layer/one policy, quanta",
+        PolicyLayer::new(policy()).single_scope(),
+    );
+    run(
+        "layer/per host (16 hosts, the default), quanta",
+        PolicyLayer::new(policy()),
     );
 
     // A dependency publishing its quota (the IETF draft's fields, a quota never reached), read

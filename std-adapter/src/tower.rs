@@ -256,9 +256,10 @@ pub trait Requests<Req> {
     }
 
     /// The key of the scope `req` belongs to, for a layer with a breaker per scope
-    /// ([`PolicyLayer::per_host`]); requests without one share the scope `""`. By default
-    /// none; [`HttpRequests`] answers the request's authority (`host:port`, lower-cased), and
-    /// [`PolicyLayer::scope_by`] any function of the request.
+    /// ([`PolicyLayer::per_host`]); a request without one is judged by the layer's policy
+    /// itself. By default none; [`HttpRequests`] answers the request's authority (`host:port`,
+    /// lower-cased), the gRPC rules the call's service, and [`PolicyLayer::scope_by`] any
+    /// function of the request.
     fn scope(&self, req: &Req) -> Option<String> {
         let _ = req;
         None
@@ -819,8 +820,21 @@ pub struct PolicyLayer<K = DefaultClock, L = NoListener, C = Http, R = HttpReque
 /// How many hosts a [`PolicyLayer::per_host`] table holds: 1,024.
 pub const DEFAULT_HOSTS: usize = 1024;
 
-impl<K, L> PolicyLayer<K, L> {
-    /// Applies `policy`, classifying with [`Http`] and replaying with [`HttpRequests`].
+impl<K: Clock + Clone, L: Listener + Clone> PolicyLayer<K, L> {
+    /// Applies `policy`, classifying with [`Http`] and replaying with [`HttpRequests`], with a
+    /// breaker per host: each request that names a host (its authority) gets a copy of the
+    /// policy with its own breaker ([`PolicyLayer::per_host`], on by default); a request that
+    /// names none (a relative URI, as a server receives) is judged by the policy's own. A
+    /// policy without a breaker has no table. [`PolicyLayer::single_scope`] judges every host
+    /// with the policy's own breaker instead.
+    ///
+    /// ```
+    /// use stormguard_std::tower::PolicyLayer;
+    /// let layer = PolicyLayer::new(stormguard_std::Policy::builder("api").build()?);
+    /// assert!(layer.hosts().is_some());
+    /// assert!(layer.single_scope().hosts().is_none());
+    /// # Ok::<(), stormguard_std::SettingsError>(())
+    /// ```
     pub fn new(policy: Policy<K, L>) -> Self {
         PolicyLayer::shared(Arc::new(policy))
     }
@@ -835,9 +849,11 @@ impl<K, L> PolicyLayer<K, L> {
     /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn shared(policy: Arc<Policy<K, L>>) -> Self {
+        // Only a policy without a breaker is refused a table: it has nothing to keep per host.
+        let hosts = KeyedPolicy::new((*policy).clone(), DEFAULT_HOSTS).ok();
         PolicyLayer {
             policy,
-            hosts: None,
+            hosts,
             classify: Http,
             requests: HttpRequests::default(),
         }
@@ -906,12 +922,11 @@ impl<K, L, C, R> PolicyLayer<K, L, C, R> {
     }
 
     /// Puts each request in the scope `scope` names (a tenant, a service, a route) instead of
-    /// its host: with [`PolicyLayer::per_host`], each scope gets its own breaker.
+    /// its host: each scope gets its own breaker (unless [`PolicyLayer::single_scope`]).
     ///
     /// ```
     /// use stormguard_std::tower::PolicyLayer;
     /// let layer = PolicyLayer::new(stormguard_std::Policy::builder("api").build()?)
-    ///     .per_host()?
     ///     .scope_by(|req: &http::Request<String>| {
     ///         req.uri().path().split('/').nth(1).unwrap_or("").to_owned()
     ///     });
@@ -945,8 +960,10 @@ impl<K, L, C, R> PolicyLayer<K, L, C, R> {
 }
 
 impl<K: Clock + Clone, L: Listener + Clone, C, R> PolicyLayer<K, L, C, R> {
-    /// A breaker per host: each request's host (its authority, `host:port`; or the scope
-    /// [`PolicyLayer::scope_by`] names) gets its own policy, a copy of this one with its own
+    /// A breaker per host (on by default since [`PolicyLayer::new`]; this makes a new table,
+    /// or one after [`PolicyLayer::single_scope`]): each request's host (its authority,
+    /// `host:port`; or the scope [`PolicyLayer::scope_by`] names; a request with none is judged
+    /// by the policy's own breaker) gets its own policy, a copy of this one with its own
     /// breaker, in a table of [`DEFAULT_HOSTS`] (a [`KeyedPolicy`]: the least recently used
     /// idle host makes room for a new one, an open breaker still asked for is never evicted,
     /// and a new host meeting a full table is refused through the call driver as
@@ -968,6 +985,14 @@ impl<K: Clock + Clone, L: Listener + Clone, C, R> PolicyLayer<K, L, C, R> {
     /// ```
     pub fn per_host(self) -> Result<Self, KeyedSetupError> {
         self.per_host_capacity(DEFAULT_HOSTS)
+    }
+
+    /// No table: every request is judged by the policy's own breaker, whatever host it names
+    /// (as one client of one dependency behind a load balancer wants).
+    #[must_use]
+    pub fn single_scope(mut self) -> Self {
+        self.hosts = None;
+        self
     }
 
     /// [`PolicyLayer::per_host`] with room for `capacity` hosts (1 to
@@ -1079,10 +1104,11 @@ where
         let policy = Arc::clone(&self.policy);
         let classify = self.classify.clone();
         let requests = self.requests.clone();
+        // A request that names no scope (no host) is judged by the policy's own breaker.
         let scope = self
             .hosts
             .clone()
-            .map(|hosts| (hosts, requests.scope(&req).unwrap_or_default()));
+            .and_then(|hosts| Some((hosts, requests.scope(&req)?)));
         #[cfg(feature = "spans")]
         let span = requests.span(&req);
         let call = async move {

@@ -303,7 +303,8 @@ type Client = tonic::client::Grpc<
 
 /// A tonic client through the layer: 3 attempts of 1 s at most, 2 ms apart.
 async fn client(url: String, breaker: &Breaker, seen: &Seen) -> Client {
-    let layer = GrpcLayer::new(policy(breaker, seen));
+    // One breaker for the channel (the handle the tests read), not one per service.
+    let layer = GrpcLayer::new(policy(breaker, seen)).single_scope();
     let channel = Endpoint::from_shared(url).unwrap().connect().await.unwrap();
     tonic::client::Grpc::new(tower::ServiceBuilder::new().layer(layer).service(channel))
 }

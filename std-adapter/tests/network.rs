@@ -184,7 +184,8 @@ async fn scenario() {
         .build()
         .unwrap();
     let hyper = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let client: Guarded = PolicyLayer::new(policy).layer(hyper);
+    // One breaker for the dependency (the handle the scenario reads), not one per host.
+    let client: Guarded = PolicyLayer::new(policy).single_scope().layer(hyper);
 
     // Healthy: every call is one request.
     for _ in 0..10 {

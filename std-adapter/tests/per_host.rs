@@ -111,6 +111,44 @@ async fn a_failing_host_opens_its_own_breaker_and_other_hosts_are_still_served()
 }
 
 #[tokio::test(start_paused = true)]
+async fn per_host_is_on_by_default_a_request_naming_no_host_uses_the_policys_own_breaker() {
+    let hits = Arc::new(AtomicU32::new(0));
+    let layer = PolicyLayer::new(policy());
+    let svc = layer.layer(hosts_service(hits.clone()));
+    for _ in 0..2 {
+        let r = svc.clone().oneshot(get_from("http://down.example/a")).await;
+        assert_eq!(r.unwrap().status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    let hosts = layer.hosts().expect("a table by default");
+    assert_eq!(
+        hosts.breaker(&"down.example".to_owned()).unwrap().state(),
+        State::Open
+    );
+    // Another host is served; so is a request naming no host, judged by the policy's own
+    // breaker, which saw none of the failures.
+    let r = svc.clone().oneshot(get_from("http://up.example/a")).await;
+    assert_eq!(r.unwrap().status(), StatusCode::OK);
+    let r = svc.clone().oneshot(get_from("/a")).await;
+    assert_eq!(r.unwrap().status(), StatusCode::OK);
+    assert_eq!(hosts.len(), 2, "the relative request took no key");
+    assert_eq!(layer.policy().breaker().unwrap().state(), State::Closed);
+
+    // With one scope, the same failures open the policy's own breaker for every host.
+    let single = PolicyLayer::new(policy()).single_scope();
+    assert!(single.hosts().is_none());
+    let svc = single.layer(hosts_service(hits.clone()));
+    for _ in 0..2 {
+        let _ = svc.clone().oneshot(get_from("http://down.example/a")).await;
+    }
+    let refused = svc.clone().oneshot(get_from("http://up.example/a")).await;
+    assert!(
+        matches!(&refused, Err(CallError::Rejected { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(single.policy().breaker().unwrap().state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_new_host_meeting_a_full_table_of_open_breakers_is_refused_as_keyed_full() {
     let hits = Arc::new(AtomicU32::new(0));
     let layer = PolicyLayer::new(policy()).per_host_capacity(1).unwrap();

@@ -422,8 +422,9 @@ pub struct GrpcLayer<K = DefaultClock, L = NoListener> {
     layer: PolicyLayer<K, L, Http, GrpcRequests>,
 }
 
-impl<K, L> GrpcLayer<K, L> {
-    /// Applies `policy` by the gRPC rules.
+impl<K: Clock + Clone, L: Listener + Clone> GrpcLayer<K, L> {
+    /// Applies `policy` by the gRPC rules, with a breaker per service
+    /// ([`GrpcLayer::per_service`], on by default).
     pub fn new(policy: Policy<K, L>) -> Self {
         GrpcLayer::shared(Arc::new(policy))
     }
@@ -439,14 +440,12 @@ impl<K, L> GrpcLayer<K, L> {
     pub fn policy(&self) -> &Arc<Policy<K, L>> {
         self.layer.policy()
     }
-}
 
-impl<K: Clock + Clone, L: Listener + Clone> GrpcLayer<K, L> {
-    /// A breaker per gRPC service (`package.Service` of each call's path): a failing service
-    /// is cut off while the channel's other services are still called. The table and its
-    /// rules are [`PolicyLayer::per_host`]'s ([`DEFAULT_HOSTS`](super::DEFAULT_HOSTS)
-    /// services); the budget and limiters stay shared. A call whose path names no service
-    /// shares the scope `""`.
+    /// A breaker per gRPC service (`package.Service` of each call's path; on by default, this
+    /// makes a new table): a failing service is cut off while the channel's other services are
+    /// still called. The table and its rules are [`PolicyLayer::per_host`]'s
+    /// ([`DEFAULT_HOSTS`](super::DEFAULT_HOSTS) services); the budget and limiters stay
+    /// shared. A call whose path names no service is judged by the policy's own breaker.
     ///
     /// ```
     /// use stormguard_std::tower::GrpcLayer;
@@ -458,6 +457,14 @@ impl<K: Clock + Clone, L: Listener + Clone> GrpcLayer<K, L> {
         Ok(GrpcLayer {
             layer: self.layer.per_host()?,
         })
+    }
+
+    /// No table: every call is judged by the policy's own breaker, whatever its service.
+    #[must_use]
+    pub fn single_scope(self) -> Self {
+        GrpcLayer {
+            layer: self.layer.single_scope(),
+        }
     }
 
     /// The table of per-service policies, with [`GrpcLayer::per_service`] (for a health
