@@ -1,5 +1,5 @@
 //! Property tests of the gRPC wire parsers (`grpc-timeout`, `grpc-status`,
-//! `grpc-retry-pushback-ms`): whatever bytes a peer sends, they never panic and what they yield
+//! `grpc-retry-pushback-ms`, the service of a call's path): whatever bytes a peer sends, they never panic and what they yield
 //! is bounded; what the formatter writes reads back as at least the time written, and within one
 //! unit of it.
 #![allow(
@@ -12,7 +12,7 @@
 
 use proptest::prelude::*;
 use stormguard_core::grpc::{
-    format_timeout, parse_pushback, parse_status, parse_timeout, status_outcome, Code,
+    format_timeout, parse_pushback, parse_status, parse_timeout, service_of, status_outcome, Code,
     TIMEOUT_DIGITS,
 };
 use stormguard_core::{Duration, Outcome};
@@ -91,6 +91,26 @@ proptest! {
         }
         if let Some(wait) = parse_pushback(&value) {
             prop_assert!(wait <= Duration::from_millis(9_999_999_999));
+        }
+    }
+
+    /// A path from a peer (an inbound call's, on a server) keys a table: the service it
+    /// yields is exactly the text between the path's first two slashes, never empty, never
+    /// holding a slash.
+    #[test]
+    fn a_service_is_only_ever_the_whole_first_segment_of_a_two_segment_path(
+        path in "(/|[a-zA-Z.]|\\.|%|\\u{0}|\\u{10FFFF}){0,12}"
+    ) {
+        if let Some(service) = service_of(&path) {
+            prop_assert!(!service.is_empty() && !service.contains('/'));
+            let method = path.strip_prefix('/').and_then(|p| p.strip_prefix(service))
+                .and_then(|p| p.strip_prefix('/'));
+            prop_assert!(method.is_some_and(|m| !m.is_empty() && !m.contains('/')), "{:?}", path);
+        } else {
+            let parts: Vec<&str> = path.split('/').collect();
+            let well_formed = parts.len() == 3 && parts[0].is_empty()
+                && !parts[1].is_empty() && !parts[2].is_empty();
+            prop_assert!(!well_formed, "{:?}", path);
         }
     }
 }
