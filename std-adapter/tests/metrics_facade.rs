@@ -21,7 +21,7 @@ use stormguard_std::{Breaker, Bulkhead, KeyedPolicy, MetricsFacade, Policy};
 use tokio::time::{sleep, Instant as TokioInstant};
 
 mod support;
-use support::{ms, no_jitter};
+use support::{ms, no_jitter, reset_on_first};
 
 /// The exporter, installed once as the global recorder, its help texts described.
 fn exporter() -> &'static PrometheusHandle {
@@ -52,16 +52,7 @@ async fn a_scrape_shows_the_calls_attempts_and_their_durations() {
     let facade = MetricsFacade::for_policy(&policy);
     let policy = policy.with_listener(facade);
     let start = TokioInstant::now();
-    let r = policy
-        .call(|attempt| async move {
-            sleep(ms(30)).await;
-            if attempt == 1 {
-                Err("reset")
-            } else {
-                Ok(attempt)
-            }
-        })
-        .await;
+    let r = policy.call(|attempt| reset_on_first(attempt, ms(30))).await;
     assert_eq!(r, Ok(2));
     let took = start.elapsed().as_secs_f64();
     policy.isolate();

@@ -27,7 +27,7 @@ use tokio::time::{sleep, Instant as TokioInstant};
 use tokio_util::sync::CancellationToken;
 
 mod support;
-use support::{ms, no_jitter};
+use support::{ms, no_jitter, reset_on_first};
 
 fn now() -> Instant {
     TokioClock::global().now()
@@ -1427,16 +1427,7 @@ async fn a_listener_is_told_each_calls_duration_backoff_and_rejection_pause_incl
         .build()
         .unwrap();
     let start = TokioInstant::now();
-    let r = policy
-        .call(|attempt| async move {
-            sleep(ms(30)).await;
-            if attempt == 1 {
-                Err("reset")
-            } else {
-                Ok(attempt)
-            }
-        })
-        .await;
+    let r = policy.call(|attempt| reset_on_first(attempt, ms(30))).await;
     assert_eq!(r, Ok(2));
     let retried = start.elapsed();
     assert!(retried > ms(60), "two attempts and a backoff: {retried:?}");

@@ -64,3 +64,14 @@ impl Lines {
             .collect()
     }
 }
+
+/// An attempt that takes `took` (on tokio's clock), then fails with "reset" if it is the first
+/// and answers its number if not: a call that succeeds on its retry.
+pub async fn reset_on_first(attempt: u32, took: Duration) -> Result<u32, &'static str> {
+    tokio::time::sleep(took).await;
+    if attempt == 1 {
+        Err("reset")
+    } else {
+        Ok(attempt)
+    }
+}
