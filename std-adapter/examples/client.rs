@@ -59,7 +59,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let metrics = Metrics::for_policy(&policy);
     let policy = policy.with_listener(metrics.clone());
     let hyper = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let client = PolicyLayer::new(policy).propagate_deadline().layer(hyper);
+    // One dependency: the policy's own breaker judges it (the one the metrics read), rather
+    // than a breaker per host, the layer's default.
+    let client = PolicyLayer::new(policy)
+        .single_scope()
+        .propagate_deadline()
+        .layer(hyper);
 
     while started.elapsed() < Duration::from_secs(3) {
         let at = started.elapsed();
