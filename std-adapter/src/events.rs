@@ -36,7 +36,7 @@ use stormguard_core::{
     CallError, Duration, Event, Finished, Instant, Name, Outcome, RefusalReason, State,
 };
 
-use crate::clock::{default_clock, Clock};
+use crate::clock::Clock;
 
 /// How one call ended, as reported to [`Listener::on_call`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -324,7 +324,7 @@ pub fn trace(event: &Event<'_>) {
                 retry_after_ms = retry_after.as_millis(),
                 "call rejected"
             );
-            if let Some(earlier) = rejection_warning_due(breaker, default_clock().now()) {
+            if let Some(earlier) = rejection_warning_due(breaker, warning_clock_now()) {
                 tracing::warn!(
                     target: "stormguard",
                     breaker,
@@ -565,6 +565,19 @@ static WARN_SLOTS: [WarnSlot; 256] = [const {
         held: AtomicU64::new(0),
     }
 }; 256];
+
+/// The time the rejection warnings are spaced by: tokio's clock, which follows paused time
+/// wherever it is paused and is the OS clock elsewhere, without the [`DefaultClock`]'s
+/// per-construction check for paused time (three clock reads), which every rejection would
+/// otherwise pay; the OS clock without the `tokio` feature.
+///
+/// [`DefaultClock`]: crate::DefaultClock
+fn warning_clock_now() -> Instant {
+    #[cfg(feature = "tokio")]
+    return crate::TokioClock::global().now();
+    #[cfg(not(feature = "tokio"))]
+    crate::MonotonicClock::global().now()
+}
 
 /// Whether a rejection by `breaker` at `now` gets a WARN line: `Some(n)`, with `n` the
 /// rejections held back since the last one, at most once per [`REJECTION_WARN_EVERY`].
