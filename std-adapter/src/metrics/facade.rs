@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use ::metrics::{Counter, Gauge, Histogram, Unit};
 use stormguard_core::{call::AttemptEnd, Duration, Event, Name, Outcome};
 
-use super::{reason_index, result_index, state_index, CATALOGUE, REASONS, RESULTS, STATES};
+use super::{result_index, Counted, CATALOGUE, REASONS, RESULTS, STATES};
 use crate::events::{Ended, Listener};
 use crate::health::Report;
 
@@ -222,11 +222,6 @@ impl Listener for MetricsFacade {
     fn on_event(&self, event: &Event<'_>) {
         let h = &*self.handles;
         match event {
-            Event::Rejected { reason, .. } => bump(h.rejections.get(reason_index(*reason))),
-            Event::StateChanged { to, .. } => bump(h.state_changes.get(state_index(*to))),
-            Event::Retry { .. } => h.retries.increment(1),
-            Event::Hedged { .. } => h.hedges.increment(1),
-            Event::NestedRetry { .. } => h.nested_retries.increment(1),
             Event::Attempt {
                 end: AttemptEnd::Ran { outcome, took, .. },
                 ..
@@ -242,7 +237,13 @@ impl Listener for MetricsFacade {
                     *took,
                 );
             }
-            _ => {}
+            _ => bump(Counted::of(event).and_then(|counted| match counted {
+                Counted::Rejection(i) => h.rejections.get(i),
+                Counted::StateChange(i) => h.state_changes.get(i),
+                Counted::Retry => Some(&h.retries),
+                Counted::Hedge => Some(&h.hedges),
+                Counted::NestedRetry => Some(&h.nested_retries),
+            })),
         }
     }
 

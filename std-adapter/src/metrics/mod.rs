@@ -202,6 +202,30 @@ struct Counters {
     state_changes: [AtomicU64; 5],
 }
 
+/// The counter an event adds one to, wherever the counters live (the atomics of [`Metrics`],
+/// the facade's handles): one rule for both. The index is into [`REASONS`] or [`STATES`].
+#[derive(Clone, Copy, Debug)]
+enum Counted {
+    Rejection(usize),
+    StateChange(usize),
+    Retry,
+    Hedge,
+    NestedRetry,
+}
+
+impl Counted {
+    fn of(event: &Event<'_>) -> Option<Counted> {
+        match event {
+            Event::Rejected { reason, .. } => Some(Counted::Rejection(reason_index(*reason))),
+            Event::StateChanged { to, .. } => Some(Counted::StateChange(state_index(*to))),
+            Event::Retry { .. } => Some(Counted::Retry),
+            Event::Hedged { .. } => Some(Counted::Hedge),
+            Event::NestedRetry { .. } => Some(Counted::NestedRetry),
+            _ => None,
+        }
+    }
+}
+
 fn bump(counter: Option<&AtomicU64>) {
     if let Some(c) = counter {
         c.fetch_add(1, Ordering::Relaxed);
@@ -399,14 +423,13 @@ impl Listener for Metrics {
     }
     fn on_event(&self, event: &Event<'_>) {
         let c = &self.inner.counters;
-        match event {
-            Event::Rejected { reason, .. } => bump(c.rejections.get(reason_index(*reason))),
-            Event::StateChanged { to, .. } => bump(c.state_changes.get(state_index(*to))),
-            Event::Retry { .. } => bump(Some(&c.retries)),
-            Event::Hedged { .. } => bump(Some(&c.hedges)),
-            Event::NestedRetry { .. } => bump(Some(&c.nested_retries)),
-            _ => {}
-        }
+        bump(Counted::of(event).and_then(|counted| match counted {
+            Counted::Rejection(i) => c.rejections.get(i),
+            Counted::StateChange(i) => c.state_changes.get(i),
+            Counted::Retry => Some(&c.retries),
+            Counted::Hedge => Some(&c.hedges),
+            Counted::NestedRetry => Some(&c.nested_retries),
+        }));
     }
 
     fn on_attempt(&self, _: &Name, _: u32) {
