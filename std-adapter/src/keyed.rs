@@ -751,10 +751,7 @@ where
         Cl: Classify<T, E>,
     {
         let mut attempts = AttemptLog::new();
-        let mut end = CallEnd {
-            log: Some(&mut attempts),
-            ..CallEnd::default()
-        };
+        let mut end = CallEnd::logging_into(Some(&mut attempts));
         let op = |a: Attempt| Some(op(a.number));
         let result = self.run(key, None, &options, op, Some(&mut end)).await;
         Logged { result, attempts }

@@ -1158,10 +1158,7 @@ where
             };
             // Made only when asked for: a log is a few hundred bytes to clear.
             let mut attempts = slot.as_ref().map(|_| AttemptLog::new());
-            let mut end = CallEnd {
-                log: attempts.as_mut(),
-                ..CallEnd::default()
-            };
+            let mut end = CallEnd::logging_into(attempts.as_mut());
             let result = match scope {
                 Some((hosts, host)) => hosts
                     .run(&host, Some(start), &options, op, Some(&mut end))

@@ -147,6 +147,17 @@ pub(crate) struct CallEnd<'l> {
     pub(crate) log: Option<&'l mut stormguard_core::call::AttemptLog>,
 }
 
+#[cfg(feature = "tokio")]
+impl<'l> CallEnd<'l> {
+    /// Nothing known yet; the call's events go into `log`, if given one.
+    pub(crate) fn logging_into(log: Option<&'l mut stormguard_core::call::AttemptLog>) -> Self {
+        CallEnd {
+            log,
+            ..CallEnd::default()
+        }
+    }
+}
+
 /// What an attempt knows when it starts.
 #[cfg(feature = "tokio")]
 #[derive(Clone, Copy, Debug)]

@@ -240,10 +240,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         C: Classify<T, E>,
     {
         let mut attempts = AttemptLog::new();
-        let mut end = CallEnd {
-            log: Some(&mut attempts),
-            ..CallEnd::default()
-        };
+        let mut end = CallEnd::logging_into(Some(&mut attempts));
         let result = self
             .run(
                 None,
