@@ -189,7 +189,8 @@ pub trait Listener {
 
     /// A call waited `waited` for a slot of its policy's bulkhead (one with a bounded wait)
     /// before its first attempt, and `entered` it, or was refused (its wait or its deadline
-    /// ran out, a drain began). Not told when the call found a slot free or was cancelled.
+    /// ran out, a drain began; a refusal at once, with the queue full, is told as a wait of
+    /// zero). Not told when the call found a slot free at once or was cancelled.
     fn on_slot_wait(&self, name: &Name, waited: Duration, entered: bool) {
         let _ = (name, waited, entered);
     }
