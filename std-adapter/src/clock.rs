@@ -66,10 +66,14 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 /// happened. (Lifting to the latest alone would stop the clock for as long as the step, an hour
 /// in which no deadline and no break ends.) A step forward is passed on as it comes.
 ///
-/// Lock-free: one load and one `fetch_max` per reading, and one more reading of the inner clock
-/// when a reading comes out earlier than the latest (a step back, or a race with another
-/// thread, which the second reading tells apart; a gap under a second is only ever lifted). Clones share the latest reading and the
-/// offset, as clones of a policy share its breaker.
+/// Lock-free, and no write per reading: two loads, a `fetch_max` only when a reading is a
+/// millisecond or more past the latest one published (so threads reading one policy's clock do
+/// not contend for it), and one more reading of the inner clock when a reading comes out earlier
+/// than the latest (a step back, or a race with another thread, which the second reading tells
+/// apart; a gap under a second is only ever lifted). So a clock that steps back by less than a
+/// millisecond may hand out a reading that much earlier than one before it, which the core reads
+/// as no time passed; a monotonic clock's readings never step back. Clones share the latest
+/// reading and the offset, as clones of a policy share its breaker.
 ///
 /// ```
 /// use stormguard_std::{Duration, Instant};
@@ -134,8 +138,13 @@ impl<K: Clock> Clock for SteadyClock<K> {
             let offset = seen.offset.load(Ordering::Acquire);
             let raw = self.clock.now().as_nanos();
             let reading = raw.saturating_add(offset);
-            let latest = seen.latest.fetch_max(reading, Ordering::AcqRel);
+            let latest = seen.latest.load(Ordering::Acquire);
             if reading >= latest {
+                // Published once it has moved a grain: a write to the shared word on every
+                // reading is what made a policy's calls from many threads contend.
+                if reading.saturating_sub(latest) >= PUBLISH_GRAIN.as_nanos() {
+                    seen.latest.fetch_max(reading, Ordering::AcqRel);
+                }
                 return Instant::from_nanos(reading);
             }
             if again {
@@ -158,6 +167,12 @@ impl<K: Clock> Clock for SteadyClock<K> {
         }
     }
 }
+
+/// How far a reading must be past the latest published one to be published in turn. Between
+/// two publications a thread's readings are its clock's own, so a clock that steps back by less
+/// than this (never a monotonic one) may hand out a reading up to this much earlier than one it
+/// handed out before; the core reads that as no time passed.
+const PUBLISH_GRAIN: Duration = Duration::from_millis(1);
 
 /// The shortest step back a [`SteadyClock`] counts on from: a shorter gap (a thread preempted
 /// between reading the clock and publishing the reading, while others read on; on a loaded
@@ -578,6 +593,26 @@ mod tests {
             steady.now(),
             Instant::from_secs(10) + Duration::from_millis(1)
         );
+    }
+
+    #[test]
+    fn a_reading_is_published_once_it_moves_a_grain_so_a_small_step_back_stays_within_it() {
+        let start = Instant::from_secs(10);
+        let raw = ManualClock::starting_at(start);
+        let steady = SteadyClock::new(raw.clone());
+        assert_eq!(steady.now(), start);
+        // Within the grain: handed out, not published; a small step back then reads the clock's
+        // own reading, no further back than the grain.
+        raw.set(start + Duration::from_micros(600));
+        assert_eq!(steady.now(), start + Duration::from_micros(600));
+        raw.set(start + Duration::from_micros(200));
+        assert_eq!(steady.now(), start + Duration::from_micros(200));
+        // A grain on: published, so a step back below it is lifted to it.
+        raw.set(start + PUBLISH_GRAIN);
+        assert_eq!(steady.now(), start + PUBLISH_GRAIN);
+        raw.set(start + Duration::from_micros(900));
+        assert_eq!(steady.now(), start + PUBLISH_GRAIN);
+        assert_eq!(steady.at_least_latest(start), start + PUBLISH_GRAIN);
     }
 
     // Not under miri: its virtual clock runs on by seconds while a thread is descheduled, which
