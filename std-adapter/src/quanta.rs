@@ -3,7 +3,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use stormguard_core::Instant;
+use stormguard_core::{Duration, Instant};
 
 use crate::Clock;
 
@@ -31,7 +31,8 @@ use crate::Clock;
 #[derive(Clone, Debug)]
 pub struct QuantaClock {
     clock: quanta::Clock,
-    anchor: Anchor<quanta::Instant>,
+    /// At a raw counter reading: a reading is scaled once, as its distance from this one.
+    anchor: Anchor<u64>,
 }
 
 /// A reading of a counter that starts about at boot: a `quanta::Instant` (in tests, the time
@@ -61,7 +62,7 @@ struct Anchor<R> {
     reads: Instant,
 }
 
-impl<R: Reading> Anchor<R> {
+impl<R> Anchor<R> {
     /// An anchor at reading `at`, taken `since_epoch` after the epoch of the core's time.
     fn new(at: R, since_epoch: std::time::Duration) -> Anchor<R> {
         Anchor {
@@ -70,18 +71,26 @@ impl<R: Reading> Anchor<R> {
         }
     }
 
-    /// `reading` (of the same counter, at or after the anchor) in the core's terms.
+    /// The core instant `elapsed` after the anchor's reading.
     #[inline]
-    fn to_core(self, reading: R) -> Instant {
-        self.reads.saturating_add(reading.since(self.at).into())
+    fn after(self, elapsed: Duration) -> Instant {
+        self.reads.saturating_add(elapsed)
     }
 }
 
-/// An anchor on `clock` at [`process_epoch`](crate::process_epoch)'s time, as the other global
-/// clocks read it now.
-fn process_anchor(clock: &quanta::Clock) -> Anchor<quanta::Instant> {
+impl<R: Reading> Anchor<R> {
+    /// `reading` (of the same counter, at or after the anchor) in the core's terms.
+    #[inline]
+    fn to_core(self, reading: R) -> Instant {
+        self.after(reading.since(self.at).into())
+    }
+}
+
+/// An anchor at `reading` (taken now) at [`process_epoch`](crate::process_epoch)'s time, as
+/// the other global clocks read it now.
+fn process_anchor<R>(reading: R) -> Anchor<R> {
     let since = std::time::Instant::now().saturating_duration_since(crate::process_epoch());
-    Anchor::new(clock.now(), since)
+    Anchor::new(reading, since)
 }
 
 impl QuantaClock {
@@ -89,7 +98,7 @@ impl QuantaClock {
     #[must_use]
     pub fn new() -> Self {
         let clock = quanta::Clock::new();
-        let anchor = Anchor::new(clock.now(), std::time::Duration::ZERO);
+        let anchor = Anchor::new(clock.raw(), std::time::Duration::ZERO);
         QuantaClock { clock, anchor }
     }
 
@@ -98,7 +107,7 @@ impl QuantaClock {
     #[must_use]
     pub fn global() -> Self {
         let clock = quanta::Clock::new();
-        let anchor = process_anchor(&clock);
+        let anchor = process_anchor(clock.raw());
         QuantaClock { clock, anchor }
     }
 }
@@ -113,7 +122,11 @@ impl Default for QuantaClock {
 impl Clock for QuantaClock {
     #[inline]
     fn now(&self) -> Instant {
-        self.anchor.to_core(self.clock.now())
+        // The raw counter and one scaling of its distance from the anchor: `quanta`'s `now`
+        // would scale the reading itself, and a `Duration` between two of them divide again.
+        let raw = self.clock.raw();
+        let elapsed = self.clock.delta_as_nanos(self.anchor.at, raw);
+        self.anchor.after(Duration::from_nanos(elapsed))
     }
 }
 
@@ -170,7 +183,7 @@ impl CoarseClock {
             }
         }
         drop(upkeep);
-        let anchor = process_anchor(&clock);
+        let anchor = process_anchor(clock.now());
         Ok(CoarseClock { anchor, clock })
     }
 }
