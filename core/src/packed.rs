@@ -189,7 +189,9 @@ pub(crate) const fn pack_instant(at: Instant, bits: u32, round_up: bool) -> u64 
 }
 
 /// The instant a [`pack_instant`] field of `bits` bits stands for.
-#[inline(never)] // a saturating 64-bit multiply: one copy on a microcontroller
+// A saturating 64-bit multiply: one copy on a microcontroller; inlined where it is cheap.
+#[cfg_attr(target_pointer_width = "64", inline)]
+#[cfg_attr(not(target_pointer_width = "64"), inline(never))]
 pub(crate) const fn unpack_instant(v: u64, bits: u32) -> Instant {
     let micros_flag = micros_flag(bits);
     if v & micros_flag == 0 {

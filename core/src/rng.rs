@@ -33,7 +33,9 @@ impl JitterRng {
     /// A generator seeded with `seed`. Nearby seeds (0, 1, 2, ...) give unrelated streams: the
     /// seed is mixed (SplitMix64's finalizer) before it becomes the state.
     #[must_use]
-    #[inline(never)] // a few 64-bit multiplies: one copy, on a microcontroller's flash
+    // A few 64-bit multiplies: one copy on a microcontroller's flash; inlined where it is cheap.
+    #[cfg_attr(target_pointer_width = "64", inline)]
+    #[cfg_attr(not(target_pointer_width = "64"), inline(never))]
     pub const fn with_seed(seed: u64) -> JitterRng {
         let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -58,7 +60,8 @@ impl JitterRng {
     }
 
     /// The next 32 random bits.
-    #[inline(never)]
+    #[cfg_attr(target_pointer_width = "64", inline)]
+    #[cfg_attr(not(target_pointer_width = "64"), inline(never))]
     pub fn next_u32(&mut self) -> u32 {
         let old = self.state;
         self.state = old.wrapping_mul(MULTIPLIER).wrapping_add(INCREMENT);
