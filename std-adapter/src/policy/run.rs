@@ -637,6 +637,10 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                             &mut parts, permit, now, outcome, answered, &mut sink,
                         );
                     }
+                    // A call the outcome ended is read where it is, not polled once more.
+                    if let Some(finished) = call.finished() {
+                        break finished;
+                    }
                 }
                 Step::Wait(wait) => {
                     // A drain that begins during the wait ends it: the core then stops the
