@@ -160,9 +160,9 @@ impl<K: Clock> Clock for SteadyClock<K> {
                 }
                 return Instant::from_nanos(latest);
             }
-            // Earlier than the latest: a step back, or another thread's later reading handed
-            // out between this one and its `fetch_max`. A reading taken now, after that one,
-            // is not earlier unless the clock stepped back.
+            // Earlier than the latest: a step back, or another thread's later reading
+            // published between this one and the load of `latest`. A reading taken now, after
+            // that one, is not earlier unless the clock stepped back.
             again = true;
         }
     }
