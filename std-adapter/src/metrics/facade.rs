@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use ::metrics::{Counter, Gauge, Histogram, Unit};
 use stormguard_core::{call::AttemptEnd, Duration, Event, Name, Outcome};
 
-use super::{result_index, Counted, CATALOGUE, REASONS, RESULTS, STATES};
+use super::{result_index, EventCounters, CATALOGUE, REASONS, RESULTS, STATES};
 use crate::events::{Ended, Listener};
 use crate::health::Report;
 
@@ -42,11 +42,7 @@ struct Handles {
     call_seconds: [OnceLock<Histogram>; RESULTS.len()],
     attempts: Counter,
     attempt_seconds: [OnceLock<Histogram>; OUTCOMES.len()],
-    retries: Counter,
-    hedges: Counter,
-    nested_retries: Counter,
-    rejections: [Counter; REASONS.len()],
-    state_changes: [Counter; STATES.len()],
+    events: EventCounters<Counter>,
     /// `[refused, entered]`.
     slot_wait_seconds: [OnceLock<Histogram>; 2],
     /// Recorded only for a policy with a bulkhead or an adaptive limiter.
@@ -141,11 +137,13 @@ impl MetricsFacade {
             call_seconds: Default::default(),
             attempts: counter("stormguard_attempts_total"),
             attempt_seconds: Default::default(),
-            retries: counter("stormguard_retries_total"),
-            hedges: counter("stormguard_hedges_total"),
-            nested_retries: counter("stormguard_nested_retries_total"),
-            rejections: REASONS.map(|r| by("stormguard_rejections_total", "reason", r)),
-            state_changes: STATES.map(|s| by("stormguard_state_changes_total", "to", s)),
+            events: EventCounters {
+                retries: counter("stormguard_retries_total"),
+                hedges: counter("stormguard_hedges_total"),
+                nested_retries: counter("stormguard_nested_retries_total"),
+                rejections: REASONS.map(|r| by("stormguard_rejections_total", "reason", r)),
+                state_changes: STATES.map(|s| by("stormguard_state_changes_total", "to", s)),
+            },
             slot_wait_seconds: Default::default(),
             lease_seconds: limited.then(OnceLock::new),
             label: b,
@@ -237,13 +235,7 @@ impl Listener for MetricsFacade {
                     *took,
                 );
             }
-            _ => bump(Counted::of(event).and_then(|counted| match counted {
-                Counted::Rejection(i) => h.rejections.get(i),
-                Counted::StateChange(i) => h.state_changes.get(i),
-                Counted::Retry => Some(&h.retries),
-                Counted::Hedge => Some(&h.hedges),
-                Counted::NestedRetry => Some(&h.nested_retries),
-            })),
+            _ => bump(h.events.counter_for(event)),
         }
     }
 

@@ -195,32 +195,31 @@ fn state_index(state: State) -> usize {
 struct Counters {
     calls: [AtomicU64; 8],
     attempts: AtomicU64,
-    retries: AtomicU64,
-    hedges: AtomicU64,
-    nested_retries: AtomicU64,
-    rejections: [AtomicU64; 12],
-    state_changes: [AtomicU64; 5],
+    events: EventCounters<AtomicU64>,
 }
 
-/// The counter an event adds one to, wherever the counters live (the atomics of [`Metrics`],
-/// the facade's handles): one rule for both. The index is into [`REASONS`] or [`STATES`].
-#[derive(Clone, Copy, Debug)]
-enum Counted {
-    Rejection(usize),
-    StateChange(usize),
-    Retry,
-    Hedge,
-    NestedRetry,
+/// The counters the core's events add to, wherever they live (the atomics of [`Metrics`], the
+/// facade's handles), with the one rule that says which counter an event adds one to.
+#[derive(Debug, Default)]
+struct EventCounters<C> {
+    retries: C,
+    hedges: C,
+    nested_retries: C,
+    /// By [`REASONS`].
+    rejections: [C; REASONS.len()],
+    /// By [`STATES`].
+    state_changes: [C; STATES.len()],
 }
 
-impl Counted {
-    fn of(event: &Event<'_>) -> Option<Counted> {
+impl<C> EventCounters<C> {
+    /// The counter `event` adds one to, if it is counted.
+    fn counter_for(&self, event: &Event<'_>) -> Option<&C> {
         match event {
-            Event::Rejected { reason, .. } => Some(Counted::Rejection(reason_index(*reason))),
-            Event::StateChanged { to, .. } => Some(Counted::StateChange(state_index(*to))),
-            Event::Retry { .. } => Some(Counted::Retry),
-            Event::Hedged { .. } => Some(Counted::Hedge),
-            Event::NestedRetry { .. } => Some(Counted::NestedRetry),
+            Event::Rejected { reason, .. } => self.rejections.get(reason_index(*reason)),
+            Event::StateChanged { to, .. } => self.state_changes.get(state_index(*to)),
+            Event::Retry { .. } => Some(&self.retries),
+            Event::Hedged { .. } => Some(&self.hedges),
+            Event::NestedRetry { .. } => Some(&self.nested_retries),
             _ => None,
         }
     }
@@ -336,9 +335,9 @@ impl Metrics {
             calls: 0,
             calls_by_result,
             attempts: load(&c.attempts),
-            retries: load(&c.retries),
-            hedges: load(&c.hedges),
-            nested_retries: load(&c.nested_retries),
+            retries: load(&c.events.retries),
+            hedges: load(&c.events.hedges),
+            nested_retries: load(&c.events.nested_retries),
             rejections: std::array::from_fn(|i| (REASONS.get(i).copied().unwrap_or(""), 0)),
             state_changes: std::array::from_fn(|i| (STATES.get(i).copied().unwrap_or(""), 0)),
             breaker_state: self.inner.breaker.as_ref().map(|b| b.state().as_str()),
@@ -365,10 +364,14 @@ impl Metrics {
             slot.1 = load(counter);
             snapshot.calls = snapshot.calls.saturating_add(slot.1);
         }
-        for (slot, counter) in snapshot.rejections.iter_mut().zip(&c.rejections) {
+        for (slot, counter) in snapshot.rejections.iter_mut().zip(&c.events.rejections) {
             slot.1 = load(counter);
         }
-        for (slot, counter) in snapshot.state_changes.iter_mut().zip(&c.state_changes) {
+        for (slot, counter) in snapshot
+            .state_changes
+            .iter_mut()
+            .zip(&c.events.state_changes)
+        {
             slot.1 = load(counter);
         }
         snapshot
@@ -422,14 +425,7 @@ impl Listener for Metrics {
         false
     }
     fn on_event(&self, event: &Event<'_>) {
-        let c = &self.inner.counters;
-        bump(Counted::of(event).and_then(|counted| match counted {
-            Counted::Rejection(i) => c.rejections.get(i),
-            Counted::StateChange(i) => c.state_changes.get(i),
-            Counted::Retry => Some(&c.retries),
-            Counted::Hedge => Some(&c.hedges),
-            Counted::NestedRetry => Some(&c.nested_retries),
-        }));
+        bump(self.inner.counters.events.counter_for(event));
     }
 
     fn on_attempt(&self, _: &Name, _: u32) {
