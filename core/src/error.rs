@@ -235,6 +235,10 @@ pub enum Field {
     Segments,
     /// The multiple of the learned median latency a measured backoff base is.
     MeasuredBase,
+    /// Whether a call is hedged.
+    Hedging,
+    /// The longest gap between two elements of a flowing stream.
+    StallTimeout,
 }
 
 impl Field {
@@ -300,6 +304,8 @@ impl Field {
             Field::Quota => "quota",
             Field::Segments => "segments",
             Field::MeasuredBase => "measured_base",
+            Field::Hedging => "hedging",
+            Field::StallTimeout => "stall_timeout",
         }
     }
 }
@@ -349,6 +355,9 @@ pub enum Bound {
     OnForHedging,
     /// A ratio that must lie in [0, 1).
     BelowOne,
+    /// Must be off: a streaming call is never hedged (a second copy of a stream would deliver
+    /// every element twice).
+    OffForStreaming,
 }
 
 impl fmt::Display for Bound {
@@ -372,6 +381,7 @@ impl fmt::Display for Bound {
             Bound::PolicyName => f.write_str("the policy's name"),
             Bound::OnForHedging => f.write_str("on for a hedged policy"),
             Bound::BelowOne => f.write_str("at least 0 and below 1"),
+            Bound::OffForStreaming => f.write_str("off for a streaming call"),
         }
     }
 }

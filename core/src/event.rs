@@ -106,6 +106,18 @@ pub enum Event<'a> {
         /// The last attempt's outcome, if any attempt ran.
         last: Option<Outcome>,
     },
+    /// A stream lost mid-way restarts from its checkpoint after `delay` (see
+    /// [`StreamRestarts`](crate::call::StreamRestarts)).
+    Restarted {
+        /// The name of the breaker guarding the call (or the policy's).
+        name: &'a Name,
+        /// The restart about to be made (1 for the first).
+        restart: u32,
+        /// The wait before it.
+        delay: Duration,
+        /// The failure that lost the stream.
+        after: Outcome,
+    },
 }
 
 impl Event<'_> {
@@ -122,7 +134,8 @@ impl Event<'_> {
             | Event::Attempt { name, .. }
             | Event::Hedged { name, .. }
             | Event::NestedRetry { name, .. }
-            | Event::Drained { name, .. } => name,
+            | Event::Drained { name, .. }
+            | Event::Restarted { name, .. } => name,
         }
     }
 
@@ -181,6 +194,17 @@ impl Event<'_> {
                 attempts,
                 last,
             },
+            Event::Restarted {
+                restart,
+                delay,
+                after,
+                ..
+            } => Event::Restarted {
+                name,
+                restart,
+                delay,
+                after,
+            },
         }
     }
 
@@ -198,6 +222,7 @@ impl Event<'_> {
             Event::Hedged { .. } => "hedged",
             Event::NestedRetry { .. } => "nested_retry",
             Event::Drained { .. } => "drained",
+            Event::Restarted { .. } => "restarted",
         }
     }
 }
@@ -260,6 +285,12 @@ mod tests {
                 name: &a,
                 attempts: 1,
                 last: Some(Outcome::Transient),
+            },
+            Event::Restarted {
+                name: &a,
+                restart: 1,
+                delay: Duration::from_millis(80),
+                after: Outcome::TimedOut,
             },
         ];
         for e in events {

@@ -38,6 +38,7 @@ pub(crate) mod error;
 pub(crate) mod hedge;
 pub(crate) mod log;
 pub(crate) mod permit;
+pub(crate) mod stream;
 
 pub use self::backoff::{Backoff, BackoffBuilder, Jitter};
 pub use self::classify::{Classify, EveryErrorTransient};
@@ -48,6 +49,7 @@ pub use self::hedge::{HedgeShare, SharedHedgeShare};
 pub use self::log::{AttemptEnd, AttemptLog, AttemptRecord};
 pub(crate) use self::permit::Kind;
 pub use self::permit::Permit;
+pub use self::stream::{Lost, StreamRestarts, StreamSettings, StreamSettingsBuilder};
 
 use core::fmt;
 
