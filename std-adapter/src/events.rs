@@ -370,6 +370,19 @@ pub fn trace(event: &Event<'_>) {
             attempts,
             "call stopped: draining"
         ),
+        Event::Restarted {
+            restart,
+            delay,
+            after,
+            ..
+        } => tracing::debug!(
+            target: "stormguard",
+            breaker,
+            restart,
+            delay_ms = delay.as_millis(),
+            after = after.as_str(),
+            "stream lost: restarting from its checkpoint"
+        ),
         Event::Attempt { attempt, end, .. } => tracing::trace!(
             target: "stormguard",
             breaker,

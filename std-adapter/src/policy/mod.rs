@@ -15,6 +15,8 @@ mod options;
 #[cfg(feature = "tokio")]
 mod run;
 mod steps;
+#[cfg(feature = "tokio")]
+mod stream;
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -42,6 +44,8 @@ pub use options::CallOptions;
 use options::DEFAULT_OPTIONS;
 pub use steps::{AdaptiveLimit, Bulkhead, Limiter};
 use steps::{CallAdmission, Funds, Steps};
+#[cfg(feature = "tokio")]
+pub use stream::CallStream;
 
 /// A call's result with the log of its attempts: [`Policy::call_logged`] and
 /// [`Policy::call_blocking_logged`] (`E` is their [`CallError`]), and
