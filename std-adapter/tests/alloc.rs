@@ -214,6 +214,37 @@ fn a_hedged_call_allocates_nothing() {
     });
 }
 
+/// A streaming call: once its first element has come, the elements after it allocate nothing,
+/// the stall bound's timer included.
+fn a_flowing_stream_allocates_nothing_per_element() {
+    use futures_util::StreamExt;
+    let rt = runtime();
+    rt.block_on(async {
+        let policy = Policy::builder("alloc-stream").build().unwrap();
+        let elements = CALLS as u32;
+        let mut stream = policy
+            .call_stream(|| async move {
+                Ok::<_, ()>(futures_util::stream::iter((0..elements).map(Ok)))
+            })
+            .unwrap()
+            .stall_timeout(std::time::Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(stream.next().await, Some(Ok(0)));
+        let region = Region::new(GLOBAL);
+        let mut sum = 0u64;
+        while let Some(item) = stream.next().await {
+            sum += u64::from(item.unwrap());
+        }
+        let made = allocations(&region);
+        assert_eq!(sum, (0..u64::from(elements)).sum::<u64>());
+        println!(
+            "streaming call: {} allocations per element",
+            made as f64 / CALLS as f64
+        );
+        assert_eq!(made, 0);
+    });
+}
+
 fn main() {
     the_success_path_allocates_nothing();
     the_rejection_path_allocates_nothing();
@@ -221,5 +252,6 @@ fn main() {
     a_logged_call_allocates_nothing();
     the_optional_steps_allocate_nothing();
     a_hedged_call_allocates_nothing();
+    a_flowing_stream_allocates_nothing_per_element();
     println!("policy calls allocate nothing once warmed up: ok");
 }
