@@ -145,6 +145,8 @@ mod quanta;
 pub mod server;
 // The keyed table's slots: used by `keyed` (feature `tokio`), model-checked under `cfg(loom)`
 // without it.
+#[cfg(feature = "reqwest")]
+mod download;
 #[cfg(any(feature = "tokio", loom))]
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 mod slots;
@@ -176,6 +178,9 @@ pub use classify::{grpc_outcome, is_grpc, GrpcBodyEnd};
 pub use classify::{http_outcome, published_quota, retry_after, Http};
 pub use classify::{Classify, EveryErrorTransient};
 pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock, SteadyClock};
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub use download::{download, download_outcome, Chunks, Download, DownloadError, Opening};
 pub use engine::{AddError, Decision, EnginePolicy, PolicyEngine, Predicate, Trail};
 pub use events::{Both, Ended, Listener, NoListener};
 pub use handles::{entropy_seed, lane_hint, Breaker, Budget};
