@@ -131,7 +131,8 @@ impl Service<http::Request<Body>> for Inventory {
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let dep = self.0.clone();
         Box::pin(async move {
-            if !req.uri().path().ends_with("/Get") {
+            let watch = req.uri().path().ends_with("/Watch");
+            if !watch && !req.uri().path().ends_with("/Get") {
                 return Ok(grpc_response(Some("12"))); // UNIMPLEMENTED
             }
             *dep.timeout.lock().unwrap() = req
@@ -175,6 +176,9 @@ impl Service<http::Request<Body>> for Inventory {
                 _ => {}
             }
             let mut grpc = tonic::server::Grpc::new(ProstCodec::<Stock, Ask>::default());
+            if watch {
+                return Ok(grpc.server_streaming(Watch, req).await);
+            }
             Ok(grpc.unary(Get, req).await)
         })
     }
@@ -233,6 +237,26 @@ impl tonic::server::UnaryService<Ask> for Get {
 
     fn call(&mut self, _: tonic::Request<Ask>) -> Self::Future {
         Box::pin(async { Ok(tonic::Response::new(Stock { count: 7 })) })
+    }
+}
+
+/// The handler of `Watch`, a server stream: the stock 1, 2 and 3, 5 ms apart.
+struct Watch;
+
+type StockStream = Pin<Box<dyn futures_util::Stream<Item = Result<Stock, Status>> + Send>>;
+
+impl tonic::server::ServerStreamingService<Ask> for Watch {
+    type Response = Stock;
+    type ResponseStream = StockStream;
+    type Future = BoxFuture<Result<tonic::Response<StockStream>, Status>>;
+
+    fn call(&mut self, _: tonic::Request<Ask>) -> Self::Future {
+        use futures_util::StreamExt;
+        let counts = futures_util::stream::iter(1..=3).then(|count| async move {
+            tokio::time::sleep(StdDuration::from_millis(5)).await;
+            Ok(Stock { count })
+        });
+        Box::pin(async move { Ok(tonic::Response::new(Box::pin(counts) as StockStream)) })
     }
 }
 
@@ -345,6 +369,31 @@ async fn get_from(client: &mut Client, path: &'static str) -> Result<u32, Status
         .unary(ask, PathAndQuery::from_static(path), codec)
         .await?;
     Ok(stock.into_inner().count)
+}
+
+const WATCH: &str = "/stock.Inventory/Watch";
+
+/// Calls the server stream `Watch` (marked as one for the layer) and reads every message.
+async fn watch(client: &mut Client) -> Result<Vec<u32>, Status> {
+    client
+        .ready()
+        .await
+        .map_err(|e| Status::unknown(e.to_string()))?;
+    let mut ask = tonic::Request::new(Ask {
+        item: "anvil".into(),
+    });
+    ask.extensions_mut()
+        .insert(stormguard_std::tower::Streaming);
+    let codec = ProstCodec::<Ask, Stock>::default();
+    let mut stream = client
+        .server_streaming(ask, PathAndQuery::from_static(WATCH), codec)
+        .await?
+        .into_inner();
+    let mut counts = Vec::new();
+    while let Some(stock) = stream.message().await? {
+        counts.push(stock.count);
+    }
+    Ok(counts)
 }
 
 /// Runs `scenario` against a fresh server, bounded in time.
@@ -468,6 +517,36 @@ async fn a_stall_is_cut_by_the_attempt_ceiling_before_or_after_the_headers() {
 
         let after: Vec<Outcome> = seen.retries.lock().unwrap().iter().map(|r| r.1).collect();
         assert_eq!(after, vec![Outcome::TimedOut; 2]);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stream_is_retried_until_its_first_message_then_flows() {
+    bounded(async {
+        let dep = Arc::new(Dependency::default());
+        let (breaker, seen) = (breaker(), Seen::default());
+        let mut client = client(serve(dep.clone()).await, &breaker, &seen).await;
+
+        assert_eq!(watch(&mut client).await.unwrap(), [1, 2, 3]);
+        assert_eq!(dep.calls(), 1);
+
+        // `UNAVAILABLE` in the trailers after the headers, before any message: retried.
+        dep.misbehave(UNAVAILABLE_IN_TRAILERS, 2);
+        assert_eq!(watch(&mut client).await.unwrap(), [1, 2, 3]);
+        assert_eq!(dep.calls(), 4);
+
+        // The headers, then nothing: the attempt's ceiling covers the wait for the first
+        // message.
+        dep.misbehave(STALL_AFTER_HEADERS, 1);
+        assert_eq!(watch(&mut client).await.unwrap(), [1, 2, 3]);
+        assert_eq!(dep.calls(), 6);
+
+        let after: Vec<Outcome> = seen.retries.lock().unwrap().iter().map(|r| r.1).collect();
+        assert_eq!(
+            after,
+            [Outcome::Transient, Outcome::Transient, Outcome::TimedOut]
+        );
     })
     .await;
 }

@@ -43,8 +43,9 @@ pub const GRPC_TIMEOUT_MARGIN: Duration = Duration::from_millis(20);
 /// as a stream: the request gets one attempt, the response is classified by its headers.
 pub const GRPC_BUFFER_LIMIT: usize = 4 << 20;
 
-/// Marks a gRPC call whose response is a stream (server streaming): the layer hands its
-/// response back as soon as the headers arrive instead of reading it to its trailers. Insert it
+/// Marks a gRPC call whose response is a stream (server streaming): the layer reads its
+/// response only until the first message, within the attempt, instead of to its trailers, so
+/// the call is retried until its first message arrives and then flows to the caller. Insert it
 /// into the `tonic::Request`'s extensions (they travel into the HTTP request). Client-streaming
 /// and bidirectional calls need no mark: their request body is still open when the layer gets
 /// it, so they get one attempt and their response is never read ahead.
@@ -315,9 +316,9 @@ where
 /// The service under [`GrpcLayer`]'s policy: calls `S`, then reads a unary gRPC response to its
 /// end (its trailers), within the attempt, so that its deadline covers the whole answer and the
 /// classifier sees the status in the trailers ([`GrpcBodyEnd`] in the response's extensions).
-/// A trailers-only response (the status in its headers), a response to a call marked
-/// [`Streaming`] or to a client stream, or a response that is not gRPC, is handed back as it
-/// came.
+/// A response to a call marked [`Streaming`] is read until its first message only. A
+/// trailers-only response (the status in its headers), a response to a client stream, or a
+/// response that is not gRPC, is handed back as it came.
 #[derive(Clone, Debug)]
 pub struct ReadUnary<S> {
     inner: S,
@@ -343,23 +344,42 @@ where
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let extensions = req.extensions();
-        let stream = extensions.get::<Streaming>().is_some()
-            || extensions.get::<OpenRequestBody>().is_some();
+        // A client stream (or a bidirectional one) is still sending: its response is never
+        // read ahead, which could wait on the caller's own next message.
+        let open_request = extensions.get::<OpenRequestBody>().is_some();
+        let server_stream = extensions.get::<Streaming>().is_some();
         let response = self.inner.call(req);
         Box::pin(async move {
             let response = response.await?;
             let headers = response.headers();
-            if stream || !is_grpc(headers) || headers.contains_key("grpc-status") {
+            if open_request || !is_grpc(headers) || headers.contains_key("grpc-status") {
                 return Ok(response.map(Body::new));
             }
-            Ok(read_to_end(response).await)
+            let to = if server_stream {
+                ReadTo::FirstMessage
+            } else {
+                ReadTo::End
+            };
+            Ok(read_ahead(response, to).await)
         })
     }
 }
 
-/// Reads `response`'s body to its end (up to [`GRPC_BUFFER_LIMIT`]) and hands it back
-/// buffered, with how it ended in its extensions.
-async fn read_to_end<B>(response: Response<B>) -> Response<Body>
+/// How far [`read_ahead`] reads a response within the attempt.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReadTo {
+    /// To its end (its trailers): a unary call, whose status the trailers carry.
+    End,
+    /// To its first message: a server stream, retried until that message like a unary call
+    /// (`UNAVAILABLE` in trailers after the headers, a broken body, a stall cut by the attempt
+    /// timeout), then handed back, that message first, to stream on.
+    FirstMessage,
+}
+
+/// Reads `response`'s body as far as `to` says (and never past [`GRPC_BUFFER_LIMIT`]) and
+/// hands it back, what was read first. A body read to its end carries how it ended in its
+/// extensions; one handed back before its end streams on, classified by its headers alone.
+async fn read_ahead<B>(response: Response<B>, to: ReadTo) -> Response<Body>
 where
     B: HttpBody<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<BoxError>,
@@ -369,7 +389,7 @@ where
     let mut held = 0usize;
     let (end, failed) = loop {
         if held > GRPC_BUFFER_LIMIT {
-            // Too large to hold: the rest streams on, classified by the headers alone.
+            // Too large to hold: the rest streams on.
             let read = Buffered {
                 frames,
                 failed: None,
@@ -379,9 +399,18 @@ where
         }
         match body.frame().await {
             Some(Ok(frame)) => {
-                held = held.saturating_add(frame.data_ref().map_or(0, Bytes::len));
+                let data = frame.data_ref().map_or(0, Bytes::len);
+                held = held.saturating_add(data);
                 let trailers = frame.trailers_ref().cloned();
                 frames.push_back(frame);
+                if to == ReadTo::FirstMessage && data > 0 {
+                    let read = Buffered {
+                        frames,
+                        failed: None,
+                        rest: Some(body),
+                    };
+                    return Response::from_parts(parts, Body::new(read));
+                }
                 if let Some(trailers) = trailers {
                     break (GrpcBodyEnd::Trailers(trailers), None);
                 }
