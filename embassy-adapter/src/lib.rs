@@ -111,6 +111,7 @@ mod keyed;
 mod policy;
 mod ratelimit;
 pub mod sleep;
+mod stream;
 pub mod subscription;
 pub mod time;
 
@@ -128,5 +129,6 @@ pub use ratelimit::{LimitSource, LimitStep, NoRateLimit, RateLimit, RateLimitRef
 pub use stormguard_core::valid;
 pub use stormguard_core::CallError;
 pub use stormguard_core::{Classify, EveryErrorTransient};
+pub use stream::{Source, Streaming};
 pub use subscription::keep_subscribed;
 pub use time::EmbassyClock;

@@ -786,6 +786,20 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
     }
 }
 
+impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R, K> Policy<'a, M, L, B, R, K> {
+    /// The breaker alone (no limiter in front) and the budget: what a stream lost mid-way is
+    /// reported to ([`StreamRestarts::on_lost`](stormguard_core::call::StreamRestarts::on_lost)).
+    pub(crate) fn loss_parts(&self) -> Parts<Heard<'a, M, B, L>, Funds<'a, M>> {
+        Parts {
+            breaker: Heard {
+                breaker: self.breaker.handle(),
+                listener: PhantomData,
+            },
+            budget: funds(self.budget),
+        }
+    }
+}
+
 /// A policy's breaker, as its calls ask it: when the policy's events go nowhere (a listener
 /// that ignores them, such as [`NoListener`], and no `defmt`), the breaker's events are not
 /// made at all, and their code is left out of the firmware.
