@@ -143,6 +143,8 @@ mod quanta;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod server;
+#[cfg(feature = "tokio")]
+mod stall;
 // The keyed table's slots: used by `keyed` (feature `tokio`), model-checked under `cfg(loom)`
 // without it.
 #[cfg(feature = "reqwest")]

@@ -262,6 +262,30 @@ async fn a_stall_loses_the_stream_as_a_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_caller_slow_to_read_is_no_stall() {
+    let policy = Policy::builder("feed").build().unwrap();
+    let mut feed = policy
+        .call_stream(|| async {
+            Ok::<_, &str>(scripted(vec![
+                Beat::Item(0, 1),
+                Beat::Item(0, 2),
+                Beat::Item(60, 3),
+            ]))
+        })
+        .unwrap()
+        .stall_timeout(ms(100))
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(item) = feed.next().await {
+        got.push(item.unwrap());
+        // The caller takes five stall bounds over each element: the source is never waited on
+        // for longer than 60 ms.
+        tokio::time::sleep(ms(500)).await;
+    }
+    assert_eq!(got, [1, 2, 3]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_stalled_resumable_stream_restarts() {
     let policy = Policy::builder("feed")
         .backoff(no_jitter())

@@ -16,6 +16,7 @@ use stormguard_core::{CallError, Duration, Finished, Outcome, Parts, SettingsErr
 use super::{Attempt, CallOptions, Policy};
 use crate::clock::Clock;
 use crate::events::Listener;
+use crate::stall::StallTimer;
 
 /// A stream whose first element arrived, as the call loop hands it back.
 struct Opened<T, S> {
@@ -65,7 +66,7 @@ pub struct CallStream<'p, K, L, T, E, S, F, P, CP, C> {
     classify: C,
     restarts: StreamRestarts,
     last_error: Option<E>,
-    stall: Option<Pin<Box<tokio::time::Sleep>>>,
+    stall: StallTimer,
     phase: Phase<'p, T, E, S, F>,
 }
 
@@ -120,7 +121,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             classify: every_error_transient::<E>,
             restarts,
             last_error: None,
-            stall: None,
+            stall: StallTimer::new(None),
             phase: Phase::Start,
         })
     }
@@ -177,7 +178,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             classify: every_error_transient::<E>,
             restarts,
             last_error: None,
-            stall: None,
+            stall: StallTimer::new(None),
             phase: Phase::Start,
         })
     }
@@ -203,6 +204,7 @@ impl<'p, K, L, T, E, S, F, P, CP, C> CallStream<'p, K, L, T, E, S, F, P, CP, C> 
     pub fn stall_timeout(mut self, d: impl Into<Duration>) -> Result<Self, SettingsError> {
         let d = d.into();
         self.restarts = self.with_settings(|b| b.stall_timeout(Some(d)))?;
+        self.stall = StallTimer::new(Some(d));
         Ok(self)
     }
 
@@ -310,18 +312,7 @@ where
         if let Some(checkpoint_of) = self.checkpoint_of.as_mut() {
             self.checkpoint = Some(checkpoint_of(item));
         }
-        let Some(stall) = self.restarts.settings().stall_timeout() else {
-            return;
-        };
-        // A bound past the end of time is no bound.
-        match (
-            tokio::time::Instant::now().checked_add(stall.into()),
-            self.stall.as_mut(),
-        ) {
-            (Some(at), Some(timer)) => timer.as_mut().reset(at),
-            (Some(at), None) => self.stall = Some(Box::pin(tokio::time::sleep_until(at))),
-            (None, _) => self.stall = None,
-        }
+        self.stall.progressed();
     }
 
     /// The stream was lost with `outcome` (and the element's error, if one failed): the core
@@ -344,7 +335,7 @@ where
             .on_lost(&mut parts, now, outcome, resumable, &mut |e| {
                 policy.emit(&e)
             });
-        self.stall = None;
+        self.stall.progressed();
         match lost {
             Lost::Restart(wait) => {
                 self.last_error = error;
@@ -427,11 +418,7 @@ where
                         return Poll::Ready(None);
                     }
                     Poll::Pending => {
-                        let stalled = this
-                            .stall
-                            .as_mut()
-                            .is_some_and(|t| t.as_mut().poll(cx).is_ready());
-                        if !stalled {
+                        if !this.stall.poll_stalled(cx) {
                             return Poll::Pending;
                         }
                         if let Some(last) = this.lose(Outcome::TimedOut, None) {
