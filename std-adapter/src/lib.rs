@@ -126,6 +126,8 @@ mod clock;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
+#[cfg(feature = "reqwest")]
+mod download;
 mod engine;
 pub mod events;
 mod handles;
@@ -147,8 +149,6 @@ pub mod server;
 mod stall;
 // The keyed table's slots: used by `keyed` (feature `tokio`), model-checked under `cfg(loom)`
 // without it.
-#[cfg(feature = "reqwest")]
-mod download;
 #[cfg(any(feature = "tokio", loom))]
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 mod slots;

@@ -73,12 +73,14 @@ use crate::{CallError, CallOptions, Policy};
 
 #[cfg(feature = "tonic")]
 mod grpc;
+mod stall;
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub use self::grpc::{
     GrpcLayer, GrpcRequests, GrpcTemplate, ReadUnary, ReadUnaryFuture, Streaming,
     GRPC_BUFFER_LIMIT, GRPC_TIMEOUT, GRPC_TIMEOUT_MARGIN,
 };
+pub use self::stall::{BodyStalled, StallBody, StallFuture, StallLayer, StallService};
 pub use crate::nested::{NestedRetryLayer, NestedRetryService, ATTEMPT_HEADER, CRITICALITY_HEADER};
 
 /// The header the remaining deadline travels in by default: whole milliseconds left.
