@@ -55,6 +55,10 @@
 //!   deadline), [`Policy::call_or`] (fallback for refusals), [`Policy::call_cached`]
 //!   ([`SuccessCache`], [`CacheRule`]), [`Policy::call_blocking`] (no runtime). Errors are a
 //!   [`CallError`] saying exactly what happened.
+//! - Streams: [`Policy::call_stream`] and [`Policy::call_stream_resumable`] ([`CallStream`]:
+//!   retried until the first element, restarted from a checkpoint after a failure mid-stream,
+//!   an optional stall bound); `download` (feature `reqwest`: a response body resumed with
+//!   `Range` against a strong `ETag`).
 //! - Classifiers: [`Classify`], [`EveryErrorTransient`] (default), [`Http`] (feature `http`).
 //! - Observability: [`events`] (every core event to `tracing`, with care for levels),
 //!   [`Listener`], [`Metrics`] (counters under stable names), [`health`] (a registry of
