@@ -14,7 +14,8 @@
 //!   `TpsBudget` (which reads `std::time::Instant::now()` and takes a lock);
 //! - `governor`'s `check()` as a reference for a lock-free limiter;
 //! - the tower layer around a ready service, with one policy and with a breaker per host
-//!   (`per_host`: the host's lookup in the keyed table, its key made from the request).
+//!   (`per_host`: the host's lookup in the keyed table, its key made from the request);
+//! - a streaming call's cost per element once it flows, against the bare stream.
 #![allow(
     missing_docs,
     clippy::unwrap_used,
@@ -381,9 +382,49 @@ fn layer(c: &mut Criterion) {
     );
 }
 
+/// One element of a flowing stream: the bare stream against the same stream behind
+/// `policy.call_stream` (connected before the measurement), plain and resumable with a stall
+/// bound (a checkpoint taken per element; the source is always ready, so the bound is never
+/// armed).
+fn streams(c: &mut Criterion) {
+    use futures_util::stream::{self, Stream};
+
+    fn next<S: Stream + Unpin>(s: &mut S) -> Option<S::Item> {
+        match std::pin::Pin::new(s).poll_next(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(item) => item,
+            Poll::Pending => None,
+        }
+    }
+    let elements = || stream::repeat(Ok::<u64, ()>(1));
+    c.bench_function("stream/element, bare stream", |b| {
+        let mut s = elements();
+        b.iter(|| black_box(next(&mut s)))
+    });
+    let policy = Policy::builder("bench")
+        .clock(QuantaClock::global())
+        .build()
+        .unwrap();
+    c.bench_function("stream/element, call_stream", |b| {
+        let mut s = policy
+            .call_stream(|| async { Ok::<_, ()>(elements()) })
+            .unwrap();
+        assert!(next(&mut s).is_some(), "connected");
+        b.iter(|| black_box(next(&mut s)))
+    });
+    c.bench_function("stream/element, call_stream_resumable + stall bound", |b| {
+        let mut s = policy
+            .call_stream_resumable(|n: &u64| *n, |_from| async { Ok::<_, ()>(elements()) })
+            .unwrap()
+            .stall_timeout(StdDuration::from_secs(1))
+            .unwrap();
+        assert!(next(&mut s).is_some(), "connected");
+        b.iter(|| black_box(next(&mut s)))
+    });
+}
+
 criterion_group! {
     name = overhead;
     config = quick();
-    targets = baseline_and_clocks, policy_call, breakers, budgets, limiter, layer
+    targets = baseline_and_clocks, policy_call, breakers, budgets, limiter, layer, streams
 }
 criterion_main!(overhead);
