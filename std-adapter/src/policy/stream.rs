@@ -52,6 +52,9 @@ enum Phase<'p, T, E, S, F> {
 ///   A lost stream is reported to the breaker as a failure, and a restart is a retry the
 ///   budget funds, after the backoff, announced by [`Event::Restarted`](crate::Event).
 ///
+/// A bulkhead, an adaptive limit or a rate limit of the policy sees each connection as the
+/// attempt it is: a slot is held while connecting, not while the stream flows after it.
+///
 /// Dropping it cancels the call. [`restarts`](CallStream::restarts) and
 /// [`last_error`](CallStream::last_error) say how often and why it restarted.
 #[must_use = "a stream does nothing unless polled"]
