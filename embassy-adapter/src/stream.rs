@@ -44,6 +44,14 @@ pub trait Source {
     type Error;
     /// The next element, an error, or `None` once the source has ended.
     async fn next(&mut self) -> Option<Result<Self::Item, Self::Error>>;
+
+    /// How an error of this source (in opening it or in reading an element) counts: every
+    /// error transient by default. A [permanent](Outcome::Permanent) one is neither retried
+    /// nor restarted from.
+    fn outcome(error: &Self::Error) -> Outcome {
+        let _ = error;
+        Outcome::Transient
+    }
 }
 
 /// A streaming call under a [`Policy`], made by [`Policy::streaming`]: run it with
@@ -123,8 +131,8 @@ where
 
     /// Opens a source with `open` and hands each element to `each`, until the source ends
     /// (`Ok`), the connection fails for good (the call's error), or an element fails (the
-    /// failure ends the stream: see [`Streaming::run_resumable`] to restart instead). Every
-    /// error counts as transient.
+    /// failure ends the stream: see [`Streaming::run_resumable`] to restart instead). Errors
+    /// count as [`Source::outcome`] says.
     pub async fn run<S, O, V>(&mut self, mut open: O, each: V) -> Result<(), CallError<S::Error>>
     where
         S: Source,
@@ -173,7 +181,12 @@ where
         let stall = self.restarts.settings().stall_timeout();
         let mut from: Option<P> = None;
         loop {
-            let connected = drive(policy, CallOptions::new(), async |_attempt| {
+            let classify = |r: &Result<(Option<S::Item>, S), S::Error>| match r {
+                Ok(_) => Outcome::Success,
+                Err(e) => S::outcome(e),
+            };
+            let options = CallOptions::new().classify(classify);
+            let connected = drive(policy, options, async |_attempt| {
                 let mut source = open(from.clone()).await?;
                 match source.next().await {
                     Some(Ok(first)) => Ok((Some(first), source)),
@@ -205,7 +218,7 @@ where
                         }
                         each(item).await;
                     }
-                    Some(Err(e)) => break (Outcome::Transient, Some(e)),
+                    Some(Err(e)) => break (S::outcome(&e), Some(e)),
                     None => return Ok(()),
                 }
             };

@@ -209,6 +209,53 @@ fn a_stall_loses_the_stream_as_a_timeout() {
     assert_eq!(stream.last_loss(), Some(Outcome::TimedOut));
 }
 
+/// A source whose errors are permanent: the request itself is wrong.
+struct Refusing(Scripted);
+
+impl Source for Refusing {
+    type Item = u32;
+    type Error = &'static str;
+    async fn next(&mut self) -> Option<Result<u32, &'static str>> {
+        self.0.next().await
+    }
+    fn outcome(_: &&'static str) -> Outcome {
+        Outcome::Permanent
+    }
+}
+
+#[test]
+#[serial]
+fn a_permanent_error_is_neither_retried_nor_restarted_from() {
+    fresh();
+    let breaker = breaker(5);
+    let policy = Policy::new(&breaker, no_jitter());
+    let mut stream = policy.streaming(&StreamSettings::DEFAULT).unwrap();
+    let opened = RefCell::new(0);
+    let (r, _) = run_ms(stream.run_resumable(
+        |n: &u32| *n,
+        async |from: Option<u32>| {
+            *opened.borrow_mut() += 1;
+            Ok(Refusing(dropping(from, 6, 2)))
+        },
+        async |_| {},
+    ));
+    assert_eq!(r, Err(CallError::Failed("link lost")));
+    assert_eq!(*opened.borrow(), 1);
+    assert_eq!(stream.last_loss(), Some(Outcome::Permanent));
+
+    // Failing to open: not retried either.
+    let mut stream = policy.streaming(&StreamSettings::DEFAULT).unwrap();
+    let (r, _) = run_ms(stream.run(
+        async || {
+            *opened.borrow_mut() += 1;
+            Err::<Refusing, _>("no such channel")
+        },
+        async |_| {},
+    ));
+    assert_eq!(r, Err(CallError::Failed("no such channel")));
+    assert_eq!(*opened.borrow(), 2);
+}
+
 #[test]
 #[serial]
 fn hedged_settings_cannot_stream() {
