@@ -120,16 +120,17 @@ fn the_breaker_hears_every_loss_as_a_failure() {
         true,
         &mut kinds(&mut log),
     );
-    // The second loss in a row opens the breaker; the restart itself is still granted here,
-    // and its connection is refused by the open breaker like any call.
-    assert_eq!(second, Lost::Restart(ms(200)));
+    // The second loss in a row opens the breaker, which would refuse the connection: no
+    // restart is paid for, and the stream ends as the loss, not as a rejection.
+    assert_eq!(second, Lost::End(Finished::Failed(Outcome::Transient)));
     assert_eq!(parts.breaker.state(now), State::Open);
+    assert_eq!(restarts.restarts(), 1);
     assert_eq!(
         log,
         [
             "restart 1 after transient in 100ms",
             "state_changed",
-            "restart 2 after transient in 200ms"
+            "rejected"
         ]
     );
 }
@@ -228,4 +229,25 @@ fn jittered_restarts_are_the_same_for_the_same_seed_and_start() {
         .iter()
         .zip([100, 200, 400])
         .all(|(d, cap)| *d <= ms(cap)));
+}
+
+#[test]
+fn streams_begun_at_the_same_instant_restart_apart_when_salted_or_reseeded() {
+    let first_wait = |salt: u64, seed: Option<u64>| {
+        let mut restarts = StreamRestarts::begin_salted(
+            &CallSettings::DEFAULT,
+            &StreamSettings::DEFAULT,
+            T0,
+            salt,
+        )
+        .unwrap();
+        if let Some(seed) = seed {
+            restarts.reseed(seed);
+        }
+        restarts.on_lost(&mut unguarded(), T0, Outcome::Transient, true, &mut |_| {})
+    };
+    assert_eq!(first_wait(0, None), first_wait(0, None));
+    assert_ne!(first_wait(0, None), first_wait(1, None));
+    assert_ne!(first_wait(0, Some(7)), first_wait(0, Some(8)));
+    assert_eq!(first_wait(0, Some(7)), first_wait(0, Some(7)));
 }

@@ -38,6 +38,11 @@ impl StreamSettings {
         }
     }
 
+    /// A builder starting from these settings.
+    pub const fn to_builder(self) -> StreamSettingsBuilder {
+        StreamSettingsBuilder { settings: self }
+    }
+
     /// How many times a stream lost mid-way restarts from its checkpoint.
     #[must_use]
     pub const fn max_restarts(&self) -> u32 {
@@ -194,10 +199,26 @@ impl StreamRestarts {
         settings: &StreamSettings,
         now: Instant,
     ) -> Result<StreamRestarts, SettingsError> {
+        StreamRestarts::begin_salted(call, settings, now, 0)
+    }
+
+    /// [`StreamRestarts::begin`] for one of several streams that may begin at the same instant
+    /// (paused or simulated time, a coarse clock, a fleet of devices booted together): a `salt`
+    /// that differs between them keeps their restarts' jitter apart, as
+    /// [`Call::begin_salted`](crate::Call::begin_salted) does for retries.
+    pub fn begin_salted(
+        call: &CallSettings,
+        settings: &StreamSettings,
+        now: Instant,
+        salt: u64,
+    ) -> Result<StreamRestarts, SettingsError> {
         if call.hedging() {
             return Err(SettingsError::new(Field::Hedging, Bound::OffForStreaming));
         }
-        let seed = call.seed() ^ now.as_nanos().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5157;
+        let seed = call.seed()
+            ^ now.as_nanos().wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ salt.wrapping_mul(0xD6E8_FEB8_6659_FD93)
+            ^ 0x5157;
         Ok(StreamRestarts {
             settings: *settings,
             backoff: *call.backoff(),
@@ -206,6 +227,12 @@ impl StreamRestarts {
             last: None,
             draining: false,
         })
+    }
+
+    /// Reseeds the restarts' jitter with a seed of the caller's (a device's own, so devices that
+    /// boot together with the same `const` settings do not restart in step).
+    pub fn reseed(&mut self, seed: u64) {
+        self.rng = JitterRng::with_seed(seed ^ self.rng.next_u64());
     }
 
     /// The same restarts under other stream `settings` (for an adapter whose caller sets them
@@ -249,10 +276,12 @@ impl StreamRestarts {
     /// refusing hears nothing more). Then the stream restarts when every rule allows it: the
     /// failure is retryable (not [permanent](Outcome::Permanent) nor a
     /// [cancellation](Outcome::Cancelled)), there is a checkpoint, restarts are left, no drain
-    /// has begun, and the budget funds the restart like any retry. A restart is announced by
-    /// [`Event::Restarted`] and waits the call's backoff for its number (the first restart
-    /// waits as a first retry does). A refused restart is announced by [`Event::Rejected`]
-    /// (with no pause: the failure goes back at once) and the failure ends the stream.
+    /// has begun, the breaker would admit a connection now, and the budget funds the restart
+    /// like any retry. A restart is announced by [`Event::Restarted`] and waits the call's
+    /// backoff for its number (the first restart waits as a first retry does, from the learned
+    /// median when the backoff has a measured base). A refused restart is announced by
+    /// [`Event::Rejected`] (with no pause: the failure goes back at once) and the failure ends
+    /// the stream: a breaker the loss opened ends it as that loss, not as a rejection.
     pub fn on_lost<A: Admission, F: Funding>(
         &mut self,
         parts: &mut Parts<A, F>,
@@ -282,7 +311,11 @@ impl StreamRestarts {
                 last: Some(outcome),
             });
         }
-        if let Err(refused) = parts.budget.try_fund_retry(now) {
+        let admitted = parts
+            .breaker
+            .check(now)
+            .and_then(|()| parts.budget.try_fund_retry(now));
+        if let Err(refused) = admitted {
             events(Event::Rejected {
                 name: parts.breaker.name(),
                 reason: refused.reason,
@@ -292,7 +325,10 @@ impl StreamRestarts {
             return Lost::End(Finished::Failed(outcome));
         }
         self.restarts = self.restarts.saturating_add(1);
-        let delay = self.backoff.delay(self.restarts, outcome, &mut self.rng);
+        let median = (self.backoff.measured_base()).and_then(|_| parts.breaker.normal_latency(now));
+        let delay = self
+            .backoff
+            .delay_measured(self.restarts, outcome, median, &mut self.rng);
         events(Event::Restarted {
             name: parts.breaker.name(),
             restart: self.restarts,
