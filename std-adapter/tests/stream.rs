@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::{stream, Stream, StreamExt};
 use stormguard_std::{
-    Bound, BreakerSettings, CallError, Event, Field, Outcome, Policy, RefusalReason, State,
+    Bound, BreakerSettings, BudgetSettings, CallError, Drain, Event, Field, Outcome, Policy,
+    RefusalReason, State,
 };
 use tokio::time::Instant as TokioInstant;
 
@@ -67,6 +68,7 @@ fn recorder() -> (Arc<Mutex<Vec<String>>>, impl Fn(&Event<'_>) + Send + Sync) {
                 ..
             } => format!("restart {restart} in {delay} after {}", after.as_str()),
             Event::Retry { attempt, .. } => format!("retry {attempt}"),
+            Event::Rejected { reason, .. } => format!("rejected {}", reason.as_str()),
             Event::StateChanged { to, .. } => format!("breaker {}", to.as_str()),
             _ => return,
         };
@@ -360,6 +362,88 @@ async fn an_empty_stream_ends_without_an_item() {
         .unwrap();
     let got: Vec<Result<u32, CallError<&str>>> = feed.collect().await;
     assert!(got.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_the_classifier_calls_a_success_still_reaches_the_caller() {
+    let policy = Policy::builder("feed")
+        .backoff(no_jitter())
+        .build()
+        .unwrap();
+    let opened_from = Arc::new(Mutex::new(Vec::new()));
+    let feed = policy
+        .call_stream_resumable(|n: &u32| *n, dropping_feed(6, 2, opened_from.clone()))
+        .unwrap()
+        .classify(|_: &&str| Outcome::Success);
+    let got: Vec<Result<u32, CallError<&str>>> = feed.collect().await;
+    assert_eq!(got.len(), 3);
+    assert!(matches!(got[2], Err(CallError::Failed("connection reset"))));
+    assert_eq!(*opened_from.lock().unwrap(), [None]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_the_budget_refuses_ends_the_stream_with_the_loss() {
+    let (log, listener) = recorder();
+    // A budget of one retry: the first restart spends it.
+    let budget = BudgetSettings::builder("feed")
+        .floor_per_second(0.1)
+        .build()
+        .unwrap();
+    let policy = Policy::builder("feed")
+        .budget_settings(budget)
+        .backoff(no_jitter())
+        .listener(listener)
+        .build()
+        .unwrap();
+    let opened_from = Arc::new(Mutex::new(Vec::new()));
+    let mut feed = policy
+        .call_stream_resumable(|n: &u32| *n, dropping_feed(100, 2, opened_from.clone()))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut last = None;
+    while let Some(item) = feed.next().await {
+        match item {
+            Ok(n) => got.push(n),
+            Err(e) => last = Some(e),
+        }
+    }
+    assert_eq!(got, [1, 2, 3, 4]);
+    assert!(matches!(last, Some(CallError::Failed("connection reset"))));
+    assert_eq!(feed.restarts(), 1);
+    assert_eq!(*opened_from.lock().unwrap(), [None, Some(2)]);
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            "restart 1 in 100ms after transient",
+            "rejected budget_exhausted"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_lost_during_a_drain_ends_as_drained() {
+    let drain = Drain::new();
+    let policy = Policy::builder("feed")
+        .backoff(no_jitter())
+        .drain(drain.clone())
+        .build()
+        .unwrap();
+    let opened_from = Arc::new(Mutex::new(Vec::new()));
+    let mut feed = policy
+        .call_stream_resumable(|n: &u32| *n, dropping_feed(6, 2, opened_from.clone()))
+        .unwrap();
+    assert_eq!(feed.next().await.unwrap().unwrap(), 1);
+    drain.begin();
+    // The stream flows on through the drain; its loss does not restart.
+    assert_eq!(feed.next().await.unwrap().unwrap(), 2);
+    assert!(matches!(
+        feed.next().await,
+        Some(Err(CallError::Drained {
+            last: Some("connection reset")
+        }))
+    ));
+    assert!(feed.next().await.is_none());
+    assert_eq!(*opened_from.lock().unwrap(), [None]);
 }
 
 #[test]

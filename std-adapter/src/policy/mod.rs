@@ -364,7 +364,7 @@ impl<K, L> Policy<K, L> {
 
 /// The salt of the next call begun on this thread: a count, so the same program draws the same
 /// jitter run after run (with a fixed seed), and no shared write is added to the call path.
-fn next_salt() -> u64 {
+pub(crate) fn next_salt() -> u64 {
     thread_local! {
         static BEGUN: Cell<u64> = const { Cell::new(0) };
     }

@@ -10,10 +10,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
-use stormguard_core::call::{Lost, OptionalBreaker, StreamRestarts, StreamSettings};
+use stormguard_core::call::{
+    Lost, OptionalBreaker, StreamRestarts, StreamSettings, StreamSettingsBuilder,
+};
 use stormguard_core::{CallError, Duration, Finished, Outcome, Parts, SettingsError};
 
-use super::{Attempt, CallOptions, Policy};
+use super::{next_salt, Attempt, CallOptions, Policy};
 use crate::clock::Clock;
 use crate::events::Listener;
 use crate::stall::StallTimer;
@@ -131,7 +133,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
 
     /// [`Policy::call_stream`] with a checkpoint: `checkpoint(&element)` reads the position
     /// each element leaves the stream at (an event id, an offset), and `open(from)` opens the
-    /// stream from the last one taken (`None` the first time). A stream lost mid-way then
+    /// stream after the last one taken (`None` the first time: from the start). A stream lost mid-way then
     /// restarts from there, up to [`max_restarts`](CallStream::max_restarts) times (3 by
     /// default), each restart a retry the breaker, budget and backoff see.
     ///
@@ -187,7 +189,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     }
 
     fn stream_restarts(&self) -> Result<StreamRestarts, SettingsError> {
-        StreamRestarts::begin(&self.settings, &StreamSettings::DEFAULT, self.clock.now())
+        // Salted like a call, so streams begun at the same instant restart apart.
+        let now = self.clock.now();
+        StreamRestarts::begin_salted(&self.settings, &StreamSettings::DEFAULT, now, next_salt())
     }
 }
 
@@ -235,8 +239,9 @@ impl<'p, K, L, T, E, S, F, P, CP, C> CallStream<'p, K, L, T, E, S, F, P, CP, C> 
         self.restarts.restarts()
     }
 
-    /// The error of the element that lost the stream last, if one did (a stall has none: see
-    /// [`CallStream::last_loss`]).
+    /// The error of the last loss the stream restarted from, if one did (a stall has none: see
+    /// [`CallStream::last_loss`]). A loss that ends the stream hands its error out as the last
+    /// item instead.
     pub fn last_error(&self) -> Option<&E> {
         self.last_error.as_ref()
     }
@@ -248,18 +253,10 @@ impl<'p, K, L, T, E, S, F, P, CP, C> CallStream<'p, K, L, T, E, S, F, P, CP, C> 
 
     fn with_settings(
         &self,
-        change: impl FnOnce(
-            stormguard_core::call::StreamSettingsBuilder,
-        ) -> stormguard_core::call::StreamSettingsBuilder,
+        change: impl FnOnce(StreamSettingsBuilder) -> StreamSettingsBuilder,
     ) -> Result<StreamRestarts, SettingsError> {
-        let s = self.restarts.settings();
-        let builder = StreamSettings::builder()
-            .max_restarts(s.max_restarts())
-            .stall_timeout(s.stall_timeout());
-        Ok(self
-            .restarts
-            .clone()
-            .with_settings(change(builder).build()?))
+        let settings = change(self.restarts.settings().to_builder()).build()?;
+        Ok(self.restarts.clone().with_settings(settings))
     }
 }
 
@@ -345,7 +342,9 @@ where
                 self.phase = Phase::Waiting(Box::pin(tokio::time::sleep(wait.into())));
                 None
             }
-            Lost::End(Finished::Succeeded) => {
+            // The stream simply ended; an error the classifier called a success still reaches
+            // the caller, as a call's does.
+            Lost::End(Finished::Succeeded) if error.is_none() => {
                 self.phase = Phase::Done;
                 None
             }
