@@ -787,6 +787,26 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
 }
 
 impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R, K> Policy<'a, M, L, B, R, K> {
+    /// The restarts of a stream beginning now with `settings`: salted and seeded like a call,
+    /// so that streams begun together (a fleet booted together) restart apart.
+    pub(crate) fn stream_restarts(
+        &self,
+        settings: &stormguard_core::call::StreamSettings,
+    ) -> Result<stormguard_core::call::StreamRestarts, stormguard_core::SettingsError> {
+        let now = EmbassyClock::new().now();
+        let salt = self.seed.next_salt();
+        let mut restarts = stormguard_core::call::StreamRestarts::begin_salted(
+            &self.settings,
+            settings,
+            now,
+            salt,
+        )?;
+        if let Some(seed) = self.seed.get() {
+            restarts.reseed(seed);
+        }
+        Ok(restarts)
+    }
+
     /// The breaker alone (no limiter in front) and the budget: what a stream lost mid-way is
     /// reported to ([`StreamRestarts::on_lost`](stormguard_core::call::StreamRestarts::on_lost)).
     pub(crate) fn loss_parts(&self) -> Parts<Heard<'a, M, B, L>, Funds<'a, M>> {

@@ -10,6 +10,7 @@ use stormguard_core::call::{Lost, StreamRestarts, StreamSettings};
 use stormguard_core::{CallError, Event, Finished, Outcome, SettingsError};
 
 use crate::bulkhead::BulkheadStep;
+use crate::drain::Drain;
 use crate::events::Listener;
 use crate::policy::{drive, CallOptions, Gate, Policy};
 use crate::ratelimit::LimitStep;
@@ -59,7 +60,10 @@ pub trait Source {
 /// the caller to read ([`Streaming::restarts`]).
 pub struct Streaming<P> {
     policy: P,
+    settings: StreamSettings,
+    /// The restarts of the run in progress, or of the last one.
     restarts: StreamRestarts,
+    drain: Option<&'static Drain>,
 }
 
 impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep>
@@ -101,10 +105,11 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
     /// }
     /// ```
     pub fn streaming(&self, settings: &StreamSettings) -> Result<Streaming<&Self>, SettingsError> {
-        let now = EmbassyClock::new().now();
         Ok(Streaming {
             policy: self,
-            restarts: StreamRestarts::begin(self.settings(), settings, now)?,
+            settings: *settings,
+            restarts: self.stream_restarts(settings)?,
+            drain: None,
         })
     }
 }
@@ -117,7 +122,16 @@ where
     R: LimitStep,
     K: BulkheadStep,
 {
-    /// Restarts made so far.
+    /// Watches `drain`: once it has begun, a connection in progress starts no new attempt (as
+    /// a call's), and a stream lost from then on does not restart (it ends as
+    /// [`CallError::Drained`]); a flowing stream flows on.
+    #[must_use]
+    pub fn drain_on(mut self, drain: &'static Drain) -> Self {
+        self.drain = Some(drain);
+        self
+    }
+
+    /// Restarts made by the run in progress, or by the last one (each run starts with none).
     #[must_use]
     pub fn restarts(&self) -> u32 {
         self.restarts.restarts()
@@ -145,7 +159,8 @@ where
 
     /// [`Streaming::run`] with a checkpoint: `checkpoint(&element)` reads the position each
     /// element leaves the stream at, and `open(from)` opens the source from the last one taken
-    /// (`None` the first time). A source lost mid-way restarts from there, within the restart
+    /// (`None` the first time: from the start; else after it). A source lost mid-way restarts
+    /// from there, within the restart
     /// limit, each restart heard by the breaker, funded by the budget and waited out on the
     /// backoff.
     pub async fn run_resumable<S, P, CP, O, V>(
@@ -178,14 +193,24 @@ where
         V: AsyncFnMut(S::Item),
     {
         let policy = self.policy;
-        let stall = self.restarts.settings().stall_timeout();
+        // Each run has its restarts afresh: a caller that runs the stream again after it ended
+        // is not left with the restarts an earlier run spent.
+        self.restarts = match policy.stream_restarts(&self.settings) {
+            Ok(restarts) => restarts,
+            // `streaming` checked these settings already.
+            Err(_) => return Err(CallError::Cancelled),
+        };
+        let stall = self.settings.stall_timeout();
         let mut from: Option<P> = None;
         loop {
             let classify = |r: &Result<(Option<S::Item>, S), S::Error>| match r {
                 Ok(_) => Outcome::Success,
                 Err(e) => S::outcome(e),
             };
-            let options = CallOptions::new().classify(classify);
+            let mut options = CallOptions::new().classify(classify);
+            if let Some(drain) = self.drain {
+                options = options.drain_on(drain);
+            }
             let connected = drive(policy, options, async |_attempt| {
                 let mut source = open(from.clone()).await?;
                 match source.next().await {
@@ -224,6 +249,9 @@ where
             };
             drop(source);
             let now = EmbassyClock::new().now();
+            if self.drain.is_some_and(Drain::is_draining) {
+                self.restarts.on_drain();
+            }
             let mut parts = policy.loss_parts();
             let lost = self.restarts.on_lost(
                 &mut parts,
@@ -234,7 +262,9 @@ where
             );
             match lost {
                 Lost::Restart(wait) => Timer::after(to_embassy_duration(wait)).await,
-                Lost::End(Finished::Succeeded) => return Ok(()),
+                // The source simply ended; an error its `outcome` calls a success still
+                // reaches the caller, as a call's does.
+                Lost::End(Finished::Succeeded) if error.is_none() => return Ok(()),
                 Lost::End(finished) => {
                     return finished.into_result::<(), S::Error>(error.map(Err));
                 }

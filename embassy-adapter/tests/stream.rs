@@ -20,7 +20,7 @@ use stormguard_core::call::StreamSettings;
 use stormguard_core::{
     Backoff, Bound, BreakerSettings, CallSettings, Duration, Field, Jitter, Outcome, State,
 };
-use stormguard_embassy::{Breaker, CallError, Policy, Source};
+use stormguard_embassy::{Breaker, CallError, Drain, Policy, Source};
 
 mod support;
 use support::{fresh, run_ms};
@@ -254,6 +254,86 @@ fn a_permanent_error_is_neither_retried_nor_restarted_from() {
     ));
     assert_eq!(r, Err(CallError::Failed("no such channel")));
     assert_eq!(*opened.borrow(), 2);
+}
+
+#[test]
+#[serial]
+fn each_run_has_its_restarts_afresh() {
+    fresh();
+    let breaker = breaker(50);
+    let policy = Policy::new(&breaker, no_jitter());
+    let settings = StreamSettings::builder().max_restarts(1).build().unwrap();
+    let mut stream = policy.streaming(&settings).unwrap();
+    for _ in 0..2 {
+        let got = RefCell::new(Vec::new());
+        let (r, _) = run_ms(stream.run_resumable(
+            |n: &u32| *n,
+            async |from: Option<u32>| Ok(dropping(from, 4, 2)),
+            async |n| got.borrow_mut().push(n),
+        ));
+        assert_eq!(r, Ok(()));
+        assert_eq!(*got.borrow(), [1, 2, 3, 4]);
+        assert_eq!(stream.restarts(), 1);
+    }
+}
+
+#[test]
+#[serial]
+fn a_stream_lost_during_a_drain_ends_as_drained() {
+    static DRAIN: Drain = Drain::new();
+    fresh();
+    let breaker = breaker(50);
+    let policy = Policy::new(&breaker, no_jitter());
+    let mut stream = policy
+        .streaming(&StreamSettings::DEFAULT)
+        .unwrap()
+        .drain_on(&DRAIN);
+    let got = RefCell::new(Vec::new());
+    let (r, _) = run_ms(stream.run_resumable(
+        |n: &u32| *n,
+        async |from: Option<u32>| Ok(dropping(from, 6, 2)),
+        async |n| {
+            got.borrow_mut().push(n);
+            DRAIN.begin(); // the service begins shutting down while the stream flows
+        },
+    ));
+    assert_eq!(
+        r,
+        Err(CallError::Drained {
+            last: Some("link lost")
+        })
+    );
+    assert_eq!(*got.borrow(), [1, 2]);
+}
+
+/// A source whose errors count as successes (the caller's choice): they still end the stream.
+struct Lenient(Scripted);
+
+impl Source for Lenient {
+    type Item = u32;
+    type Error = &'static str;
+    async fn next(&mut self) -> Option<Result<u32, &'static str>> {
+        self.0.next().await
+    }
+    fn outcome(_: &&'static str) -> Outcome {
+        Outcome::Success
+    }
+}
+
+#[test]
+#[serial]
+fn an_error_counted_as_a_success_still_reaches_the_caller() {
+    fresh();
+    let breaker = breaker(5);
+    let policy = Policy::new(&breaker, no_jitter());
+    let mut stream = policy.streaming(&StreamSettings::DEFAULT).unwrap();
+    let (r, _) = run_ms(stream.run_resumable(
+        |n: &u32| *n,
+        async |from: Option<u32>| Ok(Lenient(dropping(from, 6, 2))),
+        async |_| {},
+    ));
+    assert_eq!(r, Err(CallError::Failed("link lost")));
+    assert_eq!(stream.restarts(), 0);
 }
 
 #[test]
