@@ -42,6 +42,11 @@ enum Mode {
     Breaks,
     /// The first response goes quiet after `FIRST_PART` bytes.
     Stalls,
+    /// The first response breaks after `FIRST_PART` bytes, and a resumed range starts a byte
+    /// late (a server that gets ranges wrong).
+    Shifted,
+    /// The first response sends every byte, then breaks before its end.
+    BreaksAtTheEnd,
 }
 
 struct Server {
@@ -50,6 +55,8 @@ struct Server {
     etag: Mutex<&'static str>,
     /// The `Range` header of each request (`None`: the whole resource).
     ranges: Mutex<Vec<Option<String>>>,
+    /// The `Accept-Encoding` header of each request.
+    encodings: Mutex<Vec<Option<String>>>,
 }
 
 async fn blob(AxumState(server): AxumState<Arc<Server>>, headers: HeaderMap) -> Response {
@@ -60,15 +67,32 @@ async fn blob(AxumState(server): AxumState<Arc<Server>>, headers: HeaderMap) -> 
         .map(|v| v.to_str().unwrap().to_string());
     let first = server.ranges.lock().unwrap().is_empty();
     server.ranges.lock().unwrap().push(range.clone());
+    server.encodings.lock().unwrap().push(
+        headers
+            .get("accept-encoding")
+            .map(|v| v.to_str().unwrap().to_string()),
+    );
     let if_range_holds = headers.get("if-range").is_some_and(|v| v == etag);
     let start = match range.as_deref().and_then(|r| r.strip_prefix("bytes=")) {
         Some(r) if if_range_holds => r.trim_end_matches('-').parse::<usize>().unwrap(),
         _ => 0,
     };
+    if start == SIZE {
+        let mut r = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
+        let value = format!("bytes */{SIZE}");
+        r.headers_mut()
+            .insert("content-range", HeaderValue::from_str(&value).unwrap());
+        return r;
+    }
     let rest = Bytes::from(data[start..].to_vec());
     let mut response = if first {
         // Chunks of 4 KiB, then a break or a stall past the first part.
-        let sent: Vec<Result<Bytes, std::io::Error>> = rest[..FIRST_PART]
+        let part = if server.mode == Mode::BreaksAtTheEnd {
+            SIZE
+        } else {
+            FIRST_PART
+        };
+        let sent: Vec<Result<Bytes, std::io::Error>> = rest[..part]
             .chunks(4096)
             .map(|c| Ok(Bytes::copy_from_slice(c)))
             .collect();
@@ -82,14 +106,23 @@ async fn blob(AxumState(server): AxumState<Arc<Server>>, headers: HeaderMap) -> 
         });
         let body = stream::iter(sent).chain(tail);
         let mut r = Response::new(Body::from_stream(body));
-        r.headers_mut()
-            .insert("content-length", HeaderValue::from(SIZE));
+        // Chunked when every byte is sent: the client then waits for the body's end, which
+        // breaks; with the length, it would be complete at the last byte.
+        if server.mode != Mode::BreaksAtTheEnd {
+            r.headers_mut()
+                .insert("content-length", HeaderValue::from(SIZE));
+        }
         r
     } else {
         let mut r = rest.clone().into_response();
         if start > 0 {
             *r.status_mut() = StatusCode::PARTIAL_CONTENT;
-            let value = format!("bytes {start}-{}/{SIZE}", SIZE - 1);
+            let said = if server.mode == Mode::Shifted {
+                start + 1
+            } else {
+                start
+            };
+            let value = format!("bytes {said}-{}/{SIZE}", SIZE - 1);
             r.headers_mut()
                 .insert("content-range", HeaderValue::from_str(&value).unwrap());
         }
@@ -107,6 +140,7 @@ async fn serve(mode: Mode, etag: &'static str) -> (Arc<Server>, String) {
         mode,
         etag: Mutex::new(etag),
         ranges: Mutex::new(Vec::new()),
+        encodings: Mutex::new(Vec::new()),
     });
     let app = Router::new()
         .route("/blob", get(blob))
@@ -160,6 +194,42 @@ async fn a_broken_body_resumes_with_range_against_a_strong_etag() {
     assert!(matches!(body.last_error(), Some(DownloadError::Request(_))));
     let ranges = server.ranges.lock().unwrap().clone();
     assert_eq!(ranges, [None, Some(format!("bytes={FIRST_PART}-"))]);
+    // Offsets count the bytes as sent: every request asks for them unencoded.
+    let identity = Some("identity".to_string());
+    assert_eq!(
+        *server.encodings.lock().unwrap(),
+        [identity.clone(), identity]
+    );
+}
+
+#[tokio::test]
+async fn a_range_that_starts_elsewhere_ends_the_download() {
+    let (server, url) = serve(Mode::Shifted, "\"v1\"").await;
+    let policy = policy();
+    let client = reqwest::Client::new();
+    let request = client.get(&url).build().unwrap();
+    let (got, end) = read_all(download(&policy, client, request).unwrap()).await;
+    assert_eq!(got.len(), FIRST_PART);
+    assert!(
+        matches!(end, Some(CallError::Failed(DownloadError::Changed))),
+        "ended with {end:?}"
+    );
+    assert_eq!(server.ranges.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_body_broken_after_its_last_byte_ends_complete() {
+    let (server, url) = serve(Mode::BreaksAtTheEnd, "\"v1\"").await;
+    let policy = policy();
+    let client = reqwest::Client::new();
+    let request = client.get(&url).build().unwrap();
+    let mut body = download(&policy, client, request).unwrap();
+    let (got, end) = read_all(&mut body).await;
+    assert!(end.is_none(), "ended with {end:?}");
+    assert_eq!(got, resource());
+    assert_eq!(body.restarts(), 1);
+    let ranges = server.ranges.lock().unwrap().clone();
+    assert_eq!(ranges, [None, Some(format!("bytes={SIZE}-"))]);
 }
 
 #[tokio::test]
@@ -182,14 +252,15 @@ async fn a_weak_etag_does_not_resume() {
     let policy = policy();
     let client = reqwest::Client::new();
     let request = client.get(&url).build().unwrap();
-    let body = download(&policy, client, request).unwrap();
-    let (got, end) = read_all(body).await;
+    let mut body = download(&policy, client, request).unwrap();
+    let (got, end) = read_all(&mut body).await;
     assert_eq!(got.len(), FIRST_PART);
+    // The break ends the download as itself: no restart is paid for, no second request goes.
     assert!(
-        matches!(end, Some(CallError::Failed(DownloadError::NotResumable))),
+        matches!(end, Some(CallError::Failed(DownloadError::Request(_)))),
         "ended with {end:?}"
     );
-    // The restart was refused before any request: only the first went out.
+    assert_eq!(body.restarts(), 0);
     assert_eq!(server.ranges.lock().unwrap().len(), 1);
 }
 

@@ -68,6 +68,9 @@ pub struct CallStream<'p, K, L, T, E, S, F, P, CP, C> {
     checkpoint_of: Option<CP>,
     /// The last checkpoint taken.
     checkpoint: Option<P>,
+    /// Whether a checkpoint can be resumed from (always, unless an adapter of this crate says
+    /// otherwise: a download without a strong `ETag`).
+    resumable_from: fn(&P) -> bool,
     classify: C,
     restarts: StreamRestarts,
     last_error: Option<E>,
@@ -77,6 +80,11 @@ pub struct CallStream<'p, K, L, T, E, S, F, P, CP, C> {
 
 // Nothing in it is pinned in place: the inner stream, the connection and the timers are boxed.
 impl<K, L, T, E, S, F, P, CP, C> Unpin for CallStream<'_, K, L, T, E, S, F, P, CP, C> {}
+
+/// Every checkpoint can be resumed from.
+fn any_checkpoint<P>(_: &P) -> bool {
+    true
+}
 
 /// Every error transient: the default classification of a failed element or connection.
 fn every_error_transient<E>(_: &E) -> Outcome {
@@ -123,6 +131,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             open: Some(move |_: Option<()>| open()),
             checkpoint_of: None,
             checkpoint: None,
+            resumable_from: any_checkpoint::<()>,
             classify: every_error_transient::<E>,
             restarts,
             last_error: None,
@@ -180,6 +189,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             open: Some(open),
             checkpoint_of: Some(checkpoint),
             checkpoint: None,
+            resumable_from: any_checkpoint::<P>,
             classify: every_error_transient::<E>,
             restarts,
             last_error: None,
@@ -226,12 +236,21 @@ impl<'p, K, L, T, E, S, F, P, CP, C> CallStream<'p, K, L, T, E, S, F, P, CP, C> 
             open: self.open,
             checkpoint_of: self.checkpoint_of,
             checkpoint: self.checkpoint,
+            resumable_from: self.resumable_from,
             classify,
             restarts: self.restarts,
             last_error: self.last_error,
             stall: self.stall,
             phase: self.phase,
         }
+    }
+
+    /// Says which checkpoints can be resumed from: a loss at any other ends the stream at once
+    /// (no restart is paid for).
+    #[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
+    pub(crate) fn resumable_when(mut self, resumable: fn(&P) -> bool) -> Self {
+        self.resumable_from = resumable;
+        self
     }
 
     /// Restarts made so far.
@@ -328,8 +347,9 @@ where
             breaker: OptionalBreaker::new(steps.breaker, *steps.name),
             budget: policy.funds(),
         };
-        // A restart needs a checkpoint: one taken, or a resumable call's start over.
-        let resumable = self.checkpoint_of.is_some();
+        // A restart needs a checkpoint it can resume from.
+        let resumable = self.checkpoint_of.is_some()
+            && self.checkpoint.as_ref().is_some_and(self.resumable_from);
         let lost = self
             .restarts
             .on_lost(&mut parts, now, outcome, resumable, &mut |e| {
