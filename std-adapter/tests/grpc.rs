@@ -65,6 +65,8 @@ const INVALID: u8 = 4;
 const STALL: u8 = 5;
 /// The headers at once, then nothing for 30 s.
 const STALL_AFTER_HEADERS: u8 = 6;
+/// For `Watch`: the first message, then `UNAVAILABLE` mid-stream.
+const BREAK_AFTER_FIRST: u8 = 7;
 
 /// The dependency: misbehaves `for_calls` times in `mode`, then answers; counts every call and
 /// keeps the `grpc-timeout` and attempt mark of each.
@@ -76,6 +78,8 @@ struct Dependency {
     timeout: Mutex<Option<String>>,
     /// The attempt number each call carried in `x-stormguard-attempt` ("" for none).
     marks: Mutex<Vec<String>>,
+    /// How far apart `Watch` sends its messages, in milliseconds (0: 5 ms).
+    watch_apart_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Dependency {
@@ -144,7 +148,8 @@ impl Service<http::Request<Body>> for Inventory {
                     .get(stormguard_std::tower::ATTEMPT_HEADER)
                     .map_or(String::new(), |v| v.to_str().unwrap().to_owned()),
             );
-            match dep.next_mode() {
+            let mode = dep.next_mode();
+            match mode {
                 UNAVAILABLE => return Ok(grpc_response(Some("14"))),
                 INVALID => return Ok(grpc_response(Some("3"))),
                 EXHAUSTED => {
@@ -177,7 +182,13 @@ impl Service<http::Request<Body>> for Inventory {
             }
             let mut grpc = tonic::server::Grpc::new(ProstCodec::<Stock, Ask>::default());
             if watch {
-                return Ok(grpc.server_streaming(Watch, req).await);
+                let watch = Watch {
+                    apart: StdDuration::from_millis(
+                        dep.watch_apart_ms.load(Ordering::SeqCst).max(5),
+                    ),
+                    breaking: mode == BREAK_AFTER_FIRST,
+                };
+                return Ok(grpc.server_streaming(watch, req).await);
             }
             Ok(grpc.unary(Get, req).await)
         })
@@ -240,8 +251,12 @@ impl tonic::server::UnaryService<Ask> for Get {
     }
 }
 
-/// The handler of `Watch`, a server stream: the stock 1, 2 and 3, 5 ms apart.
-struct Watch;
+/// The handler of `Watch`, a server stream: the stock 1, 2 and 3, `apart` from each other,
+/// or, `breaking`, the stock 1 and then `UNAVAILABLE`.
+struct Watch {
+    apart: StdDuration,
+    breaking: bool,
+}
 
 type StockStream = Pin<Box<dyn futures_util::Stream<Item = Result<Stock, Status>> + Send>>;
 
@@ -252,8 +267,12 @@ impl tonic::server::ServerStreamingService<Ask> for Watch {
 
     fn call(&mut self, _: tonic::Request<Ask>) -> Self::Future {
         use futures_util::StreamExt;
-        let counts = futures_util::stream::iter(1..=3).then(|count| async move {
-            tokio::time::sleep(StdDuration::from_millis(5)).await;
+        let (apart, breaking) = (self.apart, self.breaking);
+        let counts = futures_util::stream::iter(1..=3).then(move |count| async move {
+            tokio::time::sleep(apart).await;
+            if breaking && count > 1 {
+                return Err(Status::unavailable("lost the replica"));
+            }
             Ok(Stock { count })
         });
         Box::pin(async move { Ok(tonic::Response::new(Box::pin(counts) as StockStream)) })
@@ -547,6 +566,34 @@ async fn a_server_stream_is_retried_until_its_first_message_then_flows() {
             after,
             [Outcome::Transient, Outcome::Transient, Outcome::TimedOut]
         );
+        // A stream outlives its attempt: the server is sent no deadline from it.
+        assert_eq!(*dep.timeout.lock().unwrap(), None);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stream_flows_past_the_attempt_timeout_and_a_failure_after_its_first_message_is_the_callers(
+) {
+    bounded(async {
+        let dep = Arc::new(Dependency::default());
+        let (breaker, seen) = (breaker(), Seen::default());
+        let mut client = client(serve(dep.clone()).await, &breaker, &seen).await;
+
+        // Three messages 600 ms apart: 1.8 s in all, past the 1 s attempt timeout, which
+        // bounds the first message alone.
+        dep.watch_apart_ms.store(600, Ordering::SeqCst);
+        assert_eq!(watch(&mut client).await.unwrap(), [1, 2, 3]);
+        assert_eq!(dep.calls(), 1);
+
+        // `UNAVAILABLE` after the first message: the stream has begun, so it is not retried;
+        // the status reaches the caller.
+        dep.watch_apart_ms.store(5, Ordering::SeqCst);
+        dep.misbehave(BREAK_AFTER_FIRST, 1);
+        let status = watch(&mut client).await.unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(dep.calls(), 2);
+        assert!(seen.retries.lock().unwrap().is_empty());
     })
     .await;
 }

@@ -161,7 +161,16 @@ impl Requests<Request<Body>> for GrpcRequests {
         parse_timeout(req.headers().get(GRPC_TIMEOUT)?.as_bytes())
     }
 
+    /// Not for a stream (a call marked [`Streaming`], or a client or bidirectional stream):
+    /// `grpc-timeout` is the whole call's deadline at the server, and a stream outlives its
+    /// attempt, which bounds only the wait for the first message. Such a request keeps the
+    /// `grpc-timeout` it came with, if any.
     fn set_attempt_ceiling(&self, req: &mut Request<Body>, ceiling: Duration) {
+        let extensions = req.extensions();
+        if extensions.get::<Streaming>().is_some() || extensions.get::<OpenRequestBody>().is_some()
+        {
+            return;
+        }
         write_grpc_timeout(req.headers_mut(), ceiling);
     }
 
@@ -370,10 +379,30 @@ where
 enum ReadTo {
     /// To its end (its trailers): a unary call, whose status the trailers carry.
     End,
-    /// To its first message: a server stream, retried until that message like a unary call
-    /// (`UNAVAILABLE` in trailers after the headers, a broken body, a stall cut by the attempt
-    /// timeout), then handed back, that message first, to stream on.
+    /// To its first whole message: a server stream, retried until that message like a unary
+    /// call (`UNAVAILABLE` in trailers after the headers, a body broken before the message is
+    /// whole, a stall cut by the attempt timeout), then handed back, that message first, to
+    /// stream on.
     FirstMessage,
+}
+
+/// Whether `frames` hold a whole gRPC message: its 5-byte prefix (a compression flag and the
+/// length, big-endian) and that many bytes after it.
+fn holds_a_message(frames: &VecDeque<Frame<Bytes>>) -> bool {
+    let data = || frames.iter().filter_map(Frame::data_ref);
+    let mut prefix = data().flat_map(|d| d.iter().copied()).skip(1);
+    let mut length = [0u8; 4];
+    for byte in &mut length {
+        match prefix.next() {
+            Some(b) => *byte = b,
+            None => return false,
+        }
+    }
+    let length = u64::from(u32::from_be_bytes(length));
+    let held = data().fold(0u64, |n, d| {
+        n.saturating_add(u64::try_from(d.len()).unwrap_or(u64::MAX))
+    });
+    held >= length.saturating_add(5)
 }
 
 /// Reads `response`'s body as far as `to` says (and never past [`GRPC_BUFFER_LIMIT`]) and
@@ -399,11 +428,10 @@ where
         }
         match body.frame().await {
             Some(Ok(frame)) => {
-                let data = frame.data_ref().map_or(0, Bytes::len);
-                held = held.saturating_add(data);
+                held = held.saturating_add(frame.data_ref().map_or(0, Bytes::len));
                 let trailers = frame.trailers_ref().cloned();
                 frames.push_back(frame);
-                if to == ReadTo::FirstMessage && data > 0 {
+                if to == ReadTo::FirstMessage && holds_a_message(&frames) {
                     let read = Buffered {
                         frames,
                         failed: None,
@@ -522,5 +550,35 @@ impl<S, K, L> Layer<S> for GrpcLayer<K, L> {
 
     fn layer(&self, inner: S) -> Self::Service {
         self.layer.layer(ReadUnary { inner })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(chunks: &[&'static [u8]]) -> VecDeque<Frame<Bytes>> {
+        chunks
+            .iter()
+            .map(|c| Frame::data(Bytes::from_static(c)))
+            .collect()
+    }
+
+    #[test]
+    fn a_message_is_whole_once_its_prefix_and_its_length_in_bytes_are_held() {
+        // A message of 3 bytes: flag 0, length 3 (big-endian), then the bytes.
+        assert!(!holds_a_message(&frames(&[])));
+        assert!(!holds_a_message(&frames(&[b"\0\0\0"])));
+        assert!(!holds_a_message(&frames(&[b"\0\0\0\0\x03ab"])));
+        assert!(holds_a_message(&frames(&[b"\0\0\0\0\x03abc"])));
+        // Split across frames, prefix included, and with the next message begun.
+        assert!(!holds_a_message(&frames(&[b"\0\0", b"\0\0\x03a", b"b"])));
+        assert!(holds_a_message(&frames(&[b"\0\0", b"\0\0\x03a", b"bc\0"])));
+        // An empty message is whole at its prefix.
+        assert!(holds_a_message(&frames(&[b"\x01\0\0\0\0"])));
+        // Trailers carry no bytes of it.
+        let mut with_trailers = frames(&[b"\0\0\0\0\x01"]);
+        with_trailers.push_back(Frame::trailers(HeaderMap::new()));
+        assert!(!holds_a_message(&with_trailers));
     }
 }
