@@ -66,7 +66,8 @@ struct OpenRequestBody;
 /// through its channel): a call whose request body is complete when the layer gets it (a unary
 /// or server-streaming call: tonic encodes the one message at once) is buffered and can be
 /// replayed; one still streaming gets exactly one attempt. Each attempt's ceiling goes to the
-/// server in `grpc-timeout` (plus [`GRPC_TIMEOUT_MARGIN`]), and a `grpc-timeout` on the request
+/// server in `grpc-timeout` (plus [`GRPC_TIMEOUT_MARGIN`]), except a stream's (marked
+/// [`Streaming`], or a client stream), and a `grpc-timeout` on the request
 /// the layer is given (the tonic client's own `Request::set_timeout`, or an inbound call on a
 /// server) is adopted as the call's deadline.
 ///
