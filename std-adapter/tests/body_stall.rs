@@ -22,7 +22,7 @@ use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use stormguard_std::tower::{BodyStalled, PolicyLayer, StallLayer};
+use stormguard_std::tower::{BodyStalled, PolicyLayer, StallBody, StallLayer};
 use stormguard_std::{Duration, Field, Policy};
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -35,9 +35,10 @@ async fn stalls() -> Body {
     Body::from_stream(stream::iter([Ok(Bytes::from_static(b"first"))]).chain(rest))
 }
 
-/// A body of five pieces, 50 ms apart: slow, never stalled for the 400 ms bound.
+/// A body of twelve pieces, 50 ms apart: 600 ms in all, past the 400 ms bound, but never
+/// stalled for that long.
 async fn trickles() -> Body {
-    Body::from_stream(stream::iter(0..5).then(|n| async move {
+    Body::from_stream(stream::iter(0..12).then(|n| async move {
         tokio::time::sleep(StdDuration::from_millis(50)).await;
         Ok::<_, std::io::Error>(Bytes::from(format!("piece {n};")))
     }))
@@ -84,10 +85,8 @@ async fn a_stalled_body_ends_with_an_error_and_a_slow_one_flows() {
         .unwrap()
         .unwrap()
         .to_bytes();
-    assert_eq!(
-        body,
-        Bytes::from_static(b"piece 0;piece 1;piece 2;piece 3;piece 4;")
-    );
+    let expected: String = (0..12).map(|n| format!("piece {n};")).collect();
+    assert_eq!(body, Bytes::from(expected));
 }
 
 #[test]
@@ -105,4 +104,42 @@ fn a_zero_bound_is_refused_and_a_policys_attempt_timeout_is_taken() {
         .build()
         .unwrap();
     assert_eq!(StallLayer::for_policy(&unbounded), None);
+}
+
+/// A body of frames, each `apart` after the one before (on tokio's clock), then quiet for ever.
+fn frames_apart(
+    count: usize,
+    apart: StdDuration,
+) -> StallBody<
+    http_body_util::StreamBody<
+        impl futures_util::Stream<Item = Result<http_body::Frame<Bytes>, std::io::Error>>,
+    >,
+> {
+    let frames = stream::iter(0..count)
+        .then(move |n| async move {
+            tokio::time::sleep(apart).await;
+            Ok(http_body::Frame::data(Bytes::from(n.to_string())))
+        })
+        .chain(stream::once(std::future::pending()));
+    StallBody::new(
+        http_body_util::StreamBody::new(frames),
+        Duration::from_millis(100),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_bound_counts_only_the_wait_on_the_body() {
+    // Frames 60 ms apart, read by a caller that takes a second over each: no stall, until
+    // the body goes quiet for the bound.
+    let mut body = std::pin::pin!(frames_apart(3, StdDuration::from_millis(60)));
+    let started = tokio::time::Instant::now();
+    for n in 0..3 {
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), Bytes::from(n.to_string()));
+        tokio::time::sleep(StdDuration::from_secs(1)).await;
+    }
+    let error = body.frame().await.unwrap().unwrap_err();
+    assert!(error.downcast_ref::<BodyStalled>().is_some());
+    assert_eq!(started.elapsed(), StdDuration::from_millis(3 * 1_060 + 100));
+    assert!(body.frame().await.is_none(), "a stalled body ends");
 }

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use http::Response;
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use stormguard_core::{Bound, Duration, Field, SettingsError};
+use stormguard_core::{call::StreamSettings, Duration, SettingsError};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -19,12 +19,11 @@ use crate::Policy;
 /// What a body's error becomes once bounded (any body error, or [`BodyStalled`]).
 type BoxError = Box<dyn Error + Send + Sync>;
 
-/// The least stall bound a [`StallLayer`] takes.
-const MIN_STALL: Duration = Duration::from_millis(1);
-
 /// A response body waited on for longer than its stall bound: the error a [`StallBody`] ends
-/// with (boxed; find it with `downcast_ref`). The body counts as timed out, as an attempt
-/// would.
+/// with (boxed; find it with `downcast_ref`), the body's own timeout. The policy's call ended
+/// with the response's headers, so nothing reports it to the breaker or the budget: a caller
+/// that wants a stalled body retried, restarted or counted reads it as a streaming call
+/// ([`Policy::call_stream`](crate::Policy::call_stream), or `download` with reqwest).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BodyStalled {
     /// The bound that passed with no frame.
@@ -64,15 +63,13 @@ pub struct StallLayer {
 }
 
 impl StallLayer {
-    /// Bounds every wait for a body's next frame by `bound` (at least 1 ms).
+    /// Bounds every wait for a body's next frame by `bound` (at least 1 ms, as any stall bound:
+    /// [`StreamSettings`]).
     pub fn new(bound: impl Into<Duration>) -> Result<Self, SettingsError> {
         let bound = bound.into();
-        if bound < MIN_STALL {
-            return Err(SettingsError {
-                field: Field::StallTimeout,
-                bound: Bound::AtLeastDuration(MIN_STALL),
-            });
-        }
+        StreamSettings::builder()
+            .stall_timeout(Some(bound))
+            .build()?;
         Ok(StallLayer { bound })
     }
 
