@@ -7,7 +7,7 @@
 
 use embassy_time::{with_timeout, Timer};
 use stormguard_core::call::{Lost, StreamRestarts, StreamSettings};
-use stormguard_core::{CallError, Event, Finished, Outcome, SettingsError};
+use stormguard_core::{CallError, Event, Outcome, SettingsError};
 
 use crate::bulkhead::BulkheadStep;
 use crate::drain::Drain;
@@ -262,12 +262,7 @@ where
             );
             match lost {
                 Lost::Restart(wait) => Timer::after(to_embassy_duration(wait)).await,
-                // The source simply ended; an error its `outcome` calls a success still
-                // reaches the caller, as a call's does.
-                Lost::End(Finished::Succeeded) if error.is_none() => return Ok(()),
-                Lost::End(finished) => {
-                    return finished.into_result::<(), S::Error>(error.map(Err));
-                }
+                Lost::End(finished) => return finished.into_stream_end(error),
             }
         }
     }

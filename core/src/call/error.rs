@@ -171,6 +171,26 @@ impl Finished {
             Finished::Cancelled => Err(CallError::Cancelled),
         }
     }
+
+    /// How a stream the core ended ([`Lost::End`](crate::call::Lost::End)) ends for its
+    /// caller, given the error of the element that lost it, if one did: `Ok` when it simply
+    /// ended, else the error the caller reads last. As for a call, an error the classifier
+    /// called a success still reaches the caller.
+    ///
+    /// ```
+    /// use stormguard_core::{CallError, Finished, Outcome};
+    ///
+    /// assert_eq!(Finished::Succeeded.into_stream_end::<&str>(None), Ok(()));
+    /// assert_eq!(Finished::Succeeded.into_stream_end(Some("gone")), Err(CallError::Failed("gone")));
+    /// let stalled = Finished::Failed(Outcome::TimedOut).into_stream_end::<&str>(None);
+    /// assert_eq!(stalled, Err(CallError::TimedOut { last: None }));
+    /// ```
+    pub fn into_stream_end<E>(self, error: Option<E>) -> Result<(), CallError<E>> {
+        match (self, error) {
+            (Finished::Succeeded, None) => Ok(()),
+            (finished, error) => finished.into_result(error.map(Err)),
+        }
+    }
 }
 
 impl<E: fmt::Display> fmt::Display for CallError<E> {

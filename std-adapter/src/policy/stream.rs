@@ -13,7 +13,7 @@ use futures_core::Stream;
 use stormguard_core::call::{
     Lost, OptionalBreaker, StreamRestarts, StreamSettings, StreamSettingsBuilder,
 };
-use stormguard_core::{CallError, Duration, Finished, Outcome, Parts, SettingsError};
+use stormguard_core::{CallError, Duration, Outcome, Parts, SettingsError};
 
 use super::{next_salt, Attempt, CallOptions, Policy};
 use crate::clock::Clock;
@@ -362,15 +362,9 @@ where
                 self.phase = Phase::Waiting(Box::pin(tokio::time::sleep(wait.into())));
                 None
             }
-            // The stream simply ended; an error the classifier called a success still reaches
-            // the caller, as a call's does.
-            Lost::End(Finished::Succeeded) if error.is_none() => {
-                self.phase = Phase::Done;
-                None
-            }
             Lost::End(finished) => {
                 self.phase = Phase::Done;
-                Some(finished.into_result::<T, E>(error.map(Err)))
+                finished.into_stream_end(error).err().map(Err)
             }
         }
     }
