@@ -239,6 +239,8 @@ pub enum Field {
     Hedging,
     /// The longest gap between two elements of a flowing stream.
     StallTimeout,
+    /// How long a stream's connection must flow for its restarts to start over.
+    RestartsResetAfter,
 }
 
 impl Field {
@@ -306,6 +308,7 @@ impl Field {
             Field::MeasuredBase => "measured_base",
             Field::Hedging => "hedging",
             Field::StallTimeout => "stall_timeout",
+            Field::RestartsResetAfter => "reset_restarts_after",
         }
     }
 }

@@ -251,3 +251,57 @@ fn streams_begun_at_the_same_instant_restart_apart_when_salted_or_reseeded() {
     assert_ne!(first_wait(0, Some(7)), first_wait(0, Some(8)));
     assert_eq!(first_wait(0, Some(7)), first_wait(0, Some(7)));
 }
+
+#[test]
+fn with_a_reset_a_connection_that_flowed_long_enough_starts_the_restarts_over() {
+    let settings = StreamSettings::builder()
+        .reset_restarts_after(Some(secs(60)))
+        .build()
+        .unwrap();
+    // Connections that flow for `flows` before each loss: how many losses until the end.
+    let losses_until_the_end = |flows| {
+        let mut restarts = StreamRestarts::begin(&no_jitter(), &settings, T0).unwrap();
+        let mut now = T0;
+        let mut waits = Vec::new();
+        for loss in 1..=20 {
+            restarts.on_flowing(now);
+            now += flows;
+            match restarts.on_lost(&mut unguarded(), now, Outcome::Transient, true, &mut |_| {}) {
+                Lost::Restart(wait) => {
+                    waits.push(wait);
+                    now += wait;
+                }
+                Lost::End(_) => return (loss, waits),
+            }
+        }
+        (usize::MAX, waits)
+    };
+    // Lost after two minutes each time: every loss is a first one, for ever.
+    let (end, waits) = losses_until_the_end(secs(120));
+    assert_eq!(end, usize::MAX);
+    assert!(waits.iter().all(|w| *w == ms(100)));
+    // Lost after ten seconds: the limit holds, the backoff grows.
+    let (end, waits) = losses_until_the_end(secs(10));
+    assert_eq!(end, 4);
+    assert_eq!(waits, [ms(100), ms(200), ms(400)]);
+    // Without the setting the limit is over the stream's life, however long it flowed.
+    let mut restarts = StreamRestarts::begin(&no_jitter(), &StreamSettings::DEFAULT, T0).unwrap();
+    let mut now = T0;
+    let mut ended = None;
+    for loss in 1..=5 {
+        restarts.on_flowing(now);
+        now += secs(3_600);
+        if let Lost::End(_) =
+            restarts.on_lost(&mut unguarded(), now, Outcome::Transient, true, &mut |_| {})
+        {
+            ended = Some(loss);
+            break;
+        }
+    }
+    assert_eq!(ended, Some(4));
+    let err = StreamSettings::builder()
+        .reset_restarts_after(Some(ms(0)))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field, Field::RestartsResetAfter);
+}

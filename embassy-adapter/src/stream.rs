@@ -224,6 +224,7 @@ where
             let Some(first) = first else {
                 return Ok(());
             };
+            self.restarts.on_flowing(EmbassyClock::new().now());
             if let Some(cp) = checkpoint.as_mut() {
                 from = Some(cp(&first));
             }

@@ -338,6 +338,30 @@ fn an_error_counted_as_a_success_still_reaches_the_caller() {
 
 #[test]
 #[serial]
+fn links_that_flowed_long_enough_start_the_restarts_over() {
+    fresh();
+    let breaker = breaker(50);
+    let policy = Policy::new(&breaker, no_jitter());
+    // Each link delivers two elements 10 ms apart and is lost 10 ms later: 20 ms of flow.
+    for (reset, delivered) in [(Some(20), 8), (Some(25), 4), (None, 4)] {
+        let settings = StreamSettings::builder()
+            .max_restarts(1)
+            .reset_restarts_after(reset.map(Duration::from_millis))
+            .build()
+            .unwrap();
+        let mut stream = policy.streaming(&settings).unwrap();
+        let got = RefCell::new(Vec::new());
+        let _ = run_ms(stream.run_resumable(
+            |n: &u32| *n,
+            async |from: Option<u32>| Ok(dropping(from, 8, 2)),
+            async |n| got.borrow_mut().push(n),
+        ));
+        assert_eq!(got.borrow().len(), delivered, "reset after {reset:?} ms");
+    }
+}
+
+#[test]
+#[serial]
 fn hedged_settings_cannot_stream() {
     fresh();
     let breaker = breaker(5);

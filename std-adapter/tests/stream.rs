@@ -446,6 +446,36 @@ async fn a_stream_lost_during_a_drain_ends_as_drained() {
     assert_eq!(*opened_from.lock().unwrap(), [None]);
 }
 
+#[tokio::test(start_paused = true)]
+async fn connections_that_flowed_long_enough_start_the_restarts_over() {
+    let policy = Policy::builder("feed")
+        .backoff(no_jitter())
+        .build()
+        .unwrap();
+    // Each connection delivers two elements 10 ms apart and fails 10 ms later: it flowed
+    // 20 ms from its first element when lost.
+    let run = |reset: Option<u64>| {
+        let opened_from = Arc::new(Mutex::new(Vec::new()));
+        let mut feed = policy
+            .call_stream_resumable(|n: &u32| *n, dropping_feed(8, 2, opened_from))
+            .unwrap()
+            .max_restarts(1);
+        if let Some(ms_) = reset {
+            feed = feed.reset_restarts_after(ms(ms_)).unwrap();
+        }
+        async move {
+            let mut got = Vec::new();
+            while let Some(Ok(n)) = feed.next().await {
+                got.push(n);
+            }
+            got
+        }
+    };
+    assert_eq!(run(Some(20)).await, [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(run(Some(25)).await, [1, 2, 3, 4]);
+    assert_eq!(run(None).await, [1, 2, 3, 4]);
+}
+
 #[test]
 fn a_hedged_policy_refuses_to_stream() {
     let policy = Policy::builder("feed").hedging(true).build().unwrap();

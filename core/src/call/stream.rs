@@ -18,17 +18,20 @@ use crate::{Duration, Instant, Outcome};
 pub struct StreamSettings {
     max_restarts: u32,
     stall_timeout: Option<Duration>,
+    reset_after: Option<Duration>,
 }
 
-/// The least stall bound [`StreamSettingsBuilder::stall_timeout`] takes.
+/// The least stall bound [`StreamSettingsBuilder::stall_timeout`] takes, and the least time
+/// [`StreamSettingsBuilder::reset_restarts_after`] does.
 const MIN_STALL: Duration = Duration::from_millis(1);
 
 impl StreamSettings {
-    /// Up to 3 restarts from the checkpoint; no bound on the gap between two elements (a feed
-    /// may be quiet for hours).
+    /// Up to 3 restarts from the checkpoint over the stream's life; no bound on the gap between
+    /// two elements (a feed may be quiet for hours).
     pub const DEFAULT: StreamSettings = StreamSettings {
         max_restarts: 3,
         stall_timeout: None,
+        reset_after: None,
     };
 
     /// A builder starting from [`StreamSettings::DEFAULT`].
@@ -54,6 +57,13 @@ impl StreamSettings {
     #[must_use]
     pub const fn stall_timeout(&self) -> Option<Duration> {
         self.stall_timeout
+    }
+
+    /// How long a connection must have flowed, when it is lost, for the restarts to start over
+    /// (`None`: never, the limit is over the stream's life).
+    #[must_use]
+    pub const fn reset_restarts_after(&self) -> Option<Duration> {
+        self.reset_after
     }
 }
 
@@ -96,12 +106,29 @@ impl StreamSettingsBuilder {
         self
     }
 
+    /// Lets a long-lived stream (a feed open for days) survive a lost connection now and then:
+    /// a connection that had flowed for at least `after` when it was lost starts the restarts
+    /// over, as a first loss, its backoff included. `None` (the default): the limit holds over
+    /// the stream's life. At least 1 ms.
+    pub const fn reset_restarts_after(mut self, after: Option<Duration>) -> Self {
+        self.settings.reset_after = after;
+        self
+    }
+
     /// The settings, or the first bound broken.
     pub const fn build(self) -> Result<StreamSettings, SettingsError> {
         if let Some(d) = self.settings.stall_timeout {
             if d.as_nanos() < MIN_STALL.as_nanos() {
                 return Err(SettingsError::new(
                     Field::StallTimeout,
+                    Bound::AtLeastDuration(MIN_STALL),
+                ));
+            }
+        }
+        if let Some(d) = self.settings.reset_after {
+            if d.as_nanos() < MIN_STALL.as_nanos() {
+                return Err(SettingsError::new(
+                    Field::RestartsResetAfter,
                     Bound::AtLeastDuration(MIN_STALL),
                 ));
             }
@@ -178,6 +205,8 @@ pub struct StreamRestarts {
     restarts: u32,
     last: Option<Outcome>,
     draining: bool,
+    /// When the connection flowing now delivered its first element.
+    flowing_since: Option<Instant>,
 }
 
 impl StreamRestarts {
@@ -226,6 +255,7 @@ impl StreamRestarts {
             restarts: 0,
             last: None,
             draining: false,
+            flowing_since: None,
         })
     }
 
@@ -259,6 +289,13 @@ impl StreamRestarts {
     #[must_use]
     pub const fn last_loss(&self) -> Option<Outcome> {
         self.last
+    }
+
+    /// The stream's connection (its first, or a restart's) delivered its first element at
+    /// `now`: it flows. With [`StreamSettingsBuilder::reset_restarts_after`], how long it flows
+    /// before it is lost decides whether the restarts start over.
+    pub fn on_flowing(&mut self, now: Instant) {
+        self.flowing_since = Some(now);
     }
 
     /// A drain began (the service is shutting down): a stream lost from now on does not
@@ -299,6 +336,15 @@ impl StreamRestarts {
             return Lost::End(Finished::Cancelled);
         }
         self.last = Some(outcome);
+        let flowed = self
+            .flowing_since
+            .take()
+            .map(|since| now.saturating_duration_since(since));
+        if let (Some(flowed), Some(after)) = (flowed, self.settings.reset_after) {
+            if flowed >= after {
+                self.restarts = 0;
+            }
+        }
         if let Ok(permit) = parts.breaker.try_acquire(now, None, events) {
             parts.breaker.on_outcome(now, permit, outcome, events);
         }

@@ -225,6 +225,18 @@ impl<'p, K, L, T, E, S, F, P, CP, C> CallStream<'p, K, L, T, E, S, F, P, CP, C> 
         Ok(self)
     }
 
+    /// Lets a long-lived stream survive a lost connection now and then: a connection that had
+    /// flowed for at least `after` when it was lost starts the restarts over (see
+    /// [`StreamSettingsBuilder::reset_restarts_after`]). At least 1 ms.
+    pub fn reset_restarts_after(
+        mut self,
+        after: impl Into<Duration>,
+    ) -> Result<Self, SettingsError> {
+        let after = after.into();
+        self.restarts = self.with_settings(|b| b.reset_restarts_after(Some(after)))?;
+        Ok(self)
+    }
+
     /// How a failed element or connection counts (every error transient by default): a
     /// [permanent](Outcome::Permanent) one is never retried nor restarted from.
     pub fn classify<C2: Fn(&E) -> Outcome>(
@@ -404,6 +416,7 @@ where
                             rest,
                         }) => {
                             this.phase = Phase::Flowing(rest);
+                            this.restarts.on_flowing(this.policy.clock.now());
                             this.accept(&first);
                             return Poll::Ready(Some(Ok(first)));
                         }
