@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::{stream, Stream, StreamExt};
 use stormguard_std::{
-    Bound, BreakerSettings, BudgetSettings, CallError, Drain, Event, Field, Outcome, Policy,
-    RefusalReason, State,
+    Bound, BreakerSettings, BudgetSettings, CallError, Drain, Event, Field, Metrics, Outcome,
+    Policy, RefusalReason, State,
 };
 use tokio::time::Instant as TokioInstant;
 
@@ -204,6 +204,26 @@ async fn a_resumable_stream_restarts_from_its_checkpoint_after_the_backoff() {
     // Three connections of two elements and a failure at 10 ms each (the last without the
     // failure), and the two backoffs.
     assert_eq!(t0.elapsed(), ms(30 + 30 + 20 + 100 + 200));
+}
+
+#[tokio::test(start_paused = true)]
+async fn metrics_count_the_restarts() {
+    let metrics = Metrics::new("feed");
+    let policy = Policy::builder("feed")
+        .backoff(no_jitter())
+        .listener(metrics.clone())
+        .build()
+        .unwrap();
+    let opened_from = Arc::new(Mutex::new(Vec::new()));
+    let feed = policy
+        .call_stream_resumable(|n: &u32| *n, dropping_feed(6, 2, opened_from))
+        .unwrap();
+    let got: Vec<Result<u32, CallError<&str>>> = feed.collect().await;
+    assert_eq!(got.len(), 6);
+    assert_eq!(metrics.snapshot().restarts, 2);
+    assert!(metrics
+        .to_prometheus()
+        .contains("stormguard_restarts_total{breaker=\"feed\"} 2"));
 }
 
 #[tokio::test(start_paused = true)]

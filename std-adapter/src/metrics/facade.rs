@@ -141,6 +141,7 @@ impl MetricsFacade {
                 retries: counter("stormguard_retries_total"),
                 hedges: counter("stormguard_hedges_total"),
                 nested_retries: counter("stormguard_nested_retries_total"),
+                restarts: counter("stormguard_restarts_total"),
                 rejections: REASONS.map(|r| by("stormguard_rejections_total", "reason", r)),
                 state_changes: STATES.map(|s| by("stormguard_state_changes_total", "to", s)),
             },

@@ -7,6 +7,7 @@
 //! | `stormguard_retries_total` | counter | `breaker` | retries scheduled (the core's `Retry` events) |
 //! | `stormguard_hedges_total` | counter | `breaker` | hedged attempts launched (the core's `Hedged` events) |
 //! | `stormguard_nested_retries_total` | counter | `breaker` | requests received that were a caller's retry (the core's `NestedRetry` events, from [`NestedRetryLayer`](crate::tower::NestedRetryLayer)) |
+//! | `stormguard_restarts_total` | counter | `breaker` | streams restarted from their checkpoint (the core's `Restarted` events) |
 //! | `stormguard_rejections_total` | counter | `breaker`, `reason` | refusals, by [`RefusalReason::as_str`] |
 //! | `stormguard_state_changes_total` | counter | `breaker`, `to` | breaker transitions, by the [`State::as_str`] entered |
 //! | `stormguard_breaker_state` | gauge | `breaker`, `state` | 1 for the current state, 0 for the others |
@@ -44,7 +45,7 @@ mod facade;
 pub use facade::MetricsFacade;
 
 /// Every metric's name, kind and help text (the exposition's `# HELP`).
-const CATALOGUE: [(&str, &str, &str); 15] = [
+const CATALOGUE: [(&str, &str, &str); 16] = [
     (
         "stormguard_calls_total",
         "counter",
@@ -61,6 +62,11 @@ const CATALOGUE: [(&str, &str, &str); 15] = [
         "stormguard_nested_retries_total",
         "counter",
         "Requests received that were a caller's retry.",
+    ),
+    (
+        "stormguard_restarts_total",
+        "counter",
+        "Streams restarted from their checkpoint.",
     ),
     (
         "stormguard_rejections_total",
@@ -205,6 +211,7 @@ struct EventCounters<C> {
     retries: C,
     hedges: C,
     nested_retries: C,
+    restarts: C,
     /// By [`REASONS`].
     rejections: [C; REASONS.len()],
     /// By [`STATES`].
@@ -220,6 +227,7 @@ impl<C> EventCounters<C> {
             Event::Retry { .. } => Some(&self.retries),
             Event::Hedged { .. } => Some(&self.hedges),
             Event::NestedRetry { .. } => Some(&self.nested_retries),
+            Event::Restarted { .. } => Some(&self.restarts),
             _ => None,
         }
     }
@@ -338,6 +346,7 @@ impl Metrics {
             retries: load(&c.events.retries),
             hedges: load(&c.events.hedges),
             nested_retries: load(&c.events.nested_retries),
+            restarts: load(&c.events.restarts),
             rejections: std::array::from_fn(|i| (REASONS.get(i).copied().unwrap_or(""), 0)),
             state_changes: std::array::from_fn(|i| (STATES.get(i).copied().unwrap_or(""), 0)),
             breaker_state: self.inner.breaker.as_ref().map(|b| b.state().as_str()),
@@ -455,6 +464,8 @@ pub struct MetricsSnapshot {
     pub hedges: u64,
     /// Requests received that were a caller's retry.
     pub nested_retries: u64,
+    /// Streams restarted from their checkpoint.
+    pub restarts: u64,
     /// Refusals by reason (`other` for reasons added to the core later).
     pub rejections: [(&'static str, u64); 12],
     /// Breaker transitions, by the state entered.
@@ -548,6 +559,12 @@ impl MetricsSnapshot {
             "counter",
             &[("breaker", b)],
             as_f64(self.nested_retries),
+        );
+        f(
+            "stormguard_restarts_total",
+            "counter",
+            &[("breaker", b)],
+            as_f64(self.restarts),
         );
         for (reason, n) in &self.rejections {
             f(
