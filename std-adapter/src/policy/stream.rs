@@ -57,6 +57,11 @@ enum Phase<'p, T, E, S, F> {
 /// A bulkhead, an adaptive limit or a rate limit of the policy sees each connection as the
 /// attempt it is: a slot is held while connecting, not while the stream flows after it.
 ///
+/// It is a [`Stream`] when the opener, its future, the stream it opens, the elements, the
+/// errors and the checkpoints are `Send` (a connection is boxed as a `Send` future once per
+/// connection, so the stream can move between a runtime's threads); with any of them not
+/// `Send`, the compiler says `CallStream` is not a `Stream`.
+///
 /// Dropping it cancels the call. [`restarts`](CallStream::restarts) and
 /// [`last_error`](CallStream::last_error) say how often and why it restarted.
 #[must_use = "a stream does nothing unless polled"]
