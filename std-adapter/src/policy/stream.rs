@@ -54,8 +54,11 @@ enum Phase<'p, T, E, S, F> {
 ///   A lost stream is reported to the breaker as a failure, and a restart is a retry the
 ///   budget funds, after the backoff, announced by [`Event::Restarted`](crate::Event).
 ///
-/// A bulkhead, an adaptive limit or a rate limit of the policy sees each connection as the
-/// attempt it is: a slot is held while connecting, not while the stream flows after it.
+/// The breaker learns the time to the first element as an attempt's latency, and the measured
+/// attempt ceiling follows what it learned: a policy shared with unary calls would bound the
+/// wait for a stream's first element by theirs. Give streams a policy of their own when the
+/// two differ. A bulkhead, an adaptive limit or a rate limit of the policy sees each connection
+/// as the attempt it is: a slot is held while connecting, not while the stream flows after it.
 ///
 /// It is a [`Stream`] when the opener, its future, the stream it opens, the elements, the
 /// errors and the checkpoints are `Send` (a connection is boxed as a `Send` future once per
