@@ -400,6 +400,13 @@ fn streams(c: &mut Criterion) {
         let mut s = elements();
         b.iter(|| black_box(next(&mut s)))
     });
+    // The same items as a streaming call hands them out (`Result<T, CallError<E>>`, a larger
+    // value to move): the call's own cost is what it adds over this.
+    c.bench_function("stream/element, bare stream, items as a call's", |b| {
+        use futures_util::StreamExt;
+        let mut s = elements().map(|r| r.map_err(stormguard_std::CallError::Failed));
+        b.iter(|| black_box(next(&mut s)))
+    });
     let policy = Policy::builder("bench")
         .clock(QuantaClock::global())
         .build()
