@@ -312,7 +312,9 @@ where
     CP: FnMut(&T) -> P,
     C: Fn(&E) -> Outcome + Clone + Send + Sync + 'p,
 {
-    /// Starts a connection from the last checkpoint, through the policy's call loop.
+    /// Starts a connection from the last checkpoint, through the policy's call loop. Out of
+    /// line, as is the loss: the element path of `poll_next` stays small.
+    #[inline(never)]
     fn connect(&mut self) -> Poll<Option<Result<T, CallError<E>>>> {
         let Some(mut open) = self.open.take() else {
             self.phase = Phase::Done;
@@ -356,6 +358,7 @@ where
 
     /// The stream was lost with `outcome` (and the element's error, if one failed): the core
     /// decides whether it restarts. `Some` is the last item to hand out.
+    #[inline(never)]
     fn lose(&mut self, outcome: Outcome, error: Option<E>) -> Option<Result<T, CallError<E>>> {
         let policy = self.policy;
         let now = policy.clock.now();
@@ -407,6 +410,41 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        // The element path, kept apart from the connection, loss and stall handling.
+        if let Phase::Flowing(rest) = &mut this.phase {
+            let polled = rest.as_mut().poll_next(cx);
+            if let Poll::Ready(Some(Ok(item))) = polled {
+                this.accept(&item);
+                return Poll::Ready(Some(Ok(item)));
+            }
+            return this.advance(Some(polled), cx);
+        }
+        this.advance(None, cx)
+    }
+}
+
+impl<'p, K, L, T, E, S, F, Fut, P, CP, C> CallStream<'p, K, L, T, E, S, F, P, CP, C>
+where
+    K: Clock + Sync,
+    L: Listener + Sync,
+    T: Send + 'p,
+    E: Send + 'p,
+    S: Stream<Item = Result<T, E>> + Send + 'p,
+    F: FnMut(Option<P>) -> Fut + Send + 'p,
+    Fut: Future<Output = Result<S, E>> + Send + 'p,
+    P: Clone + Send + Sync + 'p,
+    CP: FnMut(&T) -> P,
+    C: Fn(&E) -> Outcome + Clone + Send + Sync + 'p,
+{
+    /// Everything but an element that was ready: connecting, waiting to restart, and what a
+    /// flowing stream did other than hand out an element (`polled`, when it was just polled).
+    #[inline(never)]
+    fn advance(
+        &mut self,
+        mut polled: Option<Poll<Option<Result<T, E>>>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<T, CallError<E>>>> {
+        let this = self;
         loop {
             match &mut this.phase {
                 Phase::Start => {
@@ -439,30 +477,32 @@ where
                         }
                     }
                 }
-                Phase::Flowing(rest) => match rest.as_mut().poll_next(cx) {
-                    Poll::Ready(Some(Ok(item))) => {
-                        this.accept(&item);
-                        return Poll::Ready(Some(Ok(item)));
-                    }
-                    Poll::Ready(Some(Err(e))) => {
-                        let outcome = (this.classify)(&e);
-                        if let Some(last) = this.lose(outcome, Some(e)) {
-                            return Poll::Ready(Some(last));
+                Phase::Flowing(rest) => {
+                    match polled.take().unwrap_or_else(|| rest.as_mut().poll_next(cx)) {
+                        Poll::Ready(Some(Ok(item))) => {
+                            this.accept(&item);
+                            return Poll::Ready(Some(Ok(item)));
+                        }
+                        Poll::Ready(Some(Err(e))) => {
+                            let outcome = (this.classify)(&e);
+                            if let Some(last) = this.lose(outcome, Some(e)) {
+                                return Poll::Ready(Some(last));
+                            }
+                        }
+                        Poll::Ready(None) => {
+                            this.phase = Phase::Done;
+                            return Poll::Ready(None);
+                        }
+                        Poll::Pending => {
+                            if !this.stall.poll_stalled(cx) {
+                                return Poll::Pending;
+                            }
+                            if let Some(last) = this.lose(Outcome::TimedOut, None) {
+                                return Poll::Ready(Some(last));
+                            }
                         }
                     }
-                    Poll::Ready(None) => {
-                        this.phase = Phase::Done;
-                        return Poll::Ready(None);
-                    }
-                    Poll::Pending => {
-                        if !this.stall.poll_stalled(cx) {
-                            return Poll::Pending;
-                        }
-                        if let Some(last) = this.lose(Outcome::TimedOut, None) {
-                            return Poll::Ready(Some(last));
-                        }
-                    }
-                },
+                }
                 Phase::Waiting(backoff) => {
                     if backoff.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
