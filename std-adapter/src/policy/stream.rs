@@ -391,51 +391,7 @@ where
             }
         }
     }
-}
 
-impl<'p, K, L, T, E, S, F, Fut, P, CP, C> Stream for CallStream<'p, K, L, T, E, S, F, P, CP, C>
-where
-    K: Clock + Sync,
-    L: Listener + Sync,
-    T: Send + 'p,
-    E: Send + 'p,
-    S: Stream<Item = Result<T, E>> + Send + 'p,
-    F: FnMut(Option<P>) -> Fut + Send + 'p,
-    Fut: Future<Output = Result<S, E>> + Send + 'p,
-    P: Clone + Send + Sync + 'p,
-    CP: FnMut(&T) -> P,
-    C: Fn(&E) -> Outcome + Clone + Send + Sync + 'p,
-{
-    type Item = Result<T, CallError<E>>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        // The element path, kept apart from the connection, loss and stall handling.
-        if let Phase::Flowing(rest) = &mut this.phase {
-            let polled = rest.as_mut().poll_next(cx);
-            if let Poll::Ready(Some(Ok(item))) = polled {
-                this.accept(&item);
-                return Poll::Ready(Some(Ok(item)));
-            }
-            return this.advance(Some(polled), cx);
-        }
-        this.advance(None, cx)
-    }
-}
-
-impl<'p, K, L, T, E, S, F, Fut, P, CP, C> CallStream<'p, K, L, T, E, S, F, P, CP, C>
-where
-    K: Clock + Sync,
-    L: Listener + Sync,
-    T: Send + 'p,
-    E: Send + 'p,
-    S: Stream<Item = Result<T, E>> + Send + 'p,
-    F: FnMut(Option<P>) -> Fut + Send + 'p,
-    Fut: Future<Output = Result<S, E>> + Send + 'p,
-    P: Clone + Send + Sync + 'p,
-    CP: FnMut(&T) -> P,
-    C: Fn(&E) -> Outcome + Clone + Send + Sync + 'p,
-{
     /// Everything but an element that was ready: connecting, waiting to restart, and what a
     /// flowing stream did other than hand out an element (`polled`, when it was just polled).
     #[inline(never)]
@@ -512,6 +468,36 @@ where
                 Phase::Done => return Poll::Ready(None),
             }
         }
+    }
+}
+
+impl<'p, K, L, T, E, S, F, Fut, P, CP, C> Stream for CallStream<'p, K, L, T, E, S, F, P, CP, C>
+where
+    K: Clock + Sync,
+    L: Listener + Sync,
+    T: Send + 'p,
+    E: Send + 'p,
+    S: Stream<Item = Result<T, E>> + Send + 'p,
+    F: FnMut(Option<P>) -> Fut + Send + 'p,
+    Fut: Future<Output = Result<S, E>> + Send + 'p,
+    P: Clone + Send + Sync + 'p,
+    CP: FnMut(&T) -> P,
+    C: Fn(&E) -> Outcome + Clone + Send + Sync + 'p,
+{
+    type Item = Result<T, CallError<E>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        // The element path, kept apart from the connection, loss and stall handling.
+        if let Phase::Flowing(rest) = &mut this.phase {
+            let polled = rest.as_mut().poll_next(cx);
+            if let Poll::Ready(Some(Ok(item))) = polled {
+                this.accept(&item);
+                return Poll::Ready(Some(Ok(item)));
+            }
+            return this.advance(Some(polled), cx);
+        }
+        this.advance(None, cx)
     }
 }
 
