@@ -45,6 +45,14 @@ pub struct Report {
     pub latency_p50_ms: f64,
     /// Caller latency, 99th percentile, in ms.
     pub latency_p99_ms: f64,
+    /// The dependency's own latency, 99th percentile in ms, over the attempts it took on before
+    /// the first impairment: what it takes when healthy (queueing past its capacity included).
+    /// `null` when none began before it.
+    pub served_p99_before_ms: Option<f64>,
+    /// The same over the attempts it took on within the fault window (the whole run when no
+    /// impairment is scheduled): how far the callers let an impairment stretch it (a capacity
+    /// drop's queue). `null` when it took on none.
+    pub served_p99_in_window_ms: Option<f64>,
     /// Times a breaker opened (any client, any reason, failed probes included).
     pub breaker_opens: u64,
     /// Breaker opens by reason (`consecutive_failures`, `failure_rate`, `slow_calls`,

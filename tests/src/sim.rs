@@ -184,6 +184,10 @@ struct Tally {
     /// (start, succeeded) of every top-level call.
     log: Vec<(u64, bool)>,
     latencies: Vec<u64>,
+    /// How long the dependency took over each attempt it took on, begun before the first
+    /// impairment (its healthy latency) and within the fault window.
+    served_before: Vec<u64>,
+    served_in_window: Vec<u64>,
     succeeded: u64,
     failed: u64,
     refused: u64,
@@ -632,6 +636,12 @@ impl Sim<'_> {
         );
         if service.occupies {
             self.in_flight += 1;
+            let took = service.latency.as_nanos();
+            if now < self.window.0 {
+                self.tally.served_before.push(took);
+            } else if now < self.window.1 {
+                self.tally.served_in_window.push(took);
+            }
         }
         let done = now.saturating_add(service.latency.as_nanos());
         self.at(
@@ -888,17 +898,12 @@ impl Sim<'_> {
         let t = &mut self.tally;
         let calls = t.succeeded + t.failed + t.refused;
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-        t.latencies.sort_unstable();
-        let pct = |q: u64| -> f64 {
-            if t.latencies.is_empty() {
-                return 0.0;
-            }
-            // Nearest rank.
-            let n = t.latencies.len() as u64;
-            let rank = (q * n).div_ceil(100).max(1) - 1;
-            t.latencies[rank as usize] as f64 / 1e6
-        };
-        let (p50, p99) = (pct(50), pct(99));
+        let (p50, p99) = (
+            percentile_ms(&mut t.latencies, 50).unwrap_or(0.0),
+            percentile_ms(&mut t.latencies, 99).unwrap_or(0.0),
+        );
+        let served_p99_before = percentile_ms(&mut t.served_before, 99);
+        let served_p99_in_window = percentile_ms(&mut t.served_in_window, 99);
         let amplification = t
             .calls_ps
             .iter()
@@ -1000,6 +1005,8 @@ impl Sim<'_> {
             retries_per_call: ratio(t.retries, calls),
             latency_p50_ms: p50,
             latency_p99_ms: p99,
+            served_p99_before_ms: served_p99_before,
+            served_p99_in_window_ms: served_p99_in_window,
             breaker_opens: t.trips.len() as u64,
             opens_by_reason,
             probes: t.probes,
@@ -1031,6 +1038,16 @@ impl Sim<'_> {
             successes_per_second: std::mem::take(&mut t.successes_ps),
         }
     }
+}
+
+/// The `q`th percentile (nearest rank) of `samples` in ns, in ms; `None` when there are none.
+fn percentile_ms(samples: &mut [u64], q: u64) -> Option<f64> {
+    samples.sort_unstable();
+    let n = samples.len() as u64;
+    let rank = (q * n).div_ceil(100).max(1) - 1;
+    samples
+        .get(usize::try_from(rank).ok()?)
+        .map(|&ns| ns as f64 / 1e6)
 }
 
 /// The breaker transitions an event sink saw: (from, to, reason).
