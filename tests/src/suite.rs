@@ -1,8 +1,8 @@
 //! The built-in scenarios `storm` runs, and what to print beside their tables.
 
 use stormguard_core::{
-    limits::AdaptiveLimitSettings, limits::BulkheadSettings, BreakerSettings, BudgetSettings,
-    CallSettings, Duration, Recovery, SettingsError,
+    limits::AdaptiveLimitSettings, limits::BulkheadSettings, limits::RateLimitSettings,
+    BreakerSettings, BudgetSettings, CallSettings, Duration, Multiple, Recovery, SettingsError,
 };
 
 use crate::model::{Dependency, Impairment};
@@ -131,8 +131,10 @@ pub fn cold_recovery() -> Result<Scenario, SettingsError> {
 /// (about 13.4 are in flight normally), whose capacity halves for 60 s, 30 s in: past 10 in
 /// flight calls queue, stretching every latency, and past 30 they are shed. A fixed bulkhead
 /// sized for the full capacity and one sized for the half are compared with none (no queue: a
-/// full bulkhead refuses, and the call waits that out as a self-imposed throttle) and with the
-/// adaptive limiter, which finds the limit itself.
+/// full bulkhead refuses, and the call waits that out as a self-imposed throttle), with a rate
+/// limit sized for the half, and with the adaptive limiter, which finds the limit itself: with
+/// its defaults, and told to shrink once a round's fastest call is past 1.4x (not 2x) the
+/// healthy 10th percentile.
 pub fn capacity_halves() -> Result<Scenario, SettingsError> {
     let plain = builtin(&["retry-x3+breaker+budget"])?;
     let mut strategies = plain.clone();
@@ -151,6 +153,28 @@ pub fn capacity_halves() -> Result<Scenario, SettingsError> {
     adaptive.name = "retry-x3+breaker+budget+adaptive".to_string();
     adaptive.layers[0].adaptive = Some(AdaptiveLimitSettings::builder_named(DEPENDENCY).build()?);
     strategies.push(adaptive);
+    // On this queue a round's fastest call passes 2x the healthy p10 only at about 2.7x the
+    // capacity, past where the breaker's measured ceiling cuts attempts; 1.4x is passed
+    // before the queue doubles latencies.
+    let mut tolerant = plain[0].clone();
+    tolerant.name = "retry-x3+breaker+budget+adaptive1.4".to_string();
+    tolerant.layers[0].adaptive = Some(
+        AdaptiveLimitSettings::builder_named(DEPENDENCY)
+            .latency_tolerance(Multiple::from_milli(1_400))
+            .build()?,
+    );
+    strategies.push(tolerant);
+    // A rate sized for the half: about 450 calls a second (10 at once over a 22 ms mean),
+    // a tenth of a second of it as burst.
+    let mut rated = plain[0].clone();
+    rated.name = "retry-x3+breaker+budget+rate450".to_string();
+    rated.layers[0].limiter = Some(
+        RateLimitSettings::builder_named(DEPENDENCY)
+            .rate(450, secs(1))
+            .burst(45)
+            .build()?,
+    );
+    strategies.push(rated);
     Ok(Scenario {
         name: "capacity-halves".to_string(),
         description:

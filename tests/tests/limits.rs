@@ -129,6 +129,51 @@ fn an_adaptive_limiter_refuses_nothing_while_healthy_and_beats_a_half_sized_bulk
 }
 
 #[test]
+fn an_adaptive_limiter_shrinking_at_1_4x_serves_more_than_a_full_sized_bulkhead_at_under_2x_the_healthy_p99(
+) {
+    let s = suite::capacity_halves().unwrap();
+    let reports: Vec<Report> = s.strategies.iter().map(|st| run(&s, st, s.seed)).collect();
+    let plain = by_name(&reports, "retry-x3+breaker+budget");
+    let full = by_name(&reports, "retry-x3+breaker+budget+bulkhead20");
+    let half = by_name(&reports, "retry-x3+breaker+budget+bulkhead10");
+    let adaptive = by_name(&reports, "retry-x3+breaker+budget+adaptive1.4");
+    let rated = by_name(&reports, "retry-x3+breaker+budget+rate450");
+    for r in [plain, full, half, adaptive, rated] {
+        println!(
+            "{}: served {}, opens {}, the dependency's p99 {:.1} ms healthy, {:.1} ms in the drop",
+            r.strategy,
+            r.succeeded,
+            r.breaker_opens,
+            r.served_p99_before_ms.unwrap(),
+            r.served_p99_in_window_ms.unwrap()
+        );
+    }
+    // Nothing refused while healthy, and no trip in the drop: the limiter sheds the excess
+    // before the queue it would build stretches latencies into the slow-call rule.
+    assert_eq!(
+        adaptive.successes_between(0, 30),
+        plain.successes_between(0, 30)
+    );
+    assert_eq!(adaptive.breaker_opens, 0);
+    // It serves more than the bulkhead sized for the full capacity, and holds the dependency's
+    // own p99 under twice its healthy p99 and under what that bulkhead lets the queue reach.
+    assert!(adaptive.succeeded > full.succeeded);
+    let healthy = adaptive.served_p99_before_ms.unwrap();
+    let in_drop = adaptive.served_p99_in_window_ms.unwrap();
+    assert!(
+        in_drop <= 2.0 * healthy,
+        "{in_drop} ms against {healthy} ms"
+    );
+    assert!(in_drop < full.served_p99_in_window_ms.unwrap());
+    // Once capacity is back it serves more than a bulkhead sized for the half.
+    assert!(adaptive.successes_between(90, 150) > half.successes_between(90, 150));
+    // A rate sized for the half is no bound on what is in flight: it refuses calls while
+    // nothing is wrong, and in the drop its attempts still queue past twice the healthy p99.
+    assert!(rated.successes_between(0, 30) < plain.successes_between(0, 30));
+    assert!(rated.served_p99_in_window_ms.unwrap() > 2.0 * rated.served_p99_before_ms.unwrap());
+}
+
+#[test]
 fn a_scenario_file_takes_a_rate_limit_a_bulkhead_and_a_capacity_drop() {
     let text = r#"
 name = "limits"
