@@ -3,8 +3,8 @@
 
 use stormguard_core::{
     limits::AdaptiveLimitSettings, limits::BulkheadSettings, limits::RateLimitSettings,
-    policy::Explain, BreakerSettings, BudgetSettings, CallSettings, Duration, Name, Recovery,
-    SettingsError,
+    limits::SlidingWindowSettings, policy::Explain, BreakerSettings, BudgetSettings, CallSettings,
+    Duration, Name, Recovery, SettingsError,
 };
 
 use crate::model::Dependency;
@@ -72,6 +72,10 @@ pub struct Layer {
     /// A GCRA rate limiter in front of every attempt of this layer, if any: its refusal is a
     /// self-imposed throttle, which the call waits out within its deadline.
     pub limiter: Option<RateLimitSettings>,
+    /// A segmented sliding-window limiter in front of every attempt of this layer, behind the
+    /// GCRA limiter, if any: at most its quota of attempts in any window (as its segments
+    /// count them). Its refusal is a self-imposed throttle, as the GCRA limiter's.
+    pub sliding: Option<SlidingWindowSettings>,
     /// A bulkhead in front of every attempt of this layer, if any: attempts in flight at most.
     /// The simulator holds no queue of waiters: a full bulkhead refuses, and the call waits that
     /// out on its backoff as a self-imposed throttle (as the `&mut` form does on firmware); a
@@ -110,6 +114,7 @@ impl Layer {
             breaker: None,
             budget: None,
             limiter: None,
+            sliding: None,
             bulkhead: None,
             adaptive: None,
             retries_when_nested: true,
@@ -128,6 +133,9 @@ impl Layer {
         }
         if let Some(l) = &self.limiter {
             e = e.rate_limit(l);
+        }
+        if let Some(l) = &self.sliding {
+            e = e.sliding_limit(l);
         }
         if let Some(b) = &self.bulkhead {
             e = e.bulkhead(b);

@@ -16,6 +16,7 @@ use stormguard_core::{
     limits::Bulkheaded,
     limits::RateLimited,
     limits::RateLimiter,
+    limits::SlidingWindowLimiter,
     Breaker, Budget, Call, CallSettings, Duration, Event, Finished, Instant, Outcome, Parts,
     Permit, RefusalReason, State, Step, TripReason,
 };
@@ -92,6 +93,7 @@ struct LayerState {
     breaker: Option<Box<Breaker>>,
     purse: Option<Budget>,
     limiter: Option<RateLimiter>,
+    sliding: Option<SlidingWindowLimiter>,
     bulkhead: Option<Bulkhead>,
     adaptive: Option<AdaptiveLimiter>,
     /// Whether this breaker has opened before (for re-trips).
@@ -101,10 +103,14 @@ struct LayerState {
 }
 
 /// The steps in front of a layer's attempts, as the core composes them: the bulkhead outermost,
-/// then the rate limiter, then the adaptive limiter, then the breaker (or none).
+/// then the rate limiters (GCRA, then the sliding window), then the adaptive limiter, then the
+/// breaker (or none).
 type Front<'a> = Bulkheaded<
     RateLimited<
-        AdaptivelyLimited<OptionalBreaker<&'a mut Breaker>, &'a mut Option<AdaptiveLimiter>>,
+        RateLimited<
+            AdaptivelyLimited<OptionalBreaker<&'a mut Breaker>, &'a mut Option<AdaptiveLimiter>>,
+            &'a mut Option<SlidingWindowLimiter>,
+        >,
         &'a mut Option<RateLimiter>,
     >,
     &'a mut Option<Bulkhead>,
@@ -116,9 +122,12 @@ impl LayerState {
         Parts {
             breaker: Bulkheaded::new(
                 RateLimited::new(
-                    AdaptivelyLimited::new(
-                        OptionalBreaker::new(self.breaker.as_deref_mut(), DEPENDENCY),
-                        &mut self.adaptive,
+                    RateLimited::new(
+                        AdaptivelyLimited::new(
+                            OptionalBreaker::new(self.breaker.as_deref_mut(), DEPENDENCY),
+                            &mut self.adaptive,
+                        ),
+                        &mut self.sliding,
                     ),
                     &mut self.limiter,
                 ),
@@ -285,6 +294,7 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
                             }),
                             purse: l.budget.map(Budget::new),
                             limiter: l.limiter.map(RateLimiter::new),
+                            sliding: l.sliding.map(SlidingWindowLimiter::new),
                             bulkhead: l.bulkhead.map(Bulkhead::new),
                             adaptive: l.adaptive.map(AdaptiveLimiter::new),
                             opened: false,

@@ -38,6 +38,7 @@ fn brownout(trip_window: Duration) -> (Scenario, Strategy) {
             ),
             budget: None,
             limiter: None,
+            sliding: None,
             bulkhead: None,
             adaptive: None,
             retries_when_nested: true,

@@ -32,6 +32,7 @@ fn breaker(consecutive: u32) -> Strategy {
             ),
             budget: None,
             limiter: None,
+            sliding: None,
             bulkhead: None,
             adaptive: None,
             retries_when_nested: true,

@@ -1,5 +1,6 @@
-//! The local limits in the simulator: a rate limiter holds the load it lets through to its rate,
-//! and a bulkhead sized for the dependency keeps a loss of capacity from becoming an outage.
+//! The local limits in the simulator: a rate limiter and a sliding window hold the load they
+//! let through to their rate, and a bulkhead sized for the dependency keeps a loss of capacity
+//! from becoming an outage.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -9,7 +10,9 @@
     clippy::cast_precision_loss
 )]
 
-use stormguard_core::{limits::RateLimitSettings, CallSettings, Duration};
+use stormguard_core::{
+    limits::RateLimitSettings, limits::SlidingWindowSettings, CallSettings, Duration,
+};
 use stormguard_tests::{
     config, run, suite, Arrivals, Dependency, Layer, Report, Scenario, Strategy, DEPENDENCY,
 };
@@ -58,6 +61,43 @@ fn a_rate_limiter_holds_the_attempts_it_lets_through_to_its_rate_and_burst() {
         }
     }
     // And it lets its rate through: the dependency serves close to 20 a second.
+    assert!(r.attempts >= 19 * seconds, "{} attempts", r.attempts);
+}
+
+#[test]
+fn a_sliding_window_holds_the_attempts_of_every_window_to_its_quota() {
+    // One client offering 100 calls a second through a quota of 20 per second, counted in 8
+    // segments of 125 ms.
+    let windowed = Layer {
+        sliding: Some(
+            SlidingWindowSettings::builder_named(DEPENDENCY)
+                .quota(20)
+                .window(Duration::from_secs(1))
+                .segments(8)
+                .build()
+                .unwrap(),
+        ),
+        ..Layer::plain(CallSettings::builder().max_attempts(3).build().unwrap())
+    };
+    let seconds = 60;
+    let s = Scenario {
+        name: "windowed".to_string(),
+        description: String::new(),
+        seed: 3,
+        duration: Duration::from_secs(seconds),
+        clients: 1,
+        arrivals: Arrivals::Poisson { rate: 100.0 },
+        dependency: Dependency::healthy(Duration::from_millis(20), Duration::from_millis(60)),
+        strategies: vec![Strategy::single("windowed", windowed)],
+    };
+    let r = run(&s, &s.strategies[0], s.seed);
+    assert!(r.refused_by_limits > r.calls / 2, "{r:?}");
+    assert_eq!(r.refused_locally, r.refused_by_limits);
+    // Every whole second of the run is a window of 8 whole segments: at most the quota.
+    for from in 0..seconds as usize {
+        assert!(r.attempts_between(from, from + 1) <= 20, "second {from}");
+    }
+    // And it lets its quota through.
     assert!(r.attempts >= 19 * seconds, "{} attempts", r.attempts);
 }
 

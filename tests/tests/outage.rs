@@ -143,6 +143,7 @@ fn outage_the_last_client_trips_within_a_second_of_the_outage_at_30_calls_per_se
             breaker: Some(BreakerSettings::builder_named(DEPENDENCY).build().unwrap()),
             budget: None,
             limiter: None,
+            sliding: None,
             bulkhead: None,
             adaptive: None,
             retries_when_nested: true,
