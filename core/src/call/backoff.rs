@@ -344,6 +344,36 @@ impl Backoff {
         self.jitter.apply(self.curve(start, retry), rng)
     }
 
+    /// The wait after a local limiter refused an attempt and named when it will grant one
+    /// (`hint`): never sooner than the hint, and later by a draw of up to the
+    /// [`base`](Backoff::base) or the hint, whichever is less, unless the jitter is
+    /// [`Jitter::None`]; capped at [`cap`](Backoff::cap).
+    ///
+    /// Every caller a limiter refuses before the instant it names is told the same instant.
+    /// Taken exactly, the hint brings them all back at once: a sliding window that frees a
+    /// segment's worth of cells at a time sends that many attempts together, and a published
+    /// quota's reset sends every waiting call at the reset. A dependency's queue can shed such
+    /// a burst. A server's `Retry-After` is taken as [`delay`](Backoff::delay) says.
+    ///
+    /// ```
+    /// use stormguard_core::{Backoff, Duration, rng::JitterRng};
+    ///
+    /// let mut rng = JitterRng::with_seed(7);
+    /// let hint = Duration::from_millis(100);
+    /// let wait = Backoff::DEFAULT.after_local_refusal(hint, &mut rng);
+    /// assert!(wait >= hint && wait <= hint + Backoff::DEFAULT.base());
+    /// // With no jitter, the hint exactly.
+    /// assert_eq!(Backoff::none().after_local_refusal(hint, &mut rng), hint);
+    /// ```
+    #[must_use]
+    pub fn after_local_refusal(&self, hint: Duration, rng: &mut JitterRng) -> Duration {
+        let spread = match self.jitter {
+            Jitter::None => 0,
+            Jitter::Full | Jitter::Equal => rng.up_to(hint.min(self.base).as_nanos()),
+        };
+        Duration::from_nanos(hint.as_nanos().saturating_add(spread)).min(self.cap)
+    }
+
     /// Adds every setting at fault to `p`. A zero base (or throttled base) is valid: no wait
     /// between attempts.
     pub(crate) const fn check(&self, p: &mut Problems) {

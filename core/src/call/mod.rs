@@ -1407,7 +1407,11 @@ impl Call {
         let hint = (!refused.retry_after.is_zero()).then_some(refused.retry_after);
         let after = Outcome::Throttled { retry_after: hint };
         self.mix_rng();
-        let delay = self.rules.backoff.delay(slot, after, &mut self.rng);
+        let delay = match hint {
+            // Spread: the callers refused together are all told the same instant.
+            Some(hint) => self.rules.backoff.after_local_refusal(hint, &mut self.rng),
+            None => self.rules.backoff.delay(slot, after, &mut self.rng),
+        };
         if let Some(left) = self.remaining(now) {
             let after_wait = left.checked_sub(delay).filter(|l| !l.is_zero());
             let healthy = parts.breaker.normal_latency(now).unwrap_or(Duration::ZERO);

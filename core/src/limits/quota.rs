@@ -1024,8 +1024,14 @@ mod tests {
             }
             seen += 1;
         });
-        assert_eq!(step, Step::Wait(Duration::from_secs(2)));
-        let t1 = t0 + Duration::from_secs(2);
+        // The reset, later by a draw of up to the backoff's base: the calls waiting on it do
+        // not all come back at the same instant.
+        let Step::Wait(wait) = step else {
+            panic!("waits out the reset, not {step:?}");
+        };
+        let base = CallSettings::DEFAULT.backoff().base();
+        assert!(wait >= Duration::from_secs(2) && wait <= Duration::from_secs(2) + base);
+        let t1 = t0 + wait;
         let Step::Attempt(permit) = call.poll(&mut parts, t1, &mut |_| {}) else {
             panic!("the quota has reset");
         };

@@ -1275,8 +1275,10 @@ impl<L: Limit + ?Sized> Limit for &mut L {
 /// A rate limiter in front of a breaker (or [`Unguarded`](crate::call::Unguarded)), as one
 /// [`Admission`] for the call driver: every attempt, retries included, takes a cell. A refusal
 /// carries [`RefusalReason::RateLimited`] and the exact time until the next cell. The driver
-/// treats it as a self-imposed throttle: with attempts left it waits that long (capped by the
-/// backoff's maximum) and tries again, charging nothing to the budget; only when no retry fits
+/// treats it as a self-imposed throttle: with attempts left it waits that long, later by a draw
+/// of up to the backoff's base so that callers refused together come back apart (capped by the
+/// backoff's maximum: [`Backoff::after_local_refusal`](crate::call::Backoff::after_local_refusal)),
+/// and tries again, charging nothing to the budget; only when no retry fits
 /// (attempts or deadline) does it serve a guarded rejection like any other (the pause, capped by
 /// the deadline, then the refusal with that `retry_after`).
 ///
@@ -1300,9 +1302,11 @@ impl<L: Limit + ?Sized> Limit for &mut L {
 /// let mut first = Call::begin(&CallSettings::DEFAULT, now);
 /// assert!(matches!(first.poll(&mut parts, now, &mut |_| {}), Step::Attempt(_)));
 ///
-/// // A second call waits for the next cell, a second away...
+/// // A second call waits for the next cell, a second away (and up to the backoff's base more)...
 /// let mut second = Call::begin(&CallSettings::DEFAULT, now);
-/// assert_eq!(second.poll(&mut parts, now, &mut |_| {}), Step::Wait(Duration::from_secs(1)));
+/// let Step::Wait(wait) = second.poll(&mut parts, now, &mut |_| {}) else { panic!() };
+/// let base = CallSettings::DEFAULT.backoff().base();
+/// assert!(wait >= Duration::from_secs(1) && wait <= Duration::from_secs(1) + base);
 ///
 /// // ...and one with no retry left is the guarded rejection.
 /// let once = CallSettings::builder().max_attempts(1).build()?;
