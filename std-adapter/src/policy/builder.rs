@@ -197,10 +197,11 @@ impl<K, L> PolicyBuilder<K, L> {
 
     /// Puts a rate limiter in front of the breaker (default: none): every attempt, retries and
     /// hedges included, takes a cell. A refusal is a self-imposed throttle: with attempts left
-    /// the call waits until the next cell and tries again (using one of its attempts, charging
-    /// nothing to the budget); when no retry fits it is a guarded rejection like any other:
-    /// [`CallError::Rejected`] with [`RefusalReason::RateLimited`](stormguard_core::RefusalReason)
-    /// and, as `retry_after`, the time until the next cell (counted from the end of the pause).
+    /// the call waits until the next cell (later by a draw of up to the backoff's base, so that
+    /// callers refused together come back apart) and tries again (using one of its attempts,
+    /// charging nothing to the budget); when no retry fits it is a guarded rejection like any
+    /// other: [`CallError::Rejected`] with
+    /// [`RefusalReason::RateLimited`](stormguard_core::RefusalReason) and, as `retry_after`, the time until the next cell (counted from the end of the pause).
     /// The breaker is asked first, so an open breaker spends no cells. Composed by the core's
     /// [`RateLimited`].
     ///
