@@ -21,6 +21,22 @@ fn by_name<'a>(reports: &'a [Report], name: &str) -> &'a Report {
     reports.iter().find(|r| r.strategy == name).unwrap()
 }
 
+/// One client offering 100 calls a second for `seconds` to a healthy dependency, through
+/// `layer`.
+fn one_client_at_100_a_second(seconds: u64, layer: Layer) -> Report {
+    let s = Scenario {
+        name: "limited".to_string(),
+        description: String::new(),
+        seed: 3,
+        duration: Duration::from_secs(seconds),
+        clients: 1,
+        arrivals: Arrivals::Poisson { rate: 100.0 },
+        dependency: Dependency::healthy(Duration::from_millis(20), Duration::from_millis(60)),
+        strategies: vec![Strategy::single("limited", layer)],
+    };
+    run(&s, &s.strategies[0], s.seed)
+}
+
 #[test]
 fn a_rate_limiter_holds_the_attempts_it_lets_through_to_its_rate_and_burst() {
     // One client offering 100 calls a second through a limiter of 20 a second (burst 20).
@@ -34,17 +50,7 @@ fn a_rate_limiter_holds_the_attempts_it_lets_through_to_its_rate_and_burst() {
         ..Layer::plain(CallSettings::builder().max_attempts(3).build().unwrap())
     };
     let seconds = 60;
-    let s = Scenario {
-        name: "limited".to_string(),
-        description: String::new(),
-        seed: 3,
-        duration: Duration::from_secs(seconds),
-        clients: 1,
-        arrivals: Arrivals::Poisson { rate: 100.0 },
-        dependency: Dependency::healthy(Duration::from_millis(20), Duration::from_millis(60)),
-        strategies: vec![Strategy::single("limited", limited)],
-    };
-    let r = run(&s, &s.strategies[0], s.seed);
+    let r = one_client_at_100_a_second(seconds, limited);
     // The offered load is 5x the rate: most calls are refused by the limiter, as a throttle the
     // call waited out on its backoff until its attempts ran out.
     assert!(r.refused_by_limits > r.calls / 2, "{r:?}");
@@ -80,17 +86,7 @@ fn a_sliding_window_holds_the_attempts_of_every_window_to_its_quota() {
         ..Layer::plain(CallSettings::builder().max_attempts(3).build().unwrap())
     };
     let seconds = 60;
-    let s = Scenario {
-        name: "windowed".to_string(),
-        description: String::new(),
-        seed: 3,
-        duration: Duration::from_secs(seconds),
-        clients: 1,
-        arrivals: Arrivals::Poisson { rate: 100.0 },
-        dependency: Dependency::healthy(Duration::from_millis(20), Duration::from_millis(60)),
-        strategies: vec![Strategy::single("windowed", windowed)],
-    };
-    let r = run(&s, &s.strategies[0], s.seed);
+    let r = one_client_at_100_a_second(seconds, windowed);
     assert!(r.refused_by_limits > r.calls / 2, "{r:?}");
     assert_eq!(r.refused_locally, r.refused_by_limits);
     // Every whole second of the run is a window of 8 whole segments: at most the quota.
