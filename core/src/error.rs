@@ -241,6 +241,16 @@ pub enum Field {
     StallTimeout,
     /// How long a stream's connection must flow for its restarts to start over.
     RestartsResetAfter,
+    /// How often the runtime's scheduling delay is probed.
+    ProbeInterval,
+    /// The multiple of a probe's normal delay that is saturation.
+    SaturationMultiple,
+    /// The least late a probe must be to be saturation.
+    SaturationFloor,
+    /// The probes that learn the normal delay before any is judged.
+    ArmAfter,
+    /// The quiet probes in a row that end an episode of saturation.
+    DrainAfter,
 }
 
 impl Field {
@@ -309,6 +319,11 @@ impl Field {
             Field::Hedging => "hedging",
             Field::StallTimeout => "stall_timeout",
             Field::RestartsResetAfter => "reset_restarts_after",
+            Field::ProbeInterval => "interval",
+            Field::SaturationMultiple => "multiple",
+            Field::SaturationFloor => "floor",
+            Field::ArmAfter => "arm_after",
+            Field::DrainAfter => "drain_after",
         }
     }
 }

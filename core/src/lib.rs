@@ -139,6 +139,8 @@ pub mod policy;
 // The probe table under both keyed tables (the keyed limiter here, the std adapter's keyed
 // policy).
 pub mod probe;
+// The caller's own runtime running late, told apart from a slow dependency.
+pub mod saturation;
 
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]

@@ -1416,8 +1416,10 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 return;
             }
             let latency = permit.latency(now);
-            // Where flash counts more than nanoseconds, the full path serves this case too.
+            // Where flash counts more than nanoseconds, the full path serves this case too;
+            // and a latency not to be learned takes it.
             if cfg!(target_pointer_width = "64")
+                && !permit.learning_held()
                 && self
                     .stats
                     .slow_threshold(now, s)
@@ -1451,18 +1453,30 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         let s = self.s();
         let keeps = M::KEEPS && s.keeps_statistics();
         let latency = permit.latency(now);
+        // An attempt timed out while the caller's own side was saturated: its timer fired late
+        // or the answer waited for a thread, so the timeout is the caller's, as one its own
+        // deadline cut short is (the call still retries it). Only where a probe can mark it:
+        // the lean form, on firmware, keeps its flash.
+        let outcome = match outcome {
+            Outcome::TimedOut if M::KEEPS && permit.learning_held() => Outcome::Cancelled,
+            other => other,
+        };
         let (_, at_outcome, _) = self.load();
         let current = permit.kind() != Kind::Unguarded && permit.period() == at_outcome.epoch;
         let threshold = self.slow_threshold(now);
-        // Slow at or above the threshold.
-        let slow = matches!(outcome, Outcome::TimedOut) || threshold.is_some_and(|t| latency >= t);
+        // Slow at or above the threshold; a latency the caller's own saturation stretched says
+        // nothing about the dependency (`Permit::hold_learning`).
+        let slow = matches!(outcome, Outcome::TimedOut)
+            || (!permit.learning_held() && threshold.is_some_and(|t| latency >= t));
         let mut readings = None;
         if keeps {
             let closed = current && at_outcome.phase == Phase::Closed;
             // While the breaker distrusts the dependency (half-open, recovering), a slow answer
             // is not taught to the latency baseline: a brownout would otherwise become the
             // normal it is judged against, and end a ramp that should stay at its floor.
-            let teaches = outcome.is_success() && (!slow || at_outcome.phase == Phase::Closed);
+            let teaches = outcome.is_success()
+                && !permit.learning_held()
+                && (!slow || at_outcome.phase == Phase::Closed);
             // A probe's outcome is evidence about a dependency that was failing, not a sample
             // of its normal: taught to the error baseline, the failed probes of a long outage
             // would raise the rate they are judged against at every half-open.

@@ -26,8 +26,9 @@ pub(crate) enum Kind {
 /// attempt timeout it was granted for, or without one, after the break just served. (The
 /// adapters hand the slot back at once from a drop guard, via [`Breaker::release`](crate::Breaker::release).)
 ///
-/// A permit is one word: the grant instant's low 54 bits of nanoseconds, the period and the kind.
-/// Latency is therefore measured modulo 2^54 ns, exact for any attempt shorter than 104 days.
+/// A permit is one word: the grant instant's low 53 bits of nanoseconds, the period, the kind
+/// and whether its latency may be learned. Latency is therefore measured modulo 2^53 ns, exact
+/// for any attempt shorter than 52 days.
 /// The period is kept modulo 256. A new period starts at every open, the end of every break,
 /// every close, the start of a ramp, every reclaim of lost probes, and at `isolate` and `reset`;
 /// a permit held across exactly a multiple of 256 of them would decide again. A flapping breaker
@@ -41,7 +42,10 @@ pub struct Permit {
 }
 
 /// Bits of the grant instant a permit keeps.
-const STARTED_BITS: u32 = 54;
+const STARTED_BITS: u32 = 53;
+/// The bit that says the attempt's latency is not the dependency's to learn
+/// ([`Permit::hold_learning`]).
+const HELD_BIT: u32 = STARTED_BITS + 10;
 
 impl Permit {
     #[inline]
@@ -71,6 +75,50 @@ impl Permit {
             2 => Kind::Ramp,
             _ => Kind::Unguarded,
         }
+    }
+
+    /// The same permit, its latency not to be learned: the caller's own side was saturated
+    /// while the attempt ran (see [`saturation`](crate::saturation)), so the time it took says
+    /// more about the caller than about the dependency. The breaker still counts a success or
+    /// a failure, but neither teaches its latency to the baseline (the median, the p95, the
+    /// measured ceiling and backoff base, the hedge delay) nor judges it slow by it; and a
+    /// timeout is the caller's (its timer fired late, or the answer waited for a thread),
+    /// counted as a cancellation, like one the call's own deadline cut short. The call itself
+    /// still sees the timeout, and retries it. A lean breaker, which learns no latency, takes
+    /// every outcome as it is.
+    ///
+    /// ```
+    /// use stormguard_core::{Breaker, BreakerSettings, Duration, Instant, Outcome};
+    ///
+    /// let mut breaker = Breaker::new(BreakerSettings::defaults("db"));
+    /// let ms = Instant::from_millis;
+    /// for i in 0..100 {
+    ///     let permit = breaker.try_acquire(ms(10 * i))?;
+    ///     breaker.on_outcome(ms(10 * i + 4), permit, Outcome::Success, &mut |_| {});
+    /// }
+    /// let learned = breaker.normal_latency(ms(1_000));
+    /// assert!(learned.is_some());
+    /// // Nine 900 ms answers while the caller's runtime was starved are not learned.
+    /// for i in 0..9 {
+    ///     let permit = breaker.try_acquire(ms(1_000 + i))?.hold_learning();
+    ///     assert!(permit.learning_held());
+    ///     breaker.on_outcome(ms(1_900 + i), permit, Outcome::Success, &mut |_| {});
+    /// }
+    /// assert_eq!(breaker.normal_latency(ms(1_910)), learned);
+    /// # Ok::<(), stormguard_core::Refused>(())
+    /// ```
+    #[inline]
+    pub const fn hold_learning(self) -> Permit {
+        Permit {
+            word: self.word | 1 << HELD_BIT,
+        }
+    }
+
+    /// Whether the attempt's latency is not to be learned ([`Permit::hold_learning`]).
+    #[must_use]
+    #[inline]
+    pub const fn learning_held(&self) -> bool {
+        self.word & 1 << HELD_BIT != 0
     }
 
     /// `true` for a half-open probe.
