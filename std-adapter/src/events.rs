@@ -194,6 +194,12 @@ pub trait Listener {
     fn on_slot_wait(&self, name: &Name, waited: Duration, entered: bool) {
         let _ = (name, waited, entered);
     }
+
+    /// The runtime a [`SaturationProbe`](crate::SaturationProbe) watches is saturated: told
+    /// once per episode, to the listener the probe was spawned with.
+    fn on_saturation(&self, detected: &stormguard_core::saturation::SaturationDetected) {
+        let _ = detected;
+    }
 }
 
 /// No listener: events still go to `tracing`.
@@ -257,6 +263,10 @@ impl<A: Listener, B: Listener> Listener for Both<A, B> {
     fn on_slot_wait(&self, name: &Name, waited: Duration, entered: bool) {
         self.0.on_slot_wait(name, waited, entered);
         self.1.on_slot_wait(name, waited, entered);
+    }
+    fn on_saturation(&self, detected: &stormguard_core::saturation::SaturationDetected) {
+        self.0.on_saturation(detected);
+        self.1.on_saturation(detected);
     }
 }
 

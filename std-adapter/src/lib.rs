@@ -146,6 +146,9 @@ mod nested;
 mod policy;
 #[cfg(feature = "quanta")]
 mod quanta;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod saturation;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod server;
@@ -203,6 +206,9 @@ pub use nested::{inbound_criticality, inbound_retry};
 pub use policy::{AdaptiveLimit, Bulkhead, CallOptions, Limiter, Logged, Policy, PolicyBuilder};
 #[cfg(feature = "tokio")]
 pub use policy::{CallStream, Drain};
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use saturation::SaturationProbe;
 pub use stormguard_core::CallError;
 // The core vocabulary this crate's API takes and returns, so a host user needs only this crate.
 pub use stormguard_core::{

@@ -63,6 +63,8 @@ pub struct PolicyBuilder<K = DefaultClock, L = NoListener> {
     pub(super) retries_when_nested: bool,
     #[cfg(feature = "tokio")]
     pub(super) drain: Option<super::Drain>,
+    #[cfg(feature = "tokio")]
+    pub(super) saturation: Option<crate::SaturationProbe>,
     pub(super) clock: K,
     pub(super) listener: L,
 }
@@ -443,6 +445,27 @@ impl<K, L> PolicyBuilder<K, L> {
         self
     }
 
+    /// Learns nothing from attempts that ran while `probe` saw the runtime saturated: their
+    /// outcomes count, but the breaker teaches their latencies neither to its baseline (the
+    /// median and p95 behind the measured ceiling, the measured backoff base and the hedge
+    /// delay) nor to its slow-call rule. See [`SaturationProbe`](crate::SaturationProbe).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
+    /// let probe = stormguard_std::SaturationProbe::spawn(Default::default());
+    /// let p = stormguard_std::Policy::builder("inventory").saturation(&probe).build()?;
+    /// assert!(p.saturation().is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn saturation(mut self, probe: &crate::SaturationProbe) -> Self {
+        self.saturation = Some(probe.clone());
+        self
+    }
+
     /// Takes the retry settings from `settings` (attempts, deadline, attempt timeout,
     /// measured ceiling, hedging, backoff); the jitter seed stays the builder's.
     ///
@@ -573,6 +596,8 @@ impl<K, L> PolicyBuilder<K, L> {
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
             drain: self.drain,
+            #[cfg(feature = "tokio")]
+            saturation: self.saturation,
             clock,
             listener: self.listener,
         }
@@ -602,6 +627,8 @@ impl<K, L> PolicyBuilder<K, L> {
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
             drain: self.drain,
+            #[cfg(feature = "tokio")]
+            saturation: self.saturation,
             clock: self.clock,
             listener,
         }
@@ -693,6 +720,8 @@ impl<K, L> PolicyBuilder<K, L> {
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
             drain: self.drain,
+            #[cfg(feature = "tokio")]
+            saturation: self.saturation,
             clock: SteadyClock::new(self.clock),
             listener: self.listener,
         })

@@ -109,6 +109,9 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
     /// The drain every call watches ([`PolicyBuilder::drain`]), if any.
     #[cfg(feature = "tokio")]
     drain: Option<Drain>,
+    /// The probe whose episodes hold latency learning ([`PolicyBuilder::saturation`]), if any.
+    #[cfg(feature = "tokio")]
+    saturation: Option<crate::SaturationProbe>,
     clock: SteadyClock<K>,
     listener: L,
 }
@@ -145,6 +148,8 @@ impl Policy {
             retries_when_nested: true,
             #[cfg(feature = "tokio")]
             drain: None,
+            #[cfg(feature = "tokio")]
+            saturation: None,
             clock: default_clock(),
             listener: NoListener,
         }
@@ -282,6 +287,8 @@ impl<K, L> Policy<K, L> {
             retries_when_nested: self.retries_when_nested,
             #[cfg(feature = "tokio")]
             drain: self.drain,
+            #[cfg(feature = "tokio")]
+            saturation: self.saturation,
             clock: self.clock,
             listener,
         }
@@ -294,10 +301,22 @@ impl<K, L> Policy<K, L> {
         self.drain.as_ref()
     }
 
+    /// The probe whose episodes hold latency learning ([`PolicyBuilder::saturation`]), if
+    /// any.
+    #[cfg(feature = "tokio")]
+    #[must_use]
+    pub fn saturation(&self) -> Option<&crate::SaturationProbe> {
+        self.saturation.as_ref()
+    }
+
     /// What one call's admission is built from.
     #[inline]
     pub(crate) fn steps(&self) -> Steps<'_> {
         Steps {
+            #[cfg(feature = "tokio")]
+            saturation: self.saturation.as_ref().map(crate::SaturationProbe::signal),
+            #[cfg(not(feature = "tokio"))]
+            saturation: None,
             name: &self.name,
             breaker: self.breaker.as_ref().map(Breaker::shared),
             limiter: self.limiter.as_ref().map(Limiter::cells),

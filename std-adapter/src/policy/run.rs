@@ -435,6 +435,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             && self.bulkhead.is_none()
             && self.adaptive.is_none()
             && self.quota.is_none()
+            && self.saturation.is_none()
         {
             // No optional step: the loop over the breaker (or none) alone, so that a policy
             // without the steps pays nothing for them (measured: the composition with both

@@ -8,8 +8,8 @@ use stormguard_core::{
     limits::RateLimitSettings, limits::RateLimited, limits::SharedAdaptiveLimiter,
     limits::SharedBulkhead, limits::SharedQuota, limits::SharedRateLimiter,
     limits::SharedSlidingWindowLimiter, limits::SharedWindowLimiter, limits::SlidingWindowSettings,
-    limits::WindowLimitSettings, Instant, Name, Refused, SettingsError, SharedBreaker,
-    SharedBudget,
+    limits::WindowLimitSettings, saturation::SaturationAware, saturation::SaturationSignal,
+    Instant, Name, Refused, SettingsError, SharedBreaker, SharedBudget,
 };
 
 /// The budget side of a policy's calls: its shared budget, or none (the core's `Option`).
@@ -479,10 +479,13 @@ pub(crate) struct Steps<'a> {
     pub(super) adaptive: Option<&'a SharedAdaptiveLimiter>,
     /// The quota the dependency published, kept per policy (per host in a keyed table).
     pub(super) quota: Option<&'a SharedQuota>,
+    /// The signal of the runtime's saturation, when latencies learned are held during it.
+    pub(super) saturation: Option<&'a SaturationSignal>,
 }
 
 impl<'a> Steps<'a> {
-    /// The admission of one call: the breaker (or none), behind the adaptive limiter, behind
+    /// The admission of one call: the breaker (or none), its outcomes judged against the
+    /// runtime's saturation (when the policy watches it), behind the adaptive limiter, behind
     /// the bulkhead, behind the rate limiter, behind the published quota, as the core composes
     /// them. `held` is a slot the call already won by waiting.
     #[inline]
@@ -491,7 +494,10 @@ impl<'a> Steps<'a> {
             RateLimited::new(
                 Bulkheaded::new(
                     AdaptivelyLimited::new(
-                        OptionalBreaker::new(self.breaker, *self.name),
+                        SaturationAware::new(
+                            OptionalBreaker::new(self.breaker, *self.name),
+                            self.saturation,
+                        ),
                         self.adaptive,
                     ),
                     self.bulkhead.map(|bulkhead| Slots { bulkhead, held }),
@@ -509,7 +515,7 @@ pub(crate) type CallAdmission<'a> = RateLimited<
     RateLimited<
         Bulkheaded<
             AdaptivelyLimited<
-                OptionalBreaker<&'a SharedBreaker>,
+                SaturationAware<'a, OptionalBreaker<&'a SharedBreaker>>,
                 Option<&'a SharedAdaptiveLimiter>,
             >,
             Option<Slots<'a>>,

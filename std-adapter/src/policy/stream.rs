@@ -13,7 +13,9 @@ use futures_core::Stream;
 use stormguard_core::call::{
     Lost, OptionalBreaker, StreamRestarts, StreamSettings, StreamSettingsBuilder,
 };
-use stormguard_core::{CallError, Duration, Outcome, Parts, SettingsError};
+use stormguard_core::{
+    saturation::SaturationAware, CallError, Duration, Outcome, Parts, SettingsError,
+};
 
 use super::{next_salt, Attempt, CallOptions, Policy};
 use crate::clock::Clock;
@@ -367,7 +369,10 @@ where
         }
         let steps = policy.steps();
         let mut parts = Parts {
-            breaker: OptionalBreaker::new(steps.breaker, *steps.name),
+            breaker: SaturationAware::new(
+                OptionalBreaker::new(steps.breaker, *steps.name),
+                steps.saturation,
+            ),
             budget: policy.funds(),
         };
         // A restart needs a checkpoint it can resume from.
