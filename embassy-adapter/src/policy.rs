@@ -17,9 +17,9 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_time::Timer;
 use stormguard_core::{
     call::Admission, call::Due, call::Funding, call::HedgedPair, call::Lane, call::PairNext,
-    limits::BudgetSnapshot, policy::Explain, BreakerSettings, BudgetSettings, Call, CallError,
-    CallSettings, Classify, Event, EveryErrorTransient, Instant, Outcome, Parts, Permit, Refused,
-    Snapshot, Step,
+    call::SharedHedgeShare, limits::BudgetSnapshot, policy::Explain, BreakerSettings,
+    BudgetSettings, Call, CallError, CallSettings, Classify, Event, EveryErrorTransient, Instant,
+    Outcome, Parts, Permit, Refused, Snapshot, Step,
 };
 
 use crate::bulkhead::{BulkheadStep, NoBulkhead};
@@ -58,6 +58,7 @@ pub struct CallOptions<C = EveryErrorTransient, X = Never> {
     cancel: X,
     deadline: Option<embassy_time::Instant>,
     drain: Option<&'static Drain>,
+    hedge_share: Option<&'static SharedHedgeShare>,
 }
 
 impl CallOptions {
@@ -69,6 +70,7 @@ impl CallOptions {
             cancel: Never,
             deadline: None,
             drain: None,
+            hedge_share: None,
         }
     }
 }
@@ -88,6 +90,7 @@ impl<C, X> CallOptions<C, X> {
             cancel: self.cancel,
             deadline: self.deadline,
             drain: self.drain,
+            hedge_share: self.hedge_share,
         }
     }
 
@@ -101,6 +104,7 @@ impl<C, X> CallOptions<C, X> {
             cancel,
             deadline: self.deadline,
             drain: self.drain,
+            hedge_share: self.hedge_share,
         }
     }
 
@@ -116,6 +120,24 @@ impl<C, X> CallOptions<C, X> {
     /// ```
     pub fn drain_on(mut self, drain: &'static Drain) -> Self {
         self.drain = Some(drain);
+        self
+    }
+
+    /// Runs the hedge win-rate loop whose state is `share` (one word; the calls given the same
+    /// one share it): a call that would hedge asks for its share first, the share halves after
+    /// four hedges in a row that did not win (down to one call in 64) and doubles back at each
+    /// hedge that wins. Read by [`Policy::call_hedged_with`], the only call that hedges.
+    ///
+    /// ```
+    /// use stormguard_core::call::SharedHedgeShare;
+    /// use stormguard_embassy::CallOptions;
+    /// static SHARE: SharedHedgeShare = SharedHedgeShare::new();
+    /// let options = CallOptions::new().hedge_win_rate(&SHARE);
+    /// # let _ = options;
+    /// assert_eq!(SHARE.share_per_1024(), 1024); // every call may hedge, to begin with
+    /// ```
+    pub fn hedge_win_rate(mut self, share: &'static SharedHedgeShare) -> Self {
+        self.hedge_share = Some(share);
         self
     }
 
@@ -907,6 +929,7 @@ where
         cancel,
         deadline,
         drain,
+        hedge_share: _,
     } = options;
     let mut cancel = pin!(cancel);
     let clock = EmbassyClock::new();
@@ -983,6 +1006,7 @@ where
         cancel,
         deadline,
         drain,
+        hedge_share,
     } = options;
     let mut cancel = pin!(cancel);
     let clock = EmbassyClock::new();
@@ -1011,7 +1035,11 @@ where
         match step {
             Step::Attempt(permit) => {
                 // The first attempt, and when to hedge it if it is still running then.
-                let mut pair = HedgedPair::begin(&call, now, call.hedge_delay(&parts, now));
+                // With the win-rate loop, a call that would hedge asks for its share.
+                let delay = call
+                    .hedge_delay(&parts, now)
+                    .filter(|_| hedge_share.is_none_or(SharedHedgeShare::on_call));
+                let mut pair = HedgedPair::begin(&call, now, delay);
                 let mut guards = [Some(PermitGuard::new(gate, permit)), None];
                 first.set(Some(op(call.attempts())));
                 loop {
@@ -1081,6 +1109,12 @@ where
                     let next = pair.finished(
                         &mut call, &mut parts, lane, permit, now, outcome, answered, &mut sink,
                     );
+                    if next != PairNext::Wait {
+                        // The pair is over: the hedge, if one ran, won or lost.
+                        if let (Some(share), Some(won)) = (hedge_share, pair.hedge_won()) {
+                            share.on_hedge(won);
+                        }
+                    }
                     match next {
                         // A failure waits for the other attempt.
                         PairNext::Wait => {}

@@ -22,12 +22,12 @@ use embassy_sync::signal::Signal;
 use embassy_time::{Duration as EDuration, Timer};
 use serial_test::serial;
 use stormguard_core::{
-    breaker::HedgeSuppressed, call::Admission, limits::BulkheadSettings, limits::RateLimitSettings,
-    limits::RateLimiter, limits::SharedRateLimiter, limits::SlidingWindowLimiter,
-    limits::SlidingWindowSettings, limits::WindowLimitSettings, limits::WindowLimiter,
-    policy::ChaosSettings, policy::Explain, policy::SubscriptionRetry, policy::SubscriptionStatus,
-    Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration, Event, Jitter, LeanBreaker,
-    Ratio, RefusalReason, State, GUARD_PAUSE,
+    breaker::HedgeSuppressed, call::Admission, call::SharedHedgeShare, limits::BulkheadSettings,
+    limits::RateLimitSettings, limits::RateLimiter, limits::SharedRateLimiter,
+    limits::SlidingWindowLimiter, limits::SlidingWindowSettings, limits::WindowLimitSettings,
+    limits::WindowLimiter, policy::ChaosSettings, policy::Explain, policy::SubscriptionRetry,
+    policy::SubscriptionStatus, Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration,
+    Event, Jitter, LeanBreaker, Ratio, RefusalReason, State, GUARD_PAUSE,
 };
 use stormguard_embassy::time::to_embassy_duration;
 use stormguard_embassy::{
@@ -207,6 +207,45 @@ fn a_slow_attempt_is_hedged_after_the_p95_and_the_loser_is_dropped_and_not_count
     let snap = breaker.snapshot().unwrap();
     assert_eq!(snap.consecutive_failures, 0);
     assert_eq!(snap.state, State::Closed);
+}
+
+#[test]
+#[serial(embassy_mock_driver)]
+fn the_win_rate_loop_halves_the_hedged_share_after_losing_hedges_and_a_win_restores_it() {
+    fresh();
+    let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("gateway"));
+    static SHARE: SharedHedgeShare = SharedHedgeShare::new();
+    let attempts = Cell::new(0u32);
+    let policy = Policy::new(&breaker, HEDGED).with_listener(|e: &Event<'_>| {
+        if matches!(e, Event::Attempt { .. }) {
+            attempts.set(attempts.get() + 1);
+        }
+    });
+    // 200 calls of 20 ms: the handful of slower ones below leave the p95 where it is.
+    warm(200, || policy.call(async |_| takes(ms(20)).await));
+    assert_eq!(SHARE.share_per_1024(), 1024);
+    // `first` is how long the first attempt takes, `hedge` how long a hedge does; the attempts
+    // the call made.
+    let call = |first: u64, hedge: u64| {
+        let before = attempts.get();
+        let options = CallOptions::new().hedge_win_rate(&SHARE);
+        let (r, _) = run_ms(policy.call_hedged_with(options, |attempt| async move {
+            Timer::after(ms(if attempt == 1 { first } else { hedge })).await;
+            Ok::<u32, &str>(attempt)
+        }));
+        (r, attempts.get() - before)
+    };
+    // The hedge launches at the p95 (about 21 ms) and the first attempt answers at 26 ms: four
+    // losing hedges halve the share.
+    for _ in 0..4 {
+        assert_eq!(call(26, 100), (Ok(1), 2));
+    }
+    assert_eq!(SHARE.share_per_1024(), 512);
+    // Every other call now: this one runs alone, though it is slow enough to hedge.
+    assert_eq!(call(40, 5), (Ok(1), 1));
+    // The next is hedged, and its hedge wins: the share doubles back.
+    assert_eq!(call(40, 5), (Ok(2), 2));
+    assert_eq!(SHARE.share_per_1024(), 1024);
 }
 
 #[test]
