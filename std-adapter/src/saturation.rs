@@ -15,8 +15,9 @@ use crate::{Clock, DefaultClock, Listener, NoListener};
 /// runtime itself is starved: every worker busy, a blocking call on an async thread. While it
 /// is, the latencies the policies' attempts measure are the caller's, not the dependency's,
 /// so their breakers learn nothing from them (the median, the p95, and with them the measured
-/// attempt ceiling, the measured backoff base and the hedge delay) and judge none of them slow;
-/// outcomes are still counted. The rule is the core's
+/// attempt ceiling, the measured backoff base and the hedge delay), judge none of them slow,
+/// and take their timeouts as the caller's; successes and failures still count. The rule is the
+/// core's
 /// [`SaturationDetector`]: armed after 20 probes, an episode is a probe over 4x its normal
 /// delay and at least 20 ms late, and ends after two probes in a row back under that. Each
 /// episode is told once: to the listener's

@@ -446,9 +446,10 @@ impl<K, L> PolicyBuilder<K, L> {
     }
 
     /// Learns nothing from attempts that ran while `probe` saw the runtime saturated: their
-    /// outcomes count, but the breaker teaches their latencies neither to its baseline (the
-    /// median and p95 behind the measured ceiling, the measured backoff base and the hedge
-    /// delay) nor to its slow-call rule. See [`SaturationProbe`](crate::SaturationProbe).
+    /// successes and failures count, but the breaker teaches their latencies neither to its
+    /// baseline (the median and p95 behind the measured ceiling, the measured backoff base and
+    /// the hedge delay) nor to its slow-call rule, and takes their timeouts as the caller's
+    /// (the call still retries them). See [`SaturationProbe`](crate::SaturationProbe).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
