@@ -266,12 +266,12 @@ pub enum Probed {
     Detected(SaturationDetected),
     /// An episode goes on.
     Saturated,
-    /// The episode that began at `since` ended; its latest probe was `worst` late.
+    /// The episode that began at `since` ended; its last late probe was `last_late` late.
     Drained {
         /// When the episode began: the instant its first late probe was due.
         since: Instant,
-        /// How late its latest probe fired.
-        worst: Duration,
+        /// How late its last late probe fired.
+        last_late: Duration,
     },
 }
 
@@ -280,7 +280,7 @@ pub enum Probed {
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 struct Episode {
     since: Instant,
-    worst: Duration,
+    last_late: Duration,
     /// Probes in a row under the threshold.
     quiet: u32,
 }
@@ -389,7 +389,7 @@ impl SaturationDetector {
             None if late => {
                 self.episode = Some(Episode {
                     since: due,
-                    worst: delay,
+                    last_late: delay,
                     quiet: 0,
                 });
                 self.episodes = self.episodes.saturating_add(1);
@@ -405,7 +405,7 @@ impl SaturationDetector {
             }
             Some(episode) if late => {
                 episode.quiet = 0;
-                episode.worst = delay;
+                episode.last_late = delay;
                 Probed::Saturated
             }
             Some(episode) => {
@@ -413,10 +413,10 @@ impl SaturationDetector {
                 if episode.quiet < self.settings.drain_after {
                     return Probed::Saturated;
                 }
-                let (since, worst) = (episode.since, episode.worst);
+                let (since, last_late) = (episode.since, episode.last_late);
                 self.episode = None;
                 self.drained_at = Some(now);
-                Probed::Drained { since, worst }
+                Probed::Drained { since, last_late }
             }
         }
     }
@@ -500,8 +500,7 @@ impl SaturationSignal {
     /// overdue by more than the threshold.
     #[must_use]
     pub fn is_saturated(&self, now: Instant) -> bool {
-        self.saturated_until.load(Ordering::Relaxed) == u64::MAX
-            || now.as_nanos() >= self.overdue_at.load(Ordering::Relaxed)
+        self.saturated_until.load(Ordering::Relaxed) == u64::MAX || self.overdue(now)
     }
 
     /// Whether an attempt that began at `started` and ended at `now` ran while the runtime was
@@ -509,8 +508,12 @@ impl SaturationSignal {
     /// latency is then not the dependency's to learn.
     #[must_use]
     pub fn holds(&self, started: Instant, now: Instant) -> bool {
-        self.saturated_until.load(Ordering::Relaxed) > started.as_nanos()
-            || now.as_nanos() >= self.overdue_at.load(Ordering::Relaxed)
+        self.saturated_until.load(Ordering::Relaxed) > started.as_nanos() || self.overdue(now)
+    }
+
+    /// Whether the next probe is overdue at `now` by more than the threshold.
+    fn overdue(&self, now: Instant) -> bool {
+        now.as_nanos() >= self.overdue_at.load(Ordering::Relaxed)
     }
 }
 

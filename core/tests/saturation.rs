@@ -93,7 +93,7 @@ fn an_episode_is_told_once_and_drains_after_two_quiet_probes_in_a_row() {
         probe(&mut d, ms(2)).1,
         Probed::Drained {
             since: due,
-            worst: ms(90)
+            last_late: ms(90)
         }
     );
     assert!(!d.is_saturated());

@@ -46,11 +46,18 @@ pub struct SaturationProbe {
     shared: Arc<Shared>,
 }
 
-/// What the probe task publishes and every handle reads.
+/// What the probe task drives and every handle reads: the detector (locked by the task once
+/// per probe, and by a snapshot) and the signal it publishes to the calls.
 struct Shared {
     signal: SaturationSignal,
-    snapshot: Mutex<SaturationSnapshot>,
+    detector: Mutex<SaturationDetector>,
     clock: Box<dyn Clock + Send + Sync>,
+}
+
+impl Shared {
+    fn detector(&self) -> std::sync::MutexGuard<'_, SaturationDetector> {
+        self.detector.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl SaturationProbe {
@@ -97,13 +104,12 @@ impl SaturationProbe {
         K: Clock + Send + Sync + 'static,
         L: Listener + Send + Sync + 'static,
     {
-        let detector = SaturationDetector::new(settings, clock.now());
         let shared = Arc::new(Shared {
             signal: SaturationSignal::new(),
-            snapshot: Mutex::new(detector.snapshot()),
+            detector: Mutex::new(SaturationDetector::new(settings, clock.now())),
             clock: Box::new(clock),
         });
-        tokio::spawn(probe(Arc::downgrade(&shared), detector, listener));
+        tokio::spawn(probe(Arc::downgrade(&shared), listener));
         SaturationProbe { shared }
     }
 
@@ -118,11 +124,7 @@ impl SaturationProbe {
     /// the episodes so far.
     #[must_use]
     pub fn snapshot(&self) -> SaturationSnapshot {
-        *self
-            .shared
-            .snapshot
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.shared.detector().snapshot()
     }
 
     /// What every call of a policy given this probe reads.
@@ -141,11 +143,11 @@ impl std::fmt::Debug for SaturationProbe {
 
 /// The probe task: sleeps until the next probe is due, tells the detector when it woke, and
 /// publishes what it found; stops when every handle is gone.
-async fn probe<L: Listener>(shared: Weak<Shared>, mut detector: SaturationDetector, listener: L) {
+async fn probe<L: Listener>(shared: Weak<Shared>, listener: L) {
     loop {
         let Some(wait) = shared.upgrade().map(|s| {
-            let now = s.clock.now();
-            detector.next_due().saturating_duration_since(now)
+            let due = s.detector().next_due();
+            due.saturating_duration_since(s.clock.now())
         }) else {
             return;
         };
@@ -153,12 +155,12 @@ async fn probe<L: Listener>(shared: Weak<Shared>, mut detector: SaturationDetect
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let probed = detector.on_probe(shared.clock.now());
-        shared.signal.publish(&detector);
-        *shared
-            .snapshot
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = detector.snapshot();
+        let probed = {
+            let mut detector = shared.detector();
+            let probed = detector.on_probe(shared.clock.now());
+            shared.signal.publish(&detector);
+            probed
+        };
         match probed {
             Probed::Detected(detected) => {
                 tracing::warn!(
@@ -170,9 +172,9 @@ async fn probe<L: Listener>(shared: Weak<Shared>, mut detector: SaturationDetect
                 );
                 listener.on_saturation(&detected);
             }
-            Probed::Drained { worst, .. } => tracing::info!(
+            Probed::Drained { last_late, .. } => tracing::info!(
                 target: "stormguard",
-                worst = %worst,
+                last_late = %last_late,
                 "the runtime's saturation drained: latencies are learned again"
             ),
             Probed::Learning | Probed::Steady | Probed::Saturated => {}

@@ -31,12 +31,7 @@ impl Listener for Episodes {
 
 /// `n` calls through `policy`, each answering `took` after it starts; `started` counts the
 /// attempts begun.
-async fn calls<L: Listener + Clone + Send + Sync + 'static>(
-    policy: &Policy<DefaultClock, L>,
-    n: usize,
-    took: u64,
-    started: &Arc<AtomicUsize>,
-) {
+async fn calls(policy: &Policy, n: usize, took: u64, started: &Arc<AtomicUsize>) {
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..n {
         let (policy, started) = (policy.clone(), started.clone());
@@ -58,7 +53,7 @@ async fn calls<L: Listener + Clone + Send + Sync + 'static>(
     }
 }
 
-fn snapshot<L>(policy: &Policy<DefaultClock, L>) -> stormguard_std::Snapshot {
+fn snapshot(policy: &Policy) -> stormguard_std::Snapshot {
     policy.breaker().unwrap().snapshot()
 }
 

@@ -203,7 +203,8 @@ impl<K, L> PolicyBuilder<K, L> {
     /// callers refused together come back apart) and tries again (using one of its attempts,
     /// charging nothing to the budget); when no retry fits it is a guarded rejection like any
     /// other: [`CallError::Rejected`] with
-    /// [`RefusalReason::RateLimited`](stormguard_core::RefusalReason) and, as `retry_after`, the time until the next cell (counted from the end of the pause).
+    /// [`RefusalReason::RateLimited`](stormguard_core::RefusalReason) and, as `retry_after`,
+    /// the time until the next cell (counted from the end of the pause).
     /// The breaker is asked first, so an open breaker spends no cells. Composed by the core's
     /// [`RateLimited`].
     ///
