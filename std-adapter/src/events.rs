@@ -187,6 +187,15 @@ pub trait Listener {
         let _ = (name, ended, took);
     }
 
+    /// Whether this listener takes [`on_call_duration`](Listener::on_call_duration): `true`
+    /// unless it says otherwise. A policy none of whose parts time an attempt (a breaker
+    /// without statistics, no adaptive limit, quota, saturation probe or hedging), whose
+    /// listener takes neither durations nor attempt events, skips the clock reading at the end
+    /// of an attempt that succeeds, and settles it at the attempt's start.
+    fn hears_call_durations(&self) -> bool {
+        true
+    }
+
     /// A call waited `waited` for a slot of its policy's bulkhead (one with a bounded wait)
     /// before its first attempt, and `entered` it, or was refused (its wait or its deadline
     /// ran out, a drain began; a refusal at once, with the queue full, is told as a wait of
@@ -215,11 +224,17 @@ impl Listener for NoListener {
     fn hears_attempts(&self) -> bool {
         false
     }
+    fn hears_call_durations(&self) -> bool {
+        false
+    }
 }
 
 impl<F: Fn(&Event<'_>)> Listener for F {
     fn on_event(&self, event: &Event<'_>) {
         self(event);
+    }
+    fn hears_call_durations(&self) -> bool {
+        false
     }
 }
 
@@ -247,6 +262,9 @@ impl<A: Listener, B: Listener> Listener for Both<A, B> {
     }
     fn hears_attempts(&self) -> bool {
         self.0.hears_attempts() || self.1.hears_attempts()
+    }
+    fn hears_call_durations(&self) -> bool {
+        self.0.hears_call_durations() || self.1.hears_call_durations()
     }
     fn on_attempt(&self, name: &Name, attempt: u32) {
         self.0.on_attempt(name, attempt);

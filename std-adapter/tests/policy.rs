@@ -855,3 +855,79 @@ fn a_policy_breaker_or_budget_with_a_blank_or_control_character_name_is_refused(
         assert_eq!(Breaker::of(3, name).err(), Some(want));
     }
 }
+
+/// A manual clock that counts its readings.
+#[derive(Clone, Default)]
+struct CountingClock {
+    clock: stormguard_std::ManualClock,
+    reads: Arc<AtomicU32>,
+}
+
+impl Clock for CountingClock {
+    fn now(&self) -> stormguard_core::Instant {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.clock.now()
+    }
+}
+
+impl CountingClock {
+    /// The readings a successful call through a policy on this clock takes.
+    async fn reads_per_success<L: Listener>(&self, policy: &Policy<CountingClock, L>) -> u32 {
+        let before = self.reads.load(Ordering::Relaxed);
+        assert_eq!(policy.call(|_| async { Ok::<_, ()>(1) }).await, Ok(1));
+        self.reads.load(Ordering::Relaxed) - before
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_success_nothing_times_takes_one_clock_reading_and_a_timed_one_two() {
+    let clock = CountingClock::default();
+    let untimed = Policy::builder("untimed")
+        .breaker(touchy("untimed"))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert_eq!(clock.reads_per_success(&untimed).await, 1);
+    // Counters take no duration either.
+    let counted = untimed.clone().with_listener(Metrics::for_policy(&untimed));
+    assert_eq!(clock.reads_per_success(&counted).await, 1);
+    // A listener that takes durations, a breaker that keeps statistics: the end is read.
+    let heard = untimed.clone().with_listener(Recorder::default());
+    assert_eq!(clock.reads_per_success(&heard).await, 2);
+    let learning = Policy::builder("learning")
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert_eq!(clock.reads_per_success(&learning).await, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_is_settled_when_it_ended_though_a_success_would_not_be_read() {
+    let clock = CountingClock::default();
+    let breaker = touchy("slow-failure");
+    let policy = Policy::builder("slow-failure")
+        .breaker(breaker.clone())
+        .clock(clock.clone())
+        .max_attempts(1)
+        .build()
+        .unwrap();
+    let started = clock.clock.now();
+    let r = policy
+        .call(|_| {
+            let clock = clock.clone();
+            async move {
+                clock.clock.advance(Duration::from_secs(5));
+                Err::<u32, _>("boom")
+            }
+        })
+        .await;
+    assert_eq!(r, Err(CallError::Failed("boom")));
+    // Opened at the failure's end (5 s in), for 10 s: not at the attempt's start.
+    let ended = started + Duration::from_secs(5);
+    let open_until = ended + Duration::from_secs(10);
+    assert_eq!(
+        breaker.state_at(open_until - Duration::from_millis(1)),
+        State::Open
+    );
+    assert_eq!(breaker.state_at(open_until), State::HalfOpen);
+}

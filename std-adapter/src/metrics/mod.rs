@@ -433,6 +433,9 @@ impl Listener for Metrics {
     fn hears_attempts(&self) -> bool {
         false
     }
+    fn hears_call_durations(&self) -> bool {
+        false
+    }
     fn on_event(&self, event: &Event<'_>) {
         bump(self.inner.counters.events.counter_for(event));
     }

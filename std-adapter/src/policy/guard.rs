@@ -28,6 +28,13 @@ impl<'a> PermitGuard<'a> {
         }
     }
 
+    /// Whether the permit is a half-open probe's.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn is_probe(&self) -> bool {
+        self.permit.as_ref().is_some_and(Permit::is_probe)
+    }
+
     /// The permit, to report its outcome with: the guard no longer releases it.
     #[inline]
     pub(crate) fn disarm(mut self) -> Option<Permit> {

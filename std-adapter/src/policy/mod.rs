@@ -370,6 +370,23 @@ impl<K, L> Policy<K, L> {
         logging || self.listener.hears_attempts() || events::traces_attempts()
     }
 
+    /// Whether a part of this policy reads how long an attempt took, or when it ended: a
+    /// breaker that keeps statistics (its latency rules and baselines), the adaptive limit,
+    /// the published quota, the saturation probe, hedging. Without one, a successful attempt
+    /// of a closed breaker needs no clock reading at its end.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn parts_time_attempts(&self) -> bool {
+        self.adaptive.is_some()
+            || self.quota.is_some()
+            || self.saturation.is_some()
+            || self.settings.hedging()
+            || self
+                .breaker
+                .as_ref()
+                .is_some_and(|b| b.settings().keeps_statistics())
+    }
+
     /// The settings a call made with `options` runs under.
     #[inline]
     pub(crate) fn call_settings<C>(&self, options: &CallOptions<'_, C>) -> &CallSettings {

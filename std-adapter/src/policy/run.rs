@@ -490,7 +490,16 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         options.tighten(&mut call, start);
         // A log the caller asked for is kept from the call's events.
         let mut log = end.as_deref_mut().and_then(|end| end.log.take());
-        call.set_attempt_events(self.attempt_events(log.is_some()));
+        let attempt_events = self.attempt_events(log.is_some());
+        call.set_attempt_events(attempt_events);
+        // Whether the end of a successful attempt is read from the clock. Nothing reads it
+        // when no part times attempts and no listener, log, event or cache entry takes a
+        // duration or an instant: the success is then settled at the attempt's start, and a
+        // call pays one clock reading, not two.
+        let times_success = attempt_events
+            || end.is_some()
+            || self.parts_time_attempts()
+            || self.listener.hears_call_durations();
         // A bulkhead with a bounded wait: the call waits for a slot before its first
         // attempt (the core's `Bulkheaded` never queues; the wait is the adapter's).
         let mut held = None;
@@ -622,9 +631,18 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                                 // Re-armed for the clamped attempt deadline.
                                 timer.set(None);
                             };
-                            now = self.clock.now();
+                            if times_success {
+                                now = self.clock.now();
+                            }
                             let judged =
                                 classify(ran, &options.classify, &mut last, steps.quota, now);
+                            // A failure is evidence at the time it ended (a breaker's open
+                            // mark, a retry's backoff, the deadline), and a probe's success
+                            // closes a breaker then.
+                            if !times_success && (judged.0 != Outcome::Success || guard.is_probe())
+                            {
+                                now = self.clock.now();
+                            }
                             record_outcome(&in_attempt, judged.0.as_str());
                             judged
                         }
