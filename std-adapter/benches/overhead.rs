@@ -233,6 +233,20 @@ fn breakers(c: &mut Criterion) {
             &format!("breaker/stormguard {label}, quanta, 2 threads"),
             |b| b.iter_custom(|iters| two_threads(iters, op)),
         );
+        // The adapter's own acquire and record: the clock is read only when a rule needs it
+        // (with consecutive failures alone, never while closed).
+        let lazy = || {
+            let permit = breaker.try_acquire_on(&clock).unwrap();
+            permit.record_on(&clock, Outcome::Success);
+        };
+        c.bench_function(
+            &format!("breaker/stormguard {label}, Breaker::try_acquire, quanta"),
+            |b| b.iter(lazy),
+        );
+        c.bench_function(
+            &format!("breaker/stormguard {label}, Breaker::try_acquire, quanta, 2 threads"),
+            |b| b.iter_custom(|iters| two_threads(iters, lazy)),
+        );
     }
     let failsafe = failsafe::Config::new().build();
     let op = || {

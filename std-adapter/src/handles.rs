@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use stormguard_core::{
-    limits::BudgetSnapshot, BreakerSettings, BudgetSettings, Instant, Name, Ratio, SettingsError,
-    SharedBreaker, SharedBudget, Snapshot, State,
+    limits::BudgetSnapshot, BreakerSettings, BudgetSettings, Instant, Name, Outcome, Permit, Ratio,
+    Refused, SettingsError, SharedBreaker, SharedBudget, Snapshot, State,
 };
 
 use crate::clock::{default_clock, Clock};
@@ -245,6 +245,52 @@ impl Breaker {
             .reset(default_clock().now(), &mut |e| events::trace(&e));
     }
 
+    /// Asks to make one attempt now, for a caller that drives the breaker itself (a
+    /// [`Policy`](crate::Policy) does this for its calls). The process-wide clock is read
+    /// only when a rule needs it: an open or half-open breaker reads it, a closed one only
+    /// when it keeps statistics (a latency to measure), so a closed consecutive-failure
+    /// breaker admits and records a success without reading a clock. State changes are
+    /// logged to `tracing`.
+    ///
+    /// Report how the attempt ended through the permit; dropped without an outcome, it is
+    /// handed back (a half-open probe slot is freed).
+    ///
+    /// ```
+    /// use stormguard_std::{Outcome, State};
+    /// let b = stormguard_std::Breaker::of(2, "db")?;
+    /// for _ in 0..2 {
+    ///     let permit = b.try_acquire()?;
+    ///     permit.record(Outcome::Transient); // e.g. a connection refused
+    /// }
+    /// assert_eq!(b.state(), State::Open);
+    /// assert!(b.try_acquire().is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire(&self) -> Result<BreakerPermit<'_>, Refused> {
+        self.try_acquire_on(&ProcessClock)
+    }
+
+    /// [`Breaker::try_acquire`] on `clock` (the clock of the policies sharing this breaker,
+    /// when it is not the process-wide one), read only when a rule needs it.
+    ///
+    /// ```
+    /// use stormguard_std::{Clock, Instant, ManualClock, Outcome, State};
+    /// let clock = ManualClock::starting_at(Instant::from_secs(1));
+    /// let b = stormguard_std::Breaker::of(1, "db")?;
+    /// b.try_acquire_on(&clock)?.record_on(&clock, Outcome::Transient);
+    /// assert_eq!(b.state_at(clock.now()), State::Open);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire_on(&self, clock: &impl Clock) -> Result<BreakerPermit<'_>, Refused> {
+        let permit = self
+            .inner
+            .try_acquire_lazy(|| clock.now(), None, &mut |e| events::trace(&e))?;
+        Ok(BreakerPermit {
+            breaker: &self.inner,
+            permit: Some(permit),
+        })
+    }
+
     /// `true` when both handles are the same breaker.
     ///
     /// ```
@@ -256,6 +302,52 @@ impl Breaker {
     #[must_use]
     pub fn same_as(&self, other: &Breaker) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+/// The clock [`Breaker::try_acquire`] reads: the process-wide one, made only when read.
+struct ProcessClock;
+
+impl Clock for ProcessClock {
+    #[inline]
+    fn now(&self) -> Instant {
+        default_clock().now()
+    }
+}
+
+/// One admitted attempt of a [`Breaker`] (from [`Breaker::try_acquire`]): report how it
+/// ended with [`BreakerPermit::record`]. Dropped without an outcome, it is handed back, so a
+/// cancelled attempt never holds a half-open probe slot.
+#[must_use = "dropping the permit hands it back without an outcome"]
+#[derive(Debug)]
+pub struct BreakerPermit<'a> {
+    breaker: &'a SharedBreaker,
+    permit: Option<Permit>,
+}
+
+impl BreakerPermit<'_> {
+    /// Reports how the attempt ended; the process-wide clock is read only when a rule needs
+    /// it (not for a success of a closed breaker that keeps no statistics).
+    pub fn record(self, outcome: Outcome) {
+        self.record_on(&ProcessClock, outcome);
+    }
+
+    /// [`BreakerPermit::record`] on `clock`: the clock the permit was asked on.
+    pub fn record_on(mut self, clock: &impl Clock, outcome: Outcome) {
+        if let Some(permit) = self.permit.take() {
+            self.breaker
+                .on_outcome_lazy(|| clock.now(), permit, outcome, &mut |e| {
+                    events::trace(&e);
+                });
+        }
+    }
+}
+
+impl Drop for BreakerPermit<'_> {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            self.breaker.release(permit);
+        }
     }
 }
 

@@ -192,7 +192,7 @@ pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock,
 pub use download::{download, download_outcome, Chunks, Download, DownloadError, Opening};
 pub use engine::{AddError, Decision, EnginePolicy, PolicyEngine, Predicate, Trail};
 pub use events::{Both, Ended, Listener, NoListener};
-pub use handles::{entropy_seed, lane_hint, Breaker, Budget};
+pub use handles::{entropy_seed, lane_hint, Breaker, BreakerPermit, Budget};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError, MAX_KEYS};

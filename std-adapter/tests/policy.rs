@@ -931,3 +931,52 @@ async fn a_failure_is_settled_when_it_ended_though_a_success_would_not_be_read()
     );
     assert_eq!(breaker.state_at(open_until), State::HalfOpen);
 }
+
+#[test]
+fn a_breaker_driven_by_hand_reads_the_clock_only_for_what_a_rule_needs() {
+    let clock = CountingClock::default();
+    let reads = || clock.reads.load(Ordering::Relaxed);
+    let breaker = touchy("by-hand");
+    for _ in 0..3 {
+        breaker
+            .try_acquire_on(&clock)
+            .unwrap()
+            .record_on(&clock, Outcome::Success);
+    }
+    assert_eq!(
+        reads(),
+        0,
+        "closed, consecutive failures only: nothing to time"
+    );
+    // The failure opens it at its time; a refusal reads the time to the break's end.
+    breaker
+        .try_acquire_on(&clock)
+        .unwrap()
+        .record_on(&clock, Outcome::Transient);
+    assert_eq!(reads(), 1);
+    let refused = breaker.try_acquire_on(&clock).unwrap_err();
+    assert_eq!(refused.reason, RefusalReason::BreakerOpen);
+    assert_eq!(refused.retry_after, Duration::from_secs(10));
+    assert_eq!(reads(), 2);
+    // Half-open: the probe's permit, dropped without an outcome, frees its slot.
+    clock.clock.advance(Duration::from_secs(10));
+    let probe = breaker.try_acquire_on(&clock).unwrap();
+    assert!(
+        breaker.try_acquire_on(&clock).is_err(),
+        "one probe at a time"
+    );
+    drop(probe);
+    breaker
+        .try_acquire_on(&clock)
+        .unwrap()
+        .record_on(&clock, Outcome::Success);
+    assert_eq!(breaker.state_at(clock.clock.now()), State::Closed);
+    // A breaker that keeps statistics times every attempt: two readings each.
+    let learning = Breaker::new(BreakerSettings::defaults("learning"));
+    let before = reads();
+    learning
+        .try_acquire_on(&clock)
+        .unwrap()
+        .record_on(&clock, Outcome::Success);
+    assert_eq!(reads() - before, 2);
+}

@@ -1285,12 +1285,33 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         attempt_timeout: Option<Duration>,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Permit, Refused> {
+        self.try_acquire_lazy(|| now, true, attempt_timeout, events)
+    }
+
+    /// [`Self::try_acquire`] with the time read from `clock` only when needed: always
+    /// outside the closed phase, and while closed when the permit must carry its start
+    /// (`timed`, or a breaker that measures latency). An untimed permit of a breaker that
+    /// keeps no statistics starts at [`Instant::ZERO`]: its latency is never read.
+    #[inline]
+    pub(crate) fn try_acquire_lazy(
+        &self,
+        clock: impl FnOnce() -> Instant,
+        timed: bool,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
         let raw = self.control.get();
         if raw & PHASE_MASK == Phase::Closed as u64 {
             // Nothing in a closed breaker changes on admission.
             let epoch = Control::unpack(raw).epoch;
-            return Ok(Permit::new(epoch, Kind::Normal, now));
+            let start = if timed || (M::KEEPS && self.s().keeps_statistics()) {
+                clock()
+            } else {
+                Instant::ZERO
+            };
+            return Ok(Permit::new(epoch, Kind::Normal, start));
         }
+        let now = clock();
         // Where flash counts more than nanoseconds, the full rule serves this case too.
         if cfg!(target_pointer_width = "64") {
             if let Some(refused) = self.refuse_while_open(now) {
@@ -1406,15 +1427,30 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         outcome: Outcome,
         events: &mut dyn FnMut(Event<'_>),
     ) {
+        self.on_outcome_lazy(|| now, permit, outcome, events);
+    }
+
+    /// [`Self::on_outcome`] with the time read from `clock` only when needed: not for a
+    /// quiet success of a breaker that keeps no statistics.
+    #[inline]
+    pub(crate) fn on_outcome_lazy(
+        &self,
+        clock: impl FnOnce() -> Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
         let s = self.s();
-        if self.quiet_success(&permit, outcome) {
-            // The common case: a success while closed and quiet changes no state. Without
-            // statistics there is nothing to record either; with them, a fast success is one
-            // sample in the trip window and the latency baseline (a slow one is evidence, and
-            // takes the full path).
-            if !(M::KEEPS && s.keeps_statistics()) {
-                return;
-            }
+        // The common case: a success while closed and quiet changes no state. Without
+        // statistics there is nothing to record either; with them, a fast success is one
+        // sample in the trip window and the latency baseline (a slow one is evidence, and
+        // takes the full path).
+        let quiet = self.quiet_success(&permit, outcome);
+        if quiet && !(M::KEEPS && s.keeps_statistics()) {
+            return;
+        }
+        let now = clock();
+        if quiet {
             let latency = permit.latency(now);
             // Where flash counts more than nanoseconds, the full path serves this case too;
             // and a latency not to be learned takes it.

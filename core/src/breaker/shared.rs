@@ -154,6 +154,61 @@ impl<const LANES: usize> SharedBreaker<LANES> {
         self.core.try_acquire(now, attempt_timeout, events)
     }
 
+    /// Like [`SharedBreaker::try_acquire`], reading the time from `clock` only when a rule
+    /// needs it: an open or half-open breaker always reads it, a closed one only when it
+    /// keeps statistics (a latency to measure). So a closed consecutive-failure breaker,
+    /// with [`SharedBreaker::on_outcome_lazy`], admits and records a success without reading
+    /// a clock at all.
+    ///
+    /// A permit granted without a reading carries no start: report it with
+    /// [`SharedBreaker::on_outcome_lazy`] or [`SharedBreaker::on_outcome`] on this breaker,
+    /// not to a call driver (which times attempts by their permits).
+    ///
+    /// ```
+    /// use core::cell::Cell;
+    /// use stormguard_core::{BreakerSettings, Instant, Outcome, SharedBreaker};
+    ///
+    /// let breaker = SharedBreaker::new(BreakerSettings::consecutive_only("db", 1)?);
+    /// let reads = Cell::new(0);
+    /// let clock = || {
+    ///     reads.set(reads.get() + 1);
+    ///     Instant::from_secs(1)
+    /// };
+    /// let permit = breaker.try_acquire_lazy(clock, None, &mut |_| {})?;
+    /// breaker.on_outcome_lazy(clock, permit, Outcome::Success, &mut |_| {});
+    /// assert_eq!(reads.get(), 0); // closed, and nothing to time
+    /// let permit = breaker.try_acquire_lazy(clock, None, &mut |_| {})?;
+    /// breaker.on_outcome_lazy(clock, permit, Outcome::Transient, &mut |_| {});
+    /// assert_eq!(reads.get(), 1); // the failure that opens it is settled at its time
+    /// assert!(breaker.try_acquire_lazy(clock, None, &mut |_| {}).is_err());
+    /// assert_eq!(reads.get(), 2);
+    /// # Ok::<(), Box<dyn core::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_lazy(
+        &self,
+        clock: impl FnOnce() -> Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut impl FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        self.core
+            .try_acquire_lazy(clock, false, attempt_timeout, events)
+    }
+
+    /// Like [`SharedBreaker::on_outcome`], reading the time from `clock` only when a rule
+    /// needs it: not for a success of a closed breaker that keeps no statistics. See
+    /// [`SharedBreaker::try_acquire_lazy`].
+    #[inline]
+    pub fn on_outcome_lazy(
+        &self,
+        clock: impl FnOnce() -> Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut impl FnMut(Event<'_>),
+    ) {
+        self.core.on_outcome_lazy(clock, permit, outcome, events);
+    }
+
     /// Like [`SharedBreaker::try_acquire`], returning a guard that hands the permit back (and
     /// with it any probe slot) if it is dropped without an outcome.
     pub fn try_acquire_guarded(
