@@ -184,6 +184,7 @@ proptest! {
         seed in any::<u64>(),
         jitter in any::<bool>(),
         reopens in 0u32..5,
+        reseed in any::<bool>(),
         offsets in proptest::collection::vec(-20_000i64..150_000, 1..40),
     ) {
         let settings = BreakerSettings::builder("open")
@@ -205,7 +206,18 @@ proptest! {
             local.on_outcome(now, a, Outcome::Transient, &mut |_| {});
             let b = shared.try_acquire(now, None, &mut |_| {}).unwrap();
             shared.on_outcome(now, b, Outcome::Transient, &mut |_| {});
+            // A refusal during every break: what one keeps of a break is not the next's.
+            let refused = shared.try_acquire(now, None, &mut |_| {}).is_err();
+            prop_assert!(local.try_acquire(now).is_err() && refused);
         }
+        // A new seed in place: the rule and the refusal both bound the break by the new
+        // seed's draw from here on, whatever a refusal kept of the old one.
+        let shared = if reseed {
+            local.set_seed(seed.wrapping_add(1));
+            shared.with_seed(seed.wrapping_add(1))
+        } else {
+            shared
+        };
         prop_assert_eq!(local.state(now), State::Open);
         for ms in offsets {
             let at = if ms < 0 {

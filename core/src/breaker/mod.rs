@@ -989,7 +989,7 @@ impl Snapshot {
 /// step / compare-exchange on the control word; the ramp's credit and evidence live in a second
 /// word tagged with the period; statistics are updated word by word.
 #[derive(Clone, Debug)]
-pub(crate) struct Core<W, M = Stats<W>, S = BreakerSettings> {
+pub(crate) struct Core<W, M: Measure = Stats<W>, S = BreakerSettings> {
     settings: S,
     seed: u64,
     control: W,
@@ -997,6 +997,71 @@ pub(crate) struct Core<W, M = Stats<W>, S = BreakerSettings> {
     mark: W,
     ramp: W,
     stats: M,
+    /// The break last drawn for a refusal ([`KeptBreak`]), so that a refusal early in a break
+    /// reads its bound instead of drawing it again: a word in a form with statistics on a
+    /// 64-bit target, nothing where RAM counts more than nanoseconds (there the break is
+    /// drawn each time).
+    #[cfg(all(target_pointer_width = "64", not(loom)))]
+    drawn: M::Kept,
+}
+
+/// Where a refusal keeps the break it drew for the `opens`-th open in a row. The draw depends
+/// only on the settings, the seed and that count, so any writer's value for a count is that
+/// count's (the seed's change empties it: [`Core::set_seed`]).
+#[cfg(all(target_pointer_width = "64", not(loom)))]
+pub(crate) trait KeptBreak {
+    /// Nothing kept.
+    const EMPTY: Self;
+    /// The break kept for `opens`, if it is that count's.
+    fn read(&self, opens: u8) -> Option<Duration>;
+    /// Keeps `drawn` for `opens`.
+    fn keep(&self, opens: u8, drawn: Duration);
+}
+
+/// No room to keep a break: a form without statistics, sized for a microcontroller.
+#[cfg(all(target_pointer_width = "64", not(loom)))]
+impl KeptBreak for () {
+    const EMPTY: () = ();
+    fn read(&self, _: u8) -> Option<Duration> {
+        None
+    }
+    fn keep(&self, _: u8, _: Duration) {}
+}
+
+/// A break kept in one word: its length in whole microseconds (as [`jittered_break`] draws
+/// it) in the low 48 bits, the count of opens above, and a top bit that tells a kept break
+/// from the empty word.
+#[cfg(all(target_pointer_width = "64", not(loom)))]
+#[derive(Clone, Debug)]
+pub(crate) struct DrawnBreak<W>(W);
+
+#[cfg(all(target_pointer_width = "64", not(loom)))]
+impl<W: Word> DrawnBreak<W> {
+    const MICROS_BITS: u32 = 48;
+    const KEPT: u64 = 1 << 63;
+}
+
+#[cfg(all(target_pointer_width = "64", not(loom)))]
+impl<W: Word> KeptBreak for DrawnBreak<W> {
+    const EMPTY: Self = DrawnBreak(word!(W));
+
+    #[inline]
+    fn read(&self, opens: u8) -> Option<Duration> {
+        let w = self.0.get();
+        if w & Self::KEPT == 0 || field(w, Self::MICROS_BITS, 8) != u64::from(opens) {
+            return None;
+        }
+        Some(Duration::from_micros(field(w, 0, Self::MICROS_BITS)))
+    }
+
+    fn keep(&self, opens: u8, drawn: Duration) {
+        // A break of years does not fit; it is drawn each time.
+        let micros = drawn.as_micros_ceil();
+        if micros < 1 << Self::MICROS_BITS {
+            self.0
+                .swap(Self::KEPT | put(u64::from(opens), Self::MICROS_BITS, 8) | micros);
+        }
+    }
 }
 
 mod sealed {
@@ -1117,12 +1182,21 @@ const fn seed_from(name: &Name) -> u64 {
     h
 }
 
-impl<W: Word, M, S> Core<W, M, S> {
+impl<W: Word, M: Measure, S> Core<W, M, S> {
     const_unless_loom! {
         /// A closed breaker: every form starts here, from its settings (however it keeps them),
         /// the seed derived from their name, and its statistics.
         fn closed(seed: u64, settings: S, stats: M) -> Self {
-            Core { settings, seed, control: word!(W), mark: word!(W), ramp: word!(W), stats }
+            Core {
+                settings,
+                seed,
+                control: word!(W),
+                mark: word!(W),
+                ramp: word!(W),
+                stats,
+                #[cfg(all(target_pointer_width = "64", not(loom)))]
+                drawn: <M::Kept as KeptBreak>::EMPTY,
+            }
         }
     }
 }
@@ -1177,6 +1251,12 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
 
     pub(crate) const fn set_seed(&mut self, seed: u64) {
         self.seed = seed;
+        // A break kept for the old seed is not the new seed's. (A word has no destructor.)
+        #[cfg(all(target_pointer_width = "64", not(loom)))]
+        core::mem::forget(core::mem::replace(
+            &mut self.drawn,
+            <M::Kept as KeptBreak>::EMPTY,
+        ));
     }
 
     /// The control state and, while recovering, the current period's ramp (the ramp word is
@@ -1398,8 +1478,38 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         }
         Some(Refused {
             reason: RefusalReason::BreakerOpen,
-            retry_after: break_remaining(remaining, c.opens, self.s(), self.seed),
+            retry_after: self.kept_break_remaining(remaining, c.opens),
         })
+    }
+
+    /// [`break_remaining`], its bound read from the break kept for `opens` when there is
+    /// one, else drawn and kept. The same answer: a drawn break is at least half its nominal
+    /// length, so the bound never cuts a remainder within that.
+    #[cfg(all(target_pointer_width = "64", not(loom)))]
+    #[inline]
+    fn kept_break_remaining(&self, remaining: Duration, opens: u8) -> Duration {
+        let drawn = match self.drawn.read(opens) {
+            Some(drawn) => drawn,
+            None => self.keep_break(opens),
+        };
+        remaining.min(drawn.saturating_add(Duration::from_nanos(999)))
+    }
+
+    /// Draws the break for `opens` and keeps it for the refusals after this one.
+    #[cfg(all(target_pointer_width = "64", not(loom)))]
+    #[inline(never)]
+    fn keep_break(&self, opens: u8) -> Duration {
+        let drawn = break_for(self.s(), opens, self.seed);
+        self.drawn.keep(opens, drawn);
+        drawn
+    }
+
+    /// [`break_remaining`], where nothing is kept: under loom (whose words cannot be built in
+    /// a `const`), and on 32-bit targets (which refuse through the full rule).
+    #[cfg(not(all(target_pointer_width = "64", not(loom))))]
+    #[inline]
+    fn kept_break_remaining(&self, remaining: Duration, opens: u8) -> Duration {
+        break_remaining(remaining, opens, self.s(), self.seed)
     }
 
     pub(crate) fn check(&self, now: Instant) -> Result<(), Refused> {

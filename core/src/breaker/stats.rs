@@ -1174,6 +1174,9 @@ pub(crate) trait Measure {
     /// them links none of the rules that need them (the relative and absolute rates, slow
     /// calls, the recovery ramp).
     const KEEPS: bool;
+    /// Where a refusal keeps the break it drew (see [`KeptBreak`](super::KeptBreak)).
+    #[cfg(all(target_pointer_width = "64", not(loom)))]
+    type Kept: super::KeptBreak;
     /// Records one outcome.
     fn record(&self, now: Instant, s: &BreakerSettings, sample: Sample);
     /// Records a success that was not slow, granted and reported while closed in the same
@@ -1215,6 +1218,8 @@ impl<W: Word, T: Stripes<Item = Ring<W>>, C: Stripes<Item = HistCounts<W>>> Meas
     for Stats<W, T, C>
 {
     const KEEPS: bool = true;
+    #[cfg(all(target_pointer_width = "64", not(loom)))]
+    type Kept = super::DrawnBreak<W>;
     fn record(&self, now: Instant, s: &BreakerSettings, sample: Sample) {
         Stats::record(self, now, s, sample);
     }
@@ -1263,6 +1268,8 @@ pub(crate) struct NoStats;
 
 impl Measure for NoStats {
     const KEEPS: bool = false;
+    #[cfg(all(target_pointer_width = "64", not(loom)))]
+    type Kept = ();
     fn record(&self, _: Instant, _: &BreakerSettings, _: Sample) {}
     fn record_fast_success(&self, _: Instant, _: &BreakerSettings, _: Duration) {}
     fn readings(&self, _: Instant, _: &BreakerSettings) -> Readings {
