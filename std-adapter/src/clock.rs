@@ -130,15 +130,31 @@ impl<K> SteadyClock<K> {
 impl<K: Clock> Clock for SteadyClock<K> {
     #[inline]
     fn now(&self) -> Instant {
+        // The offset is loaded before the inner clock is read, so a reading never gets an
+        // offset made from a later reading than itself.
+        let offset = self.seen.offset.load(Ordering::Acquire);
+        let raw = self.clock.now().as_nanos();
+        let reading = raw.saturating_add(offset);
+        let latest = self.seen.latest.load(Ordering::Acquire);
+        // The common case, small enough to inline at every reading: at or past the latest
+        // reading handed out, by less than the grain that publishes it.
+        if reading >= latest && reading.saturating_sub(latest) < PUBLISH_GRAIN.as_nanos() {
+            return Instant::from_nanos(reading);
+        }
+        self.settle(raw, reading, latest)
+    }
+}
+
+impl<K: Clock> SteadyClock<K> {
+    /// The rest of [`SteadyClock::now`], for a reading (`raw` from the inner clock, `reading`
+    /// with the offset added) that is a grain past `latest`, and so published, or earlier than
+    /// it.
+    #[cold]
+    #[inline(never)]
+    fn settle(&self, mut raw: u64, mut reading: u64, mut latest: u64) -> Instant {
         let seen = &*self.seen;
         let mut again = false;
         loop {
-            // The offset is loaded before the inner clock is read, so a reading never gets an
-            // offset made from a later reading than itself.
-            let offset = seen.offset.load(Ordering::Acquire);
-            let raw = self.clock.now().as_nanos();
-            let reading = raw.saturating_add(offset);
-            let latest = seen.latest.load(Ordering::Acquire);
             if reading >= latest {
                 // Published once it has moved a grain: a write to the shared word on every
                 // reading is what made a policy's calls from many threads contend.
@@ -164,6 +180,10 @@ impl<K: Clock> Clock for SteadyClock<K> {
             // published between this one and the load of `latest`. A reading taken now, after
             // that one, is not earlier unless the clock stepped back.
             again = true;
+            let offset = seen.offset.load(Ordering::Acquire);
+            raw = self.clock.now().as_nanos();
+            reading = raw.saturating_add(offset);
+            latest = seen.latest.load(Ordering::Acquire);
         }
     }
 }

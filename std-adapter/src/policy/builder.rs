@@ -724,8 +724,11 @@ impl<K, L> PolicyBuilder<K, L> {
             drain: self.drain,
             #[cfg(feature = "tokio")]
             saturation: self.saturation,
+            #[cfg(feature = "tokio")]
+            times_attempts: true,
             clock: SteadyClock::new(self.clock),
             listener: self.listener,
-        })
+        }
+        .timing_settled())
     }
 }

@@ -112,6 +112,10 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
     /// The probe whose episodes hold latency learning ([`PolicyBuilder::saturation`]), if any.
     #[cfg(feature = "tokio")]
     saturation: Option<crate::SaturationProbe>,
+    /// Whether a part reads how long an attempt took ([`Policy::parts_time_attempts`]), kept
+    /// so that a call reads one flag.
+    #[cfg(feature = "tokio")]
+    times_attempts: bool,
     clock: SteadyClock<K>,
     listener: L,
 }
@@ -171,6 +175,7 @@ impl<K: Clone, L: Clone> Policy<K, L> {
                 .map(|q| Arc::new(SharedQuota::new(*q.settings()))),
             ..self.clone()
         }
+        .timing_settled()
     }
 }
 
@@ -289,6 +294,8 @@ impl<K, L> Policy<K, L> {
             drain: self.drain,
             #[cfg(feature = "tokio")]
             saturation: self.saturation,
+            #[cfg(feature = "tokio")]
+            times_attempts: self.times_attempts,
             clock: self.clock,
             listener,
         }
@@ -376,7 +383,27 @@ impl<K, L> Policy<K, L> {
     /// of a closed breaker needs no clock reading at its end.
     #[cfg(feature = "tokio")]
     #[inline]
-    pub(crate) fn parts_time_attempts(&self) -> bool {
+    pub(crate) const fn times_attempts(&self) -> bool {
+        self.times_attempts
+    }
+
+    /// This policy with [`Policy::times_attempts`] read from its parts: once built, and
+    /// whenever a part is replaced.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn timing_settled(mut self) -> Self {
+        self.times_attempts = self.parts_time_attempts();
+        self
+    }
+
+    /// Without `tokio` no call skips the reading.
+    #[cfg(not(feature = "tokio"))]
+    pub(crate) const fn timing_settled(self) -> Self {
+        self
+    }
+
+    /// [`Policy::times_attempts`], read from the parts.
+    #[cfg(feature = "tokio")]
+    fn parts_time_attempts(&self) -> bool {
         self.adaptive.is_some()
             || self.quota.is_some()
             || self.saturation.is_some()

@@ -8,7 +8,7 @@ use stormguard_core::{
     call::{
         Admission, AttemptLog, Due, HedgedPair, Lane, OptionalBreaker, PairNext, SharedHedgeShare,
     },
-    limits::{BulkheadEntry, BulkheadPermit, BulkheadTicket, SharedQuota},
+    limits::{quota::Published, BulkheadEntry, BulkheadPermit, BulkheadTicket, SharedQuota},
     Call, Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
 };
 use tokio_util::either::Either;
@@ -498,7 +498,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         // call pays one clock reading, not two.
         let times_success = attempt_events
             || end.is_some()
-            || self.parts_time_attempts()
+            || self.times_attempts()
             || self.listener.hears_call_durations();
         // A bulkhead with a bounded wait: the call waits for a slot before its first
         // attempt (the core's `Bulkheaded` never queues; the wait is the adapter's).
@@ -631,20 +631,21 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                                 // Re-armed for the clamped attempt deadline.
                                 timer.set(None);
                             };
-                            if times_success {
-                                now = self.clock.now();
-                            }
                             let judged =
-                                classify(ran, &options.classify, &mut last, steps.quota, now);
-                            // A failure is evidence at the time it ended (a breaker's open
-                            // mark, a retry's backoff, the deadline), and a probe's success
-                            // closes a breaker then.
-                            if !times_success && (judged.0 != Outcome::Success || guard.is_probe())
+                                classify(ran, &options.classify, &mut last, steps.quota.is_some());
+                            // The attempt's end: read when anything times it, and for a
+                            // failure or a probe's success, which are evidence at the time
+                            // they ended (a breaker's open mark, a retry's backoff, the
+                            // deadline, the breaker closing).
+                            if times_success
+                                || judged.outcome != Outcome::Success
+                                || guard.is_probe()
                             {
                                 now = self.clock.now();
                             }
-                            record_outcome(&in_attempt, judged.0.as_str());
-                            judged
+                            judged.publish(steps.quota, now);
+                            record_outcome(&in_attempt, judged.outcome.as_str());
+                            (judged.outcome, judged.answered)
                         }
                         // The operation cannot be attempted again (a request that cannot
                         // be replayed): a permanent outcome, so the call ends here.
@@ -833,7 +834,11 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     &span_a,
                 ),
             };
-            let (outcome, answered) = classify(ran, &options.classify, last, steps.quota, now);
+            let judged = classify(ran, &options.classify, last, steps.quota.is_some());
+            judged.publish(steps.quota, now);
+            let Judged {
+                outcome, answered, ..
+            } = judged;
             record_outcome(mine_span, outcome.as_str());
             mine.set(None);
             if outcome == Outcome::Success {
@@ -905,29 +910,55 @@ enum PairEvent<R> {
     Drained,
 }
 
-/// The outcome of an attempt's race, and whether the dependency answered (the operation
-/// returned `Ok`); a returned result becomes the call's last result.
+/// What an attempt's race came to.
+struct Judged {
+    outcome: Outcome,
+    /// Whether the dependency answered (the operation returned `Ok`).
+    answered: bool,
+    /// What the dependency published with its answer, read by the classifier when the policy
+    /// keeps a quota.
+    published: Option<Published>,
+}
+
+impl Judged {
+    /// Tells `quota` what the answer published, at `now`: the instant the attempt ended.
+    #[inline]
+    fn publish(&self, quota: Option<&SharedQuota>, now: Instant) {
+        if let (Some(quota), Some(published)) = (quota, self.published) {
+            quota.on_published(now, published);
+        }
+    }
+}
+
+/// The outcome of an attempt's race; a returned result becomes the call's last result. What
+/// it published is read only for a policy that keeps a quota (`reads_quota`).
 #[inline]
 fn classify<T, E, C: Classify<T, E>>(
     ran: Ran<Result<T, E>>,
     classifier: &C,
     last: &mut Option<Result<T, E>>,
-    quota: Option<&SharedQuota>,
-    now: Instant,
-) -> (Outcome, bool) {
+    reads_quota: bool,
+) -> Judged {
     match ran {
         Ran::Returned(result) => {
-            let outcome = classifier.classify(&result);
-            if let Some(quota) = quota {
-                // What the dependency published with its answer, read by the classifier.
-                quota.on_published(now, classifier.published(&result));
-            }
-            let answered = result.is_ok();
+            let judged = Judged {
+                outcome: classifier.classify(&result),
+                answered: result.is_ok(),
+                published: reads_quota.then(|| classifier.published(&result)),
+            };
             *last = Some(result);
-            (outcome, answered)
+            judged
         }
-        Ran::Cancelled => (Outcome::Cancelled, false),
-        Ran::TimedOut => (Outcome::TimedOut, false),
+        Ran::Cancelled => Judged {
+            outcome: Outcome::Cancelled,
+            answered: false,
+            published: None,
+        },
+        Ran::TimedOut => Judged {
+            outcome: Outcome::TimedOut,
+            answered: false,
+            published: None,
+        },
     }
 }
 
