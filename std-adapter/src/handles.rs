@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use stormguard_core::{
-    limits::BudgetSnapshot, BreakerSettings, BudgetSettings, Instant, Name, Outcome, Permit, Ratio,
-    Refused, SettingsError, SharedBreaker, SharedBudget, Snapshot, State,
+    breaker::PermitGuard, limits::BudgetSnapshot, BreakerSettings, BudgetSettings, Instant, Name,
+    Outcome, Ratio, Refused, SettingsError, SharedBreaker, SharedBudget, Snapshot, State,
 };
 
 use crate::clock::{default_clock, Clock};
@@ -285,10 +285,7 @@ impl Breaker {
         let permit = self
             .inner
             .try_acquire_lazy(|| clock.now(), None, &mut |e| events::trace(&e))?;
-        Ok(BreakerPermit {
-            breaker: &self.inner,
-            permit: Some(permit),
-        })
+        Ok(BreakerPermit(self.inner.guard(permit)))
     }
 
     /// `true` when both handles are the same breaker.
@@ -320,10 +317,7 @@ impl Clock for ProcessClock {
 /// cancelled attempt never holds a half-open probe slot.
 #[must_use = "dropping the permit hands it back without an outcome"]
 #[derive(Debug)]
-pub struct BreakerPermit<'a> {
-    breaker: &'a SharedBreaker,
-    permit: Option<Permit>,
-}
+pub struct BreakerPermit<'a>(PermitGuard<'a>);
 
 impl BreakerPermit<'_> {
     /// Reports how the attempt ended; the process-wide clock is read only when a rule needs
@@ -333,21 +327,9 @@ impl BreakerPermit<'_> {
     }
 
     /// [`BreakerPermit::record`] on `clock`: the clock the permit was asked on.
-    pub fn record_on(mut self, clock: &impl Clock, outcome: Outcome) {
-        if let Some(permit) = self.permit.take() {
-            self.breaker
-                .on_outcome_lazy(|| clock.now(), permit, outcome, &mut |e| {
-                    events::trace(&e);
-                });
-        }
-    }
-}
-
-impl Drop for BreakerPermit<'_> {
-    fn drop(&mut self) {
-        if let Some(permit) = self.permit.take() {
-            self.breaker.release(permit);
-        }
+    pub fn record_on(self, clock: &impl Clock, outcome: Outcome) {
+        self.0
+            .complete_lazy(|| clock.now(), outcome, &mut |e| events::trace(&e));
     }
 }
 

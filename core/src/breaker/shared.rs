@@ -218,10 +218,26 @@ impl<const LANES: usize> SharedBreaker<LANES> {
         events: &mut impl FnMut(Event<'_>),
     ) -> Result<PermitGuard<'_, LANES>, Refused> {
         self.try_acquire(now, attempt_timeout, events)
-            .map(|permit| PermitGuard {
-                breaker: self,
-                permit: Some(permit),
-            })
+            .map(|permit| self.guard(permit))
+    }
+
+    /// Wraps `permit`, granted by this breaker, in a guard that hands it back if it is
+    /// dropped without an outcome: for a permit from [`SharedBreaker::try_acquire_lazy`].
+    ///
+    /// ```
+    /// use stormguard_core::{BreakerSettings, Instant, Outcome, SharedBreaker};
+    /// let b: SharedBreaker = SharedBreaker::new(BreakerSettings::consecutive_only("db", 1)?);
+    /// let permit = b.try_acquire_lazy(|| Instant::from_secs(1), None, &mut |_| {})?;
+    /// b.guard(permit).complete_lazy(|| Instant::from_secs(2), Outcome::Transient, &mut |_| {});
+    /// assert!(b.try_acquire(Instant::from_secs(2), None, &mut |_| {}).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn guard(&self, permit: Permit) -> PermitGuard<'_, LANES> {
+        PermitGuard {
+            breaker: self,
+            permit: Some(permit),
+        }
     }
 
     /// Would a call be admitted at `now`? Changes nothing.
@@ -329,6 +345,19 @@ impl<const LANES: usize> PermitGuard<'_, LANES> {
     pub fn complete(mut self, now: Instant, outcome: Outcome, events: &mut impl FnMut(Event<'_>)) {
         if let Some(p) = self.permit.take() {
             self.breaker.on_outcome(now, p, outcome, events);
+        }
+    }
+
+    /// Like [`PermitGuard::complete`], reading the time from `clock` only when a rule needs
+    /// it (see [`SharedBreaker::on_outcome_lazy`]).
+    pub fn complete_lazy(
+        mut self,
+        clock: impl FnOnce() -> Instant,
+        outcome: Outcome,
+        events: &mut impl FnMut(Event<'_>),
+    ) {
+        if let Some(p) = self.permit.take() {
+            self.breaker.on_outcome_lazy(clock, p, outcome, events);
         }
     }
 
