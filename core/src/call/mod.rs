@@ -1680,6 +1680,9 @@ impl Call {
     /// );
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    // Inlined on a host, as `complete_ran` is: out of line, its eight arguments are passed
+    // on every call's success path.
+    #[cfg_attr(target_pointer_width = "64", inline(always))]
     pub fn complete_attempt<A: Admission, F: Funding>(
         &mut self,
         parts: &mut Parts<A, F>,
