@@ -20,9 +20,9 @@ use stormguard_core::{
 const T0: Instant = Instant::from_secs(10);
 const AFTER: Instant = Instant::from_secs(30);
 
-/// A consecutive-only breaker (no statistics: the model stays small), tripped at `T0`, whose
-/// unjittered 15 s break is over at `AFTER`.
-fn tripped(probes: u32, successes: u32) -> SharedBreaker {
+/// A consecutive-only breaker (no statistics, and so one lane of them: the model stays small),
+/// tripped at `T0`, whose unjittered 15 s break is over at `AFTER`.
+fn tripped(probes: u32, successes: u32) -> SharedBreaker<1> {
     let settings = BreakerSettings::builder("loom")
         .consecutive_failures(1)
         .failure_rate(None)
@@ -32,7 +32,7 @@ fn tripped(probes: u32, successes: u32) -> SharedBreaker {
         .probe_successes(successes)
         .build()
         .unwrap();
-    let b = SharedBreaker::new(settings);
+    let b = SharedBreaker::<1>::with_lanes(settings);
     let p = b.try_acquire(T0, None, &mut |_| {}).unwrap();
     b.on_outcome(T0, p, Outcome::Transient, &mut |_| {});
     b
@@ -125,7 +125,7 @@ fn concurrent_failures_while_closed_open_the_breaker_once() {
             .jitter(false)
             .build()
             .unwrap();
-        let b = Arc::new(SharedBreaker::new(settings));
+        let b = Arc::new(SharedBreaker::<1>::with_lanes(settings));
         let opens = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
         let handles: Vec<_> = (0..2)
             .map(|_| {
