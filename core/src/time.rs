@@ -769,8 +769,10 @@ mod tests {
             (1 << 31) + 1,
             u32::MAX,
         ];
+        // Random numerators: fewer under miri, which interprets every step.
+        const RANDOM: usize = if cfg!(miri) { 200 } else { 2_000 };
         let mut x = 0x9E37_79B9_7F4A_7C15_u64;
-        let mut numerators = [0u64; 2006];
+        let mut numerators = [0u64; 6 + RANDOM];
         numerators[..6].copy_from_slice(&[0, 1, u64::MAX, u64::MAX - 1, 1 << 32, (1 << 32) - 1]);
         for n in &mut numerators[6..] {
             // xorshift64: numerators of every magnitude.
@@ -806,7 +808,9 @@ mod tests {
             u64::MAX - 1,
             1 << 63,
         ];
-        for _ in 0..20_000 {
+        // Random pairs: fewer under miri, which interprets every step.
+        let pairs = if cfg!(miri) { 1_000 } else { 20_000 };
+        for _ in 0..pairs {
             let (a, b) = (next(), next());
             // Divisors of 33 to 64 bits, numerators of every magnitude.
             let d = (a >> (a % 32)).max(1 << 32);
