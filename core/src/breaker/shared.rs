@@ -342,10 +342,8 @@ impl<const LANES: usize> PermitGuard<'_, LANES> {
     }
 
     /// Reports the outcome, consuming the guard.
-    pub fn complete(mut self, now: Instant, outcome: Outcome, events: &mut impl FnMut(Event<'_>)) {
-        if let Some(p) = self.permit.take() {
-            self.breaker.on_outcome(now, p, outcome, events);
-        }
+    pub fn complete(self, now: Instant, outcome: Outcome, events: &mut impl FnMut(Event<'_>)) {
+        self.complete_lazy(|| now, outcome, events);
     }
 
     /// Like [`PermitGuard::complete`], reading the time from `clock` only when a rule needs
