@@ -1680,7 +1680,7 @@ impl Call {
     /// );
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    // Inlined on a host, as `complete_ran` is: out of line, its eight arguments are passed
+    // Inlined on a host, as `complete_ran` is: out of line, its seven arguments were passed
     // on every call's success path.
     #[cfg_attr(target_pointer_width = "64", inline(always))]
     pub fn complete_attempt<A: Admission, F: Funding>(
