@@ -347,6 +347,22 @@ impl<K, L> Policy<K, L> {
         }
     }
 
+    /// The steps of a policy that has no optional one (checked by the caller): the breaker
+    /// (or none) and the name, the others known absent, so a call built from them neither
+    /// reads nor keeps them.
+    #[inline]
+    pub(crate) fn breaker_steps(&self) -> Steps<'_> {
+        Steps {
+            saturation: None,
+            name: &self.name,
+            breaker: self.breaker.as_ref().map(Breaker::shared),
+            limiter: None,
+            bulkhead: None,
+            adaptive: None,
+            quota: None,
+        }
+    }
+
     /// The budget side of a call.
     #[inline]
     pub(crate) fn funds(&self) -> Funds<'_> {

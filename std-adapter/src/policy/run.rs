@@ -441,15 +441,16 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             // without the steps pays nothing for them (measured: the composition with both
             // absent costs the plain path a few percent).
             let admission = |steps: Steps<'s>, _| OptionalBreaker::new(steps.breaker, *steps.name);
-            Either::Left(self.drive(start, options, op, end, admission))
+            Either::Left(self.drive(start, options, op, end, Self::breaker_steps, admission))
         } else {
-            Either::Right(self.drive(start, options, op, end, Steps::admission))
+            Either::Right(self.drive(start, options, op, end, Self::steps, Steps::admission))
         }
     }
 
     /// The loop proper, over the call's admission `A` (built by `admission` from the policy's
     /// steps and a bulkhead slot the call already won by waiting), for a call that began at
-    /// `start`.
+    /// `start`. `steps` reads the steps: all of the policy's, or its breaker alone when the
+    /// caller checked it has no optional step.
     ///
     /// The call's span ([`call_span`]) is entered where something may log (the event sink, an
     /// attempt's future under its own span), not wrapped around the loop's future: a span
@@ -457,12 +458,14 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     // Few, narrow arguments (the options by reference, the steps and the report made
     // here): an async fn moves its arguments into place when first polled, just after the
     // caller wrote them, and wide moves of narrow writes stall the processor.
-    async fn drive<'p, 'o, 'l, T, E, F, Fut, C, A, M>(
+    #[allow(clippy::too_many_arguments)]
+    async fn drive<'p, 'o, 'l, T, E, F, Fut, C, A, S, M>(
         &'p self,
         start: Option<Instant>,
         options: &'o CallOptions<'o, C>,
         mut op: F,
         mut end: Option<&'o mut CallEnd<'l>>,
+        steps: S,
         admission: M,
     ) -> Result<T, CallError<E>>
     where
@@ -470,6 +473,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
         A: Admission,
+        S: Fn(&'p Self) -> Steps<'p>,
         M: FnOnce(Steps<'p>, Option<BulkheadPermit>) -> A,
     {
         // A start read elsewhere (from the inner clock) never lies before a reading the
@@ -478,7 +482,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             Some(at) => self.clock.at_least_latest(at),
             None => self.clock.now(),
         };
-        let steps = self.steps();
+        // Read where used, not kept: the loop's future then keeps no copy of the steps, and
+        // a policy without the optional ones reads them as absent at compile time.
+        let steps = || steps(self);
         let span = call_span(&self.name);
         let mut report = Report::new(&self.listener, &self.name, span.clone(), start);
         let cancel = options.cancel;
@@ -503,7 +509,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         // A bulkhead with a bounded wait: the call waits for a slot before its first
         // attempt (the core's `Bulkheaded` never queues; the wait is the adapter's).
         let mut held = None;
-        if let Some(bulkhead) = steps.bulkhead.filter(|b| b.waits()) {
+        if let Some(bulkhead) = steps().bulkhead.filter(|b| b.waits()) {
             let deadline = call.deadline();
             let wait = pin!(wait_for_slot(
                 bulkhead,
@@ -533,7 +539,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             }
         }
         let mut parts = Parts {
-            breaker: admission(steps, held),
+            breaker: admission(steps(), held),
             budget: self.funds(),
         };
         let mut sink = |e: Event<'_>| {
@@ -549,7 +555,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             }
             match call.poll(&mut parts, now, &mut sink) {
                 Step::Attempt(permit) => {
-                    let guard = PermitGuard::new(steps, permit);
+                    let guard = PermitGuard::new(steps(), permit);
                     if cancel.is_some_and(CancellationToken::is_cancelled) {
                         // Cancelled already (before the call, or during an attempt whose
                         // result won the race): nothing more runs. The guard gives the
@@ -580,7 +586,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                             let pair = Pair {
                                 call: &mut call,
                                 parts: &mut parts,
-                                steps,
+                                steps: steps(),
                                 report: &mut report,
                                 last: &mut last,
                                 sink: &mut sink,
@@ -631,8 +637,12 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                                 // Re-armed for the clamped attempt deadline.
                                 timer.set(None);
                             };
-                            let judged =
-                                classify(ran, &options.classify, &mut last, steps.quota.is_some());
+                            let judged = classify(
+                                ran,
+                                &options.classify,
+                                &mut last,
+                                steps().quota.is_some(),
+                            );
                             // The attempt's end: read when anything times it, and for a
                             // failure or a probe's success, which are evidence at the time
                             // they ended (a breaker's open mark, a retry's backoff, the
@@ -643,7 +653,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                             {
                                 now = self.clock.now();
                             }
-                            judged.publish(steps.quota, now);
+                            judged.publish(steps().quota, now);
                             record_outcome(&in_attempt, judged.outcome.as_str());
                             (judged.outcome, judged.answered)
                         }
