@@ -26,8 +26,8 @@ pub(crate) enum Kind {
 /// attempt timeout it was granted for, or without one, after the break just served. (The
 /// adapters hand the slot back at once from a drop guard, via [`Breaker::release`](crate::Breaker::release).)
 ///
-/// A permit is one word: the grant instant's low 53 bits of nanoseconds, the period, the kind
-/// and whether its latency may be learned. Latency is therefore measured modulo 2^53 ns, exact
+/// A permit is one word: the grant instant's low 53 bits of nanoseconds, the period, whether
+/// its latency may be learned, and the kind. Latency is therefore measured modulo 2^53 ns, exact
 /// for any attempt shorter than 52 days.
 /// The period is kept modulo 256. A new period starts at every open, the end of every break,
 /// every close, the start of a ramp, every reclaim of lost probes, and at `isolate` and `reset`;
@@ -45,7 +45,10 @@ pub struct Permit {
 const STARTED_BITS: u32 = 53;
 /// The bit that says the attempt's latency is not the dependency's to learn
 /// ([`Permit::hold_learning`]).
-const HELD_BIT: u32 = STARTED_BITS + 10;
+const HELD_BIT: u32 = STARTED_BITS + 8;
+/// The kind's two bits, the word's top ones: reading the kind is then one shift, with no
+/// mask to take the held bit off.
+const KIND_SHIFT: u32 = STARTED_BITS + 9;
 
 impl Permit {
     #[inline]
@@ -53,7 +56,7 @@ impl Permit {
         Permit {
             word: put(started.as_nanos(), 0, STARTED_BITS)
                 | put(epoch as u64, STARTED_BITS, 8)
-                | put(kind as u64, STARTED_BITS + 8, 2),
+                | put(kind as u64, KIND_SHIFT, 2),
         }
     }
 
@@ -69,7 +72,7 @@ impl Permit {
 
     #[inline]
     pub(crate) const fn kind(&self) -> Kind {
-        match field(self.word, STARTED_BITS + 8, 2) {
+        match field(self.word, KIND_SHIFT, 2) {
             0 => Kind::Normal,
             1 => Kind::Probe,
             2 => Kind::Ramp,
