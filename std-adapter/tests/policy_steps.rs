@@ -37,6 +37,13 @@ async fn ok(_: u32) -> Result<u32, &'static str> {
     Ok(7)
 }
 
+/// Successful calls in a warm-up that teaches the breaker its latency baselines. The rules that
+/// read them (the measured attempt ceiling, hedging, the measured backoff base, explain's normal
+/// latency) arm at 20 samples (`TAIL_SAMPLES` in the core's breaker). Under miri, where a
+/// warm-up call costs about 0.4 s of its clock, 24 arm them with a few to spare; the learned p95
+/// and median are those of 20 ms calls all the same.
+const WARM_UP: u32 = if cfg!(miri) { 24 } else { 40 };
+
 /// `n` successful calls of 20 ms each: the breaker learns its latency baselines.
 async fn warm<K: Clock, L: stormguard_std::Listener>(policy: &Policy<K, L>, n: u32) {
     for _ in 0..n {
@@ -88,7 +95,7 @@ async fn after_warm_up_the_measured_ceiling_tightens_the_attempt_timeout() {
     let policy = Policy::builder("ceiling").max_attempts(1).build().unwrap();
     let breaker = policy.breaker().unwrap().shared();
     assert_eq!(breaker.attempt_ceiling(now()), None, "cold: no ceiling");
-    warm(&policy, 40).await;
+    warm(&policy, WARM_UP).await;
     let ceiling: StdDuration = breaker.attempt_ceiling(now()).unwrap().into();
     // 3x the p95 of 20 ms calls (the p95 reads at most 12.5% high).
     assert!(ceiling >= ms(60) && ceiling <= ms(68), "{ceiling:?}");
@@ -114,7 +121,7 @@ async fn the_ceiling_only_tightens_and_can_be_turned_off() {
         .attempt_timeout(ms(30))
         .build()
         .unwrap();
-    warm(&tight, 40).await;
+    warm(&tight, WARM_UP).await;
     let start = TokioInstant::now();
     let r = tight
         .call(|_| async {
@@ -131,7 +138,7 @@ async fn the_ceiling_only_tightens_and_can_be_turned_off() {
         .measured_ceiling(false)
         .build()
         .unwrap();
-    warm(&off, 40).await;
+    warm(&off, WARM_UP).await;
     assert!(off
         .breaker()
         .unwrap()
@@ -659,7 +666,7 @@ async fn warm_hedging(
         .listener(Both(metrics.clone(), kinds.clone()))
         .build()
         .unwrap();
-    warm(&policy, 40).await;
+    warm(&policy, WARM_UP).await;
     (policy, metrics, kinds)
 }
 
@@ -671,13 +678,13 @@ async fn a_measured_backoff_base_waits_a_multiple_of_the_learned_median() {
         .clock(TokioClock::global())
         .build()
         .unwrap();
-    warm(&policy, 40).await;
+    warm(&policy, WARM_UP).await;
     let median = policy
         .breaker()
         .unwrap()
         .shared()
         .normal_latency(now())
-        .expect("40 successes teach a median");
+        .expect("the warm-up teaches a median");
     let start = TokioInstant::now();
     let r = policy
         .call(|attempt| async move {
@@ -711,8 +718,12 @@ async fn the_win_rate_loop_halves_the_hedged_share_after_losing_hedges_and_a_win
         .listener(metrics.clone())
         .build()
         .unwrap();
-    // 200 calls of 20 ms: a handful of slower ones later leave the p95 where it is.
-    warm(&policy, 200).await;
+    // Many calls of 20 ms: a handful of slower ones later leave the p95 where it is. The hedges
+    // below must go out at the p95 of 20 ms calls (about 21 ms), before a 24 ms first attempt
+    // answers: the three 24 ms answers learned before the fourth hedge must stay below 5% of
+    // the samples: under miri 100 calls keep them under 3%, at half the cost.
+    const LONG_WARM_UP: u32 = if cfg!(miri) { 100 } else { 200 };
+    warm(&policy, LONG_WARM_UP).await;
     assert_eq!(policy.hedge_share(), Some(1024));
     assert!(policy
         .explain()
@@ -888,7 +899,7 @@ async fn a_declined_hedge_never_invokes_the_operation() {
         .listener(Both(metrics.clone(), kinds.clone()))
         .build()
         .unwrap();
-    warm(&policy, 40).await;
+    warm(&policy, WARM_UP).await;
     while budget.shared().try_withdraw(now()).is_ok() {}
     assert_eq!(budget.available(), 0);
     let attempts_before = metrics.snapshot().attempts;
@@ -954,7 +965,7 @@ async fn never_more_than_two_attempts_in_flight() {
 async fn no_hedge_when_off_or_cold() {
     // Off (the default), warm breaker.
     let plain = Policy::builder("off").build().unwrap();
-    warm(&plain, 40).await;
+    warm(&plain, WARM_UP).await;
     let calls = AtomicU32::new(0);
     // Slower than the learned p95 (about 21 ms), below the measured ceiling (about 60 ms).
     let slow = |_| {
@@ -1023,7 +1034,7 @@ fn the_blocking_form_never_hedges() {
         .clock(clock.clone())
         .build()
         .unwrap();
-    for _ in 0..40 {
+    for _ in 0..WARM_UP {
         let r = policy.call_blocking(|_| {
             clock.advance(Duration::from_millis(20));
             Ok::<_, ()>(0)
@@ -1100,7 +1111,7 @@ policy `bare`
         .clock(clock.clone())
         .build()
         .unwrap();
-    for _ in 0..40 {
+    for _ in 0..WARM_UP {
         let _ = warm.call_blocking(|_| {
             clock.advance(Duration::from_millis(20));
             Ok::<_, ()>(())
@@ -1186,7 +1197,7 @@ async fn a_hedged_policy_over_a_consecutive_only_breaker_learns_and_hedges() {
     let breaker = policy.breaker().unwrap();
     assert!(breaker.settings().keeps_statistics());
     assert_eq!(breaker.settings().consecutive_failures(), 3);
-    warm(&policy, 40).await;
+    warm(&policy, WARM_UP).await;
     let after: StdDuration = breaker.shared().hedge_after(now()).unwrap().into();
     assert!(after >= ms(20) && after <= ms(23), "{after:?}");
 }

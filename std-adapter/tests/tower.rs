@@ -338,7 +338,10 @@ async fn a_granted_hedge_whose_request_cannot_be_repeated_gives_back_what_it_too
             .unwrap(),
     );
     // Healthy calls of 20 ms: the breaker learns when an attempt is slow enough to hedge.
-    for _ in 0..40 {
+    // Hedging arms at 20 learned samples (`TAIL_SAMPLES` in the core's breaker); under miri,
+    // where a warm-up call costs about 0.4 s of its clock, 24 arm it with a few to spare.
+    const WARM_UP: u32 = if cfg!(miri) { 24 } else { 40 };
+    for _ in 0..WARM_UP {
         let r = policy
             .call(|_| async {
                 sleep(StdDuration::from_millis(20)).await;
