@@ -1,6 +1,6 @@
-//! Helpers the std adapter's integration tests share (each test file compiles its own copy, so
+//! Helpers the std adapter's integration tests share (each test binary compiles its own copy, so
 //! an unused helper is no warning).
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, clippy::unwrap_used, clippy::arithmetic_side_effects)]
 
 use std::time::Duration;
 

@@ -21,8 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 
-mod support;
-use support::ms;
+use crate::support::ms;
 
 /// A one-byte echo server on 127.0.0.1 that, while `down`, closes every connection it holds
 /// or is offered.

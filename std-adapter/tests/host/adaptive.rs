@@ -20,8 +20,7 @@ use stormguard_std::{
 };
 use tokio::time::{sleep, Instant as TokioInstant};
 
-mod support;
-use support::ms;
+use crate::support::ms;
 
 fn limit(min: u32, max: u32, initial: u32) -> AdaptiveLimit {
     AdaptiveLimit::new(

@@ -18,8 +18,7 @@ use stormguard_std::{CallError, CallOptions, Drain, Metrics, Policy};
 use tokio::time::Instant as TokioInstant;
 use tokio_util::sync::CancellationToken;
 
-mod support;
-use support::no_jitter;
+use crate::support::no_jitter;
 
 fn ms(n: u64) -> StdDuration {
     StdDuration::from_millis(n)

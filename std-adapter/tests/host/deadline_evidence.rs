@@ -15,8 +15,7 @@
 use stormguard_core::State;
 use stormguard_std::{Breaker, CallError, CallOptions, Policy};
 
-mod support;
-use support::ms;
+use crate::support::ms;
 
 /// A healthy dependency: every call answers in 20 ms.
 async fn healthy(_: u32) -> Result<u32, &'static str> {

@@ -30,8 +30,7 @@ use stormguard_std::{
 };
 use tower::{Layer, ServiceExt};
 
-mod support;
-use support::Seeded;
+use crate::support::Seeded;
 
 /// Cases per property.
 const CASES: u32 = 20_000;

@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use stormguard_std::Policy;
 
-mod support;
-use support::Lines;
+use crate::support::Lines;
 
 /// The summarised rejection warnings written so far.
 fn warnings(lines: &Lines) -> Vec<String> {

@@ -10,13 +10,12 @@
     clippy::panic
 )]
 
-mod support;
-
 use stormguard_std::config::{ConfigError, PolicyConfig};
 use stormguard_std::{Duration, Field, Jitter, State};
-use support::Seeded;
 
-const EXAMPLE: &str = include_str!("../examples/policies.toml");
+use crate::support::Seeded;
+
+const EXAMPLE: &str = include_str!("../../examples/policies.toml");
 
 fn err_toml(text: &str) -> ConfigError {
     match PolicyConfig::from_toml(text) {

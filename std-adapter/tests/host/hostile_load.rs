@@ -35,8 +35,7 @@ use stormguard_std::{Breaker, CallError, CallOptions, Http, Metrics, Policy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::{Layer, ServiceExt};
 
-mod support;
-use support::{ms, Seeded};
+use crate::support::{ms, Seeded};
 
 const HEALTHY: u8 = 0;
 const FAILING: u8 = 1;

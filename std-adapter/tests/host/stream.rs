@@ -21,8 +21,7 @@ use stormguard_std::{
 };
 use tokio::time::Instant as TokioInstant;
 
-mod support;
-use support::{ms, no_jitter};
+use crate::support::{ms, no_jitter};
 
 /// What a scripted stream does next.
 #[derive(Clone, Copy, Debug)]

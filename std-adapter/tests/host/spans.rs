@@ -14,8 +14,7 @@
 use stormguard_std::{Backoff, Policy};
 use tracing_subscriber::fmt::format::FmtSpan;
 
-mod support;
-use support::Lines;
+use crate::support::Lines;
 
 /// A subscriber at `level` writing to `lines`, with a line as each span closes.
 fn subscriber(lines: &Lines, level: tracing::Level) -> impl tracing::Subscriber + Send + Sync {

@@ -21,8 +21,7 @@ use stormguard_std::tower::PolicyLayer;
 use stormguard_std::{Breaker, Policy};
 use tower::{service_fn, Layer, Service, ServiceExt};
 
-mod support;
-use support::{ms, no_jitter};
+use crate::support::{ms, no_jitter};
 
 /// A service answering every request with 503 and `retry-after: {retry_after}`, counting them.
 fn unavailable(
