@@ -350,6 +350,7 @@ impl<K, L> Policy<K, L> {
     /// The steps of a policy that has no optional one (checked by the caller): the breaker
     /// (or none) and the name, the others known absent, so a call built from them neither
     /// reads nor keeps them.
+    #[cfg(feature = "tokio")]
     #[inline]
     pub(crate) fn breaker_steps(&self) -> Steps<'_> {
         Steps {
