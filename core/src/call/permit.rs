@@ -44,18 +44,22 @@ pub struct Permit {
 /// Bits of the grant instant a permit keeps.
 const STARTED_BITS: u32 = 53;
 /// The bit that says the attempt's latency is not the dependency's to learn
-/// ([`Permit::hold_learning`]), and where the kind's two bits start. On a 64-bit host the kind
-/// takes the word's top two bits, so reading it is one shift with no mask to take the held bit
-/// off. A 32-bit target keeps the held bit on top: there the kind sits in the high half either
-/// way, and the other layout made the full firmware images 56 to 100 B larger.
-#[cfg(target_pointer_width = "64")]
-const HELD_BIT: u32 = STARTED_BITS + 8;
-#[cfg(target_pointer_width = "64")]
-const KIND_SHIFT: u32 = STARTED_BITS + 9;
-#[cfg(not(target_pointer_width = "64"))]
-const HELD_BIT: u32 = STARTED_BITS + 10;
-#[cfg(not(target_pointer_width = "64"))]
-const KIND_SHIFT: u32 = STARTED_BITS + 8;
+/// ([`Permit::hold_learning`]). On a 64-bit host it sits below the kind, so that reading the
+/// kind is one shift with no mask to take the held bit off. A 32-bit target keeps it on top:
+/// there the kind sits in the high half either way, and the other layout made the full firmware
+/// images 56 to 100 B larger.
+const HELD_BIT: u32 = if cfg!(target_pointer_width = "64") {
+    STARTED_BITS + 8
+} else {
+    STARTED_BITS + 10
+};
+/// Where the kind's two bits start: the word's top two on a 64-bit host, just above the period
+/// elsewhere (see [`HELD_BIT`]).
+const KIND_SHIFT: u32 = if cfg!(target_pointer_width = "64") {
+    STARTED_BITS + 9
+} else {
+    STARTED_BITS + 8
+};
 
 impl Permit {
     #[inline]

@@ -449,8 +449,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
 
     /// The loop proper, over the call's admission `A` (built by `admission` from the policy's
     /// steps and a bulkhead slot the call already won by waiting), for a call that began at
-    /// `start`. `steps` reads the steps: all of the policy's, or its breaker alone when the
-    /// caller checked it has no optional step.
+    /// `start`. `steps_of` reads the steps: all of the policy's, or its breaker alone when
+    /// the caller checked it has no optional step.
     ///
     /// The call's span ([`call_span`]) is entered where something may log (the event sink, an
     /// attempt's future under its own span), not wrapped around the loop's future: a span
@@ -465,7 +465,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         options: &'o CallOptions<'o, C>,
         mut op: F,
         mut end: Option<&'o mut CallEnd<'l>>,
-        steps: S,
+        steps_of: S,
         admission: M,
     ) -> Result<T, CallError<E>>
     where
@@ -484,7 +484,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         };
         // Read where used, not kept: the loop's future then keeps no copy of the steps, and
         // a policy without the optional ones reads them as absent at compile time.
-        let steps = || steps(self);
+        let steps = || steps_of(self);
         let span = call_span(&self.name);
         let mut report = Report::new(&self.listener, &self.name, span.clone(), start);
         let cancel = options.cancel;
