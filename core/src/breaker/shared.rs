@@ -349,19 +349,24 @@ impl<const LANES: usize> PermitGuard<'_, LANES> {
     /// Like [`PermitGuard::complete`], reading the time from `clock` only when a rule needs
     /// it (see [`SharedBreaker::on_outcome_lazy`]).
     pub fn complete_lazy(
-        mut self,
+        self,
         clock: impl FnOnce() -> Instant,
         outcome: Outcome,
         events: &mut impl FnMut(Event<'_>),
     ) {
-        if let Some(p) = self.permit.take() {
-            self.breaker.on_outcome_lazy(clock, p, outcome, events);
+        let breaker = self.breaker;
+        if let Some(p) = self.into_permit() {
+            breaker.on_outcome_lazy(clock, p, outcome, events);
         }
     }
 
     /// Takes the permit out; the caller then owes the breaker an outcome or a release.
     pub fn into_permit(mut self) -> Option<Permit> {
-        self.permit.take()
+        let permit = self.permit.take();
+        // Nothing is left to hand back: skipping the drop spares every outcome a reload and a
+        // test of the emptied permit.
+        core::mem::forget(self);
+        permit
     }
 }
 
