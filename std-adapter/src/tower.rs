@@ -53,7 +53,7 @@ use std::any::Any;
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use http::header::HeaderName;
@@ -813,14 +813,75 @@ impl Requests<reqwest::Request> for HttpRequests {
 /// ```
 pub struct PolicyLayer<K = DefaultClock, L = NoListener, C = Http, R = HttpRequests> {
     policy: Arc<Policy<K, L>>,
-    /// A policy per scope (host), when [`PolicyLayer::per_host`] asked for one.
-    hosts: Option<KeyedPolicy<String, K, L>>,
+    /// A policy per scope (host), unless [`PolicyLayer::single_scope`].
+    hosts: Hosts<K, L>,
     classify: C,
     requests: R,
 }
 
 /// How many hosts a [`PolicyLayer::per_host`] table holds: 1,024.
 pub const DEFAULT_HOSTS: usize = 1024;
+
+/// A layer's table of per-host policies.
+enum Hosts<K, L> {
+    /// No table: the policy's own breaker judges every request.
+    Off,
+    /// The default table, made when a request first names a host (or [`PolicyLayer::hosts`]
+    /// asks for it), then shared by the layer's clones and every service they make. A layer
+    /// whose requests name no host (a server's, with relative URIs), or set up otherwise
+    /// before use ([`PolicyLayer::single_scope`], [`PolicyLayer::per_host_capacity`]), never
+    /// makes it: 2,048 slots to allocate and free for nothing.
+    Default(Arc<DefaultHosts<K, L>>),
+    /// A table made to order.
+    Made(HostTable<K, L>),
+}
+
+/// A table of per-host policies.
+type HostTable<K, L> = KeyedPolicy<String, K, L>;
+
+/// Makes a layer's default table from its policy (`None` for a policy without a breaker).
+type MakeHosts<K, L> = fn(&Policy<K, L>) -> Option<HostTable<K, L>>;
+
+/// The default table, made once on first use.
+struct DefaultHosts<K, L> {
+    table: OnceLock<Option<HostTable<K, L>>>,
+    /// Makes the table from the layer's policy (a function, so that reading the table needs
+    /// none of the bounds making it does).
+    make: MakeHosts<K, L>,
+}
+
+impl<K, L> Hosts<K, L> {
+    /// The default table, made by [`Hosts::get`] when first asked for.
+    fn default_table() -> Self
+    where
+        K: Clock + Clone,
+        L: Listener + Clone,
+    {
+        Hosts::Default(Arc::new(DefaultHosts {
+            table: OnceLock::new(),
+            make: |policy| KeyedPolicy::new(policy.clone(), DEFAULT_HOSTS).ok(),
+        }))
+    }
+
+    /// The table, made now if it is the default one and not yet made.
+    fn get(&self, policy: &Policy<K, L>) -> Option<&HostTable<K, L>> {
+        match self {
+            Hosts::Off => None,
+            Hosts::Default(lazy) => lazy.table.get_or_init(|| (lazy.make)(policy)).as_ref(),
+            Hosts::Made(table) => Some(table),
+        }
+    }
+}
+
+impl<K, L> Clone for Hosts<K, L> {
+    fn clone(&self) -> Self {
+        match self {
+            Hosts::Off => Hosts::Off,
+            Hosts::Default(lazy) => Hosts::Default(Arc::clone(lazy)),
+            Hosts::Made(table) => Hosts::Made(table.clone()),
+        }
+    }
+}
 
 impl<K: Clock + Clone, L: Listener + Clone> PolicyLayer<K, L> {
     /// Applies `policy`, classifying with [`Http`] and replaying with [`HttpRequests`], with a
@@ -852,7 +913,11 @@ impl<K: Clock + Clone, L: Listener + Clone> PolicyLayer<K, L> {
     /// ```
     pub fn shared(policy: Arc<Policy<K, L>>) -> Self {
         // Only a policy without a breaker is refused a table: it has nothing to keep per host.
-        let hosts = KeyedPolicy::new((*policy).clone(), DEFAULT_HOSTS).ok();
+        let hosts = if policy.breaker().is_some() {
+            Hosts::default_table()
+        } else {
+            Hosts::Off
+        };
         PolicyLayer {
             policy,
             hosts,
@@ -955,9 +1020,10 @@ impl<K, L, C, R> PolicyLayer<K, L, C, R> {
     }
 
     /// The table of per-host policies, with [`PolicyLayer::per_host`]: each host's breaker
-    /// ([`KeyedPolicy::snapshots`] for a health endpoint, [`KeyedPolicy::breaker`]).
+    /// ([`KeyedPolicy::snapshots`] for a health endpoint, [`KeyedPolicy::breaker`]). The
+    /// default table is made here if no request has named a host yet.
     pub fn hosts(&self) -> Option<&KeyedPolicy<String, K, L>> {
-        self.hosts.as_ref()
+        self.hosts.get(&self.policy)
     }
 }
 
@@ -966,7 +1032,8 @@ impl<K: Clock + Clone, L: Listener + Clone, C, R> PolicyLayer<K, L, C, R> {
     /// or one after [`PolicyLayer::single_scope`]): each request's host (its authority,
     /// `host:port`; or the scope [`PolicyLayer::scope_by`] names; a request with none is judged
     /// by the policy's own breaker) gets its own policy, a copy of this one with its own
-    /// breaker, in a table of [`DEFAULT_HOSTS`] (a [`KeyedPolicy`]: the least recently used
+    /// breaker, in a table of [`DEFAULT_HOSTS`], made when a request first names a host or
+    /// [`PolicyLayer::hosts`] asks for it (a [`KeyedPolicy`]: the least recently used
     /// idle host makes room for a new one, an open breaker still asked for is never evicted,
     /// and a new host meeting a full table is refused through the call driver as
     /// [`CallError::Rejected`] with [`RefusalReason::KeyedFull`](crate::RefusalReason)). The
@@ -985,22 +1052,28 @@ impl<K: Clock + Clone, L: Listener + Clone, C, R> PolicyLayer<K, L, C, R> {
     /// assert!(layer.hosts().is_some_and(|hosts| hosts.capacity() >= 1024));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn per_host(self) -> Result<Self, KeyedSetupError> {
-        self.per_host_capacity(DEFAULT_HOSTS)
+    pub fn per_host(mut self) -> Result<Self, KeyedSetupError> {
+        // The one refusal a table of the default capacity can meet, checked now; the table
+        // itself is made on first use.
+        if self.policy.breaker().is_none() {
+            return Err(KeyedSetupError::NoBreaker);
+        }
+        self.hosts = Hosts::default_table();
+        Ok(self)
     }
 
     /// No table: every request is judged by the policy's own breaker, whatever host it names
     /// (as one client of one dependency behind a load balancer wants).
     #[must_use]
     pub fn single_scope(mut self) -> Self {
-        self.hosts = None;
+        self.hosts = Hosts::Off;
         self
     }
 
     /// [`PolicyLayer::per_host`] with room for `capacity` hosts (1 to
     /// [`MAX_KEYS`](crate::MAX_KEYS)).
     pub fn per_host_capacity(mut self, capacity: usize) -> Result<Self, KeyedSetupError> {
-        self.hosts = Some(KeyedPolicy::new((*self.policy).clone(), capacity)?);
+        self.hosts = Hosts::Made(KeyedPolicy::new((*self.policy).clone(), capacity)?);
         Ok(self)
     }
 }
@@ -1020,7 +1093,7 @@ impl<K, L, C: fmt::Debug, R: fmt::Debug> fmt::Debug for PolicyLayer<K, L, C, R> 
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PolicyLayer")
             .field("policy", &self.policy.name().as_str())
-            .field("per_host", &self.hosts.is_some())
+            .field("per_host", &!matches!(self.hosts, Hosts::Off))
             .field("classify", &self.classify)
             .field("requests", &self.requests)
             .finish()
@@ -1048,7 +1121,7 @@ impl<S, K, L, C: Clone, R: Clone> Layer<S> for PolicyLayer<K, L, C, R> {
 pub struct PolicyService<S, K = DefaultClock, L = NoListener, C = Http, R = HttpRequests> {
     inner: S,
     policy: Arc<Policy<K, L>>,
-    hosts: Option<KeyedPolicy<String, K, L>>,
+    hosts: Hosts<K, L>,
     classify: C,
     requests: R,
 }
@@ -1106,11 +1179,14 @@ where
         let policy = Arc::clone(&self.policy);
         let classify = self.classify.clone();
         let requests = self.requests.clone();
-        // A request that names no scope (no host) is judged by the policy's own breaker.
-        let scope = self
-            .hosts
-            .clone()
-            .and_then(|hosts| Some((hosts, requests.scope(&req)?)));
+        // A request that names no scope (no host) is judged by the policy's own breaker; the
+        // default table is made by the first request that names one.
+        let scope = match &self.hosts {
+            Hosts::Off => None,
+            hosts => requests
+                .scope(&req)
+                .and_then(|host| Some((hosts.get(&self.policy)?.clone(), host))),
+        };
         #[cfg(feature = "spans")]
         let span = requests.span(&req);
         let call = async move {

@@ -210,6 +210,42 @@ async fn scope_by_keys_breakers_by_any_function_of_the_request() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_layers_clones_and_their_services_share_one_table_made_on_first_use() {
+    let hits = Arc::new(AtomicU32::new(0));
+    let layer = PolicyLayer::new(policy());
+    // Cloned before any service exists, so before the default table is made.
+    let twin = layer.clone();
+    let svc = layer.layer(hosts_service(hits.clone()));
+    let other = twin.layer(hosts_service(hits.clone()));
+    for _ in 0..2 {
+        let r = svc.clone().oneshot(get_from("http://down.example/a")).await;
+        assert_eq!(r.unwrap().status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    // The twin's service meets the breaker the first service opened.
+    let refused = other
+        .clone()
+        .oneshot(get_from("http://down.example/a"))
+        .await;
+    assert!(
+        matches!(&refused, Err(CallError::Rejected { rejection, .. }) if rejection.reason == RefusalReason::BreakerOpen),
+        "{refused:?}"
+    );
+    assert_eq!(hits.load(Ordering::Relaxed), 2);
+    let r = other.oneshot(get_from("http://up.example/a")).await;
+    assert_eq!(r.unwrap().status(), StatusCode::OK);
+    let (mine, theirs) = (layer.hosts().unwrap(), twin.hosts().unwrap());
+    assert_eq!((mine.len(), theirs.len()), (2, 2));
+    assert_eq!(mine.capacity(), DEFAULT_HOSTS);
+    // A layer's table asked for before any service is the one its services then use.
+    let early = PolicyLayer::new(policy());
+    assert_eq!(early.hosts().map(|h| h.len()), Some(0));
+    let svc = early.layer(hosts_service(hits.clone()));
+    let r = svc.oneshot(get_from("http://up.example/a")).await;
+    assert_eq!(r.unwrap().status(), StatusCode::OK);
+    assert_eq!(early.hosts().map(|h| h.len()), Some(1));
+}
+
 #[test]
 fn a_per_host_layer_needs_a_breaker_and_room_for_a_host() {
     let no_breaker = Policy::builder("upstreams").no_breaker().build().unwrap();
