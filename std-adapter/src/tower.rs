@@ -851,16 +851,21 @@ struct DefaultHosts<K, L> {
 }
 
 impl<K, L> Hosts<K, L> {
-    /// The default table, made by [`Hosts::get`] when first asked for.
-    fn default_table() -> Self
+    /// The default table for `policy`, made by [`Hosts::get`] when first asked for. Refused
+    /// now for the one reason [`KeyedPolicy::new`] would refuse it then: a policy without a
+    /// breaker has nothing to keep per host.
+    fn default_for(policy: &Policy<K, L>) -> Result<Self, KeyedSetupError>
     where
         K: Clock + Clone,
         L: Listener + Clone,
     {
-        Hosts::Default(Arc::new(DefaultHosts {
+        if policy.breaker().is_none() {
+            return Err(KeyedSetupError::NoBreaker);
+        }
+        Ok(Hosts::Default(Arc::new(DefaultHosts {
             table: OnceLock::new(),
             make: |policy| KeyedPolicy::new(policy.clone(), DEFAULT_HOSTS).ok(),
-        }))
+        })))
     }
 
     /// The table, made now if it is the default one and not yet made.
@@ -912,12 +917,8 @@ impl<K: Clock + Clone, L: Listener + Clone> PolicyLayer<K, L> {
     /// # Ok::<(), stormguard_std::SettingsError>(())
     /// ```
     pub fn shared(policy: Arc<Policy<K, L>>) -> Self {
-        // Only a policy without a breaker is refused a table: it has nothing to keep per host.
-        let hosts = if policy.breaker().is_some() {
-            Hosts::default_table()
-        } else {
-            Hosts::Off
-        };
+        // A policy refused a table (it has no breaker) has one scope.
+        let hosts = Hosts::default_for(&policy).unwrap_or(Hosts::Off);
         PolicyLayer {
             policy,
             hosts,
@@ -1053,12 +1054,7 @@ impl<K: Clock + Clone, L: Listener + Clone, C, R> PolicyLayer<K, L, C, R> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn per_host(mut self) -> Result<Self, KeyedSetupError> {
-        // The one refusal a table of the default capacity can meet, checked now; the table
-        // itself is made on first use.
-        if self.policy.breaker().is_none() {
-            return Err(KeyedSetupError::NoBreaker);
-        }
-        self.hosts = Hosts::default_table();
+        self.hosts = Hosts::default_for(&self.policy)?;
         Ok(self)
     }
 
