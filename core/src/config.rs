@@ -25,17 +25,19 @@ use core::marker::PhantomData;
 
 use serde::de::{self, Deserialize, Deserializer, IntoDeserializer};
 
+use crate::breaker::settings::BreakerSettings;
 use crate::breaker::{BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls};
 use crate::call::{Backoff, BackoffBuilder, CallSettings, CallSettingsBuilder, Jitter};
+use crate::error::{Bound, Field, Problems, SettingsError};
+use crate::limits::budget::BudgetSettings;
 use crate::limits::{
     AdaptiveLimitSettings, BudgetSettingsBuilder, BulkheadSettings, QuotaSettings,
     RateLimitSettings, SlidingWindowSettings, WindowLimitSettings,
 };
+use crate::name::Name;
 use crate::policy::ChaosSettings;
-use crate::{
-    Bound, BreakerSettings, BudgetSettings, Duration, Field, Multiple, Name, Problems,
-    SettingsError,
-};
+use crate::ratio::Multiple;
+use crate::time::Duration;
 
 /// A value that can be turned off: `false` in a document, or the value.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -110,7 +112,7 @@ fn ppm(x: f64) -> u32 {
     } else if x > 1.0 {
         1_000_001
     } else {
-        crate::Ratio::from_f64(x).map_or(0, crate::Ratio::ppm)
+        crate::ratio::Ratio::from_f64(x).map_or(0, crate::ratio::Ratio::ppm)
     }
 }
 
@@ -283,7 +285,7 @@ impl BreakerConfig {
         if let Some(s) = self.failure_ratio {
             b = b.failure_ratio(
                 s.into_option()
-                    .map(|x| crate::Ratio::from_ppm_const(ppm(x))),
+                    .map(|x| crate::ratio::Ratio::from_ppm_const(ppm(x))),
             );
         }
         if let Some(s) = self.slow_calls {
@@ -296,7 +298,7 @@ impl BreakerConfig {
             b = b.slow_threshold(s.into_option());
         }
         if let Some(x) = self.slow_ratio {
-            b = b.slow_ratio(crate::Ratio::from_ppm_const(ppm(x)));
+            b = b.slow_ratio(crate::ratio::Ratio::from_ppm_const(ppm(x)));
         }
         if let Some(n) = self.minimum_calls {
             b = b.minimum_calls(count(n));
@@ -733,7 +735,7 @@ impl QuotaConfig {
             Some(x) if x.is_nan() || x < 0.0 => {
                 return Err(SettingsError::new(Field::QuotaReserve, Bound::BelowOne))
             }
-            Some(x) => crate::Ratio::from_ppm_const(ppm(x).min(1_000_000)),
+            Some(x) => crate::ratio::Ratio::from_ppm_const(ppm(x).min(1_000_000)),
             None => QuotaSettings::DEFAULT.reserve(),
         };
         QuotaSettings::new(
@@ -806,7 +808,7 @@ impl AdaptiveLimitConfig {
             b = b.latency_tolerance(Multiple::from_milli(milli(x)));
         }
         if let Some(x) = self.decrease {
-            b = b.decrease(crate::Ratio::from_ppm_const(ppm(x)));
+            b = b.decrease(crate::ratio::Ratio::from_ppm_const(ppm(x)));
         }
         if let Some(d) = self.baseline_window {
             b = b.baseline_window(d);
@@ -834,7 +836,7 @@ impl ChaosConfig {
     /// The settings: nothing injected but what these keys give, checked.
     pub fn build(&self) -> Result<ChaosSettings, SettingsError> {
         let share = |x: f64, field: Field| {
-            crate::Ratio::from_ppm(ppm(x))
+            crate::ratio::Ratio::from_ppm(ppm(x))
                 .filter(|_| x >= 0.0)
                 .ok_or(SettingsError::new(field, Bound::ZeroToOne))
         };
@@ -1053,9 +1055,9 @@ impl PolicySection {
         let breaker = breaker.map(|b| {
             let s = b.build_all().map_err(|p| problems.breaker = p).ok();
             if s.is_some_and(|s| s.name() != &name) {
-                problems.breaker.push(crate::SettingsError {
-                    field: crate::Field::BreakerName,
-                    bound: crate::Bound::PolicyName,
+                problems.breaker.push(crate::error::SettingsError {
+                    field: crate::error::Field::BreakerName,
+                    bound: crate::error::Bound::PolicyName,
                 });
             }
             s
@@ -1063,9 +1065,9 @@ impl PolicySection {
         let budget = budget.map(|b| {
             let s = b.build_all().map_err(|p| problems.budget = p).ok();
             if s.is_some_and(|s| s.name() != &name) {
-                problems.budget.push(crate::SettingsError {
-                    field: crate::Field::BudgetName,
-                    bound: crate::Bound::PolicyName,
+                problems.budget.push(crate::error::SettingsError {
+                    field: crate::error::Field::BudgetName,
+                    bound: crate::error::Bound::PolicyName,
                 });
             }
             s
@@ -1118,8 +1120,8 @@ fn over<T: Default + Copy>(
 /// assert_eq!(key(Field::ConsecutiveFailures), "consecutive_failures");
 /// ```
 #[must_use]
-pub const fn key(field: crate::Field) -> &'static str {
-    use crate::Field;
+pub const fn key(field: crate::error::Field) -> &'static str {
+    use crate::error::Field;
     match field {
         Field::FailureMultiple => "failure_rate.multiple",
         Field::FailureFloor => "failure_rate.floor",

@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use crate::Duration;
+use crate::time::Duration;
 
 /// Why a call was refused locally, without reaching the dependency.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -448,7 +448,7 @@ impl SettingsError {
 
     /// `Err` for a name that cannot be taken (see [`Name::check`](crate::Name::check)): what
     /// every settings builder checks first.
-    pub(crate) const fn check_name(name: &crate::Name) -> Result<(), SettingsError> {
+    pub(crate) const fn check_name(name: &crate::name::Name) -> Result<(), SettingsError> {
         match name.check() {
             Ok(()) => Ok(()),
             Err(e) => Err(SettingsError::name(e)),

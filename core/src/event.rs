@@ -1,11 +1,14 @@
 //! Events: what happened, handed to a caller-supplied sink. The core allocates nothing and drops
 //! nothing; the adapters forward events to `tracing`, `defmt` and listeners.
 
-use crate::call::AttemptEnd;
+use core::fmt;
+
 use crate::error::RefusalReason;
+use crate::name::Name;
+use crate::outcome::Outcome;
 use crate::ratio::Ratio;
 use crate::state::{State, TripReason};
-use crate::{Duration, Name, Outcome};
+use crate::time::Duration;
 
 /// Something a breaker, budget or call did. Every event carries the name of what produced it,
 /// which is what tells five breakers apart in logs, telemetry and the health endpoint.
@@ -227,10 +230,106 @@ impl Event<'_> {
     }
 }
 
+/// How one attempt of a call ended, as the [`Event::Attempt`] event and the [`AttemptLog`](crate::call::AttemptLog)
+/// tell it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub enum AttemptEnd {
+    /// The operation ran.
+    Ran {
+        /// How it ended, as the call counted it: an answer that came at or after the attempt's
+        /// deadline and was not a success is [`Outcome::TimedOut`], and an attempt dropped
+        /// because the other of a hedged pair decided the call is [`Outcome::Cancelled`].
+        outcome: Outcome,
+        /// How long it ran, from its admission to its end.
+        took: Duration,
+        /// Whether the dependency answered (the operation returned a result, whatever it
+        /// said), as opposed to a connection error, a timeout or a cancellation.
+        answered: bool,
+        /// Whether it was a hedge, launched beside a slow attempt.
+        hedge: bool,
+    },
+    /// It never started: refused locally, by the reason's part. See
+    /// [`RefusalReason::is_self_imposed`] for the caller's own limits (retried as a throttle)
+    /// as against the breaker's or the budget's judgement.
+    Refused {
+        /// Who refused.
+        reason: RefusalReason,
+    },
+}
+
+impl AttemptEnd {
+    /// Whether a local limit of the caller's own refused the attempt (a rate limiter, a
+    /// bulkhead, the adaptive limiter, a published quota's reserve): the dependency was
+    /// never asked.
+    ///
+    /// ```
+    /// use stormguard_core::{event::AttemptEnd, RefusalReason};
+    /// assert!(AttemptEnd::Refused { reason: RefusalReason::RateLimited }.is_self_imposed());
+    /// assert!(!AttemptEnd::Refused { reason: RefusalReason::BreakerOpen }.is_self_imposed());
+    /// ```
+    #[must_use]
+    pub const fn is_self_imposed(&self) -> bool {
+        match self {
+            AttemptEnd::Refused { reason } => reason.is_self_imposed(),
+            AttemptEnd::Ran { .. } => false,
+        }
+    }
+
+    /// The outcome of an attempt that ran; `None` for a refused one.
+    #[must_use]
+    pub const fn outcome(&self) -> Option<Outcome> {
+        match self {
+            AttemptEnd::Ran { outcome, .. } => Some(*outcome),
+            AttemptEnd::Refused { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for AttemptEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttemptEnd::Ran {
+                outcome,
+                took,
+                answered,
+                hedge,
+            } => {
+                write!(f, "{} after {took}", outcome_word(*outcome))?;
+                if *hedge {
+                    f.write_str(", a hedge")?;
+                }
+                if *answered && !outcome.is_success() {
+                    f.write_str(", answered")?;
+                }
+                Ok(())
+            }
+            AttemptEnd::Refused { reason } if reason.is_self_imposed() => {
+                write!(f, "refused locally ({reason}), self-imposed")
+            }
+            AttemptEnd::Refused { reason } => write!(f, "refused locally ({reason})"),
+        }
+    }
+}
+
+fn outcome_word(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Success => "success",
+        Outcome::Transient => "transient failure",
+        Outcome::TimedOut => "timed out",
+        Outcome::Throttled { .. } => "throttled",
+        Outcome::Permanent => "permanent failure",
+        Outcome::Cancelled => "cancelled",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{RefusalReason, State};
+    use crate::error::RefusalReason;
+    use crate::state::State;
 
     #[test]
     fn with_name_keeps_everything_but_the_name() {

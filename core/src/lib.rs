@@ -136,19 +136,12 @@ pub mod breaker;
 pub mod call;
 pub mod limits;
 pub mod policy;
-// The probe table under both keyed tables (the keyed limiter here, the std adapter's keyed
-// policy).
-pub mod probe;
-// The caller's own runtime running late, told apart from a slow dependency.
-pub mod saturation;
 
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod config;
 pub mod error;
 pub mod event;
-pub mod grpc;
-pub mod http;
 mod loom;
 pub mod name;
 pub mod outcome;
@@ -157,6 +150,7 @@ pub mod ratio;
 pub mod rng;
 pub mod state;
 pub mod time;
+pub mod wire;
 
 // The everyday vocabulary: what a user of the breaker, the budget and the call driver names
 // most. Everything else is reached through its module (`breaker`, `call`, `limits`, `policy`,

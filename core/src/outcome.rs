@@ -1,6 +1,6 @@
 //! How an attempt ended, as the caller classifies it.
 
-use crate::Duration;
+use crate::time::Duration;
 
 /// How one attempt ended. The caller classifies; the core applies the rules:
 ///

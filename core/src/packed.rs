@@ -7,7 +7,7 @@
 use core::cell::Cell;
 
 use crate::loom::{AtomicU64, Ordering};
-use crate::Instant;
+use crate::time::Instant;
 
 /// A 64-bit storage cell: load, compare-exchange, swap.
 ///
@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn packed_instants_are_exact_then_whole_microseconds_in_order() {
-        use crate::Duration;
+        use crate::time::Duration;
         for bits in [56, 63, 64] {
             let flag = 1u64 << (bits - 1);
             for nanos in [0, 1, 999, 1_000_000_123, flag - 1] {

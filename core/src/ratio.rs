@@ -224,8 +224,8 @@ impl Multiple {
 
     /// `d * self`, saturating.
     #[must_use]
-    pub fn apply(self, d: crate::Duration) -> crate::Duration {
-        crate::Duration::from_nanos(mul_div(d.as_nanos(), self.milli, 1000))
+    pub fn apply(self, d: crate::time::Duration) -> crate::time::Duration {
+        crate::time::Duration::from_nanos(mul_div(d.as_nanos(), self.milli, 1000))
     }
 }
 

@@ -11,7 +11,7 @@
 )]
 
 use proptest::prelude::*;
-use stormguard_core::grpc::{
+use stormguard_core::wire::grpc::{
     format_timeout, parse_pushback, parse_status, parse_timeout, service_of, status_outcome, Code,
     TIMEOUT_DIGITS,
 };

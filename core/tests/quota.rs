@@ -12,11 +12,11 @@
 )]
 
 use proptest::prelude::*;
-use stormguard_core::http::{parse_delay_seconds, parse_millis};
-use stormguard_core::limits::quota::{
-    parse_count, parse_ratelimit, parse_reset, MAX_VALUE, UNIX_TIME_FROM,
+use stormguard_core::limits::{Limit, Quota, QuotaSettings, SharedQuota};
+use stormguard_core::wire::http::{parse_delay_seconds, parse_millis};
+use stormguard_core::wire::quota::{
+    parse_count, parse_ratelimit, parse_reset, Published, MAX_VALUE, UNIX_TIME_FROM,
 };
-use stormguard_core::limits::{Limit, Published, Quota, QuotaSettings, SharedQuota};
 use stormguard_core::{Duration, Instant, Ratio, RefusalReason};
 
 /// The largest number of 15 digits.

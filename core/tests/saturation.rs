@@ -10,7 +10,7 @@
 )]
 
 use stormguard_core::call::Admission;
-use stormguard_core::saturation::{
+use stormguard_core::limits::saturation::{
     Probed, SaturationAware, SaturationDetector, SaturationSettings, SaturationSignal,
 };
 use stormguard_core::{

@@ -23,8 +23,8 @@ use stormguard_core::limits::{
     AdaptiveLimitSettings, AdaptiveLimiter, AdaptivePermit, SharedAdaptiveLimiter,
 };
 use stormguard_core::{
-    limits::Bulkhead, limits::BulkheadEntry, limits::BulkheadPermit, limits::BulkheadSettings, limits::BulkheadTicket, Duration, Instant,
-    RefusalReason, Refused, limits::SharedBulkhead,
+    limits::Bulkhead, limits::BulkheadEntry, limits::BulkheadPermit, limits::BulkheadSettings,
+    limits::BulkheadTicket, limits::SharedBulkhead, Duration, Instant, RefusalReason, Refused,
 };
 use stormguard_fuzz::{Clock, TimeStep};
 
@@ -114,8 +114,8 @@ fn adaptive(input: &Input) {
             }
             Op::Leave { which } | Op::SlotFree { which } | Op::WaitOver { which } => {
                 if let Some((a, b)) = take(&mut held, which) {
-                    let latency = (which % 3 != 0)
-                        .then(|| Duration::from_micros(u64::from(which).pow(3)));
+                    let latency =
+                        (which % 3 != 0).then(|| Duration::from_micros(u64::from(which).pow(3)));
                     assert_eq!(
                         local.complete(a, now, latency),
                         shared.complete(b, now, latency)

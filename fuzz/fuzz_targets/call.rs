@@ -24,11 +24,12 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
-    call::Admission, Backoff, Breaker, Budget, limits::Bulkhead, limits::BulkheadSettings, limits::Bulkheaded, Call,
-    CallSettings, Duration, Finished, call::Funding, Instant, Jitter, limits::Limit, Multiple, Outcome, Parts,
-    Permit, limits::RateLimitSettings, limits::RateLimited, limits::RateLimiter, Refused, SharedBreaker, SharedBudget,
-    limits::SharedBulkhead, limits::SharedRateLimiter, limits::SharedWindowLimiter, State, Step, limits::WindowLimitSettings,
-    limits::WindowLimiter, GUARD_PAUSE,
+    call::Admission, call::Funding, limits::Bulkhead, limits::BulkheadSettings, limits::Bulkheaded,
+    limits::Limit, limits::RateLimitSettings, limits::RateLimited, limits::RateLimiter,
+    limits::SharedBulkhead, limits::SharedRateLimiter, limits::SharedWindowLimiter,
+    limits::WindowLimitSettings, limits::WindowLimiter, Backoff, Breaker, Budget, Call,
+    CallSettings, Duration, Finished, Instant, Jitter, Multiple, Outcome, Parts, Permit, Refused,
+    SharedBreaker, SharedBudget, State, Step, GUARD_PAUSE,
 };
 use stormguard_fuzz::{
     assert_no_leak, period_changed, sink, BreakerKnobs, BudgetKnobs, CellLedger, Clock, Log, Out,

@@ -16,10 +16,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::call::Criticality;
-use stormguard_core::grpc::{parse_pushback, parse_status, parse_timeout, TIMEOUT_DIGITS};
-use stormguard_core::http::{parse_delay_seconds, parse_millis};
-use stormguard_core::limits::quota::{parse_count, parse_ratelimit, parse_reset, MAX_VALUE};
-use stormguard_core::limits::{Limit, Published, Quota, QuotaSettings};
+use stormguard_core::limits::{Limit, Quota, QuotaSettings};
+use stormguard_core::wire::grpc::{parse_pushback, parse_status, parse_timeout, TIMEOUT_DIGITS};
+use stormguard_core::wire::http::{parse_delay_seconds, parse_millis};
+use stormguard_core::wire::quota::{
+    parse_count, parse_ratelimit, parse_reset, Published, MAX_VALUE,
+};
 use stormguard_core::{Duration, Instant, RefusalReason};
 
 /// The largest integer of 15 digits: the quota parsers read no more.

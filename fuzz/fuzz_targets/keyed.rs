@@ -21,8 +21,9 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
-    Breaker, Duration, Instant, breaker::Keyed, limits::KeyedLimitError, limits::KeyedLimiter, breaker::KeyedRefusal, limits::LimitRule,
-    Permit, limits::RateLimitSettings, limits::RateLimiter, Refused, State, limits::WindowLimitSettings, limits::WindowLimiter,
+    breaker::Keyed, breaker::KeyedRefusal, limits::KeyedLimitError, limits::KeyedLimiter,
+    limits::LimitRule, limits::RateLimitSettings, limits::RateLimiter, limits::WindowLimitSettings,
+    limits::WindowLimiter, Breaker, Duration, Instant, Permit, Refused, State,
 };
 use stormguard_fuzz::{sink, BreakerKnobs, Clock, Log, Out, TimeStep, LATE_READING};
 

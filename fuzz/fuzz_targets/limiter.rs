@@ -19,9 +19,10 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
-    Duration, Instant, limits::Limit, limits::RateLimitSettings, limits::RateLimiter, RefusalReason, Refused,
-    limits::SharedRateLimiter, limits::SharedWindowLimiter, limits::WindowLimitSettings, limits::WindowLimiter,
-    limits::SharedSlidingWindowLimiter, limits::SlidingWindowLimiter, limits::SlidingWindowSettings,
+    limits::Limit, limits::RateLimitSettings, limits::RateLimiter, limits::SharedRateLimiter,
+    limits::SharedSlidingWindowLimiter, limits::SharedWindowLimiter, limits::SlidingWindowLimiter,
+    limits::SlidingWindowSettings, limits::WindowLimitSettings, limits::WindowLimiter, Duration,
+    Instant, RefusalReason, Refused,
 };
 use stormguard_fuzz::{CellLedger, TimeStep, LATE_READING};
 
@@ -304,7 +305,10 @@ fuzz_target!(|input: Input| {
             else {
                 return;
             };
-            Pair::Sliding(SlidingWindowLimiter::new(s), SharedSlidingWindowLimiter::new(s))
+            Pair::Sliding(
+                SlidingWindowLimiter::new(s),
+                SharedSlidingWindowLimiter::new(s),
+            )
         }
         Rule::SlidingRaw {
             quota,
@@ -319,7 +323,10 @@ fuzz_target!(|input: Input| {
             else {
                 return;
             };
-            Pair::Sliding(SlidingWindowLimiter::new(s), SharedSlidingWindowLimiter::new(s))
+            Pair::Sliding(
+                SlidingWindowLimiter::new(s),
+                SharedSlidingWindowLimiter::new(s),
+            )
         }
     };
     let mut now = Instant::from_nanos(input.start);

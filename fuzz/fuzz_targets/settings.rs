@@ -8,10 +8,10 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
-    call::Admission, Backoff, Bound, Breaker, BreakerSettings, Budget, BudgetSettings, Call,
-    CallSettings, Duration, FailureRate, Field, call::Funding, Instant, Jitter, Multiple, Name, Outcome,
-    Parts, Ratio, Recovery, SettingsError, SharedBreaker, SharedBudget, SlowCalls, Step, time::MAX_BREAK,
-    breaker::MAX_COUNT, breaker::MAX_PROBES, breaker::TRIP_BUCKETS,
+    breaker::MAX_COUNT, breaker::MAX_PROBES, breaker::TRIP_BUCKETS, call::Admission, call::Funding,
+    time::MAX_BREAK, Backoff, Bound, Breaker, BreakerSettings, Budget, BudgetSettings, Call,
+    CallSettings, Duration, FailureRate, Field, Instant, Jitter, Multiple, Name, Outcome, Parts,
+    Ratio, Recovery, SettingsError, SharedBreaker, SharedBudget, SlowCalls, Step,
 };
 
 /// A float that is often one of the values that break naive code.

@@ -15,7 +15,9 @@ pub use self::grpc_preset::{grpc_outcome, is_grpc, GrpcBodyEnd};
 #[cfg(feature = "tonic")]
 mod grpc_preset {
     use http::{header::CONTENT_TYPE, HeaderMap, StatusCode};
-    use stormguard_core::grpc::{parse_pushback, parse_status, status_outcome_with_pushback, Code};
+    use stormguard_core::wire::grpc::{
+        parse_pushback, parse_status, status_outcome_with_pushback, Code,
+    };
     use stormguard_core::Outcome;
 
     /// How the body of a gRPC response ended, as the tower layer read it before classifying
@@ -57,7 +59,7 @@ mod grpc_preset {
 
     /// How a gRPC response counts: its `grpc-status` (from the headers of a trailers-only
     /// response, else from the trailers the layer read at the body's end, `end`) by the core's
-    /// rules ([`status_outcome`](stormguard_core::grpc::status_outcome): `UNAVAILABLE` and
+    /// rules ([`status_outcome`](stormguard_core::wire::grpc::status_outcome): `UNAVAILABLE` and
     /// `DEADLINE_EXCEEDED` transient, `RESOURCE_EXHAUSTED` throttled with the
     /// `grpc-retry-pushback-ms` hint, `OK` a success, any other code permanent). An unreadable
     /// or missing `grpc-status` is `UNKNOWN`. A non-200 HTTP status without a `grpc-status`
@@ -112,8 +114,8 @@ mod grpc_preset {
 #[cfg(feature = "http")]
 mod http_preset {
     use http::{header::RETRY_AFTER, HeaderMap, Response, StatusCode};
-    use stormguard_core::limits::quota::{parse_count, parse_ratelimit, parse_reset};
-    use stormguard_core::limits::Published;
+    use stormguard_core::wire::quota::Published;
+    use stormguard_core::wire::quota::{parse_count, parse_ratelimit, parse_reset};
     use stormguard_core::{Duration, Outcome};
 
     use super::Classify;
@@ -256,7 +258,7 @@ mod http_preset {
     #[must_use]
     pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         let value = headers.get(RETRY_AFTER)?.as_bytes();
-        if let Some(delay) = stormguard_core::http::parse_delay_seconds(value) {
+        if let Some(delay) = stormguard_core::wire::http::parse_delay_seconds(value) {
             return Some(delay);
         }
         let at = httpdate::parse_http_date(std::str::from_utf8(value).ok()?.trim()).ok()?;

@@ -206,7 +206,7 @@ pub trait Listener {
 
     /// The runtime a [`SaturationProbe`](crate::SaturationProbe) watches is saturated: told
     /// once per episode, to the listener the probe was spawned with.
-    fn on_saturation(&self, detected: &stormguard_core::saturation::SaturationDetected) {
+    fn on_saturation(&self, detected: &stormguard_core::limits::saturation::SaturationDetected) {
         let _ = detected;
     }
 }
@@ -282,7 +282,7 @@ impl<A: Listener, B: Listener> Listener for Both<A, B> {
         self.0.on_slot_wait(name, waited, entered);
         self.1.on_slot_wait(name, waited, entered);
     }
-    fn on_saturation(&self, detected: &stormguard_core::saturation::SaturationDetected) {
+    fn on_saturation(&self, detected: &stormguard_core::limits::saturation::SaturationDetected) {
         self.0.on_saturation(detected);
         self.1.on_saturation(detected);
     }

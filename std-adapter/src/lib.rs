@@ -213,18 +213,17 @@ pub use stormguard_core::CallError;
 // The core vocabulary this crate's API takes and returns, so a host user needs only this crate.
 pub use stormguard_core::{
     breaker::BreakerSettingsBuilder, breaker::KeyedRefusal, breaker::STALE_BREAKS,
-    call::AttemptEnd, call::AttemptLog, call::AttemptRecord, call::BackoffBuilder,
-    call::CallSettingsBuilder, call::Criticality, call::StreamSettings,
-    limits::AdaptiveLimitSettings, limits::AdaptiveLimitSettingsBuilder, limits::AdaptiveSnapshot,
-    limits::BudgetSettingsBuilder, limits::BudgetSnapshot, limits::BulkheadSettings,
-    limits::BulkheadSettingsBuilder, limits::BulkheadSnapshot, limits::RateLimitSettings,
-    limits::RateLimitSettingsBuilder, limits::WindowLimitSettings,
-    limits::WindowLimitSettingsBuilder, name::NameError, policy::ChaosSettings,
-    policy::PolicyVerdict, policy::SubscriptionRetry, policy::SubscriptionStatus, Backoff, Bound,
-    BreakerSettings, BudgetSettings, CallSettings, Duration, Event, FailureRate, Field, Finished,
-    Health, Instant, Jitter, Multiple, Name, Outcome, Ratio, Recovery, RefusalReason, Refused,
-    Rejection, SettingsError, SharedBreaker, SharedBudget, SlowCalls, Snapshot, State, TripReason,
-    GUARD_PAUSE,
+    call::AttemptLog, call::AttemptRecord, call::BackoffBuilder, call::CallSettingsBuilder,
+    call::Criticality, call::StreamSettings, event::AttemptEnd, limits::AdaptiveLimitSettings,
+    limits::AdaptiveLimitSettingsBuilder, limits::AdaptiveSnapshot, limits::BudgetSettingsBuilder,
+    limits::BudgetSnapshot, limits::BulkheadSettings, limits::BulkheadSettingsBuilder,
+    limits::BulkheadSnapshot, limits::RateLimitSettings, limits::RateLimitSettingsBuilder,
+    limits::WindowLimitSettings, limits::WindowLimitSettingsBuilder, name::NameError,
+    policy::ChaosSettings, policy::PolicyVerdict, policy::SubscriptionRetry,
+    policy::SubscriptionStatus, Backoff, Bound, BreakerSettings, BudgetSettings, CallSettings,
+    Duration, Event, FailureRate, Field, Finished, Health, Instant, Jitter, Multiple, Name,
+    Outcome, Ratio, Recovery, RefusalReason, Refused, Rejection, SettingsError, SharedBreaker,
+    SharedBudget, SlowCalls, Snapshot, State, TripReason, GUARD_PAUSE,
 };
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]

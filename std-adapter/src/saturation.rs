@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use stormguard_core::saturation::{Probed, SaturationDetector, SaturationSignal};
-pub use stormguard_core::saturation::{
+use stormguard_core::limits::saturation::{Probed, SaturationDetector, SaturationSignal};
+pub use stormguard_core::limits::saturation::{
     SaturationDetected, SaturationSettings, SaturationSettingsBuilder, SaturationSnapshot,
 };
 

@@ -32,7 +32,7 @@
 
 use std::sync::{Arc, PoisonError};
 
-use stormguard_core::probe::{self, close_gap, next_slot, ProbeSlots};
+use stormguard_core::limits::probe::{self, close_gap, next_slot, ProbeSlots};
 use stormguard_core::Instant;
 
 use crate::loom::{ArcCell, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};

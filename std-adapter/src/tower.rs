@@ -666,7 +666,7 @@ impl HttpRequests {
     /// The remaining deadline in the adopted header of `headers`, if any.
     fn deadline_in(&self, headers: &HeaderMap) -> Option<Duration> {
         let header = self.adopt.as_ref()?;
-        stormguard_core::http::parse_millis(headers.get(header)?.as_bytes())
+        stormguard_core::wire::http::parse_millis(headers.get(header)?.as_bytes())
     }
 
     /// Writes `left` into the propagated header of `headers`, if deadlines are propagated.

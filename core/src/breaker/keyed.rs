@@ -25,12 +25,16 @@
 
 use core::fmt;
 
+use crate::breaker::lean::LeanBreaker;
+use crate::breaker::Breaker;
 use crate::breaker::{Permit, SettingsRef, Snapshot};
 use crate::call::Admission;
+use crate::error::{RefusalReason, Refused};
 use crate::event::Event;
-use crate::{
-    Breaker, Duration, Instant, LeanBreaker, Name, Outcome, RefusalReason, Refused, State,
-};
+use crate::name::Name;
+use crate::outcome::Outcome;
+use crate::state::State;
+use crate::time::{Duration, Instant};
 
 /// How many of its longest breaks a key whose breaker is not closed must be quiet before it
 /// counts as idle (see [`Member::is_idle`]): long enough that a breaker still consulted

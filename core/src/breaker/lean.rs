@@ -5,13 +5,18 @@
 
 use core::cell::Cell;
 
+use crate::breaker::settings::BreakerSettings;
 use crate::breaker::stats::NoStats;
 use crate::breaker::{admission_via_core, single_threaded_api};
 use crate::breaker::{Core, HedgeSuppressed, Permit, Snapshot, State};
+use crate::error::Refused;
 use crate::error::{Bound, SettingsError};
 use crate::event::Event;
+use crate::name::Name;
+use crate::outcome::Outcome;
 use crate::packed::const_unless_loom;
-use crate::{BreakerSettings, Duration, Instant, Name, Outcome, Ratio, Refused};
+use crate::ratio::Ratio;
+use crate::time::{Duration, Instant};
 
 /// A single-threaded (`&mut self`) breaker that keeps no statistics: consecutive failures open
 /// it, the break doubles and is jittered, probes close it — exactly the rules of

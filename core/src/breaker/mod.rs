@@ -42,13 +42,16 @@ use core::marker::PhantomData;
 
 use self::stats::{Fold, HistCounts, Measure, NoStats, Readings, Ring, Sample, Stats, Stripes};
 use crate::call::Kind;
+use crate::error::SettingsError;
 use crate::error::{RefusalReason, Refused};
 use crate::event::Event;
+use crate::name::Name;
+use crate::outcome::Outcome;
 use crate::packed::{const_unless_loom, field, pack_instant, put, unpack_instant, word, Word};
 use crate::ratio::Ratio;
 use crate::rng::JitterRng;
 use crate::state::{Health, State, TripReason};
-use crate::{Duration, Instant, Name, Outcome, SettingsError};
+use crate::time::{Duration, Instant};
 
 /// The phase of the control state (the stored form of [`State`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1066,8 +1069,8 @@ impl<W: Word> KeptBreak for DrawnBreak<W> {
 
 mod sealed {
     pub trait Sealed {}
-    impl Sealed for crate::BreakerSettings {}
-    impl Sealed for &'static crate::BreakerSettings {}
+    impl Sealed for crate::breaker::settings::BreakerSettings {}
+    impl Sealed for &'static crate::breaker::settings::BreakerSettings {}
     impl<T: super::ConstSettings> Sealed for super::Fixed<T> {}
 }
 
@@ -2037,53 +2040,53 @@ pub struct Breaker<S: SettingsRef = BreakerSettings> {
 macro_rules! admission_via_core {
     (impl [$($generics:tt)*] for $ty:ty) => {
         impl<$($generics)*> $crate::call::Admission for $ty {
-            fn name(&self) -> &$crate::Name {
+            fn name(&self) -> &$crate::name::Name {
                 self.core.s().name()
             }
             fn try_acquire(
                 &mut self,
-                now: $crate::Instant,
-                attempt_timeout: Option<$crate::Duration>,
-                events: &mut dyn FnMut($crate::Event<'_>),
-            ) -> Result<$crate::Permit, $crate::Refused> {
+                now: $crate::time::Instant,
+                attempt_timeout: Option<$crate::time::Duration>,
+                events: &mut dyn FnMut($crate::event::Event<'_>),
+            ) -> Result<$crate::call::permit::Permit, $crate::error::Refused> {
                 self.core.try_acquire(now, attempt_timeout, events)
             }
-            fn check(&self, now: $crate::Instant) -> Result<(), $crate::Refused> {
+            fn check(&self, now: $crate::time::Instant) -> Result<(), $crate::error::Refused> {
                 self.core.check(now)
             }
             fn on_outcome(
                 &mut self,
-                now: $crate::Instant,
-                permit: $crate::Permit,
-                outcome: $crate::Outcome,
-                events: &mut dyn FnMut($crate::Event<'_>),
+                now: $crate::time::Instant,
+                permit: $crate::call::permit::Permit,
+                outcome: $crate::outcome::Outcome,
+                events: &mut dyn FnMut($crate::event::Event<'_>),
             ) {
                 self.core.on_outcome(now, permit, outcome, events);
             }
-            fn release(&mut self, permit: $crate::Permit) {
+            fn release(&mut self, permit: $crate::call::permit::Permit) {
                 self.core.release(&permit);
             }
-            fn normal_latency(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+            fn normal_latency(&self, now: $crate::time::Instant) -> Option<$crate::time::Duration> {
                 self.core.normal_latency(now)
             }
-            fn attempt_ceiling(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+            fn attempt_ceiling(&self, now: $crate::time::Instant) -> Option<$crate::time::Duration> {
                 self.core.attempt_ceiling(now)
             }
-            fn slow_threshold(&self, now: $crate::Instant) -> Option<$crate::Duration> {
+            fn slow_threshold(&self, now: $crate::time::Instant) -> Option<$crate::time::Duration> {
                 self.core.slow_threshold(now)
             }
             fn hedge_after(
                 &self,
-                now: $crate::Instant,
-            ) -> Result<$crate::Duration, $crate::breaker::HedgeSuppressed> {
+                now: $crate::time::Instant,
+            ) -> Result<$crate::time::Duration, $crate::breaker::HedgeSuppressed> {
                 self.core.hedge_after(now)
             }
             fn censored_latency(
                 &self,
-                now: $crate::Instant,
-                ran_past: $crate::Duration,
+                now: $crate::time::Instant,
+                ran_past: $crate::time::Duration,
                 draw: u64,
-            ) -> $crate::Duration {
+            ) -> $crate::time::Duration {
                 self.core.censored_latency(now, ran_past, draw)
             }
             fn self_limits(&self) -> bool {

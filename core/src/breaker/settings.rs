@@ -4,9 +4,10 @@
 //! The defaults follow the .NET original's documented ones; each is explained where it is set.
 
 use crate::error::{Bound, Field, Problems, SettingsError};
+use crate::name::Name;
 use crate::ratio::{Multiple, Ratio};
+use crate::time::Duration;
 use crate::time::{div_rem_u32, MAX_BREAK};
-use crate::{Duration, Name};
 
 /// Buckets in the sliding trip window. Fixed, so the window's memory is fixed.
 pub const TRIP_BUCKETS: usize = 10;

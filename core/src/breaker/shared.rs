@@ -18,11 +18,17 @@
 
 use core::fmt;
 
+use crate::breaker::settings::BreakerSettings;
 use crate::breaker::stats::{LaneHint, StripedStats};
 use crate::breaker::{admission_via_core, Core, HedgeSuppressed, Permit, Snapshot, State};
+use crate::error::Refused;
+use crate::event::Event;
 use crate::loom::AtomicU64;
+use crate::name::Name;
+use crate::outcome::Outcome;
 use crate::packed::const_unless_loom;
-use crate::{BreakerSettings, Duration, Event, Instant, Name, Outcome, Ratio, Refused};
+use crate::ratio::Ratio;
+use crate::time::{Duration, Instant};
 
 /// A circuit breaker shared by many threads through `&self`, lock-free. Same settings, same
 /// rules, same decisions as [`Breaker`](crate::Breaker) for any sequential input.

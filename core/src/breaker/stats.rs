@@ -9,7 +9,7 @@ use crate::loom::{AtomicU64, Ordering};
 use crate::packed::{const_unless_loom, field, put, word, words, Word};
 use crate::state::TripReason;
 use crate::time::{div_rem_u32, div_u64};
-use crate::{Duration, Instant};
+use crate::time::{Duration, Instant};
 
 /// Counts in one bucket of a sliding window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -20,9 +20,10 @@
 use core::fmt;
 
 use crate::error::{Bound, Field, Problems, SettingsError};
+use crate::outcome::Outcome;
 use crate::ratio::Multiple;
 use crate::rng::JitterRng;
-use crate::{Duration, Outcome};
+use crate::time::Duration;
 
 /// How the nominal wait is randomized, so that clients that failed together do not retry
 /// together.

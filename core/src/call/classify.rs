@@ -1,8 +1,8 @@
 //! How an attempt's result counts: the caller's classification (DESIGN.md, "The breaker":
 //! success, transient, throttled, permanent, cancelled), one trait for every adapter.
 
-use crate::limits::Published;
-use crate::Outcome;
+use crate::outcome::Outcome;
+use crate::wire::quota::Published;
 
 /// Decides how an attempt's result counts: the caller's classification of what happened.
 /// Implemented by [`EveryErrorTransient`] (the adapters' default) and by every

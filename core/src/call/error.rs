@@ -4,7 +4,9 @@
 
 use core::fmt;
 
-use crate::{Duration, Finished, Outcome, Rejection};
+use crate::call::{Finished, Rejection};
+use crate::outcome::Outcome;
+use crate::time::Duration;
 
 /// Why a guarded call did not return the operation's value. Says exactly what happened.
 ///
@@ -257,7 +259,7 @@ impl<E: defmt::Format> defmt::Format for CallError<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RefusalReason;
+    use crate::error::RefusalReason;
 
     const REJECTION: Rejection = Rejection {
         reason: RefusalReason::BudgetExhausted,

@@ -52,8 +52,9 @@ use core::cell::Cell;
 use super::{Admission, Call, Funding, Parts, Permit, Ran};
 use crate::event::Event;
 use crate::loom::AtomicU64;
+use crate::outcome::Outcome;
 use crate::packed::{const_unless_loom, field, put, word, Word};
-use crate::{Duration, Instant, Outcome};
+use crate::time::{Duration, Instant};
 
 /// One attempt of a hedged pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -579,8 +580,9 @@ fn share_of(word: &impl Word) -> u16 {
 mod tests {
     extern crate std;
     use super::*;
+    use crate::breaker::Breaker;
     use crate::call::{CallSettings, Finished, Step};
-    use crate::{Breaker, Budget, BudgetSettings};
+    use crate::limits::budget::{Budget, BudgetSettings};
     use std::vec::Vec;
 
     fn ms(n: u64) -> Duration {
@@ -610,7 +612,8 @@ mod tests {
 
     #[test]
     fn the_attempt_log_tells_a_winning_hedge_from_the_first_attempt_it_replaced() {
-        use crate::call::{AttemptEnd, AttemptLog};
+        use crate::call::AttemptLog;
+        use crate::event::AttemptEnd;
         let (mut parts, now) = warm();
         let mut log = AttemptLog::<8>::new();
         let (mut call, mut pair, first) = started(&mut parts, now);
@@ -664,7 +667,8 @@ mod tests {
 
     #[test]
     fn a_first_attempt_that_fails_beside_a_running_hedge_is_logged_as_attempt_one() {
-        use crate::call::{AttemptEnd, AttemptLog};
+        use crate::call::AttemptLog;
+        use crate::event::AttemptEnd;
         let (mut parts, now) = warm();
         let mut log = AttemptLog::<8>::new();
         let (mut call, mut pair, first) = started(&mut parts, now);
@@ -1383,7 +1387,7 @@ mod tests {
         });
         assert_eq!((hedged, won), (calls, calls));
         assert_eq!(parts.breaker.hedge_after(now), Ok(before));
-        assert_eq!(parts.breaker.state(now), crate::State::Closed);
+        assert_eq!(parts.breaker.state(now), crate::state::State::Closed);
     }
 
     #[test]

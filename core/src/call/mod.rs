@@ -46,7 +46,7 @@ pub use self::criticality::Criticality;
 pub use self::error::CallError;
 pub use self::hedge::{Due, HedgedPair, Lane, PairNext};
 pub use self::hedge::{HedgeShare, SharedHedgeShare};
-pub use self::log::{AttemptEnd, AttemptLog, AttemptRecord};
+pub use self::log::{AttemptLog, AttemptRecord};
 pub(crate) use self::permit::Kind;
 pub use self::permit::Permit;
 pub use self::stream::{Lost, StreamRestarts, StreamSettings, StreamSettingsBuilder};
@@ -54,9 +54,11 @@ pub use self::stream::{Lost, StreamRestarts, StreamSettings, StreamSettingsBuild
 use core::fmt;
 
 use crate::error::{Bound, Field, Problems, RefusalReason, Refused, SettingsError};
-use crate::event::Event;
+use crate::event::{AttemptEnd, Event};
+use crate::name::Name;
+use crate::outcome::Outcome;
 use crate::rng::JitterRng;
-use crate::{Duration, Instant, Name, Outcome};
+use crate::time::{Duration, Instant};
 
 /// The guarded-rejection pause: a refusal is reported only after this long (capped by the
 /// caller's remaining deadline), so a polling loop against an open breaker cannot spin. A
@@ -605,7 +607,7 @@ impl CallSettings {
     /// ```
     pub const fn check_breaker(
         self,
-        breaker: &crate::BreakerSettings,
+        breaker: &crate::breaker::settings::BreakerSettings,
     ) -> Result<CallSettings, SettingsError> {
         if self.hedging && !breaker.keeps_statistics() {
             Err(SettingsError::new(Field::Learn, Bound::OnForHedging))
@@ -770,7 +772,7 @@ impl CallSettingsBuilder {
     /// ```
     pub const fn build_for(
         self,
-        breaker: &crate::BreakerSettings,
+        breaker: &crate::breaker::settings::BreakerSettings,
     ) -> Result<CallSettings, SettingsError> {
         match self.build() {
             Ok(settings) => settings.check_breaker(breaker),

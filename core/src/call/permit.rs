@@ -2,7 +2,7 @@
 //! attempt's outcome.
 
 use crate::packed::{field, mask, put};
-use crate::{Duration, Instant};
+use crate::time::{Duration, Instant};
 
 /// What kind of admission a permit records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,7 +92,7 @@ impl Permit {
     }
 
     /// The same permit, its latency not to be learned: the caller's own side was saturated
-    /// while the attempt ran (see [`saturation`](crate::saturation)), so the time it took says
+    /// while the attempt ran (see [`saturation`](crate::limits::saturation)), so the time it took says
     /// more about the caller than about the dependency. The breaker still counts a success or
     /// a failure, but neither teaches its latency to the baseline (the median, the p95, the
     /// measured ceiling and backoff base, the hedge delay) nor judges it slow by it; and a

@@ -7,8 +7,9 @@ use crate::call::backoff::Backoff;
 use crate::call::{Admission, CallSettings, Finished, Funding, Parts};
 use crate::error::{Bound, Field, SettingsError};
 use crate::event::Event;
+use crate::outcome::Outcome;
 use crate::rng::JitterRng;
-use crate::{Duration, Instant, Outcome};
+use crate::time::{Duration, Instant};
 
 /// How a streaming call resumes and how long it may go quiet: what a streaming call adds to
 /// its [`CallSettings`].

@@ -9,10 +9,14 @@ use core::fmt;
 use crate::breaker::stats::Histogram;
 use crate::call::{Admission, Permit};
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
+use crate::event::Event;
 use crate::loom::AtomicU64;
+use crate::name::Name;
+use crate::outcome::Outcome;
 use crate::packed::{const_unless_loom, field, put, word, Word};
 use crate::ratio::{mul_div, PPM};
-use crate::{Duration, Event, Instant, Multiple, Name, Outcome, Ratio};
+use crate::ratio::{Multiple, Ratio};
+use crate::time::{Duration, Instant};
 
 /// The settings of an adaptive concurrency limiter, its name included. Built with
 /// [`AdaptiveLimitSettings::builder`], validated by [`AdaptiveLimitSettingsBuilder::build`],

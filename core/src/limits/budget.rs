@@ -32,10 +32,12 @@ use core::fmt;
 use crate::call::Funding;
 use crate::error::{Bound, Field, Problems, RefusalReason, Refused, SettingsError};
 use crate::loom::AtomicU64;
+use crate::name::Name;
+use crate::outcome::Outcome;
 use crate::packed::{const_unless_loom, word, Word};
 use crate::ratio::{Ratio, PPM};
 use crate::time::Tick;
-use crate::{Duration, Instant, Name, Outcome};
+use crate::time::{Duration, Instant};
 
 /// One whole retry, in millionths of a retry (the budget's token unit).
 const TOKEN: u32 = PPM;

@@ -5,8 +5,13 @@
 pub(crate) mod adaptive;
 pub(crate) mod budget;
 pub(crate) mod bulkhead;
+// The probe table under both keyed tables (the keyed limiter here, the std adapter's keyed
+// policy).
+pub mod probe;
 pub mod quota;
 pub(crate) mod ratelimit;
+// The caller's own runtime running late, told apart from a slow dependency.
+pub mod saturation;
 pub(crate) mod sliding;
 
 pub use self::adaptive::{
@@ -22,7 +27,7 @@ pub use self::bulkhead::{
     BulkheadSettingsBuilder, BulkheadSlots, BulkheadSnapshot, BulkheadTicket, Bulkheaded,
     SharedBulkhead,
 };
-pub use self::quota::{Published, Quota, QuotaSettings, QuotaState, SharedQuota};
+pub use self::quota::{Quota, QuotaSettings, QuotaState, SharedQuota};
 pub use self::ratelimit::{
     KeyedLimitError, KeyedLimiter, KeyedRateLimiter, KeyedWindowLimiter, Limit, LimitRule,
     LimiterHashState, LimiterHasher, RateLimitSettings, RateLimitSettingsBuilder, RateLimited,

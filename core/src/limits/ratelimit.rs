@@ -82,12 +82,14 @@ use crate::call::Admission;
 use crate::call::Permit;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
+use crate::limits::probe::{self, ProbeSlots};
 use crate::loom::AtomicU64;
+use crate::name::Name;
+use crate::outcome::Outcome;
 use crate::packed::{
     const_unless_loom, field, mask, pack_instant, put, unpack_instant, word, Word,
 };
-use crate::probe::{self, ProbeSlots};
-use crate::{Duration, Instant, Name, Outcome};
+use crate::time::{Duration, Instant};
 
 // The settings fields the limiters' errors name.
 const FIELD_CELLS: Field = Field::Rate;
@@ -813,7 +815,9 @@ fn remaining(until: u64, now: Instant) -> Duration {
 // The rules, behind one trait, and the limiter over some storage
 
 mod sealed {
-    use crate::{Duration, Instant, Name, Refused};
+    use crate::error::Refused;
+    use crate::name::Name;
+    use crate::time::{Duration, Instant};
 
     /// The rule of a limiter: what a state word means and how a request changes it. Every form
     /// (`&mut`, shared, keyed) drives these pure functions; none is written twice.

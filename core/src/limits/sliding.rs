@@ -48,7 +48,8 @@ use portable_atomic::{AtomicU128, Ordering};
 
 use super::ratelimit::Limit;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
-use crate::{Duration, Instant, Name};
+use crate::name::Name;
+use crate::time::{Duration, Instant};
 
 /// The most segments a window slides in (and the default).
 pub const MAX_SEGMENTS: u32 = 8;

@@ -11,7 +11,10 @@
 
 use core::fmt;
 
-use crate::{Duration, Finished, Instant, Outcome, State};
+use crate::call::Finished;
+use crate::outcome::Outcome;
+use crate::state::State;
+use crate::time::{Duration, Instant};
 
 /// When a cached success may be served: a pure function of the instant it was stored and now.
 ///
@@ -175,7 +178,8 @@ impl CacheRule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{RefusalReason, Rejection};
+    use crate::call::Rejection;
+    use crate::error::RefusalReason;
 
     fn rule() -> CacheRule {
         match CacheRule::new(Duration::from_secs(5)) {

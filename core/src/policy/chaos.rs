@@ -38,8 +38,9 @@ use core::fmt;
 use crate::error::{Bound, Field, SettingsError};
 use crate::loom::{AtomicU64, Ordering};
 use crate::packed::const_unless_loom;
+use crate::ratio::Ratio;
 use crate::rng::JitterRng;
-use crate::{Duration, Ratio};
+use crate::time::Duration;
 
 /// What to inject, and how often. Build with [`ChaosSettings::builder`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,7 +7,8 @@ use core::marker::PhantomData;
 
 use heapless::Vec;
 
-use crate::{name::NameError, Name};
+use crate::name::Name;
+use crate::name::NameError;
 
 /// The default predicate type: a function pointer from the context to a match, or an error.
 ///

@@ -5,13 +5,18 @@
 
 use core::fmt;
 
+use crate::breaker::settings::BreakerSettings;
 use crate::breaker::Snapshot;
+use crate::call::CallSettings;
 use crate::call::GUARD_PAUSE;
+use crate::limits::budget::BudgetSettings;
 use crate::limits::budget::BudgetSnapshot;
+use crate::name::Name;
+use crate::state::State;
+use crate::time::Duration;
 use crate::{
     limits::AdaptiveLimitSettings, limits::AdaptiveSnapshot, limits::BulkheadSettings,
     limits::RateLimitSettings, limits::SlidingWindowSettings, limits::WindowLimitSettings,
-    BreakerSettings, BudgetSettings, CallSettings, Duration, Name, State,
 };
 
 /// The rate limiter in front of a policy's attempts, if any.
@@ -278,7 +283,7 @@ impl fmt::Display for Explain<'_> {
             if attempt < attempts {
                 let wait = call.backoff().nominal(attempt, false);
                 // Without jitter the wait is exactly the nominal one.
-                let up_to = if call.backoff().jitter() == crate::Jitter::None {
+                let up_to = if call.backoff().jitter() == crate::call::backoff::Jitter::None {
                     ""
                 } else {
                     "up to "

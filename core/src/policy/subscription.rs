@@ -4,8 +4,9 @@
 use core::fmt;
 
 use crate::call::backoff::Backoff;
+use crate::outcome::Outcome;
 use crate::rng::JitterRng;
-use crate::{Duration, Instant, Outcome};
+use crate::time::{Duration, Instant};
 
 /// Where a subscription stands (Whizbang's statuses, minus "failed": this helper never gives
 /// up).

@@ -4,7 +4,7 @@
 use std::sync::{Arc, OnceLock};
 
 use ::metrics::{Counter, Gauge, Histogram, Unit};
-use stormguard_core::{call::AttemptEnd, Duration, Event, Name, Outcome};
+use stormguard_core::{event::AttemptEnd, Duration, Event, Name, Outcome};
 
 use super::{result_index, EventCounters, CATALOGUE, REASONS, RESULTS, STATES};
 use crate::events::{Ended, Listener};

@@ -8,7 +8,8 @@ use stormguard_core::{
     call::{
         Admission, AttemptLog, Due, HedgedPair, Lane, OptionalBreaker, PairNext, SharedHedgeShare,
     },
-    limits::{quota::Published, BulkheadEntry, BulkheadPermit, BulkheadTicket, SharedQuota},
+    limits::{BulkheadEntry, BulkheadPermit, BulkheadTicket, SharedQuota},
+    wire::quota::Published,
     Call, Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
 };
 use tokio_util::either::Either;

@@ -2,14 +2,15 @@ use std::fmt;
 use std::sync::Arc;
 
 use stormguard_core::{
-    call::OptionalBreaker, limits::AdaptiveLimitSettings, limits::AdaptiveSnapshot,
+    call::OptionalBreaker, limits::saturation::SaturationAware,
+    limits::saturation::SaturationSignal, limits::AdaptiveLimitSettings, limits::AdaptiveSnapshot,
     limits::AdaptivelyLimited, limits::BulkheadPermit, limits::BulkheadSettings,
     limits::BulkheadSlots, limits::BulkheadSnapshot, limits::Bulkheaded, limits::Limit,
     limits::RateLimitSettings, limits::RateLimited, limits::SharedAdaptiveLimiter,
     limits::SharedBulkhead, limits::SharedQuota, limits::SharedRateLimiter,
     limits::SharedSlidingWindowLimiter, limits::SharedWindowLimiter, limits::SlidingWindowSettings,
-    limits::WindowLimitSettings, saturation::SaturationAware, saturation::SaturationSignal,
-    Instant, Name, Refused, SettingsError, SharedBreaker, SharedBudget,
+    limits::WindowLimitSettings, Instant, Name, Refused, SettingsError, SharedBreaker,
+    SharedBudget,
 };
 
 /// The budget side of a policy's calls: its shared budget, or none (the core's `Option`).

@@ -14,7 +14,7 @@ use stormguard_core::call::{
     Lost, OptionalBreaker, StreamRestarts, StreamSettings, StreamSettingsBuilder,
 };
 use stormguard_core::{
-    saturation::SaturationAware, CallError, Duration, Outcome, Parts, SettingsError,
+    limits::saturation::SaturationAware, CallError, Duration, Outcome, Parts, SettingsError,
 };
 
 use super::{next_salt, Attempt, CallOptions, Policy};

@@ -14,7 +14,7 @@ use http::header::HeaderName;
 use http::{Extensions, HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
-use stormguard_core::grpc::{format_timeout, parse_timeout};
+use stormguard_core::wire::grpc::{format_timeout, parse_timeout};
 use stormguard_core::{call::Criticality, Duration};
 use tonic::body::Body;
 use tower_layer::Layer;
@@ -184,7 +184,7 @@ impl Requests<Request<Body>> for GrpcRequests {
     /// The call's service (`package.Service` of the path `/package.Service/Method`), for
     /// [`GrpcLayer::per_service`].
     fn scope(&self, req: &Request<Body>) -> Option<String> {
-        stormguard_core::grpc::service_of(req.uri().path()).map(str::to_owned)
+        stormguard_core::wire::grpc::service_of(req.uri().path()).map(str::to_owned)
     }
 
     /// The `request` span: the method is POST, the path names the service and method.

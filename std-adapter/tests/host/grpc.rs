@@ -448,7 +448,7 @@ async fn unavailable_is_retried_from_headers_and_from_trailers() {
         assert_eq!(after, vec![Outcome::Transient; 4]);
         // Every attempt told the server its ceiling, plus the margin.
         let sent = dep.timeout.lock().unwrap().clone().unwrap();
-        let sent = stormguard_core::grpc::parse_timeout(sent.as_bytes()).unwrap();
+        let sent = stormguard_core::wire::grpc::parse_timeout(sent.as_bytes()).unwrap();
         assert_eq!(
             sent,
             Duration::from(ATTEMPT_TIMEOUT).saturating_add(GRPC_TIMEOUT_MARGIN)

@@ -19,7 +19,7 @@
 //!   breaker counts its outcome but learns nothing from its latency.
 //!
 //! ```
-//! use stormguard_core::saturation::{Probed, SaturationDetector, SaturationSettings, SaturationSignal};
+//! use stormguard_core::limits::saturation::{Probed, SaturationDetector, SaturationSettings, SaturationSignal};
 //! use stormguard_core::{Duration, Instant};
 //!
 //! let settings = SaturationSettings::builder().interval(Duration::from_millis(50)).build()?;
@@ -46,9 +46,12 @@ use core::fmt;
 
 use crate::call::{Admission, Permit};
 use crate::error::{Bound, Field, Refused, SettingsError};
+use crate::event::Event;
 use crate::loom::{AtomicU64, Ordering};
+use crate::outcome::Outcome;
 use crate::packed::const_unless_loom;
-use crate::{Duration, Event, Instant, Multiple, Outcome};
+use crate::ratio::Multiple;
+use crate::time::{Duration, Instant};
 
 /// How the runtime's scheduling delay is probed and judged. Built with
 /// [`SaturationSettings::builder`], validated by [`SaturationSettingsBuilder::build`].
@@ -62,7 +65,7 @@ use crate::{Duration, Event, Instant, Multiple, Outcome};
 /// | drain after | 2 | probes in a row under the threshold that end an episode; at least 1 |
 ///
 /// ```
-/// use stormguard_core::saturation::SaturationSettings;
+/// use stormguard_core::limits::saturation::SaturationSettings;
 /// use stormguard_core::{Duration, Field};
 ///
 /// let s = SaturationSettings::default();

@@ -1,11 +1,11 @@
 //! HTTP header values a resilient client reads, sans I/O: `Retry-After`'s delay in seconds and
 //! a remaining deadline in whole milliseconds (the std adapter's deadline header). Like the
-//! gRPC parsers in [`grpc`](crate::grpc) and the quota parsers in
-//! [`limits::quota`](crate::limits::quota), they take the bytes a peer chose, allocate nothing,
+//! gRPC parsers in [`grpc`](crate::wire::grpc) and the quota parsers in
+//! [`quota`](crate::wire::quota), they take the bytes a peer chose, allocate nothing,
 //! never panic, and return `None` for anything they cannot read whole.
 //!
 //! ```
-//! use stormguard_core::http::{parse_delay_seconds, parse_millis};
+//! use stormguard_core::wire::http::{parse_delay_seconds, parse_millis};
 //! use stormguard_core::Duration;
 //!
 //! assert_eq!(parse_delay_seconds(b"120"), Some(Duration::from_secs(120)));
@@ -13,21 +13,9 @@
 //! assert_eq!(parse_millis(b"-1"), None);
 //! ```
 
-use crate::Duration;
+use crate::time::Duration;
 
-/// Optional whitespace around a value: spaces and tabs only (RFC 9110's OWS).
-fn trim_ows(value: &[u8]) -> &[u8] {
-    let start = value
-        .iter()
-        .position(|b| !matches!(b, b' ' | b'\t'))
-        .unwrap_or(value.len());
-    let rest = value.get(start..).unwrap_or(&[]);
-    let end = rest
-        .iter()
-        .rposition(|b| !matches!(b, b' ' | b'\t'))
-        .map_or(0, |i| i.saturating_add(1));
-    rest.get(..end).unwrap_or(&[])
-}
+use super::trim_ows;
 
 /// A whole number as Rust's `u64` parser reads it (ASCII digits, leading zeros included, one
 /// optional leading `+`) after trimming OWS; `None` for anything else, or a number past
@@ -54,7 +42,7 @@ fn whole_number(value: &[u8]) -> Option<u64> {
 /// [`Duration::MAX`]; the call driver caps any hint at the backoff's maximum.
 ///
 /// ```
-/// use stormguard_core::http::parse_delay_seconds;
+/// use stormguard_core::wire::http::parse_delay_seconds;
 /// use stormguard_core::Duration;
 /// assert_eq!(parse_delay_seconds(b"0"), Some(Duration::ZERO));
 /// assert_eq!(parse_delay_seconds(b"1.5"), None);
@@ -70,7 +58,7 @@ pub fn parse_delay_seconds(value: &[u8]) -> Option<Duration> {
 /// [`Duration::MAX`]: an adopted deadline only ever tightens a call.
 ///
 /// ```
-/// use stormguard_core::http::parse_millis;
+/// use stormguard_core::wire::http::parse_millis;
 /// use stormguard_core::Duration;
 /// assert_eq!(parse_millis(b"1500"), Some(Duration::from_millis(1_500)));
 /// assert_eq!(parse_millis(b"-1500"), None);

@@ -7,7 +7,7 @@
 //! and what is locked while it is, stay with each table.
 //!
 //! ```
-//! use stormguard_core::probe::{self, ProbeSlots};
+//! use stormguard_core::limits::probe::{self, ProbeSlots};
 //!
 //! /// Keys stored by their 32-bit tag, 0 for an empty slot.
 //! struct Tags([u32; 4]);

@@ -5,7 +5,7 @@
 //! sends.
 //!
 //! ```
-//! use stormguard_core::grpc::{format_timeout, parse_timeout, status_outcome, Code};
+//! use stormguard_core::wire::grpc::{format_timeout, parse_timeout, status_outcome, Code};
 //! use stormguard_core::{Duration, Outcome};
 //!
 //! assert_eq!(parse_timeout(b"250m"), Some(Duration::from_millis(250)));
@@ -13,7 +13,8 @@
 //! assert_eq!(status_outcome(Code::UNAVAILABLE), Outcome::Transient);
 //! ```
 
-use crate::{Duration, Outcome};
+use crate::outcome::Outcome;
+use crate::time::Duration;
 
 /// The most digits a `grpc-timeout` value may have (the gRPC wire format: "TimeoutValue, a
 /// positive integer as ASCII string of at most 8 digits").
@@ -68,7 +69,7 @@ impl Code {
 /// mends (`INTERNAL`, `UNKNOWN`), so it is never retried and never counted against the service.
 ///
 /// ```
-/// use stormguard_core::grpc::{status_outcome, status_outcome_with_pushback, Code};
+/// use stormguard_core::wire::grpc::{status_outcome, status_outcome_with_pushback, Code};
 /// use stormguard_core::{Duration, Outcome};
 ///
 /// assert_eq!(status_outcome(Code::OK), Outcome::Success);
@@ -119,7 +120,7 @@ fn parse_digits(value: &[u8], max_digits: usize) -> Option<u64> {
 /// be read, which a client treats as [`Code::UNKNOWN`].
 ///
 /// ```
-/// use stormguard_core::grpc::{parse_status, Code};
+/// use stormguard_core::wire::grpc::{parse_status, Code};
 /// assert_eq!(parse_status(b"14"), Some(Code::UNAVAILABLE));
 /// assert_eq!(parse_status(b"-1"), None);
 /// ```
@@ -135,7 +136,7 @@ pub fn parse_status(value: &[u8]) -> Option<Code> {
 /// or unreadable.
 ///
 /// ```
-/// use stormguard_core::grpc::parse_pushback;
+/// use stormguard_core::wire::grpc::parse_pushback;
 /// use stormguard_core::Duration;
 /// assert_eq!(parse_pushback(b"1500"), Some(Duration::from_millis(1_500)));
 /// assert_eq!(parse_pushback(b"-1"), None);
@@ -152,7 +153,7 @@ pub fn parse_pushback(value: &[u8]) -> Option<Duration> {
 /// tighten a call, never to lengthen it.
 ///
 /// ```
-/// use stormguard_core::grpc::parse_timeout;
+/// use stormguard_core::wire::grpc::parse_timeout;
 /// use stormguard_core::Duration;
 /// assert_eq!(parse_timeout(b"1S"), Some(Duration::from_secs(1)));
 /// assert_eq!(parse_timeout(b"100u"), Some(Duration::from_micros(100)));
@@ -173,7 +174,7 @@ pub fn parse_timeout(value: &[u8]) -> Option<Duration> {
 /// leading `/`, an empty service or method, more segments).
 ///
 /// ```
-/// use stormguard_core::grpc::service_of;
+/// use stormguard_core::wire::grpc::service_of;
 /// assert_eq!(service_of("/stock.Inventory/Get"), Some("stock.Inventory"));
 /// assert_eq!(service_of("/stock.Inventory/"), None);
 /// assert_eq!(service_of("/health"), None);
@@ -218,7 +219,7 @@ impl core::fmt::Debug for Timeout {
 /// over [`Duration::MAX`] (which is 5 124 096 hours).
 ///
 /// ```
-/// use stormguard_core::grpc::{format_timeout, parse_timeout};
+/// use stormguard_core::wire::grpc::{format_timeout, parse_timeout};
 /// use stormguard_core::Duration;
 /// assert_eq!(format_timeout(Duration::from_millis(40)).as_str(), "40000000n");
 /// assert_eq!(format_timeout(Duration::from_secs(30)).as_str(), "30000000u");
