@@ -1178,9 +1178,9 @@ pub(crate) trait Measure {
     /// them links none of the rules that need them (the relative and absolute rates, slow
     /// calls, the recovery ramp).
     const KEEPS: bool;
-    /// Where a refusal keeps the break it drew (see [`KeptBreak`](super::KeptBreak)).
+    /// Where a refusal keeps the break it drew (see [`KeptBreak`](super::machine::KeptBreak)).
     #[cfg(all(target_pointer_width = "64", not(loom)))]
-    type Kept: super::KeptBreak;
+    type Kept: super::machine::KeptBreak;
     /// Records one outcome.
     fn record(&self, now: Instant, s: &BreakerSettings, sample: Sample);
     /// Records a success that was not slow, granted and reported while closed in the same
@@ -1223,7 +1223,7 @@ impl<W: Word, T: Stripes<Item = Ring<W>>, C: Stripes<Item = HistCounts<W>>> Meas
 {
     const KEEPS: bool = true;
     #[cfg(all(target_pointer_width = "64", not(loom)))]
-    type Kept = super::DrawnBreak<W>;
+    type Kept = super::machine::DrawnBreak<W>;
     fn record(&self, now: Instant, s: &BreakerSettings, sample: Sample) {
         Stats::record(self, now, s, sample);
     }
