@@ -131,7 +131,7 @@ fn baseline(c: &mut Criterion) {
 
 fn direct(c: &mut Criterion) {
     // No clock read.
-    let mut local = RateLimiter::new(fast());
+    let local = RateLimiter::new(fast());
     let mut now = Instant::from_secs(1);
     c.bench_function("gcra/ours &mut/synthetic", |b| {
         b.iter(|| {
@@ -157,7 +157,7 @@ fn direct(c: &mut Criterion) {
             })
         })
     });
-    let mut local = SlidingWindowLimiter::new(sliding());
+    let local = SlidingWindowLimiter::new(sliding());
     let mut now = Instant::from_secs(1);
     c.bench_function("sliding/ours &mut/synthetic", |b| {
         b.iter(|| {
@@ -191,7 +191,7 @@ fn direct(c: &mut Criterion) {
 
     // Reading the clock governor reads by default.
     let clock = Quanta::new();
-    let mut local = RateLimiter::new(unbounded());
+    let local = RateLimiter::new(unbounded());
     c.bench_function("gcra/ours &mut/quanta", |b| {
         b.iter(|| black_box(local.check(clock.now()).is_ok()))
     });

@@ -137,6 +137,7 @@ pub mod call;
 pub mod limits;
 pub mod policy;
 
+pub mod cell;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod config;
@@ -145,7 +146,6 @@ pub mod event;
 mod loom;
 pub mod name;
 pub mod outcome;
-mod packed;
 pub mod ratio;
 pub mod rng;
 pub mod state;

@@ -251,17 +251,17 @@ struct Run {
 /// The runs of the two sequential orders, by a `&mut` limiter driven with `check_n`.
 fn sequential<L: Clone>(
     fresh: &L,
-    check_n: impl Fn(&mut L, Instant, u32) -> Result<(), Refused>,
+    check_n: impl Fn(&L, Instant, u32) -> Result<(), Refused>,
     available: impl Fn(&L, Instant) -> u32,
     requests: [Request; 2],
     probes: &[Instant],
 ) -> [Run; 2] {
     let order = |first: usize| {
-        let mut l = fresh.clone();
+        let l = fresh.clone();
         let mut answers = [Ok(()), Ok(())];
         for i in [first, 1 - first] {
             let (at, n) = requests[i];
-            answers[i] = check_n(&mut l, at, n);
+            answers[i] = check_n(&l, at, n);
         }
         let after = probes.iter().map(|&t| available(&l, t)).collect();
         Run { answers, after }

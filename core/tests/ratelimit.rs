@@ -96,7 +96,7 @@ fn after_the_burst_one_cell_comes_back_every_emission_interval() {
 #[test]
 fn over_a_long_run_exactly_burst_plus_rate_times_time_is_admitted() {
     // Asked every millisecond for ten minutes at 10 per second: exactly 6000 + the burst of 5.
-    let mut l = RateLimiter::new(gcra(10, secs(1), 5));
+    let l = RateLimiter::new(gcra(10, secs(1), 5));
     let mut admitted = 0u32;
     for i in 0..=600_000u64 {
         if l.check(T0 + ms(i)).is_ok() {
@@ -118,7 +118,7 @@ fn an_empty_limiter_refills_to_its_burst_and_no_further() {
 
 #[test]
 fn retry_after_is_exactly_when_the_next_cell_is_due() {
-    let mut l = RateLimiter::new(gcra(10, secs(1), 1));
+    let l = RateLimiter::new(gcra(10, secs(1), 1));
     l.check(T0).unwrap();
     let now = T0 + ms(30);
     let wait = refusal(l.check(now));
@@ -134,7 +134,7 @@ fn retry_after_is_exactly_when_the_next_cell_is_due() {
 
 #[test]
 fn check_n_takes_all_the_cells_or_none_and_says_when_all_are_there() {
-    let mut l = RateLimiter::new(gcra(1000, secs(1), 1000));
+    let l = RateLimiter::new(gcra(1000, secs(1), 1000));
     assert_eq!(l.check_n(T0, 600), Ok(()));
     assert_eq!(refusal(l.check_n(T0, 600)), ms(200));
     assert_eq!(l.available(T0), 400);
@@ -151,7 +151,7 @@ fn check_n_takes_all_the_cells_or_none_and_says_when_all_are_there() {
 fn a_fractional_interval_is_rounded_up_so_the_rate_is_never_exceeded() {
     let s = gcra(3, secs(1), 2);
     assert_eq!(s.emission_interval(), Duration::from_nanos(333_333_334));
-    let mut l = RateLimiter::new(s);
+    let l = RateLimiter::new(s);
     let mut admitted = 0u64;
     let mut now = T0;
     let end = T0 + secs(30);
@@ -266,7 +266,7 @@ fn cells_due_after_the_end_of_time_are_never_granted() {
 
 #[test]
 fn a_window_admits_its_limit_and_the_next_event_starts_the_cooldown() {
-    let mut l = WindowLimiter::new(WindowLimitSettings::defaults("stream"));
+    let l = WindowLimiter::new(WindowLimitSettings::defaults("stream"));
     for i in 0..50 {
         assert_eq!(l.check(T0 + ms(i * 100)), Ok(()), "event {i}");
     }
@@ -277,7 +277,7 @@ fn a_window_admits_its_limit_and_the_next_event_starts_the_cooldown() {
 
 #[test]
 fn refusals_during_the_cooldown_carry_what_is_left_of_it() {
-    let mut l = WindowLimiter::new(window(5, secs(2), secs(1)));
+    let l = WindowLimiter::new(window(5, secs(2), secs(1)));
     for _ in 0..5 {
         l.check(T0).unwrap();
     }
@@ -293,7 +293,7 @@ fn refusals_during_the_cooldown_carry_what_is_left_of_it() {
 
 #[test]
 fn after_the_cooldown_a_fresh_window_opens_fifty_then_thirty_seconds_then_fifty() {
-    let mut l = WindowLimiter::new(WindowLimitSettings::defaults("runaway"));
+    let l = WindowLimiter::new(WindowLimitSettings::defaults("runaway"));
     let mut now = T0;
     for cycle in 0..3 {
         for i in 0..50 {
@@ -308,7 +308,7 @@ fn after_the_cooldown_a_fresh_window_opens_fifty_then_thirty_seconds_then_fifty(
 fn a_cooldown_ends_exactly_when_it_has_lasted_its_length_at_any_nanosecond() {
     // Instants between milliseconds, as a real clock or tokio's paused clock gives them.
     for offset in [1, 123, 999_999, 1_000_001] {
-        let mut l = WindowLimiter::new(WindowLimitSettings::defaults("stream"));
+        let l = WindowLimiter::new(WindowLimitSettings::defaults("stream"));
         let t = T0 + Duration::from_nanos(offset);
         for _ in 0..50 {
             l.check(t).unwrap();
@@ -323,7 +323,7 @@ fn a_cooldown_ends_exactly_when_it_has_lasted_its_length_at_any_nanosecond() {
 
 #[test]
 fn a_window_that_ends_without_being_exceeded_starts_no_cooldown() {
-    let mut l = WindowLimiter::new(window(5, secs(2), secs(1)));
+    let l = WindowLimiter::new(window(5, secs(2), secs(1)));
     for _ in 0..4 {
         l.check(T0).unwrap();
     }
@@ -342,7 +342,7 @@ fn a_window_that_ends_without_being_exceeded_starts_no_cooldown() {
 
 #[test]
 fn a_window_opens_at_its_first_event_not_at_a_fixed_boundary() {
-    let mut l = WindowLimiter::new(window(2, secs(10), secs(1)));
+    let l = WindowLimiter::new(window(2, secs(10), secs(1)));
     l.check(T0 + secs(7)).unwrap();
     l.check(T0 + secs(12)).unwrap();
     // Still the window opened at 7 s: the third event exceeds it.
@@ -351,7 +351,7 @@ fn a_window_opens_at_its_first_event_not_at_a_fixed_boundary() {
 
 #[test]
 fn times_are_whole_milliseconds_never_served_short() {
-    let mut l = WindowLimiter::new(window(1, secs(1), secs(1)));
+    let l = WindowLimiter::new(window(1, secs(1), secs(1)));
     let now = T0 + Duration::from_micros(250);
     l.check(now).unwrap();
     // The cooldown started a quarter of a millisecond in ends on the next whole millisecond.
@@ -363,20 +363,20 @@ fn times_are_whole_milliseconds_never_served_short() {
 
 #[test]
 fn a_window_counts_batches_and_a_batch_that_does_not_fit_starts_the_cooldown() {
-    let mut l = WindowLimiter::new(window(10, secs(60), secs(30)));
+    let l = WindowLimiter::new(window(10, secs(60), secs(30)));
     assert_eq!(l.check_n(T0, 6), Ok(()));
     assert_eq!(l.check_n(T0, 0), Ok(()));
     assert_eq!(l.available(T0), 4);
     assert_eq!(refusal(l.check_n(T0, 5)), secs(30));
     // More than a window holds: refused for good, and no cooldown started by it.
-    let mut l = WindowLimiter::new(window(10, secs(60), secs(30)));
+    let l = WindowLimiter::new(window(10, secs(60), secs(30)));
     assert_eq!(refusal(l.check_n(T0, 11)), Duration::MAX);
     assert_eq!(l.check(T0), Ok(()));
 }
 
 #[test]
 fn the_window_limiter_reads_a_clock_stepping_back_as_no_time_passed() {
-    let mut l = WindowLimiter::new(window(5, secs(60), secs(30)));
+    let l = WindowLimiter::new(window(5, secs(60), secs(30)));
     for _ in 0..3 {
         l.check(T0).unwrap();
     }
@@ -397,7 +397,7 @@ fn the_window_limiter_reads_a_clock_stepping_back_as_no_time_passed() {
 
 #[test]
 fn the_window_limiter_survives_huge_time_jumps_and_the_end_of_time() {
-    let mut l = WindowLimiter::new(window(2, secs(60), secs(30)));
+    let l = WindowLimiter::new(window(2, secs(60), secs(30)));
     l.check(T0).unwrap();
     l.check(T0).unwrap();
     assert!(l.check(T0).is_err());
@@ -406,7 +406,7 @@ fn the_window_limiter_survives_huge_time_jumps_and_the_end_of_time() {
     // At the end of time a window never ends and a cooldown never ends either: refused for good
     // rather than admitting without limit.
     let end = Instant::MAX;
-    let mut l = WindowLimiter::new(window(2, secs(60), secs(30)));
+    let l = WindowLimiter::new(window(2, secs(60), secs(30)));
     assert_eq!(l.check(end), Ok(()));
     assert_eq!(l.check(end), Ok(()));
     assert_eq!(refusal(l.check(end)), Duration::MAX);
@@ -845,7 +845,7 @@ proptest! {
             .burst(burst)
             .build()
             .unwrap();
-        let mut l = RateLimiter::new(settings);
+        let l = RateLimiter::new(settings);
         let mut clock = T0;
         let mut admitted: Vec<(u64, u64)> = Vec::new();
         for (late, ms_step, n) in steps {
@@ -886,8 +886,8 @@ proptest! {
     ) {
         let g = RateLimitSettings::builder("p").rate(cells, secs(1)).burst(burst).build().unwrap();
         let w = window(events, secs(2), ms(700));
-        let (mut a, b) = (RateLimiter::new(g), SharedRateLimiter::new(g));
-        let (mut c, d) = (WindowLimiter::new(w), SharedWindowLimiter::new(w));
+        let (a, b) = (RateLimiter::new(g), SharedRateLimiter::new(g));
+        let (c, d) = (WindowLimiter::new(w), SharedWindowLimiter::new(w));
         let mut now = T0;
         for (kind, step, n) in ops {
             now = match kind {

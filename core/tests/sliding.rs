@@ -11,9 +11,10 @@
 
 use proptest::prelude::*;
 use stormguard_core::{
-    limits::max_quota, limits::Limit, limits::SharedSlidingWindowLimiter,
-    limits::SlidingWindowLimiter, limits::SlidingWindowSettings, limits::MAX_SEGMENTS, Bound,
-    Duration, Field, Instant, RefusalReason, Refused,
+    limits::max_quota, limits::KeyedLimitError, limits::KeyedSlidingWindowLimiter, limits::Limit,
+    limits::SharedSlidingWindowLimiter, limits::SlidingWindowLimiter,
+    limits::SlidingWindowSettings, limits::MAX_SEGMENTS, Bound, Duration, Field, Instant,
+    RefusalReason, Refused,
 };
 
 mod support;
@@ -42,7 +43,7 @@ fn at_ns(ns: u64) -> Instant {
 
 #[test]
 fn a_window_admits_its_quota_and_the_next_call_waits_for_the_oldest_segment() {
-    let mut l = SlidingWindowLimiter::new(per_second_segments(3, 8));
+    let l = SlidingWindowLimiter::new(per_second_segments(3, 8));
     let t = Instant::from_millis(2_300); // segment 2
     for _ in 0..3 {
         l.check(t).unwrap();
@@ -57,7 +58,7 @@ fn a_window_admits_its_quota_and_the_next_call_waits_for_the_oldest_segment() {
 #[test]
 fn segment_boundaries_are_exact_to_the_nanosecond() {
     const SEC: u64 = 1_000_000_000;
-    let mut l = SlidingWindowLimiter::new(per_second_segments(2, 8));
+    let l = SlidingWindowLimiter::new(per_second_segments(2, 8));
     l.check(at_ns(SEC - 1)).unwrap(); // the last nanosecond of segment 0
     l.check(at_ns(SEC)).unwrap(); // the first of segment 1
                                   // The last nanosecond of segment 7: both still in the window, segment 0 leaves in 1 ns.
@@ -74,7 +75,7 @@ fn segment_boundaries_are_exact_to_the_nanosecond() {
 
 #[test]
 fn the_window_slides_a_segment_at_a_time_freeing_only_what_left() {
-    let mut l = SlidingWindowLimiter::new(per_second_segments(4, 4));
+    let l = SlidingWindowLimiter::new(per_second_segments(4, 4));
     l.check(Instant::from_millis(100)).unwrap(); // segment 0
     l.check_n(Instant::from_millis(1_100), 2).unwrap(); // segment 1
     l.check(Instant::from_millis(3_100)).unwrap(); // segment 3
@@ -86,7 +87,7 @@ fn the_window_slides_a_segment_at_a_time_freeing_only_what_left() {
 
 #[test]
 fn a_batch_waits_for_as_many_segments_as_it_needs() {
-    let mut l = SlidingWindowLimiter::new(per_second_segments(6, 4));
+    let l = SlidingWindowLimiter::new(per_second_segments(6, 4));
     l.check_n(Instant::from_millis(100), 2).unwrap(); // segment 0
     l.check_n(Instant::from_millis(1_100), 2).unwrap(); // segment 1
     l.check_n(Instant::from_millis(2_100), 2).unwrap(); // segment 2
@@ -102,7 +103,7 @@ fn a_batch_waits_for_as_many_segments_as_it_needs() {
 
 #[test]
 fn a_late_reading_slides_nothing_and_a_reset_clock_moves_the_calls_to_its_reading() {
-    let mut l = SlidingWindowLimiter::new(per_second_segments(2, 8));
+    let l = SlidingWindowLimiter::new(per_second_segments(2, 8));
     let t = Instant::from_secs(100);
     l.check_n(t, 2).unwrap();
     // Half a second back: the same window; retry_after counts from the late reading.
@@ -117,11 +118,11 @@ fn a_late_reading_slides_nothing_and_a_reset_clock_moves_the_calls_to_its_readin
 
 #[test]
 fn huge_readings_and_the_end_of_time_never_panic() {
-    let mut l = SlidingWindowLimiter::new(per_second_segments(1, 8));
+    let l = SlidingWindowLimiter::new(per_second_segments(1, 8));
     l.check(Instant::MAX).unwrap();
     assert_eq!(refusal(l.check(Instant::MAX)), Duration::MAX);
     l.check(Instant::ZERO).unwrap_err();
-    let mut l = SlidingWindowLimiter::new(per_second_segments(1, 8));
+    let l = SlidingWindowLimiter::new(per_second_segments(1, 8));
     l.check(Instant::ZERO).unwrap();
     // 2^32 segments on, the segment number wraps: the old call may still be counted, for at
     // most one window; the limiter never admits more than its quota.
@@ -135,7 +136,7 @@ fn huge_readings_and_the_end_of_time_never_panic() {
 fn counts_of_a_two_segment_window_add_up_past_u32_max_without_a_short_retry() {
     // Found by fuzzing: the held calls plus a large batch overflowed 32 bits, and the refusal
     // named a time at which the batch was refused again.
-    let mut l = SlidingWindowLimiter::new(per_second_segments(u32::MAX, 2));
+    let l = SlidingWindowLimiter::new(per_second_segments(u32::MAX, 2));
     l.check_n(Instant::from_millis(100), 1_000_000_000).unwrap(); // segment 0
     l.check_n(Instant::from_millis(1_100), 3_000_000_000)
         .unwrap(); // segment 1
@@ -314,7 +315,7 @@ proptest! {
             .segments(segments)
             .build()
             .unwrap();
-        let mut l = SlidingWindowLimiter::new(settings);
+        let l = SlidingWindowLimiter::new(settings);
         let mut model = Model {
             quota,
             segments: u64::from(segments),
@@ -345,7 +346,7 @@ proptest! {
             .segments(segments)
             .build()
             .unwrap();
-        let mut own = SlidingWindowLimiter::new(settings);
+        let own = SlidingWindowLimiter::new(settings);
         let shared = SharedSlidingWindowLimiter::new(settings);
         let mut clock = Instant::from_secs(5_000);
         for (back, step, n) in steps {
@@ -361,4 +362,62 @@ proptest! {
             prop_assert!(own.available(now) <= quota);
         }
     }
+}
+
+#[test]
+fn a_keyed_sliding_window_keeps_each_keys_window_and_evicts_a_key_once_its_window_is_empty_and_quiet(
+) {
+    // 2 calls per 8 s window sliding in 1 s segments; keys idle after 10 s of quiet.
+    let settings = SlidingWindowSettings::builder("tenants")
+        .quota(2)
+        .window(secs(8))
+        .idle(secs(10))
+        .build()
+        .unwrap();
+    let mut table: KeyedSlidingWindowLimiter<u32, 1> = KeyedSlidingWindowLimiter::new(settings);
+    table.check(&1, at(500)).unwrap();
+    table.check(&1, at(2_500)).unwrap();
+    // The key's own window is full: refused until segment 0 leaves (segment 8 begins).
+    let Err(KeyedLimitError::Limited(r)) = table.check(&1, at(3_000)) else {
+        panic!("the key's window is full")
+    };
+    assert_eq!(r.retry_after, secs(5));
+    // The table holds one key: a second is refused while the first is not idle. Its window empties
+    // at 10 s (segment 2's call leaves); the refused request at 3 s asked about it, so its quiet
+    // time ends at 13 s: idle then, not before.
+    assert_eq!(
+        table.check(&2, at(3_000)),
+        Err(KeyedLimitError::Full {
+            retry_after: secs(10)
+        })
+    );
+    assert!(table.check(&2, at(12_999)).is_err());
+    assert!(table.check(&2, at(13_000)).is_ok());
+    assert!(!table.contains_key(&1) && table.contains_key(&2));
+    assert_eq!(table.available(&2, at(13_000)), 1);
+}
+
+#[test]
+fn a_keyed_sliding_window_decides_as_a_single_limiter_per_key() {
+    let settings = per_second_segments(3, 4);
+    let mut table: KeyedSlidingWindowLimiter<u8, 8> = KeyedSlidingWindowLimiter::new(settings);
+    let single = SlidingWindowLimiter::new(settings);
+    for (i, t) in [
+        0u64, 100, 900, 1_200, 1_300, 2_000, 3_999, 4_000, 5_500, 9_000,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let now = at(t);
+        assert_eq!(
+            table.check(&7, now).map_err(Refused::from),
+            single.check(now),
+            "request {i} at {t} ms"
+        );
+        assert_eq!(table.available(&7, now), single.available(now));
+    }
+}
+
+fn at(millis: u64) -> Instant {
+    Instant::from_millis(millis)
 }

@@ -19,7 +19,7 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
-    limits::Limit, limits::RateLimitSettings, limits::RateLimiter, limits::SharedRateLimiter,
+    limits::RateLimitSettings, limits::RateLimiter, limits::SharedRateLimiter,
     limits::SharedSlidingWindowLimiter, limits::SharedWindowLimiter, limits::SlidingWindowLimiter,
     limits::SlidingWindowSettings, limits::WindowLimitSettings, limits::WindowLimiter, Duration,
     Instant, RefusalReason, Refused,

@@ -9,12 +9,12 @@ use crate::breaker::settings::BreakerSettings;
 use crate::breaker::stats::NoStats;
 use crate::breaker::{admission_via_core, single_threaded_api};
 use crate::breaker::{Core, HedgeSuppressed, Permit, Snapshot, State};
+use crate::cell::const_unless_loom;
 use crate::error::Refused;
 use crate::error::{Bound, SettingsError};
 use crate::event::Event;
 use crate::name::Name;
 use crate::outcome::Outcome;
-use crate::packed::const_unless_loom;
 use crate::ratio::Ratio;
 use crate::time::{Duration, Instant};
 

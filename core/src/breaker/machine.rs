@@ -8,12 +8,12 @@ use super::stats::{self, Fold, HistCounts, Measure, NoStats, Ring, Sample, Stats
 use crate::call::permit::Permit;
 use crate::call::HedgeSuppressed;
 use crate::call::Kind;
+use crate::cell::{const_unless_loom, word, Word};
+#[cfg(all(target_pointer_width = "64", not(loom)))]
+use crate::cell::{field, put};
 use crate::error::{RefusalReason, Refused};
 use crate::event::Event;
 use crate::outcome::Outcome;
-use crate::packed::{const_unless_loom, word, Word};
-#[cfg(all(target_pointer_width = "64", not(loom)))]
-use crate::packed::{field, put};
 use crate::ratio::Ratio;
 use crate::state::{State, TripReason};
 use crate::time::{Duration, Instant};

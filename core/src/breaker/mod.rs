@@ -46,13 +46,13 @@ use core::cell::Cell;
 
 use self::machine::Core;
 use self::stats::Stats;
+use crate::cell::const_unless_loom;
+#[cfg(test)]
+use crate::cell::Word;
 use crate::error::{Refused, SettingsError};
 use crate::event::Event;
 use crate::name::Name;
 use crate::outcome::Outcome;
-use crate::packed::const_unless_loom;
-#[cfg(test)]
-use crate::packed::Word;
 use crate::ratio::Ratio;
 use crate::state::State;
 use crate::time::{Duration, Instant};

@@ -5,8 +5,8 @@
 use crossbeam_utils::CachePadded;
 
 use crate::breaker::settings::{BreakerSettings, MAX_COUNT, TRIP_BUCKETS};
+use crate::cell::{const_unless_loom, field, put, word, words, Word};
 use crate::loom::{AtomicU64, Ordering};
-use crate::packed::{const_unless_loom, field, put, word, words, Word};
 use crate::state::TripReason;
 use crate::time::{div_rem_u32, div_u64};
 use crate::time::{Duration, Instant};

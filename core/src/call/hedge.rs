@@ -50,10 +50,10 @@
 use core::cell::Cell;
 
 use super::{Admission, Call, Funding, Parts, Permit, Ran};
+use crate::cell::{const_unless_loom, field, put, word, Word};
 use crate::event::Event;
 use crate::loom::AtomicU64;
 use crate::outcome::Outcome;
-use crate::packed::{const_unless_loom, field, put, word, Word};
 use crate::time::{Duration, Instant};
 
 /// One attempt of a hedged pair.

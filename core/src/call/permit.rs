@@ -1,7 +1,7 @@
 //! The permit a breaker grants for one attempt, which the call driver hands back with the
 //! attempt's outcome.
 
-use crate::packed::{field, mask, put};
+use crate::cell::{field, mask, put};
 use crate::time::{Duration, Instant};
 
 /// What kind of admission a permit records.

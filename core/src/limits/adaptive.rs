@@ -8,12 +8,12 @@ use core::fmt;
 
 use crate::breaker::stats::Histogram;
 use crate::call::{Admission, Permit};
+use crate::cell::{const_unless_loom, field, put, word, Word};
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
 use crate::loom::AtomicU64;
 use crate::name::Name;
 use crate::outcome::Outcome;
-use crate::packed::{const_unless_loom, field, put, word, Word};
 use crate::ratio::{mul_div, PPM};
 use crate::ratio::{Multiple, Ratio};
 use crate::time::{Duration, Instant};

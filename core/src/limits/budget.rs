@@ -30,11 +30,11 @@ use core::cell::Cell;
 use core::fmt;
 
 use crate::call::Funding;
+use crate::cell::{const_unless_loom, word, Word};
 use crate::error::{Bound, Field, Problems, RefusalReason, Refused, SettingsError};
 use crate::loom::AtomicU64;
 use crate::name::Name;
 use crate::outcome::Outcome;
-use crate::packed::{const_unless_loom, word, Word};
 use crate::ratio::{Ratio, PPM};
 use crate::time::Tick;
 use crate::time::{Duration, Instant};

@@ -7,12 +7,12 @@ use core::fmt;
 
 use crate::call::Admission;
 use crate::call::Permit;
+use crate::cell::{const_unless_loom, field, put, word, Word};
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
 use crate::event::Event;
 use crate::loom::AtomicU64;
 use crate::name::Name;
 use crate::outcome::Outcome;
-use crate::packed::{const_unless_loom, field, put, word, Word};
 use crate::time::{Duration, Instant};
 
 /// The settings of a bulkhead, its name included. Built with [`BulkheadSettings::builder`],

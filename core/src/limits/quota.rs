@@ -1,8 +1,7 @@
 //! The rule that stops a caller before it runs a published quota dry (the quota itself is
 //! read from response headers by [`wire::quota`](crate::wire::quota)).
 //!
-//! [`Quota`] (the `&mut` form) and [`SharedQuota`] (lock-free, `&self`) hold what was published
-//! and apply one rule, [`QuotaSettings`]: once the remaining allowance is within the reserve
+//! A quota limiter holds what was published and applies one rule, [`QuotaSettings`]: once the remaining allowance is within the reserve
 //! (10% of the limit by default; with no known limit, once nothing is left) every attempt is
 //! refused locally with [`RefusalReason::QuotaReserve`] until the published reset. Each admitted
 //! attempt spends one unit of the allowance. The rule only tightens: while a quota is known, a
@@ -11,15 +10,17 @@
 //! [`QuotaSettings::max_wait`] (by default the throttled backoff's longest wait, 30 s) from the
 //! reading: a reset further away, or none at all, counts as that.
 //!
-//! Both forms are a [`Limit`], so the call driver treats a refusal as it treats a local rate
+//! Both are a [`Limiter`] over the quota's rule, [`Quota`](super::Quota) (one owner) and
+//! [`SharedQuota`](super::SharedQuota) (lock-free, `&self`; its whole state is one 128-bit
+//! word, so a reading and a request never see half of each other), and so a
+//! [`Limit`](super::Limit): the call driver treats a refusal as it treats a local rate
 //! limiter's: a self-imposed throttle, retried on the throttled curve after the reset (capped
 //! by the backoff's maximum), charged nothing to the retry budget and never counted against the
 //! breaker; only when no retry fits does the call end as a guarded rejection.
 //!
 //! ```
-//! use stormguard_core::limits::quota::{Quota, QuotaSettings};
+//! use stormguard_core::limits::{Quota, QuotaSettings};
 //! use stormguard_core::wire::quota::{parse_ratelimit, Published};
-//! use stormguard_core::limits::Limit;
 //! use stormguard_core::{Duration, Instant, RefusalReason};
 //!
 //! let published = parse_ratelimit(br#""default";r=11;t=30"#, Some(br#""default";q=100;w=60"#));
@@ -27,22 +28,23 @@
 //!     published,
 //!     Some(Published { limit: Some(100), remaining: Some(11), reset: Some(Duration::from_secs(30)) })
 //! );
-//! let mut quota = Quota::new(QuotaSettings::DEFAULT);
+//! let quota = Quota::new(QuotaSettings::DEFAULT);
 //! let now = Instant::from_secs(1);
 //! quota.on_published(now, published.unwrap());
-//! assert!(quota.take(now).is_ok()); // 11 left, the reserve is 10: one more
-//! let refused = quota.take(now).unwrap_err(); // 10 left: within the reserve
+//! assert!(quota.check(now).is_ok()); // 11 left, the reserve is 10: one more
+//! let refused = quota.check(now).unwrap_err(); // 10 left: within the reserve
 //! assert_eq!(refused.reason, RefusalReason::QuotaReserve);
 //! assert_eq!(refused.retry_after, Duration::from_secs(30));
-//! assert!(quota.take(now + Duration::from_secs(30)).is_ok()); // the window has reset
+//! assert!(quota.check(now + Duration::from_secs(30)).is_ok()); // the window has reset
 //! ```
 
+use super::limiter::sealed::Rule;
+use super::limiter::{Limiter, DEFAULT_IDLE};
+use crate::cell::Storage;
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
-use crate::loom::{AtomicU64, Ordering};
+use crate::name::Name;
 use crate::ratio::Ratio;
 use crate::time::{Duration, Instant};
-
-use super::Limit;
 use crate::wire::quota::Published;
 
 // ---------------------------------------------------------------------------------------------
@@ -201,191 +203,124 @@ impl QuotaState {
     }
 }
 
-/// A published quota kept by one owner (`&mut`): see the [module docs](self).
-#[derive(Clone, Copy, Debug)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct Quota {
-    settings: QuotaSettings,
-    state: QuotaState,
-}
-
-impl Quota {
-    /// No quota known yet.
-    #[must_use]
-    pub const fn new(settings: QuotaSettings) -> Quota {
-        Quota {
-            settings,
-            state: QuotaState {
-                remaining: 0,
-                floor: 0,
-                until: None,
-            },
+/// The quota's state packed into one word: the allowance and reserve in the low 64 bits, the
+/// reset (nanoseconds since the epoch; 0 when no quota is known) in the high 64.
+const fn pack(state: QuotaState) -> u128 {
+    let until = match state.until {
+        Some(u) => {
+            let ns = u.as_nanos();
+            if ns == 0 {
+                1
+            } else {
+                ns
+            }
         }
-    }
-
-    /// The settings.
-    #[must_use]
-    pub const fn settings(&self) -> &QuotaSettings {
-        &self.settings
-    }
-
-    /// What is known now.
-    #[must_use]
-    pub const fn state(&self) -> QuotaState {
-        self.state
-    }
-
-    /// Reads what a response received at `now` published.
-    pub fn on_published(&mut self, now: Instant, published: Published) {
-        self.state = self.state.read(&self.settings, now, published);
-    }
+        None => 0,
+    };
+    (until as u128) << 64 | (state.remaining as u128) << 32 | state.floor as u128
 }
 
-impl Limit for Quota {
-    fn take(&mut self, now: Instant) -> Result<(), Refused> {
-        let (result, next) = self.state.take(now);
-        self.state = next;
-        result
-    }
-    fn peek(&self, now: Instant) -> Result<(), Refused> {
-        self.state.check(now)
-    }
-}
-
-/// A published quota shared by every task calling one host (`&self`, lock-free): see the
-/// [module docs](self).
-///
-/// Two atomic words: the allowance and reserve in one, the reset in the other. A snapshot, and
-/// a reading racing a request, are consistent per word, not across them: a request admitted
-/// while a fresh quota is being stored may be counted against neither, so the allowance can
-/// lag by the requests in that race (the reserve is there for such slack). Every word is
-/// changed by load, pure step, compare-exchange, so no update is lost.
-///
-/// ```
-/// use stormguard_core::limits::{Limit, QuotaSettings, SharedQuota};
-/// use stormguard_core::wire::quota::Published;
-/// use stormguard_core::{Duration, Instant};
-///
-/// let quota = SharedQuota::new(QuotaSettings::DEFAULT);
-/// let now = Instant::from_secs(5);
-/// quota.on_published(now, Published { limit: Some(10), remaining: Some(2), reset: Some(Duration::from_secs(60)) });
-/// assert!((&quota).take(now).is_ok());
-/// let refused = (&quota).take(now).unwrap_err();
-/// // The server said 60 s; no reading stalls a caller longer than the longest wait, 30 s.
-/// assert_eq!(refused.retry_after, Duration::from_secs(30));
-/// ```
-#[derive(Debug)]
-pub struct SharedQuota {
-    settings: QuotaSettings,
-    /// `remaining << 32 | floor`.
-    counts: AtomicU64,
-    /// The reset in nanoseconds; 0 when no quota is known.
-    until: AtomicU64,
-}
-
-fn pack(state: QuotaState) -> (u64, u64) {
-    let counts = u64::from(state.remaining) << 32 | u64::from(state.floor);
-    let until = state.until.map_or(0, |u| u.as_nanos().max(1));
-    (counts, until)
-}
-
-fn unpack(counts: u64, until: u64) -> QuotaState {
+const fn unpack(word: u128) -> QuotaState {
+    let until = (word >> 64) as u64;
     QuotaState {
-        remaining: u32::try_from(counts >> 32).unwrap_or(u32::MAX),
-        floor: u32::try_from(counts & u64::from(u32::MAX)).unwrap_or(u32::MAX),
-        until: (until != 0).then(|| Instant::from_nanos(until)),
+        remaining: (word >> 32) as u32,
+        floor: word as u32,
+        until: if until == 0 {
+            None
+        } else {
+            Some(Instant::from_nanos(until))
+        },
     }
 }
 
-impl SharedQuota {
-    /// No quota known yet.
-    #[must_use]
-    pub fn new(settings: QuotaSettings) -> SharedQuota {
-        SharedQuota {
-            settings,
-            counts: AtomicU64::new(0),
-            until: AtomicU64::new(0),
+/// The name every quota limiter goes by (a quota is the dependency's, read from its answers).
+const QUOTA: Name = Name::new("quota");
+
+impl Rule for QuotaSettings {
+    type State = u128;
+
+    #[inline]
+    fn decide(&self, state: u128, now: Instant, n: u32) -> (Result<(), Refused>, u128) {
+        if n == 0 {
+            return (Ok(()), state);
+        }
+        let q = unpack(state);
+        if !q.holds_at(now) {
+            // No quota holds: nothing to spend (a reading after the reset starts afresh).
+            return (Ok(()), state);
+        }
+        if q.remaining.saturating_sub(q.floor) < n {
+            let retry_after = match q.until {
+                Some(until) => until.saturating_duration_since(now),
+                None => Duration::ZERO,
+            };
+            return (
+                Err(Refused {
+                    reason: RefusalReason::QuotaReserve,
+                    retry_after,
+                }),
+                state,
+            );
+        }
+        let next = QuotaState {
+            remaining: q.remaining.saturating_sub(n),
+            ..q
+        };
+        (Ok(()), pack(next))
+    }
+
+    fn available(&self, state: u128, now: Instant) -> u32 {
+        let q = unpack(state);
+        if q.holds_at(now) {
+            q.remaining.saturating_sub(q.floor)
+        } else {
+            u32::MAX
         }
     }
 
-    /// The settings.
-    #[must_use]
-    pub const fn settings(&self) -> &QuotaSettings {
-        &self.settings
+    fn until_full(&self, state: u128, now: Instant) -> Duration {
+        match unpack(state).until {
+            Some(until) => until.saturating_duration_since(now),
+            None => Duration::ZERO,
+        }
     }
 
-    /// What is known now (consistent per word).
-    #[must_use]
-    pub fn state(&self) -> QuotaState {
-        unpack(
-            self.counts.load(Ordering::Acquire),
-            self.until.load(Ordering::Acquire),
-        )
+    fn settle(&self, state: u128, _now: Instant) -> u128 {
+        state
     }
 
-    /// Reads what a response received at `now` published.
+    fn idle(&self) -> Duration {
+        DEFAULT_IDLE
+    }
+
+    fn name(&self) -> &Name {
+        &QUOTA
+    }
+}
+
+/// What only a quota does: learn what the dependency published.
+impl<C: Storage> Limiter<QuotaSettings, C> {
+    /// Reads what a response received at `now` published (see [`QuotaState::read`]). A
+    /// reading without an allowance changes nothing.
     pub fn on_published(&self, now: Instant, published: Published) {
         if published.remaining.is_none() {
             return;
         }
-        let mut until = self.until.load(Ordering::Acquire);
-        loop {
-            let mut counts = self.counts.load(Ordering::Acquire);
-            let next = loop {
-                let next = unpack(counts, until).read(&self.settings, now, published);
-                let (c, _) = pack(next);
-                match self.counts.compare_exchange_weak(
-                    counts,
-                    c,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => break next,
-                    Err(seen) => counts = seen,
-                }
-            };
-            let (_, u) = pack(next);
-            match self
-                .until
-                .compare_exchange(until, u, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return,
-                // The reset moved meanwhile (another reading, or an expiry): read again
-                // against it. Each turn is a reading that came later, so this ends.
-                Err(seen) => until = seen,
-            }
-        }
+        let settings = *self.settings();
+        self.update(|state| pack(unpack(state).read(&settings, now, published)));
     }
-}
 
-impl Limit for &SharedQuota {
-    fn take(&mut self, now: Instant) -> Result<(), Refused> {
-        let until = self.until.load(Ordering::Acquire);
-        if until == 0 || now.as_nanos() >= until {
-            return Ok(());
-        }
-        let mut counts = self.counts.load(Ordering::Acquire);
-        loop {
-            let (result, next) = unpack(counts, until).take(now);
-            result?;
-            let (c, _) = pack(next);
-            match self
-                .counts
-                .compare_exchange_weak(counts, c, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Ok(()),
-                Err(seen) => counts = seen,
-            }
-        }
-    }
-    fn peek(&self, now: Instant) -> Result<(), Refused> {
-        self.state().check(now)
+    /// What is known now.
+    #[must_use]
+    pub fn state(&self) -> QuotaState {
+        unpack(self.load())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::limiter::{Limit, Quota, SharedQuota};
 
     const S: QuotaSettings = QuotaSettings::DEFAULT;
 
@@ -494,7 +429,7 @@ mod tests {
         use crate::name::Name;
         use crate::outcome::Outcome;
 
-        let mut quota = Quota::new(S);
+        let quota = Quota::new(S);
         let t0 = Instant::from_secs(1);
         quota.on_published(t0, published(100, 10, 2));
         let mut parts = Parts {

@@ -45,11 +45,11 @@
 use core::fmt;
 
 use crate::call::{Admission, Permit};
+use crate::cell::const_unless_loom;
 use crate::error::{Bound, Field, Refused, SettingsError};
 use crate::event::Event;
 use crate::loom::{AtomicU64, Ordering};
 use crate::outcome::Outcome;
-use crate::packed::const_unless_loom;
 use crate::ratio::Multiple;
 use crate::time::{Duration, Instant};
 

@@ -18,8 +18,8 @@
 //!
 //! # State
 //! The whole state (the current segment's number and a count per segment) is one 128-bit word: a
-//! `Cell<u128>` in [`SlidingWindowLimiter`] and a lock-free atomic in
-//! [`SharedSlidingWindowLimiter`], both driven by the same pure step (load / step /
+//! `Cell<u128>` in [`SlidingWindowLimiter`](super::SlidingWindowLimiter) and a lock-free atomic in
+//! [`SharedSlidingWindowLimiter`](super::SharedSlidingWindowLimiter), both driven by the same pure step (load / step /
 //! compare-exchange), so the two decide identically for any sequential input. The low 32 bits
 //! hold the current segment's number (wrapping); the other 96 hold the counts, `96 / segments`
 //! bits each (at most 32), which bounds the quota: [`max_quota`] (4095 for 8 segments, 65 535 for
@@ -41,13 +41,11 @@
 //! exclusive pair on AArch64); elsewhere portable-atomic's fallback is a lock. On a
 //! microcontroller share the `&mut` form behind a mutex instead.
 
-use core::cell::Cell;
 use core::fmt;
 
-use portable_atomic::{AtomicU128, Ordering};
-
-use super::ratelimit::Limit;
-use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
+use super::limiter::sealed::Rule;
+use super::limiter::{limited, DEFAULT_IDLE};
+use crate::error::{Bound, Field, Refused, SettingsError};
 use crate::name::Name;
 use crate::time::{Duration, Instant};
 
@@ -88,13 +86,6 @@ pub const fn max_quota(segments: u32) -> u32 {
     }
 }
 
-const fn limited(retry_after: Duration) -> Refused {
-    Refused {
-        reason: RefusalReason::RateLimited,
-        retry_after,
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Settings
 
@@ -132,6 +123,7 @@ pub struct SlidingWindowSettings {
     quota: u32,
     window: Duration,
     segments: u32,
+    idle: Duration,
 }
 
 /// Builds a [`SlidingWindowSettings`]; every method is `const`.
@@ -198,6 +190,12 @@ impl SlidingWindowSettings {
     #[must_use]
     pub const fn segment(&self) -> Duration {
         Duration::from_nanos(self.segment_ns())
+    }
+
+    /// How long a key whose window is empty must stay quiet before a keyed limiter may evict it.
+    #[must_use]
+    pub const fn idle(&self) -> Duration {
+        self.idle
     }
 
     const fn segment_ns(&self) -> u64 {
@@ -401,6 +399,7 @@ impl SlidingWindowSettingsBuilder {
                 quota: 50,
                 window: Duration::from_secs(60),
                 segments: MAX_SEGMENTS,
+                idle: DEFAULT_IDLE,
             },
         }
     }
@@ -427,6 +426,13 @@ impl SlidingWindowSettingsBuilder {
     /// The segments the window slides in (default and at most [`MAX_SEGMENTS`]; at least 2).
     pub const fn segments(mut self, segments: u32) -> Self {
         self.settings.segments = segments;
+        self
+    }
+
+    /// How long a key whose window is empty must stay quiet before a keyed limiter may evict it
+    /// (default 5 minutes).
+    pub const fn idle(mut self, idle: Duration) -> Self {
+        self.settings.idle = idle;
         self
     }
 
@@ -483,232 +489,62 @@ impl fmt::Display for SlidingWindowSettings {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The limiter over some storage
+// The rule, for the limiter
 
-/// The storage of the state word: a `Cell` or an atomic.
-trait Slot {
-    fn load(&self) -> u128;
-    fn cas(&self, current: u128, new: u128) -> bool;
-}
+impl Rule for SlidingWindowSettings {
+    type State = u128;
 
-impl Slot for Cell<u128> {
     #[inline]
-    fn load(&self) -> u128 {
-        self.get()
+    fn decide(&self, state: u128, now: Instant, n: u32) -> (Result<(), Refused>, u128) {
+        SlidingWindowSettings::decide(self, state, now, n)
     }
-    #[inline]
-    fn cas(&self, current: u128, new: u128) -> bool {
-        if self.get() == current {
-            self.set(new);
-            true
+
+    fn available(&self, state: u128, now: Instant) -> u32 {
+        SlidingWindowSettings::available(self, state, now)
+    }
+
+    fn until_full(&self, state: u128, now: Instant) -> Duration {
+        if state == 0 {
+            return Duration::ZERO;
+        }
+        let view = self.view(state, now);
+        // The newest segment with calls leaves last: when segment `head - i + segments` begins.
+        let newest = view
+            .counts
+            .iter()
+            .take(self.segments as usize)
+            .position(|&c| c > 0);
+        match newest {
+            None => Duration::ZERO,
+            Some(i) => view
+                .head
+                .checked_add(u64::from(self.segments))
+                .and_then(|s| s.checked_sub(i as u64))
+                .and_then(|s| s.checked_mul(self.segment_ns()))
+                .map_or(Duration::MAX, |at| {
+                    Duration::from_nanos(at.saturating_sub(now.as_nanos()))
+                }),
+        }
+    }
+
+    fn settle(&self, state: u128, now: Instant) -> u128 {
+        let segment = now.as_nanos().checked_div(self.segment_ns()).unwrap_or(0);
+        let behind = (segment as u32).wrapping_sub(state as u32) as i32;
+        if state == 0 || behind >= 0 {
+            // Nothing stepped back: a request slides the window itself.
+            state
         } else {
-            false
-        }
-    }
-}
-
-impl Slot for AtomicU128 {
-    #[inline]
-    fn load(&self) -> u128 {
-        AtomicU128::load(self, Ordering::Acquire)
-    }
-    #[inline]
-    fn cas(&self, current: u128, new: u128) -> bool {
-        self.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-}
-
-#[derive(Debug)]
-struct SlidingCore<W> {
-    settings: SlidingWindowSettings,
-    word: W,
-}
-
-impl<W: Slot> SlidingCore<W> {
-    #[inline]
-    fn check_n(&self, now: Instant, n: u32) -> Result<(), Refused> {
-        loop {
-            let old = self.word.load();
-            let (result, new) = self.settings.decide(old, now, n);
-            if old == new || self.word.cas(old, new) {
-                return result;
-            }
+            // A late reading keeps the window as it is; a reset clock moves it to the reading.
+            self.pack(&self.view(state, now))
         }
     }
 
-    fn peek(&self, now: Instant) -> Result<(), Refused> {
-        self.settings.decide(self.word.load(), now, 1).0
+    fn idle(&self) -> Duration {
+        self.idle
     }
 
-    fn available(&self, now: Instant) -> u32 {
-        self.settings.available(self.word.load(), now)
-    }
-}
-
-/// A segmented sliding-window limiter, single-threaded (`&mut self`): ask it before each call.
-///
-/// [`check`](SlidingWindowLimiter::check) counts one call or refuses it with
-/// [`RefusalReason::RateLimited`] and the exact time until the oldest segment with calls leaves
-/// the window. Reading ([`available`](SlidingWindowLimiter::available)) changes nothing.
-///
-/// ```
-/// use stormguard_core::{Duration, Instant, limits::SlidingWindowLimiter, limits::SlidingWindowSettings};
-///
-/// let settings = SlidingWindowSettings::builder("search")
-///     .quota(4)
-///     .window(Duration::from_secs(8)) // 8 segments of 1 s
-///     .build()?;
-/// let mut limiter = SlidingWindowLimiter::new(settings);
-/// limiter.check(Instant::from_millis(500))?; // segment 0
-/// for _ in 0..3 {
-///     limiter.check(Instant::from_millis(2_500))?; // segment 2
-/// }
-/// let refused = limiter.check(Instant::from_secs(3)).unwrap_err();
-/// // Segment 0 leaves the window when segment 8 begins.
-/// assert_eq!(refused.retry_after, Duration::from_secs(5));
-/// assert!(limiter.check(Instant::from_secs(8)).is_ok());
-/// assert_eq!(limiter.available(Instant::from_secs(8)), 0);
-/// assert_eq!(limiter.available(Instant::from_secs(10)), 3); // segment 2 has left, 8 holds one
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug)]
-pub struct SlidingWindowLimiter {
-    core: SlidingCore<Cell<u128>>,
-}
-
-impl Clone for SlidingWindowLimiter {
-    fn clone(&self) -> Self {
-        SlidingWindowLimiter {
-            core: SlidingCore {
-                settings: self.core.settings,
-                word: Cell::new(self.core.word.get()),
-            },
-        }
-    }
-}
-
-impl SlidingWindowLimiter {
-    /// An empty limiter. It needs no clock reading: time counts from the `now` it is given.
-    #[must_use]
-    pub const fn new(settings: SlidingWindowSettings) -> SlidingWindowLimiter {
-        SlidingWindowLimiter {
-            core: SlidingCore {
-                settings,
-                word: Cell::new(0),
-            },
-        }
-    }
-
-    /// Counts one call at `now`, or refuses it with the time until one fits.
-    #[inline]
-    pub fn check(&mut self, now: Instant) -> Result<(), Refused> {
-        self.core.check_n(now, 1)
-    }
-
-    /// Counts `n` calls at once, or none: refused with the time until all `n` fit
-    /// ([`Duration::MAX`] when `n` is more than the quota). Zero calls always pass.
-    #[inline]
-    pub fn check_n(&mut self, now: Instant, n: u32) -> Result<(), Refused> {
-        self.core.check_n(now, n)
-    }
-
-    /// Calls a request at `now` could count.
-    #[must_use]
-    pub fn available(&self, now: Instant) -> u32 {
-        self.core.available(now)
-    }
-
-    /// The settings the limiter was built with.
-    #[must_use]
-    pub const fn settings(&self) -> &SlidingWindowSettings {
-        &self.core.settings
-    }
-
-    /// The limiter's name.
-    #[must_use]
-    pub const fn name(&self) -> &Name {
-        &self.core.settings.name
-    }
-}
-
-/// A segmented sliding-window limiter shared by many threads through `&self`, lock-free: one
-/// 128-bit atomic word driven by the rule of [`SlidingWindowLimiter`], so both decide
-/// identically for any sequential input.
-///
-/// ```
-/// use stormguard_core::{Instant, limits::SharedSlidingWindowLimiter, limits::SlidingWindowSettings};
-///
-/// static CALLS: SharedSlidingWindowLimiter =
-///     SharedSlidingWindowLimiter::new(SlidingWindowSettings::defaults("calls"));
-/// assert!(CALLS.check(Instant::from_secs(1)).is_ok());
-/// assert_eq!(CALLS.available(Instant::from_secs(1)), 49);
-/// ```
-#[derive(Debug)]
-pub struct SharedSlidingWindowLimiter {
-    core: SlidingCore<AtomicU128>,
-}
-
-impl SharedSlidingWindowLimiter {
-    /// An empty limiter; usable in a `static`.
-    #[must_use]
-    pub const fn new(settings: SlidingWindowSettings) -> SharedSlidingWindowLimiter {
-        SharedSlidingWindowLimiter {
-            core: SlidingCore {
-                settings,
-                word: AtomicU128::new(0),
-            },
-        }
-    }
-
-    /// Counts one call at `now`, or refuses it (see [`SlidingWindowLimiter::check`]).
-    #[inline]
-    pub fn check(&self, now: Instant) -> Result<(), Refused> {
-        self.core.check_n(now, 1)
-    }
-
-    /// Counts `n` calls at once, or none (see [`SlidingWindowLimiter::check_n`]).
-    #[inline]
-    pub fn check_n(&self, now: Instant, n: u32) -> Result<(), Refused> {
-        self.core.check_n(now, n)
-    }
-
-    /// Calls a request at `now` could count.
-    #[must_use]
-    pub fn available(&self, now: Instant) -> u32 {
-        self.core.available(now)
-    }
-
-    /// The settings the limiter was built with.
-    #[must_use]
-    pub const fn settings(&self) -> &SlidingWindowSettings {
-        &self.core.settings
-    }
-
-    /// The limiter's name.
-    #[must_use]
-    pub const fn name(&self) -> &Name {
-        &self.core.settings.name
-    }
-}
-
-impl Limit for SlidingWindowLimiter {
-    #[inline]
-    fn take(&mut self, now: Instant) -> Result<(), Refused> {
-        self.core.check_n(now, 1)
-    }
-    fn peek(&self, now: Instant) -> Result<(), Refused> {
-        self.core.peek(now)
-    }
-}
-
-impl Limit for &SharedSlidingWindowLimiter {
-    #[inline]
-    fn take(&mut self, now: Instant) -> Result<(), Refused> {
-        self.core.check_n(now, 1)
-    }
-    fn peek(&self, now: Instant) -> Result<(), Refused> {
-        self.core.peek(now)
+    fn name(&self) -> &Name {
+        &self.name
     }
 }
 

@@ -35,9 +35,9 @@
 
 use core::fmt;
 
+use crate::cell::const_unless_loom;
 use crate::error::{Bound, Field, SettingsError};
 use crate::loom::{AtomicU64, Ordering};
-use crate::packed::const_unless_loom;
 use crate::ratio::Ratio;
 use crate::rng::JitterRng;
 use crate::time::Duration;
