@@ -7,7 +7,8 @@ use crate::random::{open01, LogNormal};
 /// Something that goes wrong with the dependency, on a schedule (times from the run's start).
 ///
 /// Impairments may overlap: an outage wins over everything; brownouts multiply; cold recoveries
-/// take the lowest capacity; of overlapping error spikes, the one listed last sets the rate.
+/// take the lowest capacity; of overlapping error spikes, the one listed last sets the rate; a
+/// hang holds an attempt at least as long as it says, whatever else applies.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Impairment {
     /// Every call fails at once (after the dependency's fail latency).
@@ -56,6 +57,18 @@ pub enum Impairment {
         /// The capacity while it lasts, as a fraction of normal, in (0, 1].
         to: f64,
     },
+    /// Every attempt that arrives while it lasts is answered only after `after` (a lock held, a
+    /// downstream call that never times out): the answer is a success, far too late for any
+    /// caller with an attempt timeout, and the attempt holds its slot of the dependency (and
+    /// of the caller's pool) until then.
+    Hang {
+        /// When it starts.
+        at: Duration,
+        /// How long it lasts (attempts that arrive within it hang).
+        lasting: Duration,
+        /// How long a hung attempt takes to be answered.
+        after: Duration,
+    },
 }
 
 impl Impairment {
@@ -67,7 +80,8 @@ impl Impairment {
             | Impairment::Brownout { at, .. }
             | Impairment::ErrorSpike { at, .. }
             | Impairment::ColdRecovery { at, .. }
-            | Impairment::CapacityDrop { at, .. } => at,
+            | Impairment::CapacityDrop { at, .. }
+            | Impairment::Hang { at, .. } => at,
         }
     }
 
@@ -78,7 +92,8 @@ impl Impairment {
         match *self {
             Impairment::Outage { at, lasting }
             | Impairment::Brownout { at, lasting, .. }
-            | Impairment::CapacityDrop { at, lasting, .. } => Some(at.saturating_add(lasting)),
+            | Impairment::CapacityDrop { at, lasting, .. }
+            | Impairment::Hang { at, lasting, .. } => Some(at.saturating_add(lasting)),
             Impairment::ErrorSpike { at, lasting, .. } => lasting.map(|l| at.saturating_add(l)),
             Impairment::ColdRecovery { at, over, .. } => Some(at.saturating_add(over)),
         }
@@ -108,18 +123,30 @@ impl Impairment {
             Impairment::ErrorSpike { .. } => "error_spike",
             Impairment::ColdRecovery { .. } => "cold_recovery",
             Impairment::CapacityDrop { .. } => "capacity_drop",
+            Impairment::Hang { .. } => "hang",
         }
     }
 }
+
+/// How far past its capacity a dependency's thrashing reaches: the calls beyond three times it
+/// wait without adding to it (see [`Dependency::thrash`]).
+pub const THRASH_REACH: f64 = 3.0;
 
 /// The modelled dependency.
 ///
 /// - Latency: log-normal, fitted to a median and a 99th percentile.
 /// - Failures: each call fails with the base failure rate (or an error spike's rate).
 /// - Capacity (optional): how many calls it serves at once. Past it, a call's latency is
-///   stretched in proportion to how far past it is (`in flight / capacity`); past three times
-///   it, calls are shed (they fail at once). Because a stretched call stays in flight longer,
-///   an offered load above capacity makes the queue grow until calls are shed, as real queues do.
+///   stretched in proportion to how far past it is (`in flight / capacity`), as the wait in a
+///   queue of that many would be; past [`shed_past`](Dependency::shed_past) times it (three by
+///   default), calls are shed (they fail at once). Because a stretched call stays in flight
+///   longer, an offered load above capacity makes the queue grow until calls are shed, as real
+///   queues do.
+/// - The dependency does not know when a caller gives up: an attempt its caller timed out, or
+///   a hedge's loser, stays in flight, and in everyone's queue, until the dependency answers
+///   it. A deep queue ([`shed_past`](Dependency::shed_past) far above 3) can then hold waits
+///   longer than the callers' timeouts, and every retry they send joins the same queue: the
+///   work that keeps a retry storm going after its trigger has passed.
 /// - Impairments on a schedule.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Dependency {
@@ -131,13 +158,21 @@ pub struct Dependency {
     pub failure_rate: f64,
     /// Calls served at once; `None` for unbounded.
     pub capacity: Option<f64>,
+    /// How deep its queue is, as a multiple of the capacity: past `shed_past x capacity` in
+    /// flight, an attempt is shed (it fails at once, occupying nothing). 3 by default (a queue
+    /// twice the capacity); `f64::INFINITY` for a queue that takes all it is sent (an accept
+    /// backlog nobody bounded). At least 1. Meaningless without a capacity.
+    pub shed_past: f64,
     /// How long a call takes to fail when the dependency is down or sheds it.
     pub fail_latency: Duration,
     /// How badly it thrashes past capacity: a call's latency is stretched by `q^(1 + thrash)`
     /// where `q = in flight / capacity`. 0 (the default) is a plain proportional queue, which
     /// keeps serving its full capacity however overloaded it is; above 0, every call past
     /// capacity costs the others (a cold cache churning), so overload loses throughput:
-    /// `capacity / latency * q^-thrash`.
+    /// `capacity / latency * q^-thrash`. The calls past three times the capacity (the most a
+    /// default queue holds) only wait, as in a deep queue's backlog: they stretch the wait
+    /// (`q`) but thrash no more, so throughput never falls below `3^-thrash` of capacity.
+    /// Work for callers who gave up counts in `q` like any other.
     pub thrash: f64,
     /// The schedule of impairments.
     pub impairments: Vec<Impairment>,
@@ -156,6 +191,9 @@ pub struct Service {
 }
 
 impl Dependency {
+    /// The default queue depth: calls are shed past three times the capacity in flight.
+    pub const DEFAULT_SHED_PAST: f64 = 3.0;
+
     /// A healthy dependency with this latency spread, no failures, unbounded capacity.
     #[must_use]
     pub fn healthy(p50: Duration, p99: Duration) -> Dependency {
@@ -164,6 +202,7 @@ impl Dependency {
             p99,
             failure_rate: 0.0,
             capacity: None,
+            shed_past: Dependency::DEFAULT_SHED_PAST,
             fail_latency: Duration::from_millis(1),
             thrash: 0.0,
             impairments: Vec::new(),
@@ -181,6 +220,13 @@ impl Dependency {
     #[must_use]
     pub fn capacity(mut self, concurrent: f64) -> Dependency {
         self.capacity = Some(concurrent);
+        self
+    }
+
+    /// Shedding only past `times` its capacity in flight (see [`Dependency::shed_past`]).
+    #[must_use]
+    pub fn shedding_past(mut self, times: f64) -> Dependency {
+        self.shed_past = times;
         self
     }
 
@@ -266,25 +312,35 @@ impl Dependency {
         };
         let mut slower = 1.0_f64;
         let mut rate = self.failure_rate;
+        let mut hang = Duration::ZERO;
         for i in self.impairments.iter().filter(|i| i.active(t)) {
             match *i {
                 Impairment::Outage { .. } => return down,
                 Impairment::Brownout { slower: s, .. } => slower *= s,
                 Impairment::ErrorSpike { rate: r, .. } => rate = r,
+                Impairment::Hang { after, .. } => hang = hang.max(after),
                 Impairment::ColdRecovery { .. } | Impairment::CapacityDrop { .. } => {}
             }
         }
         let load = f64::from(in_flight) + 1.0;
         let queue = match self.capacity_at(t) {
-            Some(cap) if load > 3.0 * cap => return down,
-            Some(cap) if load > cap => libm::pow(load / cap, 1.0 + self.thrash),
+            Some(cap) if load > self.shed_past * cap => return down,
+            Some(cap) if load > cap => {
+                let q = load / cap;
+                if q <= THRASH_REACH {
+                    libm::pow(q, 1.0 + self.thrash)
+                } else {
+                    // Past the reach, calls only wait: the queue stretches, the thrash is full.
+                    q * libm::pow(THRASH_REACH, self.thrash)
+                }
+            }
             _ => 1.0,
         };
         let nanos = curve.sample_nanos(rng) * slower * queue;
         let ok = open01(rng) >= rate;
         Service {
             // Far below u64::MAX for any sane input; the cast saturates otherwise.
-            latency: Duration::from_nanos(nanos as u64),
+            latency: Duration::from_nanos(nanos as u64).max(hang),
             ok,
             occupies: true,
         }
@@ -467,6 +523,75 @@ mod tests {
         assert!(draws(&d, secs(1), 29, 9, 1000)
             .iter()
             .all(|s| s.ok && s.occupies));
+    }
+
+    #[test]
+    fn a_deep_queue_sheds_only_past_its_own_multiple_of_the_capacity() {
+        let base = draws(&dep(), secs(1), 0, 9, 1000);
+        // Shedding past 10x: 99 others plus this one, 10x, are stretched tenfold, not shed;
+        // one more is shed.
+        let d = dep().capacity(10.0).shedding_past(10.0);
+        assert_stretched(&base, &draws(&d, secs(1), 99, 9, 1000), 10.0);
+        assert!(draws(&d, secs(1), 100, 9, 1000).iter().all(|s| !s.occupies));
+        // A queue that takes all it is sent: 10,000 in flight for 10 slots wait 1000x.
+        let unbounded = dep().capacity(10.0).shedding_past(f64::INFINITY);
+        assert_stretched(&base, &draws(&unbounded, secs(1), 9_999, 9, 1000), 1000.0);
+        assert_eq!(
+            dep().shed_past,
+            3.0,
+            "the default queue is twice the capacity"
+        );
+    }
+
+    #[test]
+    fn thrashing_stops_growing_past_three_times_the_capacity() {
+        // thrash 1: up to 3x, q^2 (3x is 9x slower); past it the calls only wait: q x 3.
+        let base = draws(&dep(), secs(1), 0, 5, 1000);
+        let d = dep()
+            .capacity(10.0)
+            .shedding_past(f64::INFINITY)
+            .thrashing(1.0);
+        assert_stretched(&base, &draws(&d, secs(1), 29, 5, 1000), 9.0);
+        assert_stretched(&base, &draws(&d, secs(1), 59, 5, 1000), 18.0);
+        assert_stretched(&base, &draws(&d, secs(1), 999, 5, 1000), 300.0);
+        // So its throughput (in flight over latency) never falls below a third of capacity.
+        let first = base[0].latency.as_nanos() as f64;
+        for in_flight in [29_u32, 59, 999] {
+            let stretched = draws(&d, secs(1), in_flight, 5, 1)[0].latency.as_nanos() as f64;
+            let throughput = f64::from(in_flight + 1) / stretched * first / 10.0;
+            assert!((throughput - 1.0 / 3.0).abs() < 1e-6, "{throughput}");
+        }
+    }
+
+    #[test]
+    fn a_hung_attempt_is_answered_only_after_the_hang_says_and_holds_its_slot() {
+        let d = dep().with(Impairment::Hang {
+            at: secs(10),
+            lasting: secs(60),
+            after: secs(30),
+        });
+        for s in draws(&d, secs(10), 0, 4, 1000) {
+            assert_eq!(
+                s,
+                Service {
+                    latency: secs(30),
+                    ok: true,
+                    occupies: true
+                }
+            );
+        }
+        // Before and after it, the healthy curve.
+        let base = draws(&dep(), secs(1), 0, 4, 1000);
+        assert_stretched(&base, &draws(&d, ms(9_999), 0, 4, 1000), 1.0);
+        assert_stretched(&base, &draws(&d, secs(70), 0, 4, 1000), 1.0);
+        // An outage still wins: nothing hangs on a dependency that is down.
+        let down = d.with(Impairment::Outage {
+            at: secs(20),
+            lasting: secs(5),
+        });
+        assert!(draws(&down, secs(21), 0, 4, 100)
+            .iter()
+            .all(|s| !s.ok && !s.occupies));
     }
 
     #[test]
