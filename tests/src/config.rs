@@ -554,6 +554,8 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
         arrivals,
         dependency,
         strategies,
+        healthy: None,
+        pool: None,
     };
     scenario.check_size().map_err(|e| err("duration", e))?;
     Ok(scenario)

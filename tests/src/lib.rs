@@ -33,5 +33,5 @@ pub mod suite;
 
 pub use model::{Dependency, Impairment};
 pub use report::Report;
-pub use scenario::{Arrivals, Layer, Scenario, Strategy, DEPENDENCY};
+pub use scenario::{Arrivals, HealthyDependency, Layer, Scenario, Strategy, DEPENDENCY};
 pub use sim::run;

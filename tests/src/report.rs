@@ -4,6 +4,10 @@ use serde::Serialize;
 
 /// The figures of one scenario run with one strategy. Serialized (with `--json`) in snake_case;
 /// times in milliseconds, `null` where a figure does not apply or never happened.
+///
+/// Where the clients also call a healthy dependency, calls, attempts and load count both (each
+/// call makes its attempts at one of them); the dependency's own latencies, the trips and the
+/// recoveries are the impaired one's.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
     /// The scenario's name.
@@ -28,10 +32,30 @@ pub struct Report {
     /// Calls refused locally (breaker open, half-open full, ramp shedding, budget empty) — after
     /// the guarded pause.
     pub refused_locally: u64,
+    /// Calls that found their client's pool of concurrent calls full and failed at once (the
+    /// caller's own saturation; 0 without a pool).
+    pub saturated: u64,
     /// succeeded / calls.
     pub availability: f64,
+    /// The same over the calls begun in the minute after the trigger ended (the last
+    /// impairment's end; to the end of the run if that comes first): whether the callers got
+    /// their service back once the dependency's trouble was over. `null` when an impairment
+    /// lasts the run.
+    pub availability_after_trigger: Option<f64>,
+    /// Where the clients also call a healthy dependency through the same pool: the share of
+    /// the calls to it begun within the fault window that succeeded. `null` without one.
+    pub healthy_dependency_availability: Option<f64>,
     /// Attempts that reached the dependency, over the whole run.
     pub attempts: u64,
+    /// Calls made per second, over the fault window (the whole run without an impairment).
+    pub calls_per_s_in_window: f64,
+    /// Attempts that reached the dependency per second, over the fault window: the load it
+    /// took, in absolute terms.
+    pub attempts_per_s_in_window: f64,
+    /// Attempts the dependency took on (held a slot for) and answered after their caller had
+    /// stopped waiting (an attempt timeout, the call's deadline, a hedge's loser): work it did
+    /// for nobody, which it cannot tell apart from the rest.
+    pub wasted_attempts: u64,
     /// Attempts that reached the dependency per call, over the fault window (both counted by
     /// their start time).
     pub load_multiplier: f64,
@@ -71,6 +95,11 @@ pub struct Report {
     /// or spike; start of a cold recovery) to the start of the first full second in which every
     /// call succeeded. `null` when the run ended first.
     pub time_to_recover_ms: Option<f64>,
+    /// From the same moment to the start of the first full second in which every attempt that
+    /// reached the dependency was answered with a success before its caller gave up: when the
+    /// dependency itself was serving again, whatever its callers' breakers still refused.
+    /// `null` when the run ended first.
+    pub dependency_recovered_ms: Option<f64>,
     /// Trips from closed (or recovering) by a breaker that had already opened before.
     pub re_trips: u64,
     /// Trips from closed (or recovering) outside every impairment (and the trip window after
@@ -110,6 +139,16 @@ pub struct Report {
     /// Calls that succeeded, per second of the run (by start).
     #[serde(skip)]
     pub successes_per_second: Vec<u32>,
+    /// Calls that failed at the dependency (or ran out of time), per second of the run (by
+    /// start).
+    #[serde(skip)]
+    pub failures_per_second: Vec<u32>,
+    /// Calls refused locally, per second of the run (by start).
+    #[serde(skip)]
+    pub refusals_per_second: Vec<u32>,
+    /// Calls that found their client's pool full, per second of the run.
+    #[serde(skip)]
+    pub saturated_per_second: Vec<u32>,
     /// Times a breaker opened, per second of the run.
     #[serde(skip)]
     pub opens_per_second: Vec<u32>,

@@ -263,6 +263,21 @@ impl Strategy {
     }
 }
 
+/// A second dependency the same clients call beside the first, through the same pool of
+/// concurrent calls: healthy throughout (the fault window, and every figure about recovery, are
+/// the first dependency's), so what happens to its calls is what the first one's trouble costs
+/// the rest of the caller.
+///
+/// Each client runs the strategy's policy once per dependency, with objects of its own for
+/// each (a breaker and a budget per host, as a keyed policy has).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HealthyDependency {
+    /// The dependency.
+    pub dependency: Dependency,
+    /// The share of each client's calls that go to it, in (0, 1).
+    pub share: f64,
+}
+
 /// A scenario: a fleet offering load to a dependency, and the strategies to compare on it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scenario {
@@ -281,6 +296,13 @@ pub struct Scenario {
     pub arrivals: Arrivals,
     /// The dependency.
     pub dependency: Dependency,
+    /// A second, healthy dependency the clients call beside the first, if any.
+    pub healthy: Option<HealthyDependency>,
+    /// The caller's own resources: how many calls each client can have in progress at once (its
+    /// threads, its connections), from a call's start to its end, waits and pauses included;
+    /// `None` for no bound. A call that finds its client's pool full fails at once: the
+    /// caller's own saturation, counted apart from what the dependency or the policy did.
+    pub pool: Option<u32>,
     /// The strategies, each run on the same seed.
     pub strategies: Vec<Strategy>,
 }

@@ -32,6 +32,9 @@ const SECOND: u64 = 1_000_000_000;
 /// still unfinished then count as failed. Far longer than any deadline the built-ins use.
 const DRAIN: u64 = 600 * SECOND;
 
+/// How long after the trigger's end `availability_after_trigger` looks: a minute.
+const AFTER_TRIGGER: u64 = 60 * SECOND;
+
 /// What happens next.
 #[derive(Clone, Copy, Debug)]
 enum Ev {
@@ -41,10 +44,11 @@ enum Ev {
     Poll(usize),
     /// A frame's guarded pause is over: the rejection is reported.
     Rejected(usize),
-    /// The dependency answered an attempt.
+    /// The dependency (`dep`: 0 the scenario's, 1 the healthy one) answered an attempt.
     Served {
         frame: usize,
         attempt: u64,
+        dep: usize,
         ok: bool,
         occupied: bool,
     },
@@ -139,7 +143,11 @@ impl LayerState {
 }
 
 struct Client {
-    layers: Vec<LayerState>,
+    /// The strategy's layers for each dependency the client calls (`stacks[0]` for the
+    /// scenario's, `stacks[1]` for the healthy one, if any): objects of their own for each.
+    stacks: Vec<Vec<LayerState>>,
+    /// Calls in progress, from their start to their end (the caller's pool holds them).
+    busy: u32,
     arrivals: fastrand::Rng,
     /// Bursty arrivals: whether the client is in a burst, and until when (ns).
     bursting: bool,
@@ -149,6 +157,8 @@ struct Client {
 /// One call in progress, at one layer.
 struct Frame {
     client: u32,
+    /// Which dependency the call is for (0: the scenario's, 1: the healthy one).
+    dep: usize,
     layer: usize,
     call: Call,
     /// The upper layer's frame and attempt this call is, if any.
@@ -165,6 +175,8 @@ struct Frame {
     permit: Option<Permit>,
     /// The attempt in flight (0: none). Unique across the run, so a stale event never matches.
     attempt: u64,
+    /// When the attempt in flight was sent.
+    attempt_began: u64,
     /// The attempt was admitted by a closed breaker.
     admitted_closed: bool,
 }
@@ -190,8 +202,20 @@ struct Tally {
     calls_ps: Vec<u32>,
     attempts_ps: Vec<u32>,
     successes_ps: Vec<u32>,
+    failures_ps: Vec<u32>,
+    refusals_ps: Vec<u32>,
+    saturated_ps: Vec<u32>,
     /// (start, succeeded) of every top-level call.
     log: Vec<(u64, bool)>,
+    /// (sent, answered with a success before its caller gave up) of every attempt at the
+    /// scenario's dependency whose outcome its caller took.
+    attempt_log: Vec<(u64, bool)>,
+    /// Calls to the healthy dependency begun within the fault window, and those that succeeded.
+    healthy_window_calls: u64,
+    healthy_window_ok: u64,
+    /// Attempts the dependency took on and answered after their caller had stopped waiting.
+    wasted: u64,
+    saturated: u64,
     latencies: Vec<u64>,
     /// How long the dependency took over each attempt it took on, begun before the first
     /// impairment (its healthy latency) and within the fault window.
@@ -224,8 +248,9 @@ fn bump(v: &mut Vec<u32>, at: u64) {
 
 struct Sim<'a> {
     scenario: &'a Scenario,
-    dep: &'a Dependency,
-    curve: LogNormal,
+    /// The dependencies: the scenario's, then the healthy one, if any.
+    deps: Vec<&'a Dependency>,
+    curves: Vec<LogNormal>,
     end: u64,
     window: (u64, u64),
     first_impairment: Option<u64>,
@@ -235,11 +260,13 @@ struct Sim<'a> {
     frames: Vec<Option<Frame>>,
     free: Vec<usize>,
     clients: Vec<Client>,
-    in_flight: u32,
+    /// Attempts each dependency has in flight (those whose callers gave up included).
+    in_flight: Vec<u32>,
     next_attempt: u64,
     /// The last pair wake-up number handed out.
     next_wake: u64,
-    dep_rng: fastrand::Rng,
+    /// Each dependency's own random numbers.
+    dep_rngs: Vec<fastrand::Rng>,
     tally: Tally,
 }
 
@@ -257,6 +284,9 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
         .iter()
         .map(|i| i.start().as_nanos())
         .min();
+    let deps: Vec<&Dependency> = std::iter::once(&scenario.dependency)
+        .chain(scenario.healthy.as_ref().map(|h| &h.dependency))
+        .collect();
     let clients = (0..scenario.clients)
         .map(|c| {
             let c64 = u64::from(c);
@@ -264,51 +294,23 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
                 arrivals: fastrand::Rng::with_seed(derive(seed, c64, 0xA11)),
                 bursting: false,
                 phase_until: 0,
-                layers: strategy
-                    .layers
-                    .iter()
-                    .enumerate()
-                    .map(|(k, l)| {
-                        let k64 = k as u64;
-                        // The layer's settings with this client's own jitter seed (a seed
-                        // is never refused, so `build` cannot fail here).
-                        let settings = l
-                            .call
-                            .to_builder()
-                            .seed(derive(seed, c64, 0xCA11 + k64))
-                            .build()
-                            .unwrap_or(l.call);
-                        // One attempt, the rest as the layer's (cannot fail: `settings` is valid).
-                        let nested = (!l.retries_when_nested).then(|| {
-                            settings
-                                .to_builder()
-                                .max_attempts(1)
-                                .build()
-                                .unwrap_or(settings)
-                        });
-                        LayerState {
-                            settings,
-                            nested,
-                            breaker: l.breaker.map(|b| {
-                                Box::new(Breaker::new(b).with_seed(derive(seed, c64, 0xB4EA + k64)))
-                            }),
-                            purse: l.budget.map(Budget::new),
-                            limiter: l.limiter.map(RateLimiter::new),
-                            sliding: l.sliding.map(SlidingWindowLimiter::new),
-                            bulkhead: l.bulkhead.map(Bulkhead::new),
-                            adaptive: l.adaptive.map(AdaptiveLimiter::new),
-                            opened: false,
-                            first_trip: None,
-                        }
-                    })
+                busy: 0,
+                stacks: (0..deps.len() as u64)
+                    .map(|d| stack(strategy, seed, c64, d))
                     .collect(),
             }
         })
         .collect();
     let mut sim = Sim {
         scenario,
-        dep: &scenario.dependency,
-        curve: scenario.dependency.curve(),
+        curves: deps.iter().map(|d| d.curve()).collect(),
+        in_flight: vec![0; deps.len()],
+        // The scenario's dependency draws from the stream it always has; the healthy one from
+        // its own.
+        dep_rngs: (0..deps.len() as u64)
+            .map(|d| fastrand::Rng::with_seed(derive(seed, u64::MAX - d, 0xDE9)))
+            .collect(),
+        deps,
         end,
         window,
         first_impairment,
@@ -318,15 +320,57 @@ pub fn run(scenario: &Scenario, strategy: &Strategy, seed: u64) -> Report {
         frames: Vec::new(),
         free: Vec::new(),
         clients,
-        in_flight: 0,
         next_attempt: 1,
         next_wake: 0,
-        dep_rng: fastrand::Rng::with_seed(derive(seed, u64::MAX, 0xDE9)),
         tally: Tally::default(),
     };
     sim.start();
     sim.run_events();
     sim.report(strategy, seed)
+}
+
+/// Client `c64`'s objects for the strategy's layers in front of dependency `d`, each seeded
+/// from the run's seed. Dependency 0's seeds are those a one-dependency run has always used.
+fn stack(strategy: &Strategy, seed: u64, c64: u64, d: u64) -> Vec<LayerState> {
+    let tag = d * 0x1_0000;
+    strategy
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(k, l)| {
+            let k64 = k as u64 + tag;
+            // The layer's settings with this client's own jitter seed (a seed
+            // is never refused, so `build` cannot fail here).
+            let settings = l
+                .call
+                .to_builder()
+                .seed(derive(seed, c64, 0xCA11 + k64))
+                .build()
+                .unwrap_or(l.call);
+            // One attempt, the rest as the layer's (cannot fail: `settings` is valid).
+            let nested = (!l.retries_when_nested).then(|| {
+                settings
+                    .to_builder()
+                    .max_attempts(1)
+                    .build()
+                    .unwrap_or(settings)
+            });
+            LayerState {
+                settings,
+                nested,
+                breaker: l
+                    .breaker
+                    .map(|b| Box::new(Breaker::new(b).with_seed(derive(seed, c64, 0xB4EA + k64)))),
+                purse: l.budget.map(Budget::new),
+                limiter: l.limiter.map(RateLimiter::new),
+                sliding: l.sliding.map(SlidingWindowLimiter::new),
+                bulkhead: l.bulkhead.map(Bulkhead::new),
+                adaptive: l.adaptive.map(AdaptiveLimiter::new),
+                opened: false,
+                first_trip: None,
+            }
+        })
+        .collect()
 }
 
 impl Sim<'_> {
@@ -428,11 +472,15 @@ impl Sim<'_> {
                 Ev::Served {
                     frame,
                     attempt,
+                    dep,
                     ok,
                     occupied,
                 } => {
                     if occupied {
-                        self.in_flight -= 1;
+                        self.in_flight[dep] -= 1;
+                        if !self.awaited(frame, attempt) {
+                            self.tally.wasted += 1;
+                        }
                     }
                     let outcome = if ok {
                         Outcome::Success
@@ -460,11 +508,24 @@ impl Sim<'_> {
             .collect();
         for begun in stuck {
             self.tally.failed += 1;
+            bump(&mut self.tally.failures_ps, begun);
             self.tally.log.push((begun, false));
             self.tally
                 .latencies
                 .push(self.end.saturating_add(DRAIN) - begun);
         }
+    }
+
+    /// Whether frame `f` still waits for the answer to `attempt` (as its attempt in flight or
+    /// its hedge).
+    fn awaited(&self, f: usize, attempt: u64) -> bool {
+        self.frames
+            .get(f)
+            .and_then(Option::as_ref)
+            .is_some_and(|frame| {
+                frame.attempt == attempt
+                    || frame.hedge.as_ref().is_some_and(|(id, _)| *id == attempt)
+            })
     }
 
     fn arrival(&mut self, c: u32) {
@@ -475,11 +536,32 @@ impl Sim<'_> {
             self.at(next, Ev::Arrival(c));
         }
         let now = self.now;
+        // Which dependency the call is for: drawn only when there are two, so a one-dependency
+        // run's arrivals stay what they always were.
+        let dep = match &self.scenario.healthy {
+            Some(h) if open01(&mut self.clients[c as usize].arrivals) < h.share => 1,
+            _ => 0,
+        };
         bump(&mut self.tally.calls_ps, now);
-        if now >= self.window.0 && now < self.window.1 {
+        let in_window = now >= self.window.0 && now < self.window.1;
+        if in_window {
             self.tally.window_calls += 1;
+            if dep == 1 {
+                self.tally.healthy_window_calls += 1;
+            }
         }
-        let f = self.spawn(c, 0, None, false, None);
+        let client = &mut self.clients[c as usize];
+        if self.scenario.pool.is_some_and(|p| client.busy >= p) {
+            // The caller's own pool is full: the call fails at once, before any policy sees it.
+            let t = &mut self.tally;
+            t.saturated += 1;
+            bump(&mut t.saturated_ps, now);
+            t.log.push((now, false));
+            t.latencies.push(0);
+            return;
+        }
+        client.busy += 1;
+        let f = self.spawn(c, dep, 0, None, false, None);
         self.drive(f);
     }
 
@@ -487,13 +569,14 @@ impl Sim<'_> {
     fn spawn(
         &mut self,
         client: u32,
+        dep: usize,
         layer: usize,
         parent: Option<(usize, u64)>,
         retry: bool,
         deadline: Option<Instant>,
     ) -> usize {
         let now = Instant::from_nanos(self.now);
-        let ls = &self.clients[client as usize].layers[layer];
+        let ls = &self.clients[client as usize].stacks[dep][layer];
         let settings = match (&ls.nested, retry) {
             (Some(single), true) => single,
             _ => &ls.settings,
@@ -504,6 +587,7 @@ impl Sim<'_> {
         }
         let frame = Frame {
             client,
+            dep,
             layer,
             call,
             parent,
@@ -513,6 +597,7 @@ impl Sim<'_> {
             begun: self.now,
             permit: None,
             attempt: 0,
+            attempt_began: 0,
             admitted_closed: false,
         };
         match self.free.pop() {
@@ -530,7 +615,7 @@ impl Sim<'_> {
     /// Polls a frame's call and does what it says.
     fn drive(&mut self, f: usize) {
         let now = Instant::from_nanos(self.now);
-        let (step, client, layer, closed, open, attempts, deadline, hedge_after) = {
+        let (step, client, dep, layer, closed, open, attempts, deadline, hedge_after) = {
             let Sim {
                 frames,
                 clients,
@@ -542,8 +627,9 @@ impl Sim<'_> {
                 return;
             };
             // The bottom layer hedges as the core says (a higher layer's attempt is a call).
-            let bottom = frame.layer + 1 == clients[frame.client as usize].layers.len();
-            let ls = &mut clients[frame.client as usize].layers[frame.layer];
+            let stack = &mut clients[frame.client as usize].stacks[frame.dep];
+            let bottom = frame.layer + 1 == stack.len();
+            let ls = &mut stack[frame.layer];
             let state = ls.breaker.as_ref().map(|b| b.state(now));
             let closed = state == Some(State::Closed);
             let open = matches!(state, Some(State::Open | State::HalfOpen));
@@ -560,6 +646,7 @@ impl Sim<'_> {
             (
                 step,
                 frame.client,
+                frame.dep,
                 frame.layer,
                 closed,
                 open,
@@ -584,9 +671,15 @@ impl Sim<'_> {
                     frame.attempt = id;
                     frame.admitted_closed = closed;
                 }
-                if layer + 1 < self.clients[client as usize].layers.len() {
-                    let child =
-                        self.spawn(client, layer + 1, Some((f, id)), attempts > 1, deadline);
+                if layer + 1 < self.clients[client as usize].stacks[dep].len() {
+                    let child = self.spawn(
+                        client,
+                        dep,
+                        layer + 1,
+                        Some((f, id)),
+                        attempts > 1,
+                        deadline,
+                    );
                     self.drive(child);
                 } else if let Some(after) = hedge_after {
                     // The pair's timer watches the deadlines (and the hedge's launch).
@@ -630,6 +723,15 @@ impl Sim<'_> {
     /// Sends an attempt to the dependency, racing its timeout.
     fn send(&mut self, f: usize, id: u64, probe: bool, deadline: Option<Instant>) {
         let now = self.now;
+        let Some(dep) = self.frames[f].as_mut().map(|frame| {
+            if frame.attempt == id {
+                frame.attempt_began = now;
+            }
+            frame.dep
+        }) else {
+            return;
+        };
+        // Attempts at either dependency: each call makes its attempts at one of them.
         self.tally.attempts += 1;
         if probe {
             self.tally.probes += 1;
@@ -638,19 +740,21 @@ impl Sim<'_> {
         if now >= self.window.0 && now < self.window.1 {
             self.tally.window_attempts += 1;
         }
-        let service = self.dep.serve(
-            &self.curve,
+        let service = self.deps[dep].serve(
+            &self.curves[dep],
             Duration::from_nanos(now),
-            self.in_flight,
-            &mut self.dep_rng,
+            self.in_flight[dep],
+            &mut self.dep_rngs[dep],
         );
         if service.occupies {
-            self.in_flight += 1;
+            self.in_flight[dep] += 1;
             let took = service.latency.as_nanos();
-            if now < self.window.0 {
-                self.tally.served_before.push(took);
-            } else if now < self.window.1 {
-                self.tally.served_in_window.push(took);
+            if dep == 0 {
+                if now < self.window.0 {
+                    self.tally.served_before.push(took);
+                } else if now < self.window.1 {
+                    self.tally.served_in_window.push(took);
+                }
             }
         }
         let done = now.saturating_add(service.latency.as_nanos());
@@ -659,6 +763,7 @@ impl Sim<'_> {
             Ev::Served {
                 frame: f,
                 attempt: id,
+                dep,
                 ok: service.ok,
                 occupied: service.occupies,
             },
@@ -710,7 +815,13 @@ impl Sim<'_> {
             if frame.admitted_closed && outcome.is_counted() {
                 tally.closed_outcomes += 1;
             }
-            let ls = &mut clients[frame.client as usize].layers[frame.layer];
+            let stack = &mut clients[frame.client as usize].stacks[frame.dep];
+            if frame.dep == 0 && frame.layer + 1 == stack.len() {
+                tally
+                    .attempt_log
+                    .push((frame.attempt_began, outcome == Outcome::Success));
+            }
+            let ls = &mut stack[frame.layer];
             let mut parts = ls.parts();
             let mut seen = Vec::new();
             frame
@@ -757,7 +868,7 @@ impl Sim<'_> {
                     let Some(frame) = frames[f].as_mut() else {
                         return;
                     };
-                    let ls = &mut clients[frame.client as usize].layers[frame.layer];
+                    let ls = &mut clients[frame.client as usize].stacks[frame.dep][frame.layer];
                     let mut parts = ls.parts();
                     let mut seen = Vec::new();
                     let granted = match frame.pair.as_mut() {
@@ -803,6 +914,12 @@ impl Sim<'_> {
             let Some(frame) = frames[f].as_mut() else {
                 return;
             };
+            if frame.dep == 0 {
+                // A hedge's start is not kept: the pair's first attempt's stands for both.
+                tally
+                    .attempt_log
+                    .push((frame.attempt_began, outcome == Outcome::Success));
+            }
             let permit = match lane {
                 Lane::First => {
                     frame.attempt = 0;
@@ -813,7 +930,7 @@ impl Sim<'_> {
             if frame.admitted_closed && outcome.is_counted() {
                 tally.closed_outcomes += 1;
             }
-            let ls = &mut clients[frame.client as usize].layers[frame.layer];
+            let ls = &mut clients[frame.client as usize].stacks[frame.dep][frame.layer];
             let mut parts = ls.parts();
             let mut seen = Vec::new();
             let mut events = |e: Event<'_>| collect(e, &mut seen);
@@ -885,14 +1002,25 @@ impl Sim<'_> {
             );
             return;
         }
+        let client = &mut self.clients[frame.client as usize];
+        client.busy = client.busy.saturating_sub(1);
         let t = &mut self.tally;
         match end {
             End::Succeeded => {
                 t.succeeded += 1;
                 bump(&mut t.successes_ps, frame.begun);
+                if frame.dep == 1 && frame.begun >= self.window.0 && frame.begun < self.window.1 {
+                    t.healthy_window_ok += 1;
+                }
             }
-            End::Failed => t.failed += 1,
-            End::Refused => t.refused += 1,
+            End::Failed => {
+                t.failed += 1;
+                bump(&mut t.failures_ps, frame.begun);
+            }
+            End::Refused => {
+                t.refused += 1;
+                bump(&mut t.refusals_ps, frame.begun);
+            }
         }
         t.log.push((frame.begun, end == End::Succeeded));
         t.latencies.push(now - frame.begun);
@@ -906,7 +1034,7 @@ impl Sim<'_> {
 
     fn report(mut self, strategy: &Strategy, seed: u64) -> Report {
         let t = &mut self.tally;
-        let calls = t.succeeded + t.failed + t.refused;
+        let calls = t.succeeded + t.failed + t.refused + t.saturated;
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let (p50, p99) = (
             percentile_ms(&mut t.latencies, 50).unwrap_or(0.0),
@@ -929,11 +1057,49 @@ impl Sim<'_> {
             .map(|d| d.as_nanos());
         let time_to_recover =
             recover_from.and_then(|from| first_good_second(&t.log, from, self.end));
+        t.attempt_log.sort_unstable();
+        let dependency_recovered =
+            recover_from.and_then(|from| first_good_second(&t.attempt_log, from, self.end));
+        // The minute after the trigger: from the end of the last impairment, when every one
+        // ends within the run.
+        let trigger_end = self
+            .scenario
+            .dependency
+            .impairments
+            .iter()
+            .map(|i| i.end().map(|e| e.as_nanos()))
+            .try_fold(None, |last: Option<u64>, e| {
+                e.map(|e| Some(last.map_or(e, |l| l.max(e))))
+            })
+            .flatten()
+            .filter(|&e| e < self.end);
+        let availability_after_trigger = trigger_end.map(|from| {
+            let to = from.saturating_add(AFTER_TRIGGER).min(self.end);
+            let begin = t.log.partition_point(|&(s, _)| s < from);
+            let stop = t.log.partition_point(|&(s, _)| s < to);
+            let after = &t.log[begin..stop];
+            let ok = after.iter().filter(|(_, ok)| *ok).count();
+            ratio(ok as u64, after.len() as u64)
+        });
+        let healthy_dependency_availability = self
+            .scenario
+            .healthy
+            .as_ref()
+            .map(|_| ratio(t.healthy_window_ok, t.healthy_window_calls));
+        let window_s = (self.window.1 - self.window.0) as f64 / 1e9;
+        let per_second = |n: u64| {
+            if window_s > 0.0 {
+                n as f64 / window_s
+            } else {
+                0.0
+            }
+        };
         let ms = |n: u64| n as f64 / 1e6;
+        // The trips the figures below speak of are the scenario's dependency's breakers'.
         let breakers: Vec<&LayerState> = self
             .clients
             .iter()
-            .flat_map(|c| c.layers.iter())
+            .flat_map(|c| c.stacks[0].iter())
             .filter(|l| l.breaker.is_some())
             .collect();
         let firsts: Vec<u64> = breakers.iter().filter_map(|l| l.first_trip).collect();
@@ -1007,8 +1173,14 @@ impl Sim<'_> {
             succeeded: t.succeeded,
             failed: t.failed,
             refused_locally: t.refused,
+            saturated: t.saturated,
             availability: ratio(t.succeeded, calls),
+            availability_after_trigger,
+            healthy_dependency_availability,
             attempts: t.attempts,
+            calls_per_s_in_window: per_second(t.window_calls),
+            attempts_per_s_in_window: per_second(t.window_attempts),
+            wasted_attempts: t.wasted,
             load_multiplier: ratio(t.window_attempts, t.window_calls),
             load_multiplier_run: ratio(t.attempts, calls),
             amplification,
@@ -1024,6 +1196,7 @@ impl Sim<'_> {
             time_to_trip_last_ms: time_to_trip_last,
             tripped_breakers: firsts.len() as u64,
             time_to_recover_ms: time_to_recover.map(ms),
+            dependency_recovered_ms: dependency_recovered.map(ms),
             re_trips,
             false_trips: false_trips_total,
             false_trips_consecutive: false_trips[0],
@@ -1046,6 +1219,9 @@ impl Sim<'_> {
             calls_per_second: std::mem::take(&mut t.calls_ps),
             attempts_per_second: std::mem::take(&mut t.attempts_ps),
             successes_per_second: std::mem::take(&mut t.successes_ps),
+            failures_per_second: std::mem::take(&mut t.failures_ps),
+            refusals_per_second: std::mem::take(&mut t.refusals_ps),
+            saturated_per_second: std::mem::take(&mut t.saturated_ps),
         }
     }
 }

@@ -43,6 +43,8 @@ fn fleet(name: &str, description: &str, dependency: Dependency) -> Result<Scenar
         arrivals: Arrivals::Poisson { rate: RATE },
         dependency,
         strategies: Strategy::all_builtin()?,
+        healthy: None,
+        pool: None,
     })
 }
 
@@ -124,6 +126,8 @@ pub fn cold_recovery() -> Result<Scenario, SettingsError> {
                 from: 0.05,
             }),
         strategies,
+        healthy: None,
+        pool: None,
     })
 }
 
@@ -194,6 +198,8 @@ pub fn capacity_halves() -> Result<Scenario, SettingsError> {
             },
         ),
         strategies,
+        healthy: None,
+        pool: None,
     })
 }
 
@@ -218,6 +224,8 @@ pub fn long_tail() -> Result<Scenario, SettingsError> {
         },
         dependency: Dependency::healthy(ms(20), ms(400)),
         strategies,
+        healthy: None,
+        pool: None,
     })
 }
 
@@ -275,6 +283,8 @@ pub fn dotnet_example() -> Result<Scenario, SettingsError> {
             Strategy::single("x3-attempts+budget+306ms", layer(ms(306), true)?),
             Strategy::single("x3-attempts+budget+breaker", measured),
         ],
+        healthy: None,
+        pool: None,
     })
 }
 
@@ -309,6 +319,8 @@ pub fn budget_experiment(percent: u32) -> Result<Scenario, SettingsError> {
             Strategy::single("until-success", layer(100, false)?),
             Strategy::single("3-attempts+budget", layer(3, true)?),
         ],
+        healthy: None,
+        pool: None,
     })
 }
 
@@ -345,6 +357,8 @@ pub fn polling() -> Result<Scenario, SettingsError> {
             Strategy::single("poll+breaker", layer(1)?),
             Strategy::single("poll+retry-x3+breaker+budget", layer(4)?),
         ],
+        healthy: None,
+        pool: None,
     })
 }
 
@@ -376,6 +390,8 @@ pub fn stationary(
                 retries_when_nested: true,
             },
         )],
+        healthy: None,
+        pool: None,
     })
 }
 

@@ -35,6 +35,8 @@ fn healthy(arrivals: Arrivals) -> Report {
         arrivals,
         dependency: suite::healthy(),
         strategies: Vec::new(),
+        healthy: None,
+        pool: None,
     };
     run(&s, &Strategy::builtin("no-retry").unwrap().unwrap(), s.seed)
 }

@@ -59,6 +59,8 @@ fn brownout(trip_window: Duration) -> (Scenario, Strategy) {
             },
         ),
         strategies: Vec::new(),
+        healthy: None,
+        pool: None,
     };
     (scenario, strategy)
 }

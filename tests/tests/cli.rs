@@ -73,7 +73,7 @@ fn num(r: &Map<String, Value>, key: &str) -> f64 {
 }
 
 /// The figures every report carries: the headline ones and one for each column of the table.
-const KEYS: [&str; 20] = [
+const KEYS: [&str; 27] = [
     "scenario",
     "strategy",
     "seed",
@@ -94,6 +94,13 @@ const KEYS: [&str; 20] = [
     "re_trips",
     "false_trips",
     "unprobed_attempts_while_open",
+    "saturated",
+    "availability_after_trigger",
+    "healthy_dependency_availability",
+    "calls_per_s_in_window",
+    "attempts_per_s_in_window",
+    "wasted_attempts",
+    "dependency_recovered_ms",
 ];
 
 #[test]
@@ -129,13 +136,23 @@ fn json_prints_one_report_per_scenario_and_strategy_with_every_figure() {
         for key in KEYS {
             assert!(r.contains_key(key), "{key} missing from {r:?}");
         }
-        for key in ["time_to_trip_ms", "time_to_recover_ms"] {
+        for key in [
+            "time_to_trip_ms",
+            "time_to_recover_ms",
+            "dependency_recovered_ms",
+            "availability_after_trigger",
+            "healthy_dependency_availability",
+        ] {
             assert!(r[key].is_null() || r[key].is_f64(), "{key}: {:?}", r[key]);
         }
-        // Every call ends one way: succeeded, failed at the dependency, or refused locally.
+        // Every call ends one way: succeeded, failed at the dependency, refused locally, or
+        // failed at once on a full pool.
         let calls = num(r, "calls");
         assert!(calls > 0.0);
-        let ended = num(r, "succeeded") + num(r, "failed") + num(r, "refused_locally");
+        let ended = num(r, "succeeded")
+            + num(r, "failed")
+            + num(r, "refused_locally")
+            + num(r, "saturated");
         assert_eq!(ended, calls, "{r:?}");
         let availability = num(r, "availability");
         assert!((availability - num(r, "succeeded") / calls).abs() < 1e-12);

@@ -58,6 +58,8 @@ fn step(base: f64, spike: f64) -> Scenario {
                 rate: spike,
             }),
         strategies: Vec::new(),
+        healthy: None,
+        pool: None,
     }
 }
 

@@ -33,6 +33,8 @@ fn one_client_at_100_a_second(seconds: u64, layer: Layer) -> Report {
         arrivals: Arrivals::Poisson { rate: 100.0 },
         dependency: Dependency::healthy(Duration::from_millis(20), Duration::from_millis(60)),
         strategies: vec![Strategy::single("limited", layer)],
+        healthy: None,
+        pool: None,
     };
     run(&s, &s.strategies[0], s.seed)
 }
