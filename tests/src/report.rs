@@ -187,52 +187,221 @@ fn secs(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_string(), |ms| format!("{:.1}s", ms / 1000.0))
 }
 
-/// The column headers of [`table`].
-const HEADERS: [&str; 16] = [
-    "strategy", "calls", "ok", "failed", "refused", "avail", "load", "amp", "retry/c", "p50",
-    "p99", "opens", "trip", "recover", "retrip", "false",
+/// One column of the tables: its header, the figure it shows (`None`: "-"), how a value is
+/// printed, and whether a table of these reports shows it at all.
+struct Column {
+    header: &'static str,
+    value: fn(&Report) -> Option<f64>,
+    show: fn(f64) -> String,
+    shown: fn(&[&Report]) -> bool,
+}
+
+#[allow(clippy::cast_precision_loss)] // counts far below 2^52
+fn count(v: u64) -> Option<f64> {
+    Some(v as f64)
+}
+
+fn whole(v: f64) -> String {
+    format!("{v:.0}")
+}
+
+fn times(v: f64) -> String {
+    format!("{v:.3}x")
+}
+
+fn four(v: f64) -> String {
+    format!("{v:.4}")
+}
+
+fn millis(v: f64) -> String {
+    format!("{v:.0}ms")
+}
+
+fn seconds(v: f64) -> String {
+    secs(Some(v))
+}
+
+fn always(_: &[&Report]) -> bool {
+    true
+}
+
+/// The tables' columns, in order. Two show only where they apply: `full`, where a caller's pool
+/// refused a call (or a second dependency shares it), and `healthy`, where there is a second
+/// dependency.
+const COLUMNS: [Column; 20] = [
+    Column {
+        header: "calls",
+        value: |r| count(r.calls),
+        show: whole,
+        shown: always,
+    },
+    Column {
+        header: "ok",
+        value: |r| count(r.succeeded),
+        show: whole,
+        shown: always,
+    },
+    Column {
+        header: "failed",
+        value: |r| count(r.failed),
+        show: whole,
+        shown: always,
+    },
+    Column {
+        header: "refused",
+        value: |r| count(r.refused_locally),
+        show: whole,
+        shown: always,
+    },
+    Column {
+        header: "full",
+        value: |r| count(r.saturated),
+        show: whole,
+        shown: |rs| {
+            rs.iter()
+                .any(|r| r.saturated > 0 || r.healthy_dependency_availability.is_some())
+        },
+    },
+    Column {
+        header: "avail",
+        value: |r| Some(r.availability),
+        show: four,
+        shown: always,
+    },
+    Column {
+        header: "after",
+        value: |r| r.availability_after_trigger,
+        show: four,
+        shown: always,
+    },
+    Column {
+        header: "healthy",
+        value: |r| r.healthy_dependency_availability,
+        show: four,
+        shown: |rs| {
+            rs.iter()
+                .any(|r| r.healthy_dependency_availability.is_some())
+        },
+    },
+    Column {
+        header: "load",
+        value: |r| Some(r.load_multiplier),
+        show: times,
+        shown: always,
+    },
+    Column {
+        header: "att/s",
+        value: |r| Some(r.attempts_per_s_in_window),
+        show: whole,
+        shown: always,
+    },
+    Column {
+        header: "amp",
+        value: |r| Some(r.amplification),
+        show: times,
+        shown: always,
+    },
+    Column {
+        header: "retry/c",
+        value: |r| Some(r.retries_per_call),
+        show: |v| format!("{v:.3}"),
+        shown: always,
+    },
+    Column {
+        header: "p50",
+        value: |r| Some(r.latency_p50_ms),
+        show: millis,
+        shown: always,
+    },
+    Column {
+        header: "p99",
+        value: |r| Some(r.latency_p99_ms),
+        show: millis,
+        shown: always,
+    },
+    Column {
+        header: "opens",
+        value: |r| count(r.breaker_opens),
+        show: whole,
+        shown: always,
+    },
+    Column {
+        header: "trip",
+        value: |r| r.time_to_trip_ms,
+        show: seconds,
+        shown: always,
+    },
+    Column {
+        header: "recover",
+        value: |r| r.time_to_recover_ms,
+        show: seconds,
+        shown: always,
+    },
+    Column {
+        header: "dep-rec",
+        value: |r| r.dependency_recovered_ms,
+        show: seconds,
+        shown: always,
+    },
+    Column {
+        header: "retrip",
+        value: |r| count(r.re_trips),
+        show: whole,
+        shown: always,
+    },
+    Column {
+        header: "false",
+        value: |r| count(r.false_trips),
+        show: whole,
+        shown: always,
+    },
 ];
+
+/// The columns a table of `reports` shows.
+fn columns(reports: &[&Report]) -> Vec<&'static Column> {
+    COLUMNS.iter().filter(|c| (c.shown)(reports)).collect()
+}
 
 /// A plain-text table of reports, one row per strategy.
 #[must_use]
 pub fn table(reports: &[&Report]) -> String {
-    let rows: Vec<[String; 16]> = reports
+    let columns = columns(reports);
+    let rows: Vec<Vec<String>> = reports
         .iter()
         .map(|r| {
-            [
-                r.strategy.clone(),
-                r.calls.to_string(),
-                r.succeeded.to_string(),
-                r.failed.to_string(),
-                r.refused_locally.to_string(),
-                format!("{:.4}", r.availability),
-                format!("{:.3}x", r.load_multiplier),
-                format!("{:.3}x", r.amplification),
-                format!("{:.3}", r.retries_per_call),
-                format!("{:.0}ms", r.latency_p50_ms),
-                format!("{:.0}ms", r.latency_p99_ms),
-                r.breaker_opens.to_string(),
-                secs(r.time_to_trip_ms),
-                secs(r.time_to_recover_ms),
-                r.re_trips.to_string(),
-                r.false_trips.to_string(),
-            ]
+            std::iter::once(r.strategy.clone())
+                .chain(
+                    columns
+                        .iter()
+                        .map(|c| (c.value)(r).map_or_else(|| "-".to_string(), c.show)),
+                )
+                .collect()
         })
         .collect();
-    let rows: Vec<Vec<String>> = rows.into_iter().map(Vec::from).collect();
-    aligned(&HEADERS.map(String::from), &rows)
+    let headers: Vec<String> = std::iter::once("strategy")
+        .chain(columns.iter().map(|c| c.header))
+        .map(String::from)
+        .collect();
+    aligned(&headers, &rows)
 }
 
-/// A second-by-second account of one run: calls made, calls that succeeded (by start),
-/// attempts at the dependency and their ratio to calls, and breaker opens, with the fault
-/// window marked.
+/// A second-by-second account of one run: calls made, and of those (by start) the ones that
+/// succeeded, failed at the dependency, were refused locally and (where a caller's pool applies)
+/// found it full; attempts at the dependency and their ratio to calls, and breaker opens, with
+/// the fault window marked.
 #[must_use]
 pub fn timeline(r: &Report) -> String {
     let at = |v: &[u32], s: usize| v.get(s).copied().unwrap_or(0);
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // whole seconds of a run
     let seconds = r.duration_s.max(0.0).ceil() as usize;
     let [from, to] = r.fault_window_s;
-    let headers = ["second", "calls", "ok", "attempts", "load", "opens", ""].map(String::from);
+    let pool = r.saturated > 0 || r.healthy_dependency_availability.is_some();
+    let mut headers = vec!["second", "calls", "ok", "failed", "refused"];
+    if pool {
+        headers.push("full");
+    }
+    headers.extend(["attempts", "load", "opens", ""]);
+    let headers: Vec<String> = headers.into_iter().map(String::from).collect();
     let rows: Vec<Vec<String>> = (0..seconds)
         .map(|s| {
             let calls = at(&r.calls_per_second, s);
@@ -245,15 +414,23 @@ pub fn timeline(r: &Report) -> String {
             #[allow(clippy::cast_precision_loss)]
             let second = s as f64;
             let impaired = second + 1.0 > from && second < to;
-            vec![
+            let mut row = vec![
                 s.to_string(),
                 calls.to_string(),
                 at(&r.successes_per_second, s).to_string(),
+                at(&r.failures_per_second, s).to_string(),
+                at(&r.refusals_per_second, s).to_string(),
+            ];
+            if pool {
+                row.push(at(&r.saturated_per_second, s).to_string());
+            }
+            row.extend([
                 attempts.to_string(),
                 load,
                 at(&r.opens_per_second, s).to_string(),
                 if impaired { "impaired" } else { "" }.to_string(),
-            ]
+            ]);
+            row
         })
         .collect();
     aligned(&headers, &rows)
@@ -275,29 +452,8 @@ pub fn spread(mut values: Vec<f64>) -> Option<[f64; 3]> {
 /// marked with how many).
 #[must_use]
 pub fn spread_table(strategies: &[Vec<Report>]) -> String {
-    type Figure = (fn(&Report) -> Option<f64>, fn(f64) -> String);
-    fn count(v: u64) -> Option<f64> {
-        #[allow(clippy::cast_precision_loss)] // counts far below 2^52
-        Some(v as f64)
-    }
-    let whole = |v: f64| format!("{v:.0}");
-    let figures: [Figure; 15] = [
-        (|r| count(r.calls), whole),
-        (|r| count(r.succeeded), whole),
-        (|r| count(r.failed), whole),
-        (|r| count(r.refused_locally), whole),
-        (|r| Some(r.availability), |v| format!("{v:.4}")),
-        (|r| Some(r.load_multiplier), |v| format!("{v:.3}x")),
-        (|r| Some(r.amplification), |v| format!("{v:.3}x")),
-        (|r| Some(r.retries_per_call), |v| format!("{v:.3}")),
-        (|r| Some(r.latency_p50_ms), |v| format!("{v:.0}ms")),
-        (|r| Some(r.latency_p99_ms), |v| format!("{v:.0}ms")),
-        (|r| count(r.breaker_opens), whole),
-        (|r| r.time_to_trip_ms, |v| secs(Some(v))),
-        (|r| r.time_to_recover_ms, |v| secs(Some(v))),
-        (|r| count(r.re_trips), whole),
-        (|r| count(r.false_trips), whole),
-    ];
+    let all: Vec<&Report> = strategies.iter().flatten().collect();
+    let columns = columns(&all);
     let mut rows: Vec<Vec<String>> = Vec::new();
     for runs in strategies {
         let Some(first) = runs.first() else { continue };
@@ -306,13 +462,13 @@ pub fn spread_table(strategies: &[Vec<Report>]) -> String {
             vec![String::new(), "median".to_string()],
             vec![String::new(), "max".to_string()],
         ];
-        for (value, show) in figures {
-            let values: Vec<f64> = runs.iter().filter_map(value).collect();
+        for c in &columns {
+            let values: Vec<f64> = runs.iter().filter_map(c.value).collect();
             let seen = values.len();
             match spread(values) {
                 Some(mmm) => {
                     for (row, v) in three.iter_mut().zip(mmm) {
-                        let mut cell = show(v);
+                        let mut cell = (c.show)(v);
                         if seen < runs.len() {
                             cell.push_str(&format!(" ({seen}/{})", runs.len()));
                         }
@@ -324,8 +480,11 @@ pub fn spread_table(strategies: &[Vec<Report>]) -> String {
         }
         rows.extend(three);
     }
-    let mut headers: Vec<String> = vec![HEADERS[0].to_string(), "of seeds".to_string()];
-    headers.extend(HEADERS[1..].iter().map(|h| (*h).to_string()));
+    let headers: Vec<String> = ["strategy", "of seeds"]
+        .into_iter()
+        .chain(columns.iter().map(|c| c.header))
+        .map(String::from)
+        .collect();
     aligned(&headers, &rows)
 }
 
@@ -355,8 +514,14 @@ fn aligned(headers: &[String], rows: &[Vec<String>]) -> String {
 
 /// What the table's columns mean, for the bottom of `storm`'s output.
 pub const LEGEND: &str = "\
-load: attempts at the dependency per call over the fault window; amp: the same in the worst \
-second; retry/c: retries per call; p50/p99: caller latency (retries, waits and pauses \
-included); opens: breaker opens; trip: impairment start to first trip; recover: dependency \
-answering again to the first full second of successes; retrip: trips after a breaker had \
-already opened; false: trips outside any impairment.";
+full: calls that found their client's pool of concurrent calls full (they fail at once); after: \
+availability over the minute after the last impairment ends; healthy: where clients also call a \
+healthy dependency through the same pool, the share of its calls served over the fault window; \
+load: attempts at the dependency per call over the fault window; att/s: attempts at the \
+dependency per second over the fault window; amp: load in the worst second; retry/c: retries \
+per call; p50/p99: caller latency (retries, waits and pauses included); opens: breaker opens; \
+trip: impairment start to first trip; recover: dependency answering again to the first full \
+second in which every call succeeded; dep-rec: the same to the first full second in which every \
+attempt that reached the dependency succeeded in time (the dependency serving again, whatever \
+the callers' breakers still refuse); retrip: trips after a breaker had already opened; false: \
+trips outside any impairment.";

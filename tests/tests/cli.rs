@@ -171,30 +171,40 @@ fn cell(text: &str) -> Option<(f64, f64)> {
     Some((digits.parse().unwrap(), half))
 }
 
-#[test]
-fn the_table_prints_the_same_figures_as_the_json() {
-    let args = ["--scenario", "polling", "--seed", "3"];
-    let json = reports(&args);
-    let table = stdout_of(&args);
-    // Each column of the table, the report field it shows, and the field's scale to the cell's
-    // unit (times are milliseconds in the JSON, seconds in the trip and recover columns).
-    let columns: [(&str, &str, f64); 15] = [
-        ("calls", "calls", 1.0),
-        ("ok", "succeeded", 1.0),
-        ("failed", "failed", 1.0),
-        ("refused", "refused_locally", 1.0),
-        ("avail", "availability", 1.0),
-        ("load", "load_multiplier", 1.0),
-        ("amp", "amplification", 1.0),
-        ("retry/c", "retries_per_call", 1.0),
-        ("p50", "latency_p50_ms", 1.0),
-        ("p99", "latency_p99_ms", 1.0),
-        ("opens", "breaker_opens", 1.0),
-        ("trip", "time_to_trip_ms", 1e-3),
-        ("recover", "time_to_recover_ms", 1e-3),
-        ("retrip", "re_trips", 1.0),
-        ("false", "false_trips", 1.0),
-    ];
+/// Each column of the table, the report field it shows, and the field's scale to the cell's
+/// unit (times are milliseconds in the JSON, seconds in the trip and recover columns), in the
+/// table's order.
+const COLUMNS: [(&str, &str, f64); 20] = [
+    ("calls", "calls", 1.0),
+    ("ok", "succeeded", 1.0),
+    ("failed", "failed", 1.0),
+    ("refused", "refused_locally", 1.0),
+    ("full", "saturated", 1.0),
+    ("avail", "availability", 1.0),
+    ("after", "availability_after_trigger", 1.0),
+    ("healthy", "healthy_dependency_availability", 1.0),
+    ("load", "load_multiplier", 1.0),
+    ("att/s", "attempts_per_s_in_window", 1.0),
+    ("amp", "amplification", 1.0),
+    ("retry/c", "retries_per_call", 1.0),
+    ("p50", "latency_p50_ms", 1.0),
+    ("p99", "latency_p99_ms", 1.0),
+    ("opens", "breaker_opens", 1.0),
+    ("trip", "time_to_trip_ms", 1e-3),
+    ("recover", "time_to_recover_ms", 1e-3),
+    ("dep-rec", "dependency_recovered_ms", 1e-3),
+    ("retrip", "re_trips", 1.0),
+    ("false", "false_trips", 1.0),
+];
+
+/// Checks that the table `storm args` prints shows what its JSON says, in the columns named
+/// `shown` (in order).
+fn table_matches_json(args: &[&str], shown: &[&str]) {
+    let json = reports(args);
+    let table = stdout_of(args);
+    let columns: Vec<&(&str, &str, f64)> =
+        COLUMNS.iter().filter(|c| shown.contains(&c.0)).collect();
+    assert_eq!(columns.len(), shown.len(), "{shown:?}");
     let mut lines = table.lines().skip_while(|l| !l.starts_with("strategy "));
     let headers: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     let want_headers: Vec<&str> = std::iter::once("strategy")
@@ -209,7 +219,7 @@ fn the_table_prints_the_same_figures_as_the_json() {
             .unwrap_or_else(|| panic!("no row for {strategy} in\n{table}"));
         let cells: Vec<&str> = row.split_whitespace().skip(1).collect();
         assert_eq!(cells.len(), columns.len(), "{row}");
-        for ((header, key, scale), text) in columns.iter().zip(&cells) {
+        for ((header, key, scale), text) in columns.iter().copied().zip(&cells) {
             let json_value = r[*key].as_f64().map(|v| v * scale);
             match (cell(text), json_value) {
                 (None, None) => {}
@@ -221,7 +231,20 @@ fn the_table_prints_the_same_figures_as_the_json() {
             }
         }
     }
+}
+
+#[test]
+fn the_table_prints_the_same_figures_as_the_json() {
+    // Without a pool or a second dependency, the `full` and `healthy` columns are left out.
+    let everywhere: Vec<&str> = COLUMNS
+        .iter()
+        .map(|c| c.0)
+        .filter(|h| !["full", "healthy"].contains(h))
+        .collect();
+    let args = ["--scenario", "polling", "--seed", "3"];
+    table_matches_json(&args, &everywhere);
     // The header line says which seed and fleet ran.
+    let table = stdout_of(&args);
     assert!(
         table.starts_with("== polling (seed 3, 1 client, 90 s)"),
         "{table}"
@@ -611,9 +634,18 @@ fn a_timeline_accounts_for_every_call_second_by_second() {
         .into_iter()
         .find(|r| r["strategy"] == strategy)
         .unwrap();
+    // second, calls, ok, failed, refused, attempts, load, opens: every call ends one way.
     assert_eq!(column(1) as f64, num(&report, "calls"));
     assert_eq!(column(2) as f64, num(&report, "succeeded"));
-    assert_eq!(column(5) as f64, num(&report, "breaker_opens"));
+    assert_eq!(column(3) as f64, num(&report, "failed"));
+    assert_eq!(column(4) as f64, num(&report, "refused_locally"));
+    assert!(num(&report, "refused_locally") > 0.0);
+    for row in &rows {
+        let n = |i: usize| row[i].parse::<u64>().unwrap();
+        assert_eq!(n(1), n(2) + n(3) + n(4), "{row:?}");
+    }
+    assert_eq!(column(5) as f64, num(&report, "attempts"));
+    assert_eq!(column(7) as f64, num(&report, "breaker_opens"));
     // The outage's seconds are marked, and only those.
     let impaired = rows
         .iter()
