@@ -2,9 +2,14 @@
 //! compared on it.
 
 use stormguard_core::{
-    limits::AdaptiveLimitSettings, limits::BulkheadSettings, limits::RateLimitSettings,
-    limits::SlidingWindowSettings, policy::Explain, BreakerSettings, BudgetSettings, CallSettings,
-    Duration, Name, Recovery, SettingsError,
+    config::{PolicyParts, PolicySection},
+    limits::AdaptiveLimitSettings,
+    limits::BulkheadSettings,
+    limits::RateLimitSettings,
+    limits::SlidingWindowSettings,
+    policy::Explain,
+    Bound, BreakerSettings, BudgetSettings, CallSettings, Duration, Field, Name, Recovery,
+    SettingsError,
 };
 
 use crate::model::Dependency;
@@ -121,6 +126,23 @@ impl Layer {
         }
     }
 
+    /// A layer as a policy's resolved parts give it (the std loader's configuration format,
+    /// and its defaults: a breaker and a budget unless turned off). A policy has no sliding
+    /// window limiter.
+    #[must_use]
+    pub fn from_policy(parts: PolicyParts) -> Layer {
+        Layer {
+            call: parts.call,
+            breaker: parts.breaker,
+            budget: parts.budget,
+            limiter: parts.rate_limit,
+            sliding: None,
+            bulkhead: parts.bulkhead,
+            adaptive: parts.adaptive_limit,
+            retries_when_nested: parts.retries_when_nested,
+        }
+    }
+
     /// The layer's plain-text self-description (the core's [`Explain`]): what bounds a call
     /// first, the worst-case timeline, the load it can add, and what is missing.
     pub fn explain(&self) -> Explain<'_> {
@@ -191,6 +213,32 @@ impl Strategy {
             name: name.to_string(),
             layers: vec![layer],
         }
+    }
+
+    /// The policy a service gets when it configures nothing: a `[policies.NAME]` section with
+    /// no keys, read as the std loader reads it (3 attempts, a 30 s deadline, a 10 s attempt
+    /// timeout cut to 3x the learned p95 once the breaker knows it, the default breaker and
+    /// the default budget).
+    ///
+    /// # Errors
+    ///
+    /// None in practice: the defaults are valid; a core that refused them would say which
+    /// setting here.
+    pub fn default_policy(name: &str) -> Result<Strategy, SettingsError> {
+        let parts = PolicySection::resolve(DEPENDENCY, &[&PolicySection::default()]).map_err(
+            |problems| {
+                problems
+                    .parts()
+                    .iter()
+                    .find_map(|(_, list)| list.first())
+                    // Only problems past a list's capacity, which the first always fills.
+                    .unwrap_or(SettingsError {
+                        field: Field::Name,
+                        bound: Bound::PolicyName,
+                    })
+            },
+        )?;
+        Ok(Strategy::single(name, Layer::from_policy(parts)))
     }
 
     /// The names of the built-in strategies, in the order tables show them.

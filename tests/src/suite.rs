@@ -7,7 +7,7 @@ use stormguard_core::{
 
 use crate::model::{Dependency, Impairment};
 use crate::report::Report;
-use crate::scenario::{Arrivals, Layer, Scenario, Strategy, DEPENDENCY};
+use crate::scenario::{Arrivals, HealthyDependency, Layer, Scenario, Strategy, DEPENDENCY};
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -45,6 +45,101 @@ fn fleet(name: &str, description: &str, dependency: Dependency) -> Result<Scenar
         strategies: Strategy::all_builtin()?,
         healthy: None,
         pool: None,
+    })
+}
+
+/// Calls per second per client in the retry storm.
+pub const STORM_RATE: f64 = 25.0;
+
+/// How long the retry storm's callers wait for an attempt.
+pub const STORM_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The retry storm's and the hang's arms: no retry, naive retries, retries with a budget, with
+/// a breaker too, and the default policy (what a service gets when it configures nothing).
+fn guard_arms() -> Result<Vec<Strategy>, SettingsError> {
+    let mut arms = builtin(&[
+        "no-retry",
+        "retry-x3",
+        "retry-x3+budget",
+        "retry-x3+breaker+budget",
+    ])?;
+    arms.push(Strategy::default_policy("default-policy")?);
+    Ok(arms)
+}
+
+/// A retry storm: 20 clients at 25 calls per second keep a dependency at 75% of what it can
+/// serve (15 calls at once, a 22 ms mean: about 670 a second), behind a queue nobody bounded;
+/// past its capacity, overload costs it up to a tenth of its throughput (thrash 0.1). Every
+/// caller times an attempt out after 2 s. For 10 s, 30 s in, every call fails, at its normal
+/// latency: the dependency still does the work. Whether the dependency comes back when the
+/// glitch ends is decided by what the fleet's retries did to its queue: a queue whose wait
+/// passes the callers' timeout fills with work for callers who gave up, each of whom retries.
+pub fn retry_storm() -> Result<Scenario, SettingsError> {
+    let mut strategies = guard_arms()?;
+    for s in &mut strategies {
+        for l in &mut s.layers {
+            l.call = l
+                .call
+                .to_builder()
+                .attempt_timeout(Some(STORM_ATTEMPT_TIMEOUT))
+                .build()?;
+        }
+    }
+    Ok(Scenario {
+        name: "retry-storm".to_string(),
+        description: "a dependency at 75% of its capacity behind a deep queue; every call fails \
+                      for 10 s, 30 s in; callers time an attempt out after 2 s"
+            .to_string(),
+        seed: 1,
+        duration: secs(100),
+        clients: 10,
+        arrivals: Arrivals::Poisson { rate: STORM_RATE },
+        dependency: healthy()
+            .capacity(7.5)
+            .shedding_past(f64::INFINITY)
+            .thrashing(0.1)
+            .with(Impairment::ErrorSpike {
+                at: secs(30),
+                lasting: Some(secs(10)),
+                rate: 1.0,
+            }),
+        healthy: None,
+        pool: None,
+        strategies,
+    })
+}
+
+/// Calls per second per client in the hang scenario (half to each dependency).
+pub const HANG_RATE: f64 = 20.0;
+
+/// The calls each client of the hang scenario can have in progress at once.
+pub const HANG_POOL: u32 = 16;
+
+/// A hang: 10 clients at 20 calls per second, half of them to a dependency that, 30 s in,
+/// answers only after 30 s for a minute, half to a healthy one, all through a pool of 16
+/// concurrent calls per client. A call waiting on the hung dependency holds its slot as long as
+/// the policy lets it wait; once the pool is full, calls to the healthy one fail too.
+pub fn hang() -> Result<Scenario, SettingsError> {
+    Ok(Scenario {
+        name: "hang".to_string(),
+        description: "one of two dependencies answers only after 30 s for a minute, 30 s in; \
+                      both share each caller's pool of 16 calls"
+            .to_string(),
+        seed: 1,
+        duration: secs(150),
+        clients: 10,
+        arrivals: Arrivals::Poisson { rate: HANG_RATE },
+        dependency: healthy().with(Impairment::Hang {
+            at: secs(30),
+            lasting: secs(60),
+            after: secs(30),
+        }),
+        healthy: Some(HealthyDependency {
+            dependency: healthy(),
+            share: 0.5,
+        }),
+        pool: Some(HANG_POOL),
+        strategies: guard_arms()?,
     })
 }
 
@@ -398,6 +493,8 @@ pub fn stationary(
 /// The default suite, in the order `storm` prints it.
 pub fn default_suite() -> Result<Vec<Scenario>, SettingsError> {
     Ok(vec![
+        retry_storm()?,
+        hang()?,
         outage()?,
         brownout()?,
         error_spike()?,

@@ -160,6 +160,60 @@ fn json_prints_one_report_per_scenario_and_strategy_with_every_figure() {
     }
 }
 
+#[test]
+fn json_carries_the_storm_scenarios_first_with_their_recovery_and_the_healthy_dependencys_figures()
+{
+    // The default suite opens with the retry storm and the hang, as the table and chart do.
+    let suite = suite::default_suite().unwrap();
+    let names: Vec<&str> = suite.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names[..2], ["retry-storm", "hang"]);
+    let svg = scratch("cli-storm-json.svg");
+    let got = reports(&[
+        "--scenario",
+        "retry-storm",
+        "--scenario",
+        "hang",
+        "--clients",
+        "2",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    let arms = |name: &str| -> Vec<String> {
+        suite
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap()
+            .strategies
+            .iter()
+            .map(|st| st.name.clone())
+            .collect()
+    };
+    let of = |name: &str| -> Vec<&Map<String, Value>> {
+        got.iter().filter(|r| r["scenario"] == name).collect()
+    };
+    for scenario in ["retry-storm", "hang"] {
+        let strategies: Vec<String> = of(scenario)
+            .iter()
+            .map(|r| r["strategy"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(strategies, arms(scenario));
+        assert!(strategies.contains(&"default-policy".to_string()));
+        for r in of(scenario) {
+            // Both triggers end within the run: the minute after them is measured.
+            let after = num(r, "availability_after_trigger");
+            assert!((0.0..=1.0).contains(&after), "{r:?}");
+        }
+    }
+    // Only where the clients call a second dependency is its availability given.
+    for r in of("hang") {
+        let healthy = num(r, "healthy_dependency_availability");
+        assert!((0.0..=1.0).contains(&healthy), "{r:?}");
+    }
+    assert!(of("retry-storm")
+        .iter()
+        .all(|r| r["healthy_dependency_availability"].is_null()));
+}
+
 /// The numbers of a table cell: its value in the cell's unit, and half its last printed digit.
 fn cell(text: &str) -> Option<(f64, f64)> {
     if text == "-" {
@@ -248,6 +302,20 @@ fn the_table_prints_the_same_figures_as_the_json() {
     assert!(
         table.starts_with("== polling (seed 3, 1 client, 90 s)"),
         "{table}"
+    );
+    // With them, they are shown.
+    let all: Vec<&str> = COLUMNS.iter().map(|c| c.0).collect();
+    let svg = scratch("cli-table.svg");
+    table_matches_json(
+        &[
+            "--scenario",
+            "hang",
+            "--clients",
+            "2",
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+        &all,
     );
 }
 
