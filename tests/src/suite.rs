@@ -200,6 +200,8 @@ pub fn cold_recovery() -> Result<Scenario, SettingsError> {
     sized.name = "retry-x3+breaker+budget+ramp30s".to_string();
     sized.layers[0].breaker = Some(ramp_over(secs(30))?);
     strategies.push(sized);
+    // The same without a breaker: what the breaker buys and costs here.
+    strategies.extend(builtin(&["retry-x3+budget"])?);
     Ok(Scenario {
         name: "cold-recovery".to_string(),
         description: "5 s down, then back cold: capacity climbs from 5% over 30 s".to_string(),
@@ -274,6 +276,8 @@ pub fn capacity_halves() -> Result<Scenario, SettingsError> {
             .build()?,
     );
     strategies.push(rated);
+    // The same without a breaker: what the breaker buys and costs here.
+    strategies.extend(builtin(&["retry-x3+budget"])?);
     Ok(Scenario {
         name: "capacity-halves".to_string(),
         description:
@@ -555,11 +559,169 @@ fn find<'a>(reports: &'a [Report], strategy: &str) -> Option<&'a Report> {
     reports.iter().find(|r| r.strategy == strategy)
 }
 
+/// Seconds, from an optional figure in ms ("never" when absent).
+fn after_s(ms: Option<f64>) -> String {
+    ms.map_or_else(|| "never".to_string(), |ms| format!("{:.1} s", ms / 1000.0))
+}
+
+/// One line saying what the breaker buys and what it costs in a built-in scenario, from its
+/// figures: the breaker arm against the same policy without one, where the table has both.
+#[must_use]
+pub fn breaker_line(scenario: &Scenario, reports: &[Report]) -> Option<String> {
+    let pair = |with: &str, without: &str| Some((find(reports, with)?, find(reports, without)?));
+    let guarded = || pair("retry-x3+breaker+budget", "retry-x3+budget");
+    let line = match scenario.name.as_str() {
+        "retry-storm" => {
+            let (w, o) = guarded()?;
+            format!(
+                "the breaker buys: {:.0} attempts a second at the dependency over the glitch \
+                 ({:.0} with the budget alone), and the dependency serving again {} after it \
+                 ({}); it costs: the break served after the dependency is back, so every call \
+                 succeeds again only {} after the glitch ({} with the budget alone; naive \
+                 retries: {})",
+                w.attempts_per_s_in_window,
+                o.attempts_per_s_in_window,
+                after_s(w.dependency_recovered_ms),
+                after_s(o.dependency_recovered_ms),
+                after_s(w.time_to_recover_ms),
+                after_s(o.time_to_recover_ms),
+                after_s(find(reports, "retry-x3").and_then(|r| r.time_to_recover_ms)),
+            )
+        }
+        "hang" => {
+            let (w, o) = guarded()?;
+            format!(
+                "the breaker buys: {:.3} of the healthy dependency's calls served through the \
+                 hang ({:.3} with the budget alone: calls waiting on the hung one fill the \
+                 pool, and {} calls found it full; {} with the breaker); it costs: calls to the \
+                 hung dependency are refused for the break after it answers again, so every \
+                 call succeeds again only {} after the hang ({})",
+                w.healthy_dependency_availability.unwrap_or(0.0),
+                o.healthy_dependency_availability.unwrap_or(0.0),
+                o.saturated,
+                w.saturated,
+                after_s(w.time_to_recover_ms),
+                after_s(o.time_to_recover_ms),
+            )
+        }
+        "outage" => {
+            let (w, o) = guarded()?;
+            format!(
+                "the breaker buys: {} attempts at the dependency over the outage ({} with the \
+                 budget alone): it rests; it costs: the break served after the dependency is \
+                 back, availability {:.3} ({:.3}), every call succeeding again {} after the \
+                 outage ({})",
+                w.attempts_between(30, 90),
+                o.attempts_between(30, 90),
+                w.availability,
+                o.availability,
+                after_s(w.time_to_recover_ms),
+                after_s(o.time_to_recover_ms),
+            )
+        }
+        "brownout" => {
+            let (w, o) = guarded()?;
+            format!(
+                "the breaker buys: no caller waits on a 10x-slow answer (p99 {:.0} ms, {:.0} ms \
+                 with the budget alone); it costs: those answers, which would have come: \
+                 availability {:.3} ({:.3})",
+                w.latency_p99_ms, o.latency_p99_ms, w.availability, o.availability
+            )
+        }
+        "error-spike" => {
+            let (w, o) = guarded()?;
+            format!(
+                "the breaker buys: {:.0} attempts a second at the dependency over the spike ({:.0} \
+                 with the budget alone); it costs: availability {:.3} ({:.3}): it refuses calls \
+                 that would have succeeded 7 times in 10",
+                w.attempts_per_s_in_window,
+                o.attempts_per_s_in_window,
+                w.availability,
+                o.availability
+            )
+        }
+        "cold-recovery" => {
+            let (w, o) = guarded()?;
+            let sized = find(reports, "retry-x3+breaker+budget+ramp30s")?;
+            format!(
+                "the breaker buys nothing here that the budget does not (a cold dependency sheds \
+                 what it cannot take, fast): availability {:.3} ({:.3} with the budget alone), \
+                 {} calls served over the climb ({}); what it costs is the re-trips of a cliffed \
+                 close ({}), which a ramp sized to the warm-up removes ({:.3}, {} re-trips)",
+                w.availability,
+                o.availability,
+                w.successes_between(35, 65),
+                o.successes_between(35, 65),
+                w.re_trips,
+                sized.availability,
+                sized.re_trips,
+            )
+        }
+        "capacity-halves" => {
+            let (w, o) = guarded()?;
+            format!(
+                "the breaker costs here: the queue past the lost half trips its slow-call rule \
+                 {} times, and it sheds more than the lost half: availability {:.3} ({:.3} with \
+                 the budget alone); a limit on calls in flight keeps the queue under the rule \
+                 and the breaker closed",
+                w.breaker_opens, w.availability, o.availability
+            )
+        }
+        "dotnet-example" => {
+            let (w, o) = pair("x3-attempts+budget+breaker", "x3-attempts+budget")?;
+            format!(
+                "the breaker buys: a caller p99 of {:.0} ms ({:.0} ms without) and {:.3}x the \
+                 load over the brownout ({:.3}x); it costs: the 8x-slow answers it cuts and \
+                 refuses: availability {:.3} ({:.3})",
+                w.latency_p99_ms,
+                o.latency_p99_ms,
+                w.load_multiplier,
+                o.load_multiplier,
+                w.availability,
+                o.availability
+            )
+        }
+        "long-tail" => {
+            let r = find(reports, "retry-x3+breaker+budget")?;
+            format!(
+                "the breaker buys the learned p95 the hedge waits for; it costs nothing on a \
+                 healthy tail: {} opens",
+                r.breaker_opens
+            )
+        }
+        "polling" => {
+            let most = reports
+                .iter()
+                .filter_map(|r| r.calls_per_second.iter().skip(11).take(59).max())
+                .max()
+                .copied()
+                .unwrap_or(0);
+            format!(
+                "the breaker buys: at most {most} calls a second from a loop against a dead \
+                 dependency (one failing in {} would see {:.0} without it); it costs: nothing the \
+                 outage had not taken",
+                scenario.dependency.fail_latency,
+                1e9 / scenario.dependency.fail_latency.as_nanos().max(1) as f64
+            )
+        }
+        name if name.starts_with("stationary-") => {
+            let r = reports.first()?;
+            format!(
+                "the breaker costs nothing here: {} trips in an hour of a dependency that is \
+                 only ever its normal self",
+                r.breaker_opens
+            )
+        }
+        _ => return None,
+    };
+    Some(line)
+}
+
 /// Lines to print beside a built-in scenario's table: the bounds computed for it, and the .NET
 /// original's figures where it has them.
 #[must_use]
 pub fn commentary(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out: Vec<String> = breaker_line(scenario, reports).into_iter().collect();
     let rate = scenario.arrivals.mean_rate().unwrap_or(0.0);
     let fault = scenario
         .dependency
