@@ -15,47 +15,51 @@
 //! # arrivals = "bursty"  # or open loop in bursts: peak = 4 (x the mean), share = 0.1 (of
 //! #                      #   the time), burst = "1s" (mean length); the mean stays `rate`
 //! # arrivals = "polling" # or a loop that calls again as soon as a call returns (no `rate`)
+//! # pool = 64           # calls each client can have in progress at once (optional): one
+//! #                     #   that finds them all taken fails at once
 //!
 //! [dependency]
 //! p50 = "20ms"
 //! p99 = "200ms"
 //! failure_rate = 0.001
-//! capacity = 400        # calls served at once (optional)
+//! capacity = 400        # calls served at once, or "unbounded" (left out: a warning)
+//! # shed_past = 3       # past 3x the capacity in flight, calls are shed; inf: a deep queue
+//! # thrash = 0.1        # what overload costs it (see the model)
+//!
+//! # [healthy_dependency] # a second dependency the same clients call, through the same pool
+//! # p50 = "10ms"
+//! # p99 = "50ms"
+//! # capacity = "unbounded"
+//! # share = 0.5         # of each client's calls
 //!
 //! [[impairment]]
-//! kind = "brownout"     # outage | brownout | error_spike | cold_recovery
+//! kind = "brownout"     # outage | brownout | error_spike | cold_recovery | capacity_drop | hang
 //! at = "30s"
 //! lasting = "1m"
 //! slower = 8
 //!
+//! # A strategy's policy is written as stormguard-std's configuration files write a
+//! # `[policies.NAME]` section: the same keys, defaults and checks, so a breaker and a budget
+//! # are on unless turned off with `false` (a policy that leaves either out runs with the
+//! # default one, and `storm` prints a warning saying so).
 //! [[strategy]]
 //! name = "ours"
-//! attempts = 3
-//! deadline = "10s"
-//! attempt_timeout = "2s"
-//! budget = { fraction = 0.1, floor = 3 }
-//! breaker = { consecutive_failures = 5, recovery = 0.25 }
+//! policy = { max_attempts = 3, deadline = "10s", attempt_timeout = "2s", breaker = { consecutive_failures = 5 }, budget = {} }
 //!
 //! [[strategy]]
-//! name = "from-our-config"
-//! # The policy exactly as the std loader reads a `[policies.NAME]` section (a breaker and a
-//! # budget with the defaults unless turned off with `false`):
-//! policy = { max_attempts = 3, deadline = "10s", breaker = { consecutive_failures = 5 } }
+//! name = "naive"
+//! policy = { max_attempts = 4, breaker = false, budget = false }
 //! ```
 
 use std::fmt;
 
 use serde::Deserialize;
-use stormguard_core::{
-    limits::AdaptiveLimitSettings, limits::BulkheadSettings, limits::RateLimitSettings, Backoff,
-    Bound, BreakerSettings, BudgetSettings, CallSettings, Duration, FailureRate, Field, Jitter,
-    Multiple, Name, Ratio, Recovery, SettingsError, SlowCalls,
-};
+use stormguard_core::{Bound, Duration, Name};
 
 use stormguard_core::config::{key, PolicySection, Switch};
 
 use crate::model::{Dependency, Impairment};
-use crate::scenario::{Arrivals, Layer, Scenario, Strategy, DEPENDENCY};
+use crate::scenario::{Arrivals, HealthyDependency, Layer, Scenario, Strategy, DEPENDENCY};
 
 /// The most calls per second a client may make (in a burst too): far beyond any real client, and
 /// low enough that the simulator's nanosecond clock always moves between two arrivals.
@@ -103,6 +107,7 @@ struct File {
     strategies: Vec<String>,
     load: LoadFile,
     dependency: DependencyFile,
+    healthy_dependency: Option<HealthyFile>,
     #[serde(default)]
     impairment: Vec<ImpairmentFile>,
     #[serde(default)]
@@ -117,6 +122,7 @@ fn one() -> u64 {
 #[serde(deny_unknown_fields)]
 struct LoadFile {
     clients: u32,
+    pool: Option<u32>,
     rate: Option<f64>,
     arrivals: Option<String>,
     think: Option<String>,
@@ -132,7 +138,9 @@ struct DependencyFile {
     p99: String,
     #[serde(default)]
     failure_rate: f64,
-    capacity: Option<f64>,
+    /// Calls served at once, or `"unbounded"`.
+    capacity: Option<toml::Value>,
+    shed_past: Option<f64>,
     fail_latency: Option<String>,
     #[serde(default)]
     thrash: f64,
@@ -149,6 +157,7 @@ struct ImpairmentFile {
     over: Option<String>,
     from: Option<f64>,
     to: Option<f64>,
+    after: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -157,90 +166,44 @@ struct StrategyFile {
     name: String,
     #[serde(default = "one_u32")]
     layers: u32,
-    attempts: Option<u32>,
-    deadline: Option<String>,
-    attempt_timeout: Option<String>,
-    backoff: Option<BackoffFile>,
-    budget: Option<BudgetFile>,
-    breaker: Option<BreakerFile>,
-    rate_limit: Option<RateLimitFile>,
-    bulkhead: Option<BulkheadFile>,
-    adaptive: Option<AdaptiveFile>,
-    /// Whether a layer below the top retries a call that is the layer above's retry (default
-    /// `true`).
-    retries_when_nested: Option<bool>,
-    /// The policy in the std loader's format (a `[policies.NAME]` section's keys), in place of
-    /// the keys above.
-    policy: Option<PolicySection>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RateLimitFile {
-    per_second: u32,
-    burst: Option<u32>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BulkheadFile {
-    max_in_flight: u32,
-    /// Not modelled: the simulator holds no queue of waiters (see [`Layer::bulkhead`]).
-    max_queue: Option<toml::Value>,
-    max_wait: Option<toml::Value>,
-}
-
-/// An adaptive concurrency limiter: the getters' names of `AdaptiveLimitSettings`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AdaptiveFile {
-    min_limit: Option<u32>,
-    max_limit: Option<u32>,
-    initial_limit: Option<u32>,
+    /// The policy in the format of stormguard-std's configuration files (a `[policies.NAME]`
+    /// section's keys, defaults and checks); none is the default policy.
+    #[serde(default)]
+    policy: PolicySection,
+    /// The keys of the older, shorter spelling, whose defaults were the opposite of the
+    /// configuration files' (no breaker or budget unless named): each is refused, naming the
+    /// key to write in `policy` instead.
+    attempts: Option<toml::Value>,
+    deadline: Option<toml::Value>,
+    attempt_timeout: Option<toml::Value>,
+    backoff: Option<toml::Value>,
+    budget: Option<toml::Value>,
+    breaker: Option<toml::Value>,
+    rate_limit: Option<toml::Value>,
+    bulkhead: Option<toml::Value>,
+    adaptive: Option<toml::Value>,
+    retries_when_nested: Option<toml::Value>,
 }
 
 fn one_u32() -> u32 {
     1
 }
 
+/// The second, healthy dependency: its latency, failures and capacity as the first's, and the
+/// share of the calls it takes.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct BackoffFile {
-    base: Option<String>,
-    factor: Option<f64>,
-    cap: Option<String>,
-    jitter: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BudgetFile {
-    fraction: Option<f64>,
-    floor: Option<f64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BreakerFile {
-    consecutive_failures: Option<u32>,
-    /// The relative error-rate multiple, or `false` to turn the rule off.
-    failure_rate: Option<toml::Value>,
-    failure_ratio: Option<f64>,
-    /// The relative slow-call multiple, or `false` to turn the rule off.
-    slow_calls: Option<toml::Value>,
-    slow_threshold: Option<String>,
-    slow_ratio: Option<f64>,
-    minimum_calls: Option<u32>,
-    trip_window: Option<String>,
-    #[serde(rename = "break")]
-    break_duration: Option<String>,
-    max_break: Option<String>,
-    jitter: Option<bool>,
-    half_open_probes: Option<u32>,
-    probe_successes: Option<u32>,
-    recovery: Option<f64>,
-    recovery_min: Option<String>,
-    recovery_max: Option<String>,
+struct HealthyFile {
+    p50: String,
+    p99: String,
+    #[serde(default)]
+    failure_rate: f64,
+    capacity: Option<toml::Value>,
+    shed_past: Option<f64>,
+    fail_latency: Option<String>,
+    #[serde(default)]
+    thrash: f64,
+    share: f64,
 }
 
 /// Parses a duration as the core reads one for configuration files ([`Duration::parse`]): a
@@ -258,57 +221,11 @@ fn opt_duration(at: &str, text: Option<&String>) -> Result<Option<Duration>, Con
     text.map(|t| parse_duration(at, t)).transpose()
 }
 
-/// A deadline or timeout: a duration, or `"none"`.
-fn bound(
-    at: &str,
-    text: Option<&String>,
-    default: Option<Duration>,
-) -> Result<Option<Duration>, ConfigError> {
-    match text.map(String::as_str) {
-        None => Ok(default),
-        Some("none") => Ok(None),
-        Some(t) => parse_duration(at, t).map(Some),
-    }
-}
-
 fn fraction(at: &str, x: f64) -> Result<f64, ConfigError> {
     if (0.0..=1.0).contains(&x) {
         Ok(x)
     } else {
         Err(err(at, format!("{x} is not a fraction in [0, 1]")))
-    }
-}
-
-/// A settings error from the core, named by the file's keys under `section` (the core names the
-/// builders' setters, which a scenario file spells differently in places).
-fn core(section: &str, e: SettingsError) -> ConfigError {
-    let bound = match e.bound {
-        Bound::NotBelow(other) => format!("at least `{}`", file_key(other)),
-        Bound::AtLeastTimes(n, other) => format!("at least {n} times `{}`", file_key(other)),
-        Bound::DivisibleBy(other) => format!("divisible into whole `{}`", file_key(other)),
-        bound => bound.to_string(),
-    };
-    err(
-        format!("{section}.{}", file_key(e.field)),
-        format!("must be {bound}"),
-    )
-}
-
-/// The key a scenario file gives a setting.
-fn file_key(field: Field) -> &'static str {
-    match field {
-        Field::MaxAttempts => "attempts",
-        Field::BreakDuration => "break",
-        Field::FailureMultiple => "failure_rate",
-        Field::SlowMultiple => "slow_calls",
-        Field::RecoveryFraction => "recovery",
-        Field::BackoffBase => "base",
-        Field::BackoffFactor => "factor",
-        Field::BackoffCap => "cap",
-        Field::RetryFraction => "fraction",
-        Field::FloorRate => "floor",
-        Field::Rate => "per_second",
-        other => other.as_str(),
     }
 }
 
@@ -417,36 +334,56 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
             format!("{kind:?} arrivals do not take it"),
         ));
     }
+    let mut warnings = Vec::new();
     let d = &file.dependency;
-    let p50 = parse_duration("dependency.p50", &d.p50)?;
-    let p99 = parse_duration("dependency.p99", &d.p99)?;
-    if p50.is_zero() {
-        return Err(err("dependency.p50", "must be above zero"));
-    }
-    if p99 <= p50 {
+    let mut dependency = read_dependency(
+        "dependency",
+        DependencyFields {
+            p50: &d.p50,
+            p99: &d.p99,
+            failure_rate: d.failure_rate,
+            capacity: d.capacity.as_ref(),
+            shed_past: d.shed_past,
+            fail_latency: d.fail_latency.as_ref(),
+            thrash: d.thrash,
+        },
+        &mut warnings,
+    )?;
+    let healthy = file
+        .healthy_dependency
+        .as_ref()
+        .map(|h| {
+            if !(h.share > 0.0 && h.share < 1.0) {
+                return Err(err(
+                    "healthy_dependency.share",
+                    format!("{} is not a share of the calls in (0, 1)", h.share),
+                ));
+            }
+            let dependency = read_dependency(
+                "healthy_dependency",
+                DependencyFields {
+                    p50: &h.p50,
+                    p99: &h.p99,
+                    failure_rate: h.failure_rate,
+                    capacity: h.capacity.as_ref(),
+                    shed_past: h.shed_past,
+                    fail_latency: h.fail_latency.as_ref(),
+                    thrash: h.thrash,
+                },
+                &mut warnings,
+            )?;
+            Ok(HealthyDependency {
+                dependency,
+                share: h.share,
+            })
+        })
+        .transpose()?;
+    if file.load.pool == Some(0) {
         return Err(err(
-            "dependency.p99",
-            format!("must be above p50 ({})", d.p50),
+            "load.pool",
+            "a client's pool needs at least one call (leave it out for no bound)",
         ));
     }
-    let mut dependency = Dependency::healthy(p50, p99);
-    dependency.failure_rate = fraction("dependency.failure_rate", d.failure_rate)?;
-    if let Some(c) = d.capacity {
-        if !(c > 0.0 && c.is_finite()) {
-            return Err(err(
-                "dependency.capacity",
-                format!("{c} is not a positive number of calls"),
-            ));
-        }
-        dependency.capacity = Some(c);
-    }
-    if let Some(l) = opt_duration("dependency.fail_latency", d.fail_latency.as_ref())? {
-        dependency.fail_latency = l;
-    }
-    if !(d.thrash >= 0.0 && d.thrash.is_finite()) {
-        return Err(err("dependency.thrash", "must be 0 or more"));
-    }
-    dependency.thrash = d.thrash;
     for (i, imp) in file.impairment.iter().enumerate() {
         let at = |field: &str| format!("impairment[{i}].{field}");
         let start = parse_duration(&at("at"), &imp.at)?;
@@ -512,10 +449,15 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
                     to,
                 }
             }
+            "hang" => Impairment::Hang {
+                at: start,
+                lasting: need(imp.lasting.as_ref(), "lasting")?,
+                after: need(imp.after.as_ref(), "after")?,
+            },
             other => {
                 return Err(err(
                     at("kind"),
-                    format!("unknown impairment {other:?}: expected outage, brownout, error_spike, cold_recovery or capacity_drop"),
+                    format!("unknown impairment {other:?}: expected outage, brownout, error_spike, cold_recovery, capacity_drop or hang"),
                 ))
             }
         };
@@ -537,7 +479,9 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
         }
     }
     for (i, s) in file.strategy.iter().enumerate() {
-        strategies.push(strategy(&format!("strategy[{i}]"), s)?);
+        let (strategy, notes) = strategy(&format!("strategy[{i}]"), s)?;
+        strategies.push(strategy);
+        warnings.extend(notes);
     }
     if strategies.is_empty() {
         return Err(err(
@@ -554,33 +498,146 @@ pub fn parse(text: &str) -> Result<Scenario, ConfigError> {
         arrivals,
         dependency,
         strategies,
-        healthy: None,
-        pool: None,
+        healthy,
+        pool: file.load.pool,
+        warnings,
     };
     scenario.check_size().map_err(|e| err("duration", e))?;
     Ok(scenario)
 }
 
-/// A strategy whose policy is given in the std loader's format: the same keys, defaults and
-/// checks as a `[policies.NAME]` section (a breaker and a budget unless turned off with
-/// `false`), every problem reported with its path.
-fn policy_layer(at: &str, s: &StrategyFile, p: &PolicySection) -> Result<Layer, ConfigError> {
+/// A dependency's keys, as the file gives them (the first dependency's or the healthy one's).
+struct DependencyFields<'a> {
+    p50: &'a str,
+    p99: &'a str,
+    failure_rate: f64,
+    capacity: Option<&'a toml::Value>,
+    shed_past: Option<f64>,
+    fail_latency: Option<&'a String>,
+    thrash: f64,
+}
+
+/// Reads a dependency's keys under `section`. A capacity left out is unbounded, and the figures
+/// hinge on it (an unbounded dependency serves any load at its normal latency, so retries and
+/// queues cost it nothing): it is noted in `warnings` unless the file says `"unbounded"`.
+fn read_dependency(
+    section: &str,
+    d: DependencyFields<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<Dependency, ConfigError> {
+    let at = |field: &str| format!("{section}.{field}");
+    let p50 = parse_duration(&at("p50"), d.p50)?;
+    let p99 = parse_duration(&at("p99"), d.p99)?;
+    if p50.is_zero() {
+        return Err(err(at("p50"), "must be above zero"));
+    }
+    if p99 <= p50 {
+        return Err(err(at("p99"), format!("must be above p50 ({})", d.p50)));
+    }
+    let mut dependency = Dependency::healthy(p50, p99);
+    dependency.failure_rate = fraction(&at("failure_rate"), d.failure_rate)?;
+    match d.capacity {
+        None => warnings.push(format!(
+            "{} is not set, so the dependency serves any load at its normal latency: retries, \
+             queues and overload cost it nothing, and the figures hinge on that. Set it (calls \
+             served at once) or write `capacity = \"unbounded\"` to say so",
+            at("capacity")
+        )),
+        Some(toml::Value::String(s)) if s == "unbounded" => {}
+        Some(v) => {
+            let c = match v {
+                toml::Value::Integer(i) => *i as f64,
+                toml::Value::Float(f) => *f,
+                other => {
+                    return Err(err(
+                        at("capacity"),
+                        format!("{other} is not a number of calls or \"unbounded\""),
+                    ))
+                }
+            };
+            if !(c > 0.0 && c.is_finite()) {
+                return Err(err(
+                    at("capacity"),
+                    format!("{c} is not a positive number of calls"),
+                ));
+            }
+            dependency.capacity = Some(c);
+        }
+    }
+    if let Some(times) = d.shed_past {
+        if times.is_nan() || times < 1.0 {
+            return Err(err(
+                at("shed_past"),
+                format!("{times} is not a multiple of the capacity of at least 1 (inf: never)"),
+            ));
+        }
+        if dependency.capacity.is_none() {
+            return Err(err(
+                at("shed_past"),
+                format!(
+                    "sheds past a multiple of {}, which is not a number",
+                    at("capacity")
+                ),
+            ));
+        }
+        dependency.shed_past = times;
+    }
+    if let Some(l) = opt_duration(&at("fail_latency"), d.fail_latency)? {
+        dependency.fail_latency = l;
+    }
+    if !(d.thrash >= 0.0 && d.thrash.is_finite()) {
+        return Err(err(at("thrash"), "must be 0 or more"));
+    }
+    dependency.thrash = d.thrash;
+    Ok(dependency)
+}
+
+/// The keys of the older, shorter spelling of a strategy, and the key each is in `policy`.
+const OLD_KEYS: [(&str, &str); 10] = [
+    ("attempts", "max_attempts"),
+    ("deadline", "deadline"),
+    ("attempt_timeout", "attempt_timeout"),
+    ("backoff", "backoff"),
+    ("budget", "budget"),
+    ("breaker", "breaker"),
+    ("rate_limit", "rate_limit"),
+    ("bulkhead", "bulkhead"),
+    ("adaptive", "adaptive_limit"),
+    ("retries_when_nested", "retries_when_nested"),
+];
+
+/// A strategy: its policy in the format of stormguard-std's configuration files (the same
+/// keys, defaults and checks as a `[policies.NAME]` section, so a breaker and a budget unless
+/// turned off with `false`), every problem reported with its path; and a note for each of the
+/// breaker and the budget the policy has without naming them.
+fn strategy(at: &str, s: &StrategyFile) -> Result<(Strategy, Vec<String>), ConfigError> {
     let field = |f: &str| format!("{at}.{f}");
-    let beside = [
-        ("attempts", s.attempts.is_some()),
-        ("deadline", s.deadline.is_some()),
-        ("attempt_timeout", s.attempt_timeout.is_some()),
-        ("backoff", s.backoff.is_some()),
-        ("budget", s.budget.is_some()),
-        ("breaker", s.breaker.is_some()),
-        ("retries_when_nested", s.retries_when_nested.is_some()),
+    let old = [
+        s.attempts.is_some(),
+        s.deadline.is_some(),
+        s.attempt_timeout.is_some(),
+        s.backoff.is_some(),
+        s.budget.is_some(),
+        s.breaker.is_some(),
+        s.rate_limit.is_some(),
+        s.bulkhead.is_some(),
+        s.adaptive.is_some(),
+        s.retries_when_nested.is_some(),
     ];
-    if let Some((key, _)) = beside.iter().find(|(_, given)| *given) {
+    if let Some(((key, instead), _)) = OLD_KEYS.iter().zip(old).find(|(_, given)| *given) {
         return Err(err(
             field(key),
-            "give it inside `policy` (in its format), not beside it",
+            format!(
+                "a strategy's policy is written in `policy`, in the format of stormguard-std's \
+                 configuration files (`policy = {{ {instead} = ... }}`), where a breaker and a \
+                 budget are on unless turned off with `false`"
+            ),
         ));
     }
+    if s.layers == 0 || s.layers > 5 {
+        return Err(err(field("layers"), "must be between 1 and 5"));
+    }
+    let p = &s.policy;
     if p.preset.is_some() {
         return Err(err(
             field("policy.preset"),
@@ -592,23 +649,6 @@ fn policy_layer(at: &str, s: &StrategyFile, p: &PolicySection) -> Result<Layer, 
             field("policy.hedging"),
             "hedging is simulated in a strategy of one layer only (the attempts that reach the \
              dependency)",
-        ));
-    }
-    let limits_beside = [
-        (
-            "rate_limit",
-            s.rate_limit.is_some() && p.rate_limit.is_some(),
-        ),
-        ("bulkhead", s.bulkhead.is_some() && p.bulkhead.is_some()),
-        (
-            "adaptive",
-            s.adaptive.is_some() && p.adaptive_limit.is_some(),
-        ),
-    ];
-    if let Some((key, _)) = limits_beside.iter().find(|(_, both)| *both) {
-        return Err(err(
-            field(key),
-            "given twice: beside `policy` and inside it; keep the one inside",
         ));
     }
     if let Some(Switch::On(b)) = p.bulkhead {
@@ -652,270 +692,32 @@ fn policy_layer(at: &str, s: &StrategyFile, p: &PolicySection) -> Result<Layer, 
             None => err(field("policy"), "invalid"),
         }
     })?;
-    Ok(Layer {
-        call: parts.call,
-        breaker: parts.breaker,
-        budget: parts.budget,
-        limiter: parts.rate_limit,
-        sliding: None,
-        bulkhead: parts.bulkhead,
-        adaptive: parts.adaptive_limit,
-        retries_when_nested: parts.retries_when_nested,
-    })
-}
-
-fn strategy(at: &str, s: &StrategyFile) -> Result<Strategy, ConfigError> {
-    let field = |f: &str| format!("{at}.{f}");
-    if s.layers == 0 || s.layers > 5 {
-        return Err(err(field("layers"), "must be between 1 and 5"));
+    let name = strategy_name(s);
+    let mut notes = Vec::new();
+    for (part, named) in [
+        ("breaker", p.breaker.is_some()),
+        ("budget", p.budget.is_some()),
+    ] {
+        if !named {
+            notes.push(format!(
+                "{at} ({name:?}): its policy names no `{part}`, so it runs with the default one, as \
+                 stormguard-std would; write `{part} = false` for none, or `{part} = {{}}` to \
+                 say so"
+            ));
+        }
     }
-    if let Some(p) = &s.policy {
-        let layer = policy_layer(at, s, p)?;
-        let Limits {
-            limiter,
-            bulkhead,
-            adaptive,
-        } = limits(at, s)?;
-        // The limits from inside the policy, else the ones beside it (never both).
-        let layer = Layer {
-            limiter: layer.limiter.or(limiter),
-            bulkhead: layer.bulkhead.or(bulkhead),
-            adaptive: layer.adaptive.or(adaptive),
-            ..layer
-        };
-        return Ok(Strategy {
-            name: strategy_name(s),
+    let layer = Layer::from_policy(parts);
+    Ok((
+        Strategy {
+            name,
             layers: vec![layer; s.layers as usize],
-        });
-    }
-    let mut backoff = Backoff::builder();
-    if let Some(b) = &s.backoff {
-        if let Some(base) = opt_duration(&field("backoff.base"), b.base.as_ref())? {
-            backoff = backoff.base(base);
-        }
-        if let Some(cap) = opt_duration(&field("backoff.cap"), b.cap.as_ref())? {
-            backoff = backoff.cap(cap);
-        }
-        if let Some(f) = b.factor {
-            let m = Multiple::from_f64(f).ok_or_else(|| {
-                err(
-                    field("backoff.factor"),
-                    format!("{f} is not a valid factor"),
-                )
-            })?;
-            backoff = backoff.factor(m);
-        }
-        if let Some(j) = &b.jitter {
-            backoff = backoff.jitter(match j.as_str() {
-                "full" => Jitter::Full,
-                "equal" => Jitter::Equal,
-                "none" => Jitter::None,
-                other => {
-                    return Err(err(
-                        field("backoff.jitter"),
-                        format!("unknown jitter {other:?}: expected full, equal or none"),
-                    ))
-                }
-            });
-        }
-    }
-    let backoff = backoff.build().map_err(|e| core(&field("backoff"), e))?;
-    let call = CallSettings::builder()
-        .max_attempts(s.attempts.unwrap_or(3))
-        .deadline(bound(
-            &field("deadline"),
-            s.deadline.as_ref(),
-            CallSettings::DEFAULT.deadline(),
-        )?)
-        .attempt_timeout(bound(
-            &field("attempt_timeout"),
-            s.attempt_timeout.as_ref(),
-            CallSettings::DEFAULT.attempt_timeout(),
-        )?)
-        .backoff(backoff)
-        .build()
-        .map_err(|e| core(at, e))?;
-    let budget = match &s.budget {
-        None => None,
-        Some(b) => {
-            let mut builder = BudgetSettings::builder_named(DEPENDENCY);
-            if let Some(f) = b.fraction {
-                builder = builder.fraction(f);
-            }
-            if let Some(f) = b.floor {
-                builder = builder.floor_per_second(f);
-            }
-            Some(builder.build().map_err(|e| core(&field("budget"), e))?)
-        }
-    };
-    let breaker = s
-        .breaker
-        .as_ref()
-        .map(|b| breaker(&field("breaker"), b))
-        .transpose()?;
-    let Limits {
-        limiter,
-        bulkhead,
-        adaptive,
-    } = limits(at, s)?;
-    let layer = Layer {
-        call,
-        breaker,
-        budget,
-        limiter,
-        sliding: None,
-        bulkhead,
-        adaptive,
-        retries_when_nested: s.retries_when_nested.unwrap_or(true),
-    };
-    Ok(Strategy {
-        name: strategy_name(s),
-        layers: vec![layer; s.layers as usize],
-    })
+        },
+        notes,
+    ))
 }
 
 fn strategy_name(s: &StrategyFile) -> String {
     Name::try_from_str(&s.name).map_or(s.name.clone(), |n| n.as_str().to_string())
-}
-
-/// A strategy's limits in front of its breaker.
-struct Limits {
-    limiter: Option<RateLimitSettings>,
-    bulkhead: Option<BulkheadSettings>,
-    adaptive: Option<AdaptiveLimitSettings>,
-}
-
-/// A strategy's rate limiter, bulkhead and adaptive limiter, in either format.
-fn limits(at: &str, s: &StrategyFile) -> Result<Limits, ConfigError> {
-    let field = |f: &str| format!("{at}.{f}");
-    let limiter = s
-        .rate_limit
-        .as_ref()
-        .map(|l| {
-            let mut b = RateLimitSettings::builder_named(DEPENDENCY)
-                .rate(l.per_second, Duration::from_secs(1));
-            if let Some(burst) = l.burst {
-                b = b.burst(burst);
-            }
-            b.build().map_err(|e| core(&field("rate_limit"), e))
-        })
-        .transpose()?;
-    let bulkhead = s
-        .bulkhead
-        .as_ref()
-        .map(|b| {
-            if b.max_queue.is_some() || b.max_wait.is_some() {
-                return Err(err(
-                    field("bulkhead"),
-                    "the simulator models no queue of waiters (`max_queue`, `max_wait`): a full \
-                     bulkhead refuses, and the call waits that out on its backoff",
-                ));
-            }
-            let builder =
-                BulkheadSettings::builder_named(DEPENDENCY).max_in_flight(b.max_in_flight);
-            builder.build().map_err(|e| core(&field("bulkhead"), e))
-        })
-        .transpose()?;
-    let adaptive = s
-        .adaptive
-        .as_ref()
-        .map(|a| {
-            let defaults = AdaptiveLimitSettings::default();
-            let mut builder = AdaptiveLimitSettings::builder_named(DEPENDENCY).limits(
-                a.min_limit.unwrap_or(defaults.min_limit()),
-                a.max_limit.unwrap_or(defaults.max_limit()),
-            );
-            if let Some(n) = a.initial_limit {
-                builder = builder.initial_limit(n);
-            }
-            builder.build().map_err(|e| core(&field("adaptive"), e))
-        })
-        .transpose()?;
-    Ok(Limits {
-        limiter,
-        bulkhead,
-        adaptive,
-    })
-}
-
-/// A rule's multiple, or `false` to turn it off.
-fn multiple(at: &str, v: Option<&toml::Value>) -> Result<Option<Option<u32>>, ConfigError> {
-    match v {
-        None => Ok(None),
-        Some(toml::Value::Boolean(false)) => Ok(Some(None)),
-        // In thousandths; too large a value saturates, and the core's bound (4 million) refuses it.
-        Some(toml::Value::Integer(i)) if *i > 1 => Ok(Some(Some(
-            u32::try_from(*i).unwrap_or(u32::MAX).saturating_mul(1000),
-        ))),
-        Some(toml::Value::Float(f)) if *f > 1.0 && f.is_finite() => {
-            Ok(Some(Some((f * 1000.0).round() as u32)))
-        }
-        Some(other) => Err(err(
-            at,
-            format!("{other} is not a multiple above 1 (or false to turn the rule off)"),
-        )),
-    }
-}
-
-fn breaker(at: &str, b: &BreakerFile) -> Result<BreakerSettings, ConfigError> {
-    let field = |f: &str| format!("{at}.{f}");
-    let mut s = BreakerSettings::builder_named(DEPENDENCY);
-    if let Some(n) = b.consecutive_failures {
-        s = s.consecutive_failures(n);
-    }
-    if let Some(m) = multiple(&field("failure_rate"), b.failure_rate.as_ref())? {
-        s = s.failure_rate(m.map(FailureRate::above_milli));
-    }
-    if let Some(r) = b.failure_ratio {
-        let ratio = Ratio::from_f64(fraction(&field("failure_ratio"), r)?)
-            .ok_or_else(|| err(field("failure_ratio"), "not a ratio"))?;
-        s = s.failure_ratio(Some(ratio));
-    }
-    if let Some(m) = multiple(&field("slow_calls"), b.slow_calls.as_ref())? {
-        s = s.slow_calls(m.map(SlowCalls::above_milli));
-    }
-    if let Some(t) = opt_duration(&field("slow_threshold"), b.slow_threshold.as_ref())? {
-        s = s.slow_threshold(Some(t));
-    }
-    if let Some(r) = b.slow_ratio {
-        let ratio = Ratio::from_f64(fraction(&field("slow_ratio"), r)?)
-            .ok_or_else(|| err(field("slow_ratio"), "not a ratio"))?;
-        s = s.slow_ratio(ratio);
-    }
-    if let Some(n) = b.minimum_calls {
-        s = s.minimum_calls(n);
-    }
-    if let Some(w) = opt_duration(&field("trip_window"), b.trip_window.as_ref())? {
-        s = s.trip_window(w);
-    }
-    if let Some(d) = opt_duration(&field("break"), b.break_duration.as_ref())? {
-        s = s.break_duration(d);
-    }
-    if let Some(d) = opt_duration(&field("max_break"), b.max_break.as_ref())? {
-        s = s.max_break(d);
-    }
-    if let Some(j) = b.jitter {
-        s = s.jitter(j);
-    }
-    if let Some(n) = b.half_open_probes {
-        s = s.half_open_probes(n);
-    }
-    if let Some(n) = b.probe_successes {
-        s = s.probe_successes(n);
-    }
-    if let Some(f) = b.recovery {
-        let mut r = Recovery::over(f);
-        let min = opt_duration(&field("recovery_min"), b.recovery_min.as_ref())?;
-        let max = opt_duration(&field("recovery_max"), b.recovery_max.as_ref())?;
-        if min.is_some() || max.is_some() {
-            r = r.clamped(
-                min.unwrap_or(Duration::from_secs(1)),
-                max.unwrap_or(Duration::from_secs(30)),
-            );
-        }
-        s = s.recovery(Some(r));
-    }
-    s.build().map_err(|e| core(at, e))
 }
 
 /// Reads a scenario file.

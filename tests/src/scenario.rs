@@ -353,6 +353,9 @@ pub struct Scenario {
     pub pool: Option<u32>,
     /// The strategies, each run on the same seed.
     pub strategies: Vec<Strategy>,
+    /// What a reader of the figures should know first (a scenario file that leaves out
+    /// something the figures hinge on); `storm` prints them before the run.
+    pub warnings: Vec<String>,
 }
 
 #[allow(clippy::cast_precision_loss)] // an estimate

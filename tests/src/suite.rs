@@ -45,6 +45,7 @@ fn fleet(name: &str, description: &str, dependency: Dependency) -> Result<Scenar
         strategies: Strategy::all_builtin()?,
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
     })
 }
 
@@ -105,6 +106,7 @@ pub fn retry_storm() -> Result<Scenario, SettingsError> {
             }),
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
         strategies,
     })
 }
@@ -139,6 +141,7 @@ pub fn hang() -> Result<Scenario, SettingsError> {
             share: 0.5,
         }),
         pool: Some(HANG_POOL),
+        warnings: Vec::new(),
         strategies: guard_arms()?,
     })
 }
@@ -225,6 +228,7 @@ pub fn cold_recovery() -> Result<Scenario, SettingsError> {
         strategies,
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
     })
 }
 
@@ -299,6 +303,7 @@ pub fn capacity_halves() -> Result<Scenario, SettingsError> {
         strategies,
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
     })
 }
 
@@ -325,6 +330,7 @@ pub fn long_tail() -> Result<Scenario, SettingsError> {
         strategies,
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
     })
 }
 
@@ -384,6 +390,7 @@ pub fn dotnet_example() -> Result<Scenario, SettingsError> {
         ],
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
     })
 }
 
@@ -420,6 +427,7 @@ pub fn budget_experiment(percent: u32) -> Result<Scenario, SettingsError> {
         ],
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
     })
 }
 
@@ -458,6 +466,7 @@ pub fn polling() -> Result<Scenario, SettingsError> {
         ],
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
     })
 }
 
@@ -491,6 +500,7 @@ pub fn stationary(
         )],
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
     })
 }
 

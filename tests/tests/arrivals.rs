@@ -37,6 +37,7 @@ fn healthy(arrivals: Arrivals) -> Report {
         strategies: Vec::new(),
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
     };
     run(&s, &Strategy::builtin("no-retry").unwrap().unwrap(), s.seed)
 }

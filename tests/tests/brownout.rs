@@ -61,6 +61,7 @@ fn brownout(trip_window: Duration) -> (Scenario, Strategy) {
         strategies: Vec::new(),
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
     };
     (scenario, strategy)
 }

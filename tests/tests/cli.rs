@@ -532,6 +532,57 @@ fn explain_describes_every_strategy_of_a_file_without_running_it() {
 }
 
 #[test]
+fn a_scenario_file_that_leaves_out_what_its_figures_hinge_on_is_warned_about_before_the_run() {
+    let file = scratch("cli-warned.toml");
+    std::fs::write(
+        &file,
+        r#"
+name = "fifty"
+duration = "10s"
+[load]
+clients = 2
+rate = 10
+[dependency]
+p50 = "20ms"
+p99 = "100ms"
+[[strategy]]
+name = "bare"
+policy = { max_attempts = 4, breaker = false, budget = false }
+[[strategy]]
+name = "implied"
+policy = { max_attempts = 4 }
+"#,
+    )
+    .unwrap();
+    let svg = scratch("cli-warned.svg");
+    let out = storm(&[
+        "--scenario",
+        file.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("storm: warning: fifty: "))
+        .collect();
+    assert_eq!(warnings.len(), 3, "{stderr}");
+    assert!(
+        warnings[0].contains("dependency.capacity is not set"),
+        "{stderr}"
+    );
+    assert!(warnings[1].contains("(\"implied\"): its policy names no `breaker`"));
+    assert!(warnings[2].contains("(\"implied\"): its policy names no `budget`"));
+    // Before the run's progress lines.
+    let first_progress = stderr.find("storm: [1/").unwrap();
+    assert!(
+        stderr.find("storm: warning").unwrap() < first_progress,
+        "{stderr}"
+    );
+}
+
+#[test]
 fn explain_with_json_prints_each_strategys_explanation_as_json() {
     let text = stdout_of(&["--scenario", "outage", "--explain", "--json"]);
     let json: Value = serde_json::from_str(&text).unwrap();

@@ -41,12 +41,14 @@ from = 0.1
 
 [[strategy]]
 name = "ours"
-attempts = 3
+
+[strategy.policy]
+max_attempts = 3
 deadline = "10s"
 attempt_timeout = "2s"
 backoff = { base = "50ms", factor = 2.0, cap = "5s", jitter = "equal" }
-budget = { fraction = 0.2, floor = 5 }
-breaker = { consecutive_failures = 5, slow_calls = 3, trip_window = "10s", break = "5s", recovery = 0.5 }
+budget = { fraction = 0.2, floor_per_second = 5 }
+breaker = { consecutive_failures = 5, slow_calls = { multiple = 3 }, trip_window = "10s", break_duration = "5s", recovery = { fraction = 0.5 } }
 "#;
 
 #[test]
@@ -81,19 +83,19 @@ fn a_bad_scenario_file_says_what_is_wrong_and_where() {
     let cases: [(&str, &str, &str); 22] = [
         // The core's own errors name the file's keys, not the builders' setters.
         (
-            "attempts = 3",
-            "attempts = 0",
-            "strategy[0].attempts: must be at least 1",
+            "max_attempts = 3",
+            "max_attempts = 0",
+            "strategy[0].policy.max_attempts: must be at least 1",
         ),
         (
             "consecutive_failures = 5,",
             "consecutive_failures = 0,",
-            "strategy[0].breaker.consecutive_failures: must be at least 1",
+            "strategy[0].policy.breaker.consecutive_failures: must be at least 1",
         ),
         (
-            "break = \"5s\"",
-            "break = \"500s\"",
-            "strategy[0].breaker.max_break: must be at least `break`",
+            "break_duration = \"5s\"",
+            "break_duration = \"500s\"",
+            "strategy[0].policy.breaker.max_break: must be at least `break_duration`",
         ),
         (
             "p99 = \"200ms\"",
@@ -128,12 +130,12 @@ fn a_bad_scenario_file_says_what_is_wrong_and_where() {
         (
             "consecutive_failures = 5",
             "consecutive_failures = 0",
-            "strategy[0].breaker",
+            "strategy[0].policy.breaker",
         ),
         (
             "jitter = \"equal\"",
             "jitter = \"some\"",
-            "strategy[0].backoff.jitter: unknown jitter",
+            "unknown variant `some`",
         ),
         (
             "rate = 20",
@@ -182,9 +184,9 @@ fn a_bad_scenario_file_says_what_is_wrong_and_where() {
         ),
         // 2^32 + 3: refused for its size, never read as 3.
         (
-            "slow_calls = 3,",
-            "slow_calls = 4294967299,",
-            "strategy[0].breaker",
+            "slow_calls = { multiple = 3 }",
+            "slow_calls = { multiple = 4294967299 }",
+            "strategy[0].policy.breaker.slow_calls",
         ),
         (
             "failure_rate = 0.001",
@@ -273,25 +275,177 @@ fn example() -> String {
 }
 
 #[test]
-fn a_strategy_takes_its_policy_in_the_std_loaders_format_with_the_same_result() {
+fn the_older_spelling_of_a_strategy_is_refused_naming_the_key_to_write_in_policy() {
+    // The older keys beside `policy` had the opposite defaults (no breaker or budget unless
+    // named): "retry x3 without budget and breaker" read in one spelling ran with both in the
+    // other. Only the configuration files' spelling is read now.
     let text = example();
     let at = text.find("# The policy in the format").unwrap();
     let legacy = format!("{}{EXAMPLE_OURS_LEGACY}", &text[..at]);
-    let new = config::parse(&text).unwrap();
-    let old = config::parse(&legacy).unwrap();
-    assert_eq!(new.strategies[2].name, "ours");
-    // The same settings, so the same run, byte for byte.
-    assert_eq!(new.strategies[2].layers, old.strategies[2].layers);
-    let short = |mut s: stormguard_tests::Scenario| {
-        s.duration = Duration::from_secs(10);
-        s.clients = 2;
-        s
-    };
-    let (new, old) = (short(new), short(old));
-    assert_eq!(
-        format!("{:?}", run(&new, &new.strategies[2], 7)),
-        format!("{:?}", run(&old, &old.strategies[2], 7))
+    let e = error(&legacy);
+    assert!(
+        e.starts_with(
+            "strategy[0].attempts: a strategy's policy is written in `policy`, in the format of \
+             stormguard-std's configuration files (`policy = { max_attempts = ... }`), where a \
+             breaker and a budget are on unless turned off with `false`"
+        ),
+        "{e}"
     );
+    // Each older key names its own key in `policy`.
+    let bare = |key_and_value: &str| {
+        format!(
+            "{}[[strategy]]\nname = \"old\"\n{key_and_value}\n",
+            &text[..at]
+        )
+    };
+    for (old, new) in [
+        ("attempts = 4", "max_attempts"),
+        ("breaker = { consecutive_failures = 5 }", "breaker"),
+        ("budget = { fraction = 0.1 }", "budget"),
+        ("adaptive = { min_limit = 2 }", "adaptive_limit"),
+        ("rate_limit = { per_second = 40 }", "rate_limit"),
+    ] {
+        let key = old.split(' ').next().unwrap();
+        let e = error(&bare(old));
+        assert!(
+            e.starts_with(&format!("strategy[0].{key}: "))
+                && e.contains(&format!("`policy = {{ {new} = ... }}`")),
+            "{old}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_policy_that_leaves_out_its_breaker_or_budget_says_so_and_one_that_turns_them_off_runs_bare() {
+    let text = example();
+    let at = text.find("# The policy in the format").unwrap();
+    let with = |policy: &str| {
+        config::parse(&format!(
+            "{}[[strategy]]\nname = \"x3\"\npolicy = {policy}\n",
+            &text[..at]
+        ))
+        .unwrap()
+    };
+    // Retry x3 without budget and breaker, said so: neither, and no warning.
+    let bare = with("{ max_attempts = 4, breaker = false, budget = false }");
+    let layer = &bare.strategies[2].layers[0];
+    assert_eq!(layer.call.max_attempts(), 4);
+    assert!(layer.breaker.is_none() && layer.budget.is_none());
+    assert!(bare.warnings.is_empty(), "{:?}", bare.warnings);
+    // Left out: both, as the std loader would have them, and a warning for each.
+    let implied = with("{ max_attempts = 4 }");
+    let layer = &implied.strategies[2].layers[0];
+    assert!(layer.breaker.is_some() && layer.budget.is_some());
+    assert_eq!(implied.warnings.len(), 2, "{:?}", implied.warnings);
+    for (w, part) in implied.warnings.iter().zip(["breaker", "budget"]) {
+        assert!(
+            w.starts_with(&format!(
+                "strategy[0] (\"x3\"): its policy names no `{part}`, so it runs with the default one"
+            )),
+            "{w}"
+        );
+    }
+    // Named, even as their defaults: no warning.
+    let named = with("{ max_attempts = 4, breaker = {}, budget = {} }");
+    assert!(named.warnings.is_empty(), "{:?}", named.warnings);
+    assert_eq!(named.strategies[2].layers, implied.strategies[2].layers);
+    // No policy at all is the default policy.
+    let none = config::parse(&format!("{}[[strategy]]\nname = \"d\"\n", &text[..at])).unwrap();
+    let default = stormguard_tests::Strategy::default_policy("d").unwrap();
+    assert_eq!(none.strategies[2].layers, default.layers);
+}
+
+#[test]
+fn a_dependency_without_a_capacity_is_a_warning_unless_the_file_says_it_is_unbounded() {
+    let stated = config::parse(GOOD).unwrap();
+    assert!(stated.warnings.is_empty(), "{:?}", stated.warnings);
+    let cold =
+        "[[impairment]]\nkind = \"cold_recovery\"\nat = \"25s\"\nover = \"10s\"\nfrom = 0.1\n";
+    assert!(GOOD.contains(cold));
+    let left_out = GOOD
+        .replacen("capacity = 50\n", "", 1)
+        .replacen(cold, "", 1);
+    let s = config::parse(&left_out).unwrap();
+    assert_eq!(s.dependency.capacity, None);
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    assert!(
+        s.warnings[0]
+            .starts_with("dependency.capacity is not set, so the dependency serves any load"),
+        "{}",
+        s.warnings[0]
+    );
+    let unbounded = GOOD
+        .replacen("capacity = 50", "capacity = \"unbounded\"", 1)
+        .replacen(cold, "", 1);
+    let s = config::parse(&unbounded).unwrap();
+    assert_eq!(s.dependency.capacity, None);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert!(
+        error(&GOOD.replacen("capacity = 50", "capacity = \"lots\"", 1))
+            .starts_with("dependency.capacity: \"lots\" is not a number of calls or \"unbounded\"")
+    );
+}
+
+#[test]
+fn a_scenario_file_takes_a_deep_queue_a_pool_a_healthy_dependency_and_a_hang() {
+    let text = GOOD
+        .replacen(
+            "capacity = 50\n",
+            "capacity = 50\nshed_past = inf\nthrash = 0.1\n",
+            1,
+        )
+        .replacen("rate = 20\n", "rate = 20\npool = 12\n", 1)
+        .replacen(
+            "[[impairment]]",
+            "[healthy_dependency]\np50 = \"10ms\"\np99 = \"50ms\"\ncapacity = \"unbounded\"\nshare = 0.25\n\n[[impairment]]\nkind = \"hang\"\nat = \"5s\"\nlasting = \"10s\"\nafter = \"30s\"\n\n[[impairment]]",
+            1,
+        );
+    let s = config::parse(&text).unwrap();
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert_eq!(s.pool, Some(12));
+    assert_eq!(s.dependency.shed_past, f64::INFINITY);
+    assert!((s.dependency.thrash - 0.1).abs() < 1e-12);
+    let healthy = s.healthy.as_ref().unwrap();
+    assert!((healthy.share - 0.25).abs() < 1e-12);
+    assert_eq!(healthy.dependency.p50, Duration::from_millis(10));
+    assert_eq!(
+        s.dependency.impairments[0],
+        Impairment::Hang {
+            at: Duration::from_secs(5),
+            lasting: Duration::from_secs(10),
+            after: Duration::from_secs(30),
+        }
+    );
+    let r = run(&s, &s.strategies[1], s.seed);
+    assert!(r.healthy_dependency_availability.is_some());
+    // Each problem says where.
+    let bad = [
+        (
+            "pool = 12",
+            "pool = 0",
+            "load.pool: a client's pool needs at least one call",
+        ),
+        (
+            "share = 0.25",
+            "share = 1.0",
+            "healthy_dependency.share: 1 is not a share of the calls in (0, 1)",
+        ),
+        (
+            "shed_past = inf",
+            "shed_past = 0.5",
+            "dependency.shed_past: 0.5 is not a multiple of the capacity of at least 1",
+        ),
+        (
+            "after = \"30s\"\n",
+            "",
+            "impairment[0].after: a hang needs `after`",
+        ),
+    ];
+    for (from, to, want) in bad {
+        assert!(text.contains(from), "{from}");
+        let e = error(&text.replacen(from, to, 1));
+        assert!(e.starts_with(want), "{want:?} not at the start of {e:?}");
+    }
 }
 
 #[test]
@@ -340,10 +494,8 @@ fn a_policy_section_in_a_strategy_reads_as_the_std_loader_reads_it() {
         .starts_with("strategy[0].policy.preset: a scenario file has no presets"));
     let beside = with_policy("{ max_attempts = 2 }")
         .replace("name = \"mine\"\n", "name = \"mine\"\nattempts = 3\n");
-    assert_eq!(
-        error(&beside),
-        "strategy[0].attempts: give it inside `policy` (in its format), not beside it"
-    );
+    assert!(error(&beside)
+        .starts_with("strategy[0].attempts: a strategy's policy is written in `policy`"));
 
     // The limits in the std loader's format.
     let s = config::parse(&with_policy(
@@ -367,7 +519,7 @@ fn a_policy_section_in_a_strategy_reads_as_the_std_loader_reads_it() {
         "name = \"mine\"\nbulkhead = { max_in_flight = 2 }\n",
     );
     assert!(
-        error(&twice).starts_with("strategy[0].bulkhead: given twice"),
+        error(&twice).starts_with("strategy[0].bulkhead: a strategy's policy is written in"),
         "{}",
         error(&twice)
     );

@@ -40,6 +40,7 @@ fn one_client(rate: f64, seconds: u64, timeout: Option<Duration>, dep: Dependenc
         dependency: dep,
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
         strategies: vec![Strategy::single("once", Layer::plain(call))],
     }
 }

@@ -60,6 +60,7 @@ fn step(base: f64, spike: f64) -> Scenario {
         strategies: Vec::new(),
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
     }
 }
 

@@ -35,6 +35,7 @@ fn one_client_at_100_a_second(seconds: u64, layer: Layer) -> Report {
         strategies: vec![Strategy::single("limited", layer)],
         healthy: None,
         pool: None,
+        warnings: Vec::new(),
     };
     run(&s, &s.strategies[0], s.seed)
 }
@@ -230,9 +231,11 @@ lasting = "20s"
 to = 0.25
 [[strategy]]
 name = "guarded"
-rate_limit = { per_second = 40, burst = 5 }
+
+[strategy.policy]
+rate_limit = { rate = 40, period = "1s", burst = 5 }
 bulkhead = { max_in_flight = 4 }
-adaptive = { min_limit = 2, max_limit = 8, initial_limit = 4 }
+adaptive_limit = { min_limit = 2, max_limit = 8, initial_limit = 4 }
 "#;
     let s = config::parse(text).unwrap();
     let layer = &s.strategies[0].layers[0];
@@ -267,18 +270,18 @@ adaptive = { min_limit = 2, max_limit = 8, initial_limit = 4 }
             .unwrap_err()
             .to_string()
     };
-    let e = error("per_second = 40", "per_second = 0");
+    let e = error("rate = 40", "rate = 0");
     assert!(
-        e.contains("strategy[0].rate_limit.per_second: must be at least 1"),
+        e.contains("strategy[0].policy.rate_limit.rate: must be at least 1"),
         "{e}"
     );
     let e = error("max_in_flight = 4 }", "max_in_flight = 4, max_queue = 8 }");
     assert!(
-        e.contains("strategy[0].bulkhead: the simulator models no queue"),
+        e.contains("strategy[0].policy.bulkhead: the simulator models no queue"),
         "{e}"
     );
     let e = error("min_limit = 2", "min_limit = 0");
-    assert!(e.contains("strategy[0].adaptive"), "{e}");
+    assert!(e.contains("strategy[0].policy.adaptive_limit"), "{e}");
     let e = error("to = 0.25", "to = 1.5");
     assert!(e.contains("impairment[0].to: 1.5 is not a fraction"), "{e}");
     let e = error("capacity = 10\n", "");

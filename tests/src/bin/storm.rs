@@ -161,6 +161,12 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // What a scenario file leaves out that its figures hinge on, before anything else.
+    for s in &list {
+        for w in &s.warnings {
+            eprintln!("storm: warning: {}: {w}", s.name);
+        }
+    }
     if o.list {
         for s in &list {
             println!("{:18} {}", s.name, s.description);
