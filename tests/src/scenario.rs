@@ -4,12 +4,13 @@
 use stormguard_core::{
     config::{PolicyParts, PolicySection},
     limits::AdaptiveLimitSettings,
+    limits::AdaptiveLimiter,
     limits::BulkheadSettings,
     limits::RateLimitSettings,
     limits::SlidingWindowSettings,
     policy::Explain,
-    Bound, BreakerSettings, BudgetSettings, CallSettings, Duration, Field, Name, Recovery,
-    SettingsError,
+    Bound, Breaker, BreakerSettings, Budget, BudgetSettings, CallSettings, Duration, Field,
+    Instant, Name, Recovery, SettingsError,
 };
 
 use crate::model::Dependency;
@@ -144,14 +145,20 @@ impl Layer {
     }
 
     /// The layer's plain-text self-description (the core's [`Explain`]): what bounds a call
-    /// first, the worst-case timeline, the load it can add, and what is missing.
+    /// first, the worst-case timeline, the load it can add, and what is missing. What it
+    /// measures is what each client's objects hold as a run starts: a breaker closed and cold,
+    /// a full budget, a limiter at its initial limit (a simulation has no "now" before it runs).
     pub fn explain(&self) -> Explain<'_> {
         let mut e = Explain::new(&self.call);
         if let Some(b) = &self.breaker {
-            e = e.breaker(b);
+            e = e
+                .breaker(b)
+                .breaker_now(Breaker::new(*b).snapshot(Instant::ZERO));
         }
         if let Some(b) = &self.budget {
-            e = e.budget(b);
+            e = e
+                .budget(b)
+                .budget_now(Budget::new(*b).snapshot(Instant::ZERO));
         }
         if let Some(l) = &self.limiter {
             e = e.rate_limit(l);
@@ -163,14 +170,17 @@ impl Layer {
             e = e.bulkhead(b);
         }
         if let Some(a) = &self.adaptive {
-            e = e.adaptive_limit(a);
+            e = e
+                .adaptive_limit(a)
+                .adaptive_now(AdaptiveLimiter::new(*a).snapshot());
         }
         e
     }
 }
 
 impl Strategy {
-    /// Every layer described, top (the caller's) first.
+    /// Every layer described, top (the caller's) first. What is "measured now" is, in a
+    /// simulation, what each client's objects hold as the run starts, and says so.
     pub fn explain(&self) -> String {
         let mut out = String::new();
         let many = self.layers.len() > 1;
@@ -178,7 +188,12 @@ impl Strategy {
             if many {
                 out.push_str(&format!("layer {} of {}:\n", i + 1, self.layers.len()));
             }
-            out.push_str(&layer.explain().to_string());
+            let text = layer.explain().to_string();
+            out.push_str(
+                &text
+                    .replace("- measured now:", "- measured as the run starts:")
+                    .replace("budget spent now:", "budget spent as the run starts:"),
+            );
             if !out.ends_with('\n') {
                 out.push('\n');
             }

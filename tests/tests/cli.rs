@@ -529,6 +529,18 @@ fn explain_describes_every_strategy_of_a_file_without_running_it() {
     }
     // Explaining runs nothing: no result table.
     assert!(!text.contains("availability"), "{text}");
+    // In a simulation nothing is measured before the run: each breaker and budget is said as
+    // every client starts with it, never "not given".
+    assert!(!text.contains("not given"), "{text}");
+    let breakers = ["retry-x3+breaker+budget", "ours"].len();
+    let starts = "- measured as the run starts: breaker closed, no latency baseline yet (cold)";
+    assert_eq!(text.matches(starts).count(), breakers, "{text}");
+    assert_eq!(
+        text.matches("budget spent as the run starts: 0% (30 retries available)")
+            .count(),
+        breakers,
+        "{text}"
+    );
 }
 
 #[test]
