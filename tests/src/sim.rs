@@ -1227,13 +1227,15 @@ impl Sim<'_> {
 }
 
 /// The `q`th percentile (nearest rank) of `samples` in ns, in ms; `None` when there are none.
+/// Reorders `samples` (a selection, not a sort).
 fn percentile_ms(samples: &mut [u64], q: u64) -> Option<f64> {
-    samples.sort_unstable();
     let n = samples.len() as u64;
-    let rank = (q * n).div_ceil(100).max(1) - 1;
-    samples
-        .get(usize::try_from(rank).ok()?)
-        .map(|&ns| ns as f64 / 1e6)
+    let rank = usize::try_from((q * n).div_ceil(100).max(1) - 1).ok()?;
+    if rank >= samples.len() {
+        return None;
+    }
+    let (_, &mut ns, _) = samples.select_nth_unstable(rank);
+    Some(ns as f64 / 1e6)
 }
 
 /// The breaker transitions an event sink saw: (from, to, reason).
