@@ -24,6 +24,7 @@
 
 pub mod chart;
 pub mod config;
+pub mod limiters;
 pub mod model;
 pub mod random;
 pub mod report;

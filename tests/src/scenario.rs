@@ -13,6 +13,7 @@ use stormguard_core::{
     Instant, Name, Recovery, SettingsError,
 };
 
+use crate::limiters::Rule;
 use crate::model::Dependency;
 
 /// How a client's calls arrive.
@@ -92,6 +93,10 @@ pub struct Layer {
     /// learned baseline and grows when it held calls back. Its refusal is a self-imposed
     /// throttle, as the bulkhead's.
     pub adaptive: Option<AdaptiveLimitSettings>,
+    /// An adaptive concurrency-limit rule the simulator runs where the core's adaptive limiter
+    /// goes, in its place: the core's own or a prototype (see [`crate::limiters`]), for the
+    /// comparison of candidate rules. `None`: the core's, if `adaptive` is set.
+    pub limit_rule: Option<Rule>,
     /// Whether a call that is an upper layer's retry may retry here (as std's
     /// `retries_when_nested`): `false` makes it one attempt, leaving the retrying to the layer
     /// that started it. Meaningless on the top layer, whose calls are nobody's retry.
@@ -123,6 +128,7 @@ impl Layer {
             sliding: None,
             bulkhead: None,
             adaptive: None,
+            limit_rule: None,
             retries_when_nested: true,
         }
     }
@@ -140,6 +146,7 @@ impl Layer {
             sliding: None,
             bulkhead: parts.bulkhead,
             adaptive: parts.adaptive_limit,
+            limit_rule: None,
             retries_when_nested: parts.retries_when_nested,
         }
     }

@@ -10,7 +10,6 @@ use std::collections::BinaryHeap;
 
 use stormguard_core::{
     call::{Due, HedgedPair, Lane, OptionalBreaker, PairNext},
-    limits::AdaptiveLimiter,
     limits::AdaptivelyLimited,
     limits::Bulkhead,
     limits::Bulkheaded,
@@ -21,6 +20,7 @@ use stormguard_core::{
     Permit, RefusalReason, State, Step, TripReason,
 };
 
+use crate::limiters::{Limiter, Rule};
 use crate::model::Dependency;
 use crate::random::{derive, exponential_nanos, open01, LogNormal};
 use crate::report::Report;
@@ -99,7 +99,8 @@ struct LayerState {
     limiter: Option<RateLimiter>,
     sliding: Option<SlidingWindowLimiter>,
     bulkhead: Option<Bulkhead>,
-    adaptive: Option<AdaptiveLimiter>,
+    /// The adaptive limiter: the core's, or a prototype rule's.
+    adaptive: Option<Limiter>,
     /// Whether this breaker has opened before (for re-trips).
     opened: bool,
     /// Its first trip at or after the first impairment's start.
@@ -112,7 +113,7 @@ struct LayerState {
 type Front<'a> = Bulkheaded<
     RateLimited<
         RateLimited<
-            AdaptivelyLimited<OptionalBreaker<&'a mut Breaker>, &'a mut Option<AdaptiveLimiter>>,
+            AdaptivelyLimited<OptionalBreaker<&'a mut Breaker>, &'a mut Option<Limiter>>,
             &'a mut Option<SlidingWindowLimiter>,
         >,
         &'a mut Option<RateLimiter>,
@@ -365,7 +366,10 @@ fn stack(strategy: &Strategy, seed: u64, c64: u64, d: u64) -> Vec<LayerState> {
                 limiter: l.limiter.map(RateLimiter::new),
                 sliding: l.sliding.map(SlidingWindowLimiter::new),
                 bulkhead: l.bulkhead.map(Bulkhead::new),
-                adaptive: l.adaptive.map(AdaptiveLimiter::new),
+                adaptive: l
+                    .limit_rule
+                    .or(l.adaptive.map(Rule::Core))
+                    .map(|r| r.limiter()),
                 opened: false,
                 first_trip: None,
             }

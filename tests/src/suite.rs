@@ -352,6 +352,7 @@ pub fn dotnet_example() -> Result<Scenario, SettingsError> {
             sliding: None,
             bulkhead: None,
             adaptive: None,
+            limit_rule: None,
             retries_when_nested: true,
         })
     };
@@ -365,6 +366,7 @@ pub fn dotnet_example() -> Result<Scenario, SettingsError> {
         sliding: None,
         bulkhead: None,
         adaptive: None,
+        limit_rule: None,
         retries_when_nested: true,
     };
     Ok(Scenario {
@@ -406,6 +408,7 @@ pub fn budget_experiment(percent: u32) -> Result<Scenario, SettingsError> {
             sliding: None,
             bulkhead: None,
             adaptive: None,
+            limit_rule: None,
             retries_when_nested: true,
         })
     };
@@ -443,6 +446,7 @@ pub fn polling() -> Result<Scenario, SettingsError> {
             sliding: None,
             bulkhead: None,
             adaptive: None,
+            limit_rule: None,
             retries_when_nested: true,
         })
     };
@@ -495,6 +499,7 @@ pub fn stationary(
                 sliding: None,
                 bulkhead: None,
                 adaptive: None,
+                limit_rule: None,
                 retries_when_nested: true,
             },
         )],

@@ -41,6 +41,7 @@ fn brownout(trip_window: Duration) -> (Scenario, Strategy) {
             sliding: None,
             bulkhead: None,
             adaptive: None,
+            limit_rule: None,
             retries_when_nested: true,
         },
     );

@@ -35,6 +35,7 @@ fn breaker(consecutive: u32) -> Strategy {
             sliding: None,
             bulkhead: None,
             adaptive: None,
+            limit_rule: None,
             retries_when_nested: true,
         },
     )

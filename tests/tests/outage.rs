@@ -146,6 +146,7 @@ fn outage_the_last_client_trips_within_a_second_of_the_outage_at_30_calls_per_se
             sliding: None,
             bulkhead: None,
             adaptive: None,
+            limit_rule: None,
             retries_when_nested: true,
         },
     ));
