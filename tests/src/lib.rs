@@ -23,6 +23,7 @@
 )]
 
 pub mod chart;
+pub mod compare;
 pub mod config;
 pub mod limiters;
 pub mod model;

@@ -487,6 +487,7 @@ fn help_exits_0_and_describes_every_option_without_running() {
             "--svg",
             "--list",
             "--explain",
+            "--compare-limiters",
         ] {
             assert!(text.contains(option), "{option} not described:\n{text}");
         }

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use stormguard_tests::{chart, config, report, run, suite, Report, Scenario};
+use stormguard_tests::{chart, compare, config, report, run, suite, Report, Scenario};
 
 const HELP: &str = "\
 storm: a deterministic fleet simulator over the real stormguard core
@@ -32,6 +32,9 @@ OPTIONS:
     --list                 list the built-in scenarios and strategies
     --explain              describe each strategy of the scenarios in plain text (what bounds a
                            call, its worst case, the load it can add, what is missing); no run
+    --compare-limiters     compare the adaptive concurrency-limit rules (the core's and the
+                           prototypes) with fixed bulkheads, on a capacity that halves and one
+                           that doubles, over --seeds seeds (default 10)
     -h, --help             this text
 
 Progress goes to stderr, results to stdout. The same seed gives the same output, byte for byte.";
@@ -49,6 +52,8 @@ struct Options {
     svg: PathBuf,
     list: bool,
     explain: bool,
+    compare: bool,
+    seeds_given: bool,
 }
 
 /// `storm/load.svg` in cargo's target directory: `$CARGO_TARGET_DIR` when set, else `./target`.
@@ -71,6 +76,8 @@ fn parse_args() -> Result<Option<Options>, String> {
         svg: default_svg(),
         list: false,
         explain: false,
+        compare: false,
+        seeds_given: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -80,6 +87,7 @@ fn parse_args() -> Result<Option<Options>, String> {
             "--json" => o.json = true,
             "--list" => o.list = true,
             "--explain" => o.explain = true,
+            "--compare-limiters" => o.compare = true,
             "--scenario" => o.scenarios.push(value("--scenario")?),
             "--seed" => {
                 let v = value("--seed")?;
@@ -98,6 +106,7 @@ fn parse_args() -> Result<Option<Options>, String> {
                     return Err(format!("--seeds: {n} is not from 1 to {MAX_SEEDS}"));
                 }
                 o.seeds = n;
+                o.seeds_given = true;
             }
             "--clients" => {
                 let v = value("--clients")?;
@@ -154,6 +163,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if o.compare {
+        return compare_limiters(&o);
+    }
     let mut list = match scenarios(&o) {
         Ok(l) => l,
         Err(e) => {
@@ -369,6 +381,39 @@ fn run_all(list: &[Scenario], seeds: u64) -> Vec<Vec<Vec<Report>>> {
                 .collect()
         })
         .collect()
+}
+
+/// `--compare-limiters`: every rule and bulkhead of [`compare::scenarios`] over the seeds, and
+/// the two comparison tables.
+fn compare_limiters(o: &Options) -> ExitCode {
+    let list = match compare::scenarios() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("storm: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let seeds = if o.seeds_given { o.seeds } else { 10 };
+    let runs = run_all(&list, seeds);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for ((s, arms), table) in list
+        .iter()
+        .zip(&runs)
+        .zip([compare::halves_table, compare::doubles_table])
+    {
+        let _ = writeln!(
+            out,
+            "== {} (seeds {} to {}): {}",
+            s.name,
+            s.seed,
+            s.seed.wrapping_add(seeds - 1),
+            s.description
+        );
+        let _ = write!(out, "{}", table(arms));
+        let _ = writeln!(out);
+    }
+    ExitCode::SUCCESS
 }
 
 /// One run: a scenario, one of its strategies, and which of the seeds.
