@@ -135,7 +135,7 @@ fn closed_path(c: &mut Criterion) {
         ("consecutive-only", consecutive_only()),
         ("full defaults", defaults()),
     ] {
-        let mut local = Breaker::new(settings);
+        let local = Breaker::new(settings);
         let mut now = Instant::from_secs(1);
         c.bench_function(&format!("breaker &mut/{label}/acquire+success"), |b| {
             b.iter(|| {
@@ -192,7 +192,7 @@ fn closed_path(c: &mut Criterion) {
 
 fn open_path(c: &mut Criterion) {
     let t = Instant::from_secs(1);
-    let mut local = Breaker::new(defaults());
+    let local = Breaker::new(defaults());
     let shared = SharedBreaker::new(defaults());
     for _ in 0..5 {
         let p = local.try_acquire(t).unwrap();
@@ -215,7 +215,7 @@ fn open_path(c: &mut Criterion) {
 }
 
 fn budget(c: &mut Criterion) {
-    let mut local = Budget::new(BudgetSettings::defaults("bench"));
+    let local = Budget::new(BudgetSettings::defaults("bench"));
     let shared = SharedBudget::new(BudgetSettings::defaults("bench"));
     let mut now = Instant::from_secs(1);
     c.bench_function("budget &mut/deposit", |b| {

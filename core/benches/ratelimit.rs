@@ -301,7 +301,7 @@ fn concurrency(c: &mut Criterion) {
             black_box(adaptive.complete(p, now, Some(Duration::from_micros(800))))
         })
     });
-    let mut local = AdaptiveLimiter::new(settings);
+    let local = AdaptiveLimiter::new(settings);
     let mut now = Instant::from_secs(1);
     c.bench_function("concurrency/adaptive &mut acquire+complete", |b| {
         b.iter(|| {

@@ -38,7 +38,7 @@ pub(crate) mod sealed {
         /// The cell holding a state of `T`.
         type Cell<T: Bits>: Slot<T> + core::fmt::Debug;
         /// The cell holding one 64-bit word, with the word's read-modify-write operations.
-        type Word: Word;
+        type Word: Word + core::fmt::Debug;
     }
 
     /// A state's width: `u64` or `u128`.
@@ -116,7 +116,7 @@ use self::sealed::{Bits, Slot};
 
 /// How a part keeps its state: [`Local`] or [`Atomic`] (see the [module docs](self)). Sealed:
 /// those are the two.
-pub trait Storage: sealed::Storage {}
+pub trait Storage: sealed::Storage + core::fmt::Debug {}
 
 /// State in `Cell`s: the part is `Send` but not `Sync`, for one thread (or behind a lock the
 /// caller holds), and cloning it copies its state.

@@ -88,47 +88,6 @@ macro_rules! valid {
     };
 }
 
-/// The [`Admission`](call::Admission) methods a wrapper in front of a breaker (a rate limiter, a bulkhead, an
-/// adapter's handle) does not change: the breaker's name and its latency readings, read from the
-/// field (or field path) named. Exported for the adapters' own wrappers, not part of the API.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! forward_breaker_readings {
-    ($($field:tt)+) => {
-        fn name(&self) -> &$crate::Name {
-            self.$($field)+.name()
-        }
-
-        fn normal_latency(&self, now: $crate::Instant) -> Option<$crate::Duration> {
-            self.$($field)+.normal_latency(now)
-        }
-
-        fn attempt_ceiling(&self, now: $crate::Instant) -> Option<$crate::Duration> {
-            self.$($field)+.attempt_ceiling(now)
-        }
-
-        fn slow_threshold(&self, now: $crate::Instant) -> Option<$crate::Duration> {
-            self.$($field)+.slow_threshold(now)
-        }
-
-        fn hedge_after(
-            &self,
-            now: $crate::Instant,
-        ) -> Result<$crate::Duration, $crate::breaker::HedgeSuppressed> {
-            self.$($field)+.hedge_after(now)
-        }
-
-        fn censored_latency(
-            &self,
-            now: $crate::Instant,
-            ran_past: $crate::Duration,
-            draw: u64,
-        ) -> $crate::Duration {
-            self.$($field)+.censored_latency(now, ran_past, draw)
-        }
-    };
-}
-
 // The parts, each a folder: the breaker and its forms, the call driver, the local limits, and
 // what is built on them; then the vocabulary they share, which depends on none of them. Each is
 // public, with every item of its concept; the root re-exports the everyday vocabulary below.
@@ -146,6 +105,7 @@ pub mod event;
 mod loom;
 pub mod name;
 pub mod outcome;
+pub mod part;
 pub mod ratio;
 pub mod rng;
 pub mod state;
@@ -156,7 +116,7 @@ pub mod wire;
 // most. Everything else is reached through its module (`breaker`, `call`, `limits`, `policy`,
 // and the vocabulary modules).
 pub use breaker::{
-    Breaker, BreakerSettings, FailureRate, LeanBreaker, Permit, Recovery, SharedBreaker, SlowCalls,
+    Breaker, BreakerSettings, FailureRate, LeanBreaker, Recovery, SharedBreaker, SlowCalls,
     Snapshot,
 };
 pub use call::{
@@ -168,6 +128,7 @@ pub use event::Event;
 pub use limits::{Budget, BudgetSettings, SharedBudget};
 pub use name::Name;
 pub use outcome::Outcome;
+pub use part::Permit;
 pub use ratio::{Multiple, Ratio};
 pub use state::{Health, State, TripReason};
 pub use time::{Duration, DurationParseError, Instant};

@@ -10,9 +10,8 @@
 )]
 
 use proptest::prelude::*;
-use stormguard_core::limits::{
-    AdaptiveLimitSettings, AdaptiveLimiter, LimitChange, SharedAdaptiveLimiter,
-};
+use stormguard_core::limits::LimitChange;
+use stormguard_core::limits::{AdaptiveLimitSettings, AdaptiveLimiter, SharedAdaptiveLimiter};
 use stormguard_core::{Bound, Duration, Field, Instant, Multiple, Ratio, RefusalReason};
 
 fn ms(n: u64) -> Duration {
@@ -128,7 +127,7 @@ fn settings_out_of_bounds_name_the_field_and_the_bound() {
 
 #[test]
 fn the_limit_holds_and_a_refusal_is_a_self_imposed_throttle() {
-    let mut l = limiter(1, 10, 2);
+    let l = limiter(1, 10, 2);
     let t = Instant::from_secs(1);
     let a = l.try_acquire(t).unwrap();
     let b = l.try_acquire(t).unwrap();
@@ -326,7 +325,7 @@ proptest! {
         ops in proptest::collection::vec((0u8..4, 0u64..200_000, 0usize..64), 1..400),
     ) {
         let max = min + span;
-        let mut l = limiter(min, max, min + span / 2);
+        let l = limiter(min, max, min + span / 2);
         let mut now = Instant::from_secs(1);
         let mut held = Vec::new();
         for (kind, micros, pick) in ops {
@@ -377,7 +376,7 @@ proptest! {
             .baseline_window(Duration::from_secs(2))
             .build()
             .unwrap();
-        let mut single = AdaptiveLimiter::new(settings);
+        let single = AdaptiveLimiter::new(settings);
         let shared = SharedAdaptiveLimiter::new(settings);
         let mut now = Instant::from_secs(1);
         let mut held = Vec::new();

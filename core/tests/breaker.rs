@@ -7,10 +7,11 @@
     clippy::panic
 )]
 
+use stormguard_core::call::Gate;
 use stormguard_core::{
-    call::Admission, limits::RateLimitSettings, limits::RateLimited, limits::RateLimiter, Breaker,
-    BreakerSettings, Duration, Event, FailureRate, Instant, Outcome, Ratio, Recovery,
-    RefusalReason, Refused, SlowCalls, State, TripReason,
+    limits::RateLimitSettings, limits::RateLimiter, Breaker, BreakerSettings, Duration, Event,
+    FailureRate, Instant, Outcome, Ratio, Recovery, RefusalReason, Refused, SlowCalls, State,
+    TripReason,
 };
 
 mod support;
@@ -776,7 +777,9 @@ fn a_ramp_behind_a_rate_limiter_with_cells_to_spare_admits_as_it_does_alone() {
     let start = into_ramp(&mut alone);
     assert_eq!(into_ramp(&mut behind), start);
     let limiter = RateLimiter::new(RateLimitSettings::per_second("search", 1_000_000).unwrap());
-    let mut limited = RateLimited::new(&mut behind, limiter);
+    let limited = stormguard_core::Parts::new()
+        .breaker(&behind)
+        .limiter(limiter);
     let (mut t, mut admitted_alone, mut admitted_behind, mut offered) = (start, 0u32, 0u32, 0u32);
     while alone.state(t) == State::Recovering && offered < 100_000 {
         offered += 1;
@@ -793,7 +796,7 @@ fn a_ramp_behind_a_rate_limiter_with_cells_to_spare_admits_as_it_does_alone() {
     }
     assert!(admitted_alone > 100, "the ramp admitted {admitted_alone}");
     assert_eq!(admitted_behind, admitted_alone);
-    assert_eq!(limited.breaker().state(t), State::Closed);
+    assert_eq!(behind.state(t), State::Closed);
 }
 
 #[test]
@@ -1026,7 +1029,7 @@ fn isolate_refuses_until_reset_and_reset_keeps_the_baselines() {
 
 #[test]
 fn every_event_carries_the_breakers_name() {
-    let mut b = Breaker::new(unjittered("payments"));
+    let b = Breaker::new(unjittered("payments"));
     let t = Instant::from_secs(1);
     let mut kinds = Vec::new();
     let mut sink = |e: Event<'_>| {
@@ -1080,7 +1083,7 @@ fn a_clock_stepping_backwards_never_panics_and_means_no_time_passed() {
         .slow_threshold(Some(ms(1)))
         .build()
         .unwrap();
-    let mut b = Breaker::new(settings);
+    let b = Breaker::new(settings);
     let p = b.try_acquire(t).unwrap();
     b.on_outcome(earlier, p, Outcome::Success, &mut |_| {});
     let snap = b.snapshot(earlier);
@@ -1129,7 +1132,7 @@ fn a_relative_rule_with_another_multiple_is_honoured() {
 
 #[test]
 fn hedging_waits_for_the_learned_p95_and_is_suppressed_when_not_closed_or_near_the_trip_point() {
-    use stormguard_core::breaker::HedgeSuppressed;
+    use stormguard_core::part::HedgeSuppressed;
     let mut b = Breaker::new(
         BreakerSettings::builder("search")
             .jitter(false)
@@ -1647,10 +1650,9 @@ fn every_kind_of_event_carries_the_breakers_name() {
         Backoff, Budget, BudgetSettings, Call, CallSettings, Jitter, Parts, Step,
     };
     // The budget has a name of its own: a refusal or hedge is still told under the breaker's.
-    let mut p = Parts {
-        breaker: Breaker::new(ramped()),
-        budget: Budget::new(BudgetSettings::defaults("client-wide")),
-    };
+    let p = Parts::new()
+        .breaker(Breaker::new(ramped()))
+        .budget(Budget::new(BudgetSettings::defaults("client-wide")));
     let settings = CallSettings::builder()
         .hedging(true)
         .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())
@@ -1665,27 +1667,34 @@ fn every_kind_of_event_carries_the_breakers_name() {
     // A learned baseline, so that a slow attempt can be hedged.
     let mut now = Instant::from_secs(1);
     for _ in 0..40 {
-        let permit = p.breaker.try_acquire_with(now, None, &mut sink).unwrap();
+        let permit = p
+            .breaker
+            .as_ref()
+            .unwrap()
+            .try_acquire_with(now, None, &mut sink)
+            .unwrap();
         now += ms(10);
         p.breaker
+            .as_ref()
+            .unwrap()
             .on_outcome(now, permit, Outcome::Success, &mut sink);
     }
 
     // Hedged: the first attempt is still running at the learned p95.
     let mut c = Call::begin(&settings, now);
-    let Step::Attempt(first) = c.poll(&mut p, now, &mut sink) else {
+    let Step::Attempt(first) = c.poll(&p, now, &mut sink) else {
         panic!("expected an attempt")
     };
     let at = now + c.hedge_delay(&p, now).unwrap();
-    let hedge = c.hedge(&mut p, at, &mut sink).unwrap();
-    c.complete(&mut p, hedge, at + ms(10), Outcome::Success, &mut sink);
-    c.complete(&mut p, first, at + ms(11), Outcome::Cancelled, &mut sink);
+    let hedge = c.hedge(&p, at, &mut sink).unwrap();
+    c.complete(&p, hedge, at + ms(10), Outcome::Success, &mut sink);
+    c.complete(&p, first, at + ms(11), Outcome::Cancelled, &mut sink);
     now = at + ms(11);
 
     // Retry: the first attempt fails, the second succeeds.
     let mut c = Call::begin(&settings, now);
     loop {
-        match c.poll(&mut p, now, &mut sink) {
+        match c.poll(&p, now, &mut sink) {
             Step::Attempt(permit) => {
                 let outcome = if c.attempts() == 1 {
                     Outcome::Transient
@@ -1693,7 +1702,7 @@ fn every_kind_of_event_carries_the_breakers_name() {
                     Outcome::Success
                 };
                 now += ms(10);
-                c.complete(&mut p, permit, now, outcome, &mut sink);
+                c.complete(&p, permit, now, outcome, &mut sink);
             }
             Step::Wait(d) => now += d,
             Step::Done(f) => {
@@ -1706,15 +1715,22 @@ fn every_kind_of_event_carries_the_breakers_name() {
 
     // State changes: closed to open.
     for _ in 0..5 {
-        let permit = p.breaker.try_acquire_with(now, None, &mut sink).unwrap();
+        let permit = p
+            .breaker
+            .as_ref()
+            .unwrap()
+            .try_acquire_with(now, None, &mut sink)
+            .unwrap();
         p.breaker
+            .as_ref()
+            .unwrap()
             .on_outcome(now, permit, Outcome::Transient, &mut sink);
     }
-    assert_eq!(p.breaker.state(now), State::Open);
+    assert_eq!(p.breaker.as_ref().unwrap().state(now), State::Open);
 
     // Rejected: a call while open.
     let mut c = Call::begin(&settings, now);
-    let Step::Reject(r) = c.poll(&mut p, now, &mut sink) else {
+    let Step::Reject(r) = c.poll(&p, now, &mut sink) else {
         panic!("expected a rejection")
     };
     assert_eq!(r.reason, RefusalReason::BreakerOpen);
@@ -1723,22 +1739,40 @@ fn every_kind_of_event_carries_the_breakers_name() {
     let after = now + secs(15);
     let lost = p
         .breaker
+        .as_ref()
+        .unwrap()
         .try_acquire_with(after, Some(secs(1)), &mut sink)
         .unwrap();
     drop(lost);
     let probe = p
         .breaker
+        .as_ref()
+        .unwrap()
         .try_acquire_with(after + secs(1), Some(secs(1)), &mut sink)
         .unwrap();
-    p.breaker
-        .on_outcome(after + secs(1) + ms(10), probe, Outcome::Success, &mut sink);
+    p.breaker.as_ref().unwrap().on_outcome(
+        after + secs(1) + ms(10),
+        probe,
+        Outcome::Success,
+        &mut sink,
+    );
 
     // Ramp step: the second probe success starts the ramp.
     let t = after + secs(2);
-    let probe = p.breaker.try_acquire_with(t, None, &mut sink).unwrap();
+    let probe = p
+        .breaker
+        .as_ref()
+        .unwrap()
+        .try_acquire_with(t, None, &mut sink)
+        .unwrap();
     p.breaker
+        .as_ref()
+        .unwrap()
         .on_outcome(t + ms(10), probe, Outcome::Success, &mut sink);
-    assert_eq!(p.breaker.state(t + ms(10)), State::Recovering);
+    assert_eq!(
+        p.breaker.as_ref().unwrap().state(t + ms(10)),
+        State::Recovering
+    );
 
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),

@@ -13,9 +13,8 @@ use std::sync::Barrier;
 
 use proptest::prelude::*;
 use stormguard_core::{
-    call::Unguarded, call::Unlimited, limits::Bulkhead, limits::BulkheadEntry,
-    limits::BulkheadPermit, limits::BulkheadSettings, limits::BulkheadSlots,
-    limits::BulkheadTicket, limits::Bulkheaded, limits::SharedBulkhead, Bound, Breaker, Call,
+    limits::Bulkhead, limits::BulkheadEntry, limits::BulkheadPermit, limits::BulkheadSettings,
+    limits::BulkheadTicket, limits::SharedBulkhead, part::BulkheadSlots, Bound, Breaker, Call,
     CallSettings, Duration, Event, Field, Finished, Instant, Name, Outcome, Parts, RefusalReason,
     Refused, SettingsError, Step, GUARD_PAUSE,
 };
@@ -71,7 +70,7 @@ fn the_defaults_admit_25_and_never_queue() {
     assert_eq!(s.max_wait(), Duration::ZERO);
     assert_eq!(s.name(), &"db");
     assert_eq!(s.to_string(), "25 in flight, no waiting");
-    let mut b = Bulkhead::new(s);
+    let b = Bulkhead::new(s);
     let permits: Vec<_> = (0..25).map(|_| b.try_enter(T0).unwrap()).collect();
     assert_eq!(refused(b.try_enter_or_queue(T0, Duration::MAX)), FULL);
     assert_eq!(b.queued(), 0);
@@ -82,7 +81,7 @@ fn the_defaults_admit_25_and_never_queue() {
 
 #[test]
 fn the_limit_is_never_exceeded() {
-    let mut b = Bulkhead::of(3, "db").unwrap();
+    let b = Bulkhead::of(3, "db").unwrap();
     let mut held = Vec::new();
     for i in 0..10 {
         match b.try_enter(T0 + ms(i)) {
@@ -101,7 +100,7 @@ fn the_limit_is_never_exceeded() {
 
 #[test]
 fn a_full_bulkhead_refuses_with_bulkhead_full_and_no_retry_estimate() {
-    let mut b = Bulkhead::of(1, "db").unwrap();
+    let b = Bulkhead::of(1, "db").unwrap();
     let p = b.try_enter(T0).unwrap();
     let r = b.try_enter(T0).unwrap_err();
     assert_eq!(r.reason, RefusalReason::BulkheadFull);
@@ -113,7 +112,7 @@ fn a_full_bulkhead_refuses_with_bulkhead_full_and_no_retry_estimate() {
 
 #[test]
 fn leave_frees_a_slot() {
-    let mut b = Bulkhead::of(2, "db").unwrap();
+    let b = Bulkhead::of(2, "db").unwrap();
     let p1 = b.try_enter(T0).unwrap();
     let p2 = b.try_enter(T0).unwrap();
     assert!(b.try_enter(T0).is_err());
@@ -138,7 +137,7 @@ fn checking_changes_nothing() {
 
 #[test]
 fn a_queued_caller_is_admitted_when_a_slot_frees() {
-    let mut b = Bulkhead::new(settings(1, 2, ms(200)));
+    let b = Bulkhead::new(settings(1, 2, ms(200)));
     let p = entered(b.try_enter_or_queue(T0, Duration::MAX));
     let t = queued(b.try_enter_or_queue(T0 + ms(10), Duration::MAX));
     assert_eq!(t.queued_at(), T0 + ms(10));
@@ -155,7 +154,7 @@ fn a_queued_caller_is_admitted_when_a_slot_frees() {
 
 #[test]
 fn the_queue_is_bounded() {
-    let mut b = Bulkhead::new(settings(1, 2, ms(200)));
+    let b = Bulkhead::new(settings(1, 2, ms(200)));
     let p = entered(b.try_enter_or_queue(T0, Duration::MAX));
     let t1 = queued(b.try_enter_or_queue(T0, Duration::MAX));
     let t2 = queued(b.try_enter_or_queue(T0, Duration::MAX));
@@ -174,7 +173,7 @@ fn the_queue_is_bounded() {
 
 #[test]
 fn a_queued_caller_is_refused_when_its_wait_is_over_and_leaves_the_queue() {
-    let mut b = Bulkhead::new(settings(1, 1, ms(100)));
+    let b = Bulkhead::new(settings(1, 1, ms(100)));
     let p = entered(b.try_enter_or_queue(T0, Duration::MAX));
     let t = queued(b.try_enter_or_queue(T0, Duration::MAX));
     let t = queued(b.on_slot_free(T0 + ms(99), t));
@@ -188,7 +187,7 @@ fn a_queued_caller_is_refused_when_its_wait_is_over_and_leaves_the_queue() {
 
 #[test]
 fn a_waiter_whose_wait_is_over_still_enters_if_a_slot_is_free() {
-    let mut b = Bulkhead::new(settings(1, 1, ms(100)));
+    let b = Bulkhead::new(settings(1, 1, ms(100)));
     let p = entered(b.try_enter_or_queue(T0, Duration::MAX));
     let t = queued(b.try_enter_or_queue(T0, Duration::MAX));
     b.leave(p);
@@ -200,7 +199,7 @@ fn a_waiter_whose_wait_is_over_still_enters_if_a_slot_is_free() {
 
 #[test]
 fn a_newcomer_may_take_a_freed_slot_and_the_waiter_keeps_waiting() {
-    let mut b = Bulkhead::new(settings(1, 1, ms(100)));
+    let b = Bulkhead::new(settings(1, 1, ms(100)));
     let p = entered(b.try_enter_or_queue(T0, Duration::MAX));
     let t = queued(b.try_enter_or_queue(T0, Duration::MAX));
     assert!(b.leave(p));
@@ -213,7 +212,7 @@ fn a_newcomer_may_take_a_freed_slot_and_the_waiter_keeps_waiting() {
 
 #[test]
 fn the_wait_is_capped_by_the_callers_own_deadline() {
-    let mut b = Bulkhead::new(settings(1, 4, ms(500)));
+    let b = Bulkhead::new(settings(1, 4, ms(500)));
     let p = b.try_enter(T0).unwrap();
     let t = queued(b.try_enter_or_queue(T0, ms(40)));
     assert_eq!(t.wait_until(), T0 + ms(40));
@@ -229,7 +228,7 @@ fn the_wait_is_capped_by_the_callers_own_deadline() {
 
 #[test]
 fn a_caller_that_gives_up_leaves_the_queue() {
-    let mut b = Bulkhead::new(settings(1, 1, ms(100)));
+    let b = Bulkhead::new(settings(1, 1, ms(100)));
     let p = b.try_enter(T0).unwrap();
     let t = queued(b.try_enter_or_queue(T0, Duration::MAX));
     b.abandon(t);
@@ -288,7 +287,7 @@ fn names_can_come_from_configuration() {
 
 #[test]
 fn a_snapshot_reports_counts_and_limits() {
-    let mut b = Bulkhead::new(settings(2, 3, ms(10)));
+    let b = Bulkhead::new(settings(2, 3, ms(10)));
     let p = b.try_enter(T0).unwrap();
     let snap = b.snapshot();
     assert_eq!(snap.name, "db");
@@ -438,22 +437,18 @@ fn under_threads_waiting_callers_respect_both_bounds() {
 
 #[test]
 fn a_full_bulkhead_with_no_retry_left_becomes_a_guarded_rejection_in_the_call_driver() {
-    let mut parts = Parts {
-        breaker: Bulkheaded::new(
-            Breaker::of(5, "db").unwrap(),
-            Bulkhead::of(1, "db").unwrap(),
-        ),
-        budget: Unlimited,
-    };
+    let parts = Parts::new()
+        .breaker(Breaker::of(5, "db").unwrap())
+        .bulkhead(Bulkhead::of(1, "db").unwrap());
     let mut first = Call::begin(&CallSettings::DEFAULT, T0);
-    let Step::Attempt(permit) = first.poll(&mut parts, T0, &mut |_| {}) else {
+    let Step::Attempt(permit) = first.poll(&parts, T0, &mut |_| {}) else {
         panic!("the first call is admitted")
     };
     let mut events = Vec::new();
     // One attempt: no retry fits the self-imposed throttle, so the refusal is the rejection.
     let once = CallSettings::builder().max_attempts(1).build().unwrap();
     let mut second = Call::begin(&once, T0);
-    let step = second.poll(&mut parts, T0, &mut |e: Event<'_>| {
+    let step = second.poll(&parts, T0, &mut |e: Event<'_>| {
         events.push(format!("{e:?}"))
     });
     let Step::Reject(r) = step else {
@@ -471,74 +466,63 @@ fn a_full_bulkhead_with_no_retry_left_becomes_a_guarded_rejection_in_the_call_dr
         "{events:?}"
     );
     assert_eq!(
-        second.poll(&mut parts, T0, &mut |_| {}),
+        second.poll(&parts, T0, &mut |_| {}),
         Step::Done(Finished::Rejected(r))
     );
-    first.complete(
-        &mut parts,
-        permit,
-        T0 + ms(20),
-        Outcome::Success,
-        &mut |_| {},
-    );
-    assert_eq!(parts.breaker.bulkhead().in_flight(), 0);
+    first.complete(&parts, permit, T0 + ms(20), Outcome::Success, &mut |_| {});
+    assert_eq!(parts.bulkhead.as_ref().unwrap().in_flight(), 0);
     assert_eq!(
-        first.poll(&mut parts, T0, &mut |_| {}),
+        first.poll(&parts, T0, &mut |_| {}),
         Step::Done(Finished::Succeeded)
     );
 }
 
 #[test]
 fn with_no_time_left_a_full_bulkhead_is_still_reported_as_the_refusal() {
-    let mut parts = Parts {
-        breaker: Bulkheaded::new(Unguarded(Name::new("db")), Bulkhead::of(1, "db").unwrap()),
-        budget: Unlimited,
-    };
-    let held = parts.breaker.bulkhead_mut().try_enter(T0).unwrap();
+    let parts = Parts::new()
+        .named(Name::new("db"))
+        .bulkhead(Bulkhead::of(1, "db").unwrap());
+    let held = parts.bulkhead.as_ref().unwrap().try_enter(T0).unwrap();
     let settings = CallSettings::builder()
         .deadline(Some(ms(10)))
         .build()
         .unwrap();
     let mut call = Call::begin(&settings, T0);
-    let Step::Reject(r) = call.poll(&mut parts, T0 + ms(10), &mut |_| {}) else {
+    let Step::Reject(r) = call.poll(&parts, T0 + ms(10), &mut |_| {}) else {
         panic!("expected a rejection")
     };
     assert_eq!(
         (r.reason, r.pause),
         (RefusalReason::BulkheadFull, Duration::ZERO)
     );
-    parts.breaker.bulkhead_mut().leave(held);
+    parts.bulkhead.as_ref().unwrap().leave(held);
 }
 
 #[test]
 fn a_breaker_refusal_gives_the_bulkhead_slot_back() {
-    let mut breaker = Breaker::of(1, "db").unwrap();
+    let breaker = Breaker::of(1, "db").unwrap();
     let p = breaker.try_acquire(T0).unwrap();
     breaker.on_outcome(T0, p, Outcome::Transient, &mut |_| {});
-    let mut parts = Parts {
-        breaker: Bulkheaded::new(breaker, Bulkhead::of(1, "db").unwrap()),
-        budget: Unlimited,
-    };
+    let parts = Parts::new()
+        .breaker(breaker)
+        .bulkhead(Bulkhead::of(1, "db").unwrap());
     let mut call = Call::begin(&CallSettings::DEFAULT, T0);
-    let Step::Reject(r) = call.poll(&mut parts, T0, &mut |_| {}) else {
+    let Step::Reject(r) = call.poll(&parts, T0, &mut |_| {}) else {
         panic!("the open breaker refuses")
     };
     assert_eq!(r.reason, RefusalReason::BreakerOpen);
-    assert_eq!(parts.breaker.bulkhead().in_flight(), 0);
+    assert_eq!(parts.bulkhead.as_ref().unwrap().in_flight(), 0);
 }
 
 #[test]
 fn retries_take_and_give_back_one_slot_per_attempt() {
     let shared = SharedBulkhead::new(settings(1, 0, Duration::ZERO));
-    let mut parts = Parts {
-        breaker: Bulkheaded::new(Unguarded(Name::new("db")), &shared),
-        budget: Unlimited,
-    };
+    let parts = Parts::new().named(Name::new("db")).bulkhead(&shared);
     let mut now = T0;
     let mut call = Call::begin(&CallSettings::DEFAULT, now);
     let mut attempts = 0;
     let finished = loop {
-        match call.poll(&mut parts, now, &mut |_| {}) {
+        match call.poll(&parts, now, &mut |_| {}) {
             Step::Attempt(permit) => {
                 attempts += 1;
                 assert_eq!(shared.in_flight(), 1);
@@ -548,7 +532,7 @@ fn retries_take_and_give_back_one_slot_per_attempt() {
                 } else {
                     Outcome::Success
                 };
-                call.complete(&mut parts, permit, now, out, &mut |_| {});
+                call.complete(&parts, permit, now, out, &mut |_| {});
                 assert_eq!(
                     shared.in_flight(),
                     0,
@@ -565,17 +549,15 @@ fn retries_take_and_give_back_one_slot_per_attempt() {
 
 #[test]
 fn a_released_attempt_gives_its_slot_back() {
-    use stormguard_core::call::Admission;
-    let mut b = Bulkhead::of(1, "db").unwrap();
-    let mut front = Bulkheaded::new(Unguarded(Name::new("db")), &mut b);
+    use stormguard_core::call::Gate;
+    let b = Bulkhead::of(1, "db").unwrap();
+    let front = Parts::new().named("db").bulkhead(&b);
     let p = front.try_acquire(T0, None, &mut |_| {}).unwrap();
     assert_eq!(front.check(T0), Err(FULL));
     front.release(p);
     assert_eq!(front.check(T0), Ok(()));
     assert_eq!(front.name(), &"db");
-    assert_eq!(front.normal_latency(T0), None);
-    let (_, b) = front.into_parts();
-    assert_eq!(BulkheadSlots::check(b), Ok(()));
+    assert_eq!(BulkheadSlots::check(&b), Ok(()));
 }
 
 // ---- the invariant, over random sequences ----
@@ -613,7 +595,7 @@ proptest! {
         ops in proptest::collection::vec(op(), 0..200),
     ) {
         let s = settings(limit, queue, ms(wait_ms));
-        let mut single = Bulkhead::new(s);
+        let single = Bulkhead::new(s);
         let shared = SharedBulkhead::new(s);
         let mut now = T0;
         let mut permits: Vec<(BulkheadPermit, BulkheadPermit)> = Vec::new();
@@ -701,24 +683,34 @@ proptest! {
 
 #[test]
 fn an_absent_rate_limiter_in_front_admits_as_the_bulkhead_and_breaker_alone() {
-    use stormguard_core::call::Admission;
-    use stormguard_core::limits::{RateLimited, RateLimiter};
+    use stormguard_core::call::Gate;
+    use stormguard_core::limits::RateLimiter;
+    use stormguard_core::part::Never;
     // An open breaker behind a full bulkhead: alone, the bulkhead refuses first.
-    let mut breaker = Breaker::of(1, "db").unwrap();
+    let breaker = Breaker::of(1, "db").unwrap();
     let p = breaker.try_acquire(T0).unwrap();
     breaker.on_outcome(T0, p, Outcome::Transient, &mut |_| {});
-    let mut alone = Bulkheaded::new(breaker.clone(), Bulkhead::of(1, "db").unwrap());
-    let mut fronted = RateLimited::new(
-        Bulkheaded::new(breaker, Bulkhead::of(1, "db").unwrap()),
-        None::<RateLimiter>,
-    );
-    let held = alone.bulkhead_mut().try_enter(T0).unwrap();
-    let held_too = fronted.breaker_mut().bulkhead_mut().try_enter(T0).unwrap();
+    let alone = Parts::new()
+        .breaker(breaker.clone())
+        .bulkhead(Bulkhead::of(1, "db").unwrap());
+    // A rate limiter's place, typed but empty.
+    let fronted = Parts {
+        name: None,
+        breaker: Some(breaker),
+        budget: None::<Never>,
+        limiter: None::<RateLimiter>,
+        quota: None::<Never>,
+        bulkhead: Some(Bulkhead::of(1, "db").unwrap()),
+        adaptive: None::<Never>,
+        saturation: None::<Never>,
+    };
+    let held = alone.bulkhead.as_ref().unwrap().try_enter(T0).unwrap();
+    let held_too = fronted.bulkhead.as_ref().unwrap().try_enter(T0).unwrap();
     let expected = alone.try_acquire(T0, None, &mut |_| {}).unwrap_err();
     assert_eq!(expected.reason, RefusalReason::BulkheadFull);
     assert_eq!(fronted.try_acquire(T0, None, &mut |_| {}), Err(expected));
-    alone.bulkhead_mut().leave(held);
-    fronted.breaker_mut().bulkhead_mut().leave(held_too);
+    alone.bulkhead.as_ref().unwrap().leave(held);
+    fronted.bulkhead.as_ref().unwrap().leave(held_too);
     // With a slot free, both ask the open breaker and give the slot back.
     assert_eq!(
         fronted
@@ -727,5 +719,5 @@ fn an_absent_rate_limiter_in_front_admits_as_the_bulkhead_and_breaker_alone() {
             .reason,
         RefusalReason::BreakerOpen
     );
-    assert_eq!(fronted.breaker().bulkhead().in_flight(), 0);
+    assert_eq!(fronted.bulkhead.as_ref().unwrap().in_flight(), 0);
 }

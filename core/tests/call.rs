@@ -9,10 +9,10 @@
 )]
 
 use stormguard_core::{
-    call::NoHedge, call::Unguarded, call::Unlimited, limits::RateLimitSettings,
-    limits::RateLimited, limits::RateLimiter, limits::SharedRateLimiter, Backoff, Breaker,
-    BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event, Finished,
-    Instant, Jitter, Name, Outcome, Parts, RefusalReason, Rejection, Step, GUARD_PAUSE,
+    call::Gate, call::NoHedge, limits::RateLimitSettings, limits::RateLimiter,
+    limits::SharedRateLimiter, Backoff, Breaker, BreakerSettings, Budget, BudgetSettings, Call,
+    CallSettings, Duration, Event, Finished, Instant, Jitter, Name, Outcome, Parts, RefusalReason,
+    Rejection, Step, GUARD_PAUSE,
 };
 
 mod support;
@@ -27,17 +27,13 @@ enum Did {
 }
 
 /// Drives a call the way an adapter does; `op` gives each attempt's latency and outcome.
-fn drive<A, F>(
+fn drive(
     call: &mut Call,
-    parts: &mut Parts<A, F>,
+    parts: &impl Gate,
     now: &mut Instant,
     events: &mut Vec<String>,
     mut op: impl FnMut(u32) -> (Duration, Outcome),
-) -> (Result<Finished, Rejection>, Vec<Did>)
-where
-    A: stormguard_core::call::Admission,
-    F: stormguard_core::call::Funding,
-{
+) -> (Result<Finished, Rejection>, Vec<Did>) {
     let mut did = Vec::new();
     // The call's decisions; each attempt's end (the attempt log's events) is tested apart.
     let mut sink = |e: Event<'_>| {
@@ -83,15 +79,14 @@ where
 }
 
 fn parts() -> Parts<Breaker, Budget> {
-    Parts {
-        breaker: Breaker::new(
+    Parts::new()
+        .breaker(Breaker::new(
             BreakerSettings::builder("payments")
                 .jitter(false)
                 .build()
                 .unwrap(),
-        ),
-        budget: Budget::new(BudgetSettings::defaults("payments")),
-    }
+        ))
+        .budget(Budget::new(BudgetSettings::defaults("payments")))
 }
 
 #[test]
@@ -99,11 +94,11 @@ fn a_zero_backoff_retries_at_once_with_no_wait_step() {
     let zero = Backoff::builder().base(Duration::ZERO).build().unwrap();
     for backoff in [Backoff::none(), zero] {
         let settings = CallSettings::builder().backoff(backoff).build().unwrap();
-        let mut p = parts();
+        let p = parts();
         let mut now = Instant::from_secs(1);
         let mut call = Call::begin(&settings, now);
         let mut ev = Vec::new();
-        let (r, did) = drive(&mut call, &mut p, &mut now, &mut ev, |n| {
+        let (r, did) = drive(&mut call, &p, &mut now, &mut ev, |n| {
             (
                 ms(10),
                 if n < 3 {
@@ -126,11 +121,11 @@ fn a_zero_backoff_retries_at_once_with_no_wait_step() {
 
 #[test]
 fn a_transient_failure_is_retried_after_the_base_and_then_doubled() {
-    let mut p = parts();
+    let p = parts();
     let mut now = Instant::from_secs(1);
     let mut call = Call::begin(&no_jitter(), now);
     let mut ev = Vec::new();
-    let (r, did) = drive(&mut call, &mut p, &mut now, &mut ev, |_| {
+    let (r, did) = drive(&mut call, &p, &mut now, &mut ev, |_| {
         (ms(10), Outcome::Transient)
     });
     assert_eq!(r, Ok(Finished::Failed(Outcome::Transient)));
@@ -149,40 +144,46 @@ fn a_transient_failure_is_retried_after_the_base_and_then_doubled() {
 
 #[test]
 fn permanent_failures_are_never_retried_and_cancellation_ends_the_call() {
-    let mut p = parts();
+    let p = parts();
     let mut now = Instant::from_secs(1);
     let mut call = Call::begin(&no_jitter(), now);
-    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+    let (r, did) = drive(&mut call, &p, &mut now, &mut Vec::new(), |_| {
         (ms(10), Outcome::Permanent)
     });
     assert_eq!(r, Ok(Finished::Failed(Outcome::Permanent)));
     assert_eq!(did, [Did::Attempt]);
 
     let mut call = Call::begin(&no_jitter(), now);
-    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+    let (r, did) = drive(&mut call, &p, &mut now, &mut Vec::new(), |_| {
         (ms(10), Outcome::Cancelled)
     });
     assert_eq!(r, Ok(Finished::Cancelled));
     assert_eq!(did, [Did::Attempt]);
-    assert_eq!(p.breaker.snapshot(now).consecutive_failures, 0);
+    assert_eq!(
+        p.breaker
+            .as_ref()
+            .unwrap()
+            .snapshot(now)
+            .consecutive_failures,
+        0
+    );
 }
 
 #[test]
 fn a_throttled_outcome_waits_for_the_dependencys_hint_and_the_retry_is_charged_to_the_budget() {
     // No floor, so nothing refills the budget during the wait: capacity is one retry.
-    let mut p = Parts {
-        breaker: Breaker::new(BreakerSettings::defaults("payments")),
-        budget: Budget::new(
+    let p = Parts::new()
+        .breaker(Breaker::new(BreakerSettings::defaults("payments")))
+        .budget(Budget::new(
             BudgetSettings::builder("payments")
                 .floor_per_second_milli(0)
                 .build()
                 .unwrap(),
-        ),
-    };
+        ));
     let mut now = Instant::from_secs(1);
-    let before = p.budget.available(now);
+    let before = p.budget.as_ref().unwrap().available(now);
     let mut call = Call::begin(&no_jitter(), now);
-    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |n| {
+    let (r, did) = drive(&mut call, &p, &mut now, &mut Vec::new(), |n| {
         if n == 1 {
             (
                 ms(10),
@@ -196,9 +197,9 @@ fn a_throttled_outcome_waits_for_the_dependencys_hint_and_the_retry_is_charged_t
     });
     assert_eq!(r, Ok(Finished::Succeeded));
     assert_eq!(did, [Did::Attempt, Did::Wait(ms(2500)), Did::Attempt]);
-    assert_eq!(p.budget.available(now), before - 1);
+    assert_eq!(p.budget.as_ref().unwrap().available(now), before - 1);
     assert_eq!(
-        p.breaker.snapshot(now).window_calls,
+        p.breaker.as_ref().unwrap().snapshot(now).window_calls,
         1,
         "throttled outcomes stay out of the ratios"
     );
@@ -206,10 +207,10 @@ fn a_throttled_outcome_waits_for_the_dependencys_hint_and_the_retry_is_charged_t
 
 #[test]
 fn without_a_hint_a_throttled_outcome_backs_off_from_the_throttled_base() {
-    let mut p = parts();
+    let p = parts();
     let mut now = Instant::from_secs(1);
     let mut call = Call::begin(&no_jitter(), now);
-    let (_, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |n| {
+    let (_, did) = drive(&mut call, &p, &mut now, &mut Vec::new(), |n| {
         if n == 1 {
             (ms(10), Outcome::Throttled { retry_after: None })
         } else {
@@ -221,39 +222,35 @@ fn without_a_hint_a_throttled_outcome_backs_off_from_the_throttled_base() {
 
 #[test]
 fn the_first_attempt_is_never_charged_to_the_budget() {
-    let mut p = Parts {
-        breaker: Unguarded(Name::new("x")),
-        budget: Budget::new(
-            BudgetSettings::builder("x")
-                .floor_per_second_milli(0)
-                .build()
-                .unwrap(),
-        ),
-    };
+    let p = Parts::new().named(Name::new("x")).budget(Budget::new(
+        BudgetSettings::builder("x")
+            .floor_per_second_milli(0)
+            .build()
+            .unwrap(),
+    ));
     let mut now = Instant::from_secs(1);
-    let start = p.budget.available(now);
+    let start = p.budget.as_ref().unwrap().available(now);
     for _ in 0..100 {
         let mut call = Call::begin(&no_jitter(), now);
-        let (r, _) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+        let (r, _) = drive(&mut call, &p, &mut now, &mut Vec::new(), |_| {
             (ms(1), Outcome::Success)
         });
         assert_eq!(r, Ok(Finished::Succeeded));
     }
-    assert!(p.budget.available(now) >= start);
+    assert!(p.budget.as_ref().unwrap().available(now) >= start);
 }
 
 #[test]
 fn an_empty_budget_stops_retries_with_a_rejection_carrying_the_last_error() {
-    let mut p = Parts {
-        breaker: Unguarded(Name::new("payments")),
-        budget: Budget::new(BudgetSettings::defaults("payments")),
-    };
+    let p = Parts::new()
+        .named(Name::new("payments"))
+        .budget(Budget::new(BudgetSettings::defaults("payments")));
     let mut now = Instant::from_secs(1);
     // Drain the budget (30 tokens) with failing calls: 2 retries each.
     let mut rejected = None;
     for _ in 0..100 {
         let mut call = Call::begin(&no_jitter(), now);
-        let (r, _) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+        let (r, _) = drive(&mut call, &p, &mut now, &mut Vec::new(), |_| {
             (Duration::ZERO, Outcome::Transient)
         });
         if let Err(r) = r {
@@ -271,16 +268,12 @@ fn an_empty_budget_stops_retries_with_a_rejection_carrying_the_last_error() {
 }
 
 /// Runs a call whose attempts the dependency answers, each with `outcome`, until it ends.
-fn drive_answered<A, F>(
+fn drive_answered(
     call: &mut Call,
-    parts: &mut Parts<A, F>,
+    parts: &impl Gate,
     now: &mut Instant,
     outcome: Outcome,
-) -> (Step, Vec<String>)
-where
-    A: stormguard_core::call::Admission,
-    F: stormguard_core::call::Funding,
-{
+) -> (Step, Vec<String>) {
     let mut events = Vec::new();
     let mut sink = |e: Event<'_>| {
         events.push(match e {
@@ -310,33 +303,31 @@ fn a_retry_refused_after_an_answered_failure_hands_the_answer_back_at_once() {
         .build()
         .unwrap();
     for answer in [Outcome::Transient, Outcome::Throttled { retry_after: None }] {
-        let mut p = Parts {
-            breaker: Unguarded(Name::new("payments")),
-            budget: Budget::new(thin),
-        };
+        let p = Parts::new()
+            .named(Name::new("payments"))
+            .budget(Budget::new(thin));
         let mut now = Instant::from_secs(1);
-        p.budget.try_withdraw(now).unwrap();
+        p.budget.as_ref().unwrap().try_withdraw(now).unwrap();
         let mut call = Call::begin(&no_jitter(), now);
-        let (step, events) = drive_answered(&mut call, &mut p, &mut now, answer);
+        let (step, events) = drive_answered(&mut call, &p, &mut now, answer);
         assert_eq!(step, Step::Done(Finished::Failed(answer)), "{answer:?}");
         assert_eq!(call.attempts(), 1);
         assert_eq!(now, Instant::from_secs(1) + ms(10), "no pause served");
         assert_eq!(events, ["rejected budget_exhausted delay=0s"]);
     }
     // The breaker refuses it: the answered failure opened it.
-    let mut p = Parts {
-        breaker: Breaker::new(
+    let p = Parts::new()
+        .breaker(Breaker::new(
             BreakerSettings::builder("payments")
                 .consecutive_failures(1)
                 .jitter(false)
                 .build()
                 .unwrap(),
-        ),
-        budget: Budget::new(BudgetSettings::defaults("payments")),
-    };
+        ))
+        .budget(Budget::new(BudgetSettings::defaults("payments")));
     let mut now = Instant::from_secs(1);
     let mut call = Call::begin(&no_jitter(), now);
-    let (step, events) = drive_answered(&mut call, &mut p, &mut now, Outcome::Transient);
+    let (step, events) = drive_answered(&mut call, &p, &mut now, Outcome::Transient);
     assert_eq!(step, Step::Done(Finished::Failed(Outcome::Transient)));
     assert_eq!(call.attempts(), 1);
     assert!(
@@ -353,14 +344,13 @@ fn a_retry_refused_after_an_unanswered_failure_is_still_a_guarded_rejection() {
         .floor_per_second(0.1)
         .build()
         .unwrap();
-    let mut p = Parts {
-        breaker: Unguarded(Name::new("payments")),
-        budget: Budget::new(thin),
-    };
+    let p = Parts::new()
+        .named(Name::new("payments"))
+        .budget(Budget::new(thin));
     let mut now = Instant::from_secs(1);
-    p.budget.try_withdraw(now).unwrap();
+    p.budget.as_ref().unwrap().try_withdraw(now).unwrap();
     let mut call = Call::begin(&no_jitter(), now);
-    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+    let (r, did) = drive(&mut call, &p, &mut now, &mut Vec::new(), |_| {
         (ms(10), Outcome::Transient)
     });
     let r = r.unwrap_err();
@@ -374,21 +364,26 @@ fn a_budgets_refusal_is_announced_under_the_breakers_name() {
         .floor_per_second(0.0)
         .build()
         .unwrap();
-    let mut p = Parts {
-        breaker: Unguarded(Name::new("payments")),
-        budget: Budget::new(no_floor),
-    };
-    while p.budget.try_withdraw(Instant::ZERO).is_ok() {}
+    let p = Parts::new()
+        .named(Name::new("payments"))
+        .budget(Budget::new(no_floor));
+    while p
+        .budget
+        .as_ref()
+        .unwrap()
+        .try_withdraw(Instant::ZERO)
+        .is_ok()
+    {}
     let mut now = Instant::from_secs(1);
     let mut events = Vec::new();
     let mut call = Call::begin(&no_jitter(), now);
-    let (r, _) = drive(&mut call, &mut p, &mut now, &mut events, |_| {
+    let (r, _) = drive(&mut call, &p, &mut now, &mut events, |_| {
         (Duration::ZERO, Outcome::Transient)
     });
     assert_eq!(r.unwrap_err().reason, RefusalReason::BudgetExhausted);
     let mut named = Vec::new();
     let mut call = Call::begin(&no_jitter(), now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!("a first attempt needs no budget")
     };
     let mut sink = |e: Event<'_>| {
@@ -396,8 +391,8 @@ fn a_budgets_refusal_is_announced_under_the_breakers_name() {
             named.push((name.as_str().to_owned(), reason));
         }
     };
-    call.complete(&mut p, permit, now, Outcome::Transient, &mut sink);
-    while let Step::Wait(d) = call.poll(&mut p, now, &mut sink) {
+    call.complete(&p, permit, now, Outcome::Transient, &mut sink);
+    while let Step::Wait(d) = call.poll(&p, now, &mut sink) {
         now += d;
     }
     assert_eq!(
@@ -408,20 +403,17 @@ fn a_budgets_refusal_is_announced_under_the_breakers_name() {
 
 #[test]
 fn retries_are_refused_while_the_breaker_is_open_with_the_last_error() {
-    let mut p = Parts {
-        breaker: Breaker::new(
-            BreakerSettings::builder("radio")
-                .consecutive_failures(1)
-                .jitter(false)
-                .build()
-                .unwrap(),
-        ),
-        budget: Unlimited,
-    };
+    let p = Parts::new().breaker(Breaker::new(
+        BreakerSettings::builder("radio")
+            .consecutive_failures(1)
+            .jitter(false)
+            .build()
+            .unwrap(),
+    ));
     let mut now = Instant::from_secs(1);
     let mut call = Call::begin(&no_jitter(), now);
     let mut ev = Vec::new();
-    let (r, did) = drive(&mut call, &mut p, &mut now, &mut ev, |_| {
+    let (r, did) = drive(&mut call, &p, &mut now, &mut ev, |_| {
         (ms(5), Outcome::Transient)
     });
     let r = r.unwrap_err();
@@ -443,19 +435,19 @@ fn the_guarded_pause_is_100ms_capped_by_the_deadline() {
 
     // No deadline: the full 100 ms, and retry_after counts from its end.
     let settings = CallSettings::builder().deadline(None).build().unwrap();
-    let mut p = open();
+    let p = open();
     let mut call = Call::begin(&settings, t);
-    let Step::Reject(r) = call.poll(&mut p, t, &mut |_| {}) else {
+    let Step::Reject(r) = call.poll(&p, t, &mut |_| {}) else {
         panic!("expected a rejection")
     };
     assert_eq!(r.pause, ms(100));
     assert_eq!(r.retry_after, secs(14) - ms(100));
 
     // 40 ms left: a 40 ms pause.
-    let mut p = open();
+    let p = open();
     let mut call = Call::begin(&CallSettings::DEFAULT, t).with_deadline(t + ms(40));
     let mut announced = None;
-    let Step::Reject(r) = call.poll(&mut p, t, &mut |e| {
+    let Step::Reject(r) = call.poll(&p, t, &mut |e| {
         if let Event::Rejected { delay, .. } = e {
             announced = Some(delay);
         }
@@ -466,9 +458,9 @@ fn the_guarded_pause_is_100ms_capped_by_the_deadline() {
     assert_eq!(announced, Some(ms(40)), "announced before it is served");
 
     // None left: still the refusal, with no pause.
-    let mut p = open();
+    let p = open();
     let mut call = Call::begin(&CallSettings::DEFAULT, t).with_deadline(t);
-    let Step::Reject(r) = call.poll(&mut p, t, &mut |_| {}) else {
+    let Step::Reject(r) = call.poll(&p, t, &mut |_| {}) else {
         panic!("expected a rejection")
     };
     assert_eq!(
@@ -480,7 +472,7 @@ fn the_guarded_pause_is_100ms_capped_by_the_deadline() {
 
 #[test]
 fn a_wait_that_would_end_past_the_deadline_is_never_started() {
-    let mut p = parts();
+    let p = parts();
     let mut now = Instant::from_secs(1);
     let settings = CallSettings::builder()
         .deadline(Some(ms(150)))
@@ -488,7 +480,7 @@ fn a_wait_that_would_end_past_the_deadline_is_never_started() {
         .build()
         .unwrap();
     let mut call = Call::begin(&settings, now);
-    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+    let (r, did) = drive(&mut call, &p, &mut now, &mut Vec::new(), |_| {
         (ms(100), Outcome::Transient)
     });
     assert_eq!(
@@ -503,13 +495,15 @@ fn a_wait_that_would_end_past_the_deadline_is_never_started() {
 
 #[test]
 fn a_retry_is_not_started_with_less_time_left_than_a_healthy_call_takes() {
-    let mut p = parts();
+    let p = parts();
     let mut now = Instant::from_secs(1);
     // Teach the breaker that a healthy call takes about 50 ms.
     for _ in 0..30 {
-        let permit = p.breaker.try_acquire(now).unwrap();
+        let permit = p.breaker.as_ref().unwrap().try_acquire(now).unwrap();
         now += ms(50);
         p.breaker
+            .as_ref()
+            .unwrap()
             .on_outcome(now, permit, Outcome::Success, &mut |_| {});
     }
     let settings = CallSettings::builder()
@@ -519,7 +513,7 @@ fn a_retry_is_not_started_with_less_time_left_than_a_healthy_call_takes() {
         .unwrap();
     let mut call = Call::begin(&settings, now);
     // 10 ms attempt + 100 ms wait leaves 30 ms: less than a healthy call.
-    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+    let (r, did) = drive(&mut call, &p, &mut now, &mut Vec::new(), |_| {
         (ms(10), Outcome::Transient)
     });
     assert_eq!(
@@ -543,15 +537,25 @@ fn the_healthy_call_guard_on_retries_waits_for_20_latency_samples() {
         .build()
         .unwrap();
     for (samples, armed) in [(5, false), (19, false), (20, true), (30, true)] {
-        let mut p = parts();
-        let mut now = warm(&mut p.breaker, Instant::from_secs(1), ms(500), samples);
+        let p = parts();
+        let mut now = warm(
+            p.breaker.as_ref().unwrap(),
+            Instant::from_secs(1),
+            ms(500),
+            samples,
+        );
         assert_eq!(
-            p.breaker.snapshot(now).normal_latency.is_some(),
+            p.breaker
+                .as_ref()
+                .unwrap()
+                .snapshot(now)
+                .normal_latency
+                .is_some(),
             armed,
             "{samples} samples"
         );
         let mut call = Call::begin(&settings, now);
-        let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |n| {
+        let (r, did) = drive(&mut call, &p, &mut now, &mut Vec::new(), |n| {
             if n == 1 {
                 (ms(10), Outcome::Transient)
             } else {
@@ -580,7 +584,7 @@ fn the_healthy_call_guard_on_retries_waits_for_20_latency_samples() {
 
 #[test]
 fn an_attempt_is_bounded_by_its_timeout_and_the_deadline() {
-    let mut p = parts();
+    let p = parts();
     let now = Instant::from_secs(1);
     let settings = CallSettings::builder()
         .attempt_timeout(Some(secs(10)))
@@ -588,19 +592,13 @@ fn an_attempt_is_bounded_by_its_timeout_and_the_deadline() {
         .build()
         .unwrap();
     let mut call = Call::begin(&settings, now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!("expected an attempt")
     };
     assert_eq!(call.attempt_deadline(), Some(now + secs(4)));
-    call.complete(
-        &mut p,
-        permit,
-        now + secs(4),
-        Outcome::TimedOut,
-        &mut |_| {},
-    );
+    call.complete(&p, permit, now + secs(4), Outcome::TimedOut, &mut |_| {});
     assert_eq!(
-        call.poll(&mut p, now + secs(4), &mut |_| {}),
+        call.poll(&p, now + secs(4), &mut |_| {}),
         Step::Done(Finished::DeadlineExceeded {
             last: Some(Outcome::TimedOut)
         })
@@ -609,10 +607,7 @@ fn an_attempt_is_bounded_by_its_timeout_and_the_deadline() {
 
 #[test]
 fn max_attempts_bounds_a_call() {
-    let mut p = Parts {
-        breaker: Unguarded(Name::new("x")),
-        budget: Unlimited,
-    };
+    let p = Parts::new().named(Name::new("x"));
     let mut now = Instant::from_secs(1);
     let settings = CallSettings::builder()
         .max_attempts(5)
@@ -620,7 +615,7 @@ fn max_attempts_bounds_a_call() {
         .build()
         .unwrap();
     let mut call = Call::begin(&settings, now);
-    let (r, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+    let (r, did) = drive(&mut call, &p, &mut now, &mut Vec::new(), |_| {
         (ms(1), Outcome::Transient)
     });
     assert_eq!(r, Ok(Finished::Failed(Outcome::Transient)));
@@ -629,13 +624,10 @@ fn max_attempts_bounds_a_call() {
 
 #[test]
 fn the_worker_preset_waits_1_2_4_8_16_32_then_60_seconds() {
-    let mut p = Parts {
-        breaker: Unguarded(Name::new("worker")),
-        budget: Unlimited,
-    };
+    let p = Parts::new().named(Name::new("worker"));
     let mut now = Instant::from_secs(1);
     let mut call = Call::begin(&CallSettings::worker(), now);
-    let (_, did) = drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+    let (_, did) = drive(&mut call, &p, &mut now, &mut Vec::new(), |_| {
         (Duration::ZERO, Outcome::Transient)
     });
     let waits: Vec<u64> = did
@@ -654,10 +646,7 @@ fn the_worker_preset_waits_1_2_4_8_16_32_then_60_seconds() {
 #[test]
 fn the_same_seed_and_start_give_the_same_jittered_waits() {
     let run = || {
-        let mut p = Parts {
-            breaker: Unguarded(Name::new("x")),
-            budget: Unlimited,
-        };
+        let p = Parts::new().named(Name::new("x"));
         let mut now = Instant::from_secs(7);
         let settings = CallSettings::builder()
             .max_attempts(6)
@@ -665,7 +654,7 @@ fn the_same_seed_and_start_give_the_same_jittered_waits() {
             .build()
             .unwrap();
         let mut call = Call::begin(&settings, now);
-        drive(&mut call, &mut p, &mut now, &mut Vec::new(), |_| {
+        drive(&mut call, &p, &mut now, &mut Vec::new(), |_| {
             (ms(1), Outcome::Transient)
         })
         .1
@@ -693,40 +682,39 @@ fn a_call_is_plain_data_holding_no_borrow() {
 
 #[test]
 fn cancelling_during_a_wait_ends_the_call_as_cancelled() {
-    let mut p = parts();
+    let p = parts();
     let now = Instant::from_secs(1);
     let mut call = Call::begin(&no_jitter(), now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
-    call.complete(&mut p, permit, now, Outcome::Transient, &mut |_| {});
-    assert_eq!(call.poll(&mut p, now, &mut |_| {}), Step::Wait(ms(100)));
+    call.complete(&p, permit, now, Outcome::Transient, &mut |_| {});
+    assert_eq!(call.poll(&p, now, &mut |_| {}), Step::Wait(ms(100)));
     call.cancel();
     assert_eq!(
-        call.poll(&mut p, now, &mut |_| {}),
+        call.poll(&p, now, &mut |_| {}),
         Step::Done(Finished::Cancelled)
     );
 }
 
 #[test]
 fn cancelling_during_the_guarded_pause_ends_the_call_as_cancelled() {
-    let mut p = Parts {
-        breaker: Breaker::new(
-            BreakerSettings::builder("payments")
-                .consecutive_failures(1)
-                .build()
-                .unwrap(),
-        ),
-        budget: Unlimited,
-    };
+    let p = Parts::new().breaker(Breaker::new(
+        BreakerSettings::builder("payments")
+            .consecutive_failures(1)
+            .build()
+            .unwrap(),
+    ));
     let now = Instant::from_secs(1);
-    let permit = p.breaker.try_acquire(now).unwrap();
+    let permit = p.breaker.as_ref().unwrap().try_acquire(now).unwrap();
     p.breaker
+        .as_ref()
+        .unwrap()
         .on_outcome(now, permit, Outcome::Transient, &mut |_| {});
 
     // Refused at the first attempt: cancelled 30 ms into the pause.
     let mut call = Call::begin(&no_jitter(), now);
-    let Step::Reject(r) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Reject(r) = call.poll(&p, now, &mut |_| {}) else {
         panic!("expected a rejection")
     };
     assert_eq!(r.pause, ms(100));
@@ -734,21 +722,21 @@ fn cancelling_during_the_guarded_pause_ends_the_call_as_cancelled() {
     call.cancel();
     assert!(call.is_over());
     assert_eq!(
-        call.poll(&mut p, now + ms(30), &mut |_| {}),
+        call.poll(&p, now + ms(30), &mut |_| {}),
         Step::Done(Finished::Cancelled)
     );
 
     // A retry refused (the pending rejection handed out at the next poll), then cancelled.
-    let mut p = parts();
+    let p = parts();
     let mut call = Call::begin(&no_jitter(), now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
-    p.breaker.isolate(now, &mut |_| {});
-    call.complete(&mut p, permit, now, Outcome::Transient, &mut |_| {});
+    p.breaker.as_ref().unwrap().isolate(now, &mut |_| {});
+    call.complete(&p, permit, now, Outcome::Transient, &mut |_| {});
     let mut at = now;
     let step = loop {
-        match call.poll(&mut p, at, &mut |_| {}) {
+        match call.poll(&p, at, &mut |_| {}) {
             Step::Wait(d) => at += d,
             other => break other,
         }
@@ -756,37 +744,37 @@ fn cancelling_during_the_guarded_pause_ends_the_call_as_cancelled() {
     assert!(matches!(step, Step::Reject(_)), "{step:?}");
     call.cancel();
     assert_eq!(
-        call.poll(&mut p, at + ms(50), &mut |_| {}),
+        call.poll(&p, at + ms(50), &mut |_| {}),
         Step::Done(Finished::Cancelled)
     );
 }
 
 #[test]
 fn a_rejection_is_handed_out_once_then_reported_as_done() {
-    let mut p = Parts {
-        breaker: Breaker::new(
-            BreakerSettings::builder("x")
-                .consecutive_failures(1)
-                .build()
-                .unwrap(),
-        ),
-        budget: Unlimited,
-    };
+    let p = Parts::new().breaker(Breaker::new(
+        BreakerSettings::builder("x")
+            .consecutive_failures(1)
+            .build()
+            .unwrap(),
+    ));
     let t = Instant::from_secs(1);
-    let pm = p.breaker.try_acquire(t).unwrap();
-    p.breaker.on_outcome(t, pm, Outcome::Transient, &mut |_| {});
+    let pm = p.breaker.as_ref().unwrap().try_acquire(t).unwrap();
+    p.breaker
+        .as_ref()
+        .unwrap()
+        .on_outcome(t, pm, Outcome::Transient, &mut |_| {});
     let mut call = Call::begin(&CallSettings::DEFAULT, t);
-    let Step::Reject(r) = call.poll(&mut p, t, &mut |_| {}) else {
+    let Step::Reject(r) = call.poll(&p, t, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(
-        call.poll(&mut p, t, &mut |_| {}),
+        call.poll(&p, t, &mut |_| {}),
         Step::Done(Finished::Rejected(r))
     );
 }
 
 /// Teaches a breaker that healthy calls take `latency`.
-fn warm(b: &mut Breaker, mut now: Instant, latency: Duration, calls: u32) -> Instant {
+fn warm(b: &Breaker, mut now: Instant, latency: Duration, calls: u32) -> Instant {
     for _ in 0..calls {
         let p = b.try_acquire(now).unwrap();
         now += latency;
@@ -797,52 +785,52 @@ fn warm(b: &mut Breaker, mut now: Instant, latency: Duration, calls: u32) -> Ins
 
 #[test]
 fn the_measured_attempt_ceiling_only_ever_tightens_the_configured_timeout() {
-    let mut p = parts();
+    let p = parts();
     let start = Instant::from_secs(1);
     // Not yet 20 successes: no ceiling, the configured 10 s stands.
-    let now = warm(&mut p.breaker, start, ms(20), 19);
-    assert_eq!(p.breaker.attempt_ceiling(now), None);
+    let now = warm(p.breaker.as_ref().unwrap(), start, ms(20), 19);
+    assert_eq!(p.breaker.as_ref().unwrap().attempt_ceiling(now), None);
     let mut call = Call::begin(&CallSettings::DEFAULT, now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.attempt_deadline(), Some(now + secs(10)));
-    call.complete(&mut p, permit, now + ms(20), Outcome::Success, &mut |_| {});
+    call.complete(&p, permit, now + ms(20), Outcome::Success, &mut |_| {});
     // Armed: 3x the p95 (20 ms reads as at most 22.5 ms) tightens 10 s to about 60-68 ms.
-    let now = warm(&mut p.breaker, now + ms(20), ms(20), 10);
-    let ceiling = p.breaker.attempt_ceiling(now).unwrap();
+    let now = warm(p.breaker.as_ref().unwrap(), now + ms(20), ms(20), 10);
+    let ceiling = p.breaker.as_ref().unwrap().attempt_ceiling(now).unwrap();
     assert!(
         ceiling >= ms(60) && ceiling <= Duration::from_micros(67_500),
         "{ceiling}"
     );
     let mut call = Call::begin(&CallSettings::DEFAULT, now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.attempt_deadline(), Some(now + ceiling));
-    call.complete(&mut p, permit, now + ms(20), Outcome::Success, &mut |_| {});
+    call.complete(&p, permit, now + ms(20), Outcome::Success, &mut |_| {});
     // A configured timeout shorter than the ceiling stands.
     let short = CallSettings::builder()
         .attempt_timeout(Some(ms(30)))
         .build()
         .unwrap();
     let mut call = Call::begin(&short, now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.attempt_deadline(), Some(now + ms(30)));
-    call.complete(&mut p, permit, now + ms(20), Outcome::Success, &mut |_| {});
+    call.complete(&p, permit, now + ms(20), Outcome::Success, &mut |_| {});
     // And it can be turned off.
     let off = CallSettings::builder()
         .measured_ceiling(false)
         .build()
         .unwrap();
     let mut call = Call::begin(&off, now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.attempt_deadline(), Some(now + secs(10)));
-    call.complete(&mut p, permit, now + ms(20), Outcome::Success, &mut |_| {});
+    call.complete(&p, permit, now + ms(20), Outcome::Success, &mut |_| {});
 }
 
 #[test]
@@ -850,14 +838,11 @@ fn every_attempt_of_a_rate_limited_call_takes_a_cell_and_a_refusal_is_guarded() 
     // 2 cells a second, burst 2: the first attempt and one retry pass, the second retry is
     // refused by the limiter with the time until the next cell, served as a guarded rejection.
     let limiter = RateLimiter::new(RateLimitSettings::per_second("search", 2).unwrap());
-    let mut p = Parts {
-        breaker: RateLimited::new(Unguarded(Name::new("search")), limiter),
-        budget: Unlimited,
-    };
+    let p = Parts::new().named(Name::new("search")).limiter(limiter);
     let mut now = Instant::from_secs(1);
     let mut call = Call::begin(&no_jitter(), now);
     let mut events = Vec::new();
-    let (result, did) = drive(&mut call, &mut p, &mut now, &mut events, |_| {
+    let (result, did) = drive(&mut call, &p, &mut now, &mut events, |_| {
         (ms(1), Outcome::Transient)
     });
     let Err(rejection) = result else {
@@ -886,29 +871,28 @@ fn every_attempt_of_a_rate_limited_call_takes_a_cell_and_a_refusal_is_guarded() 
 #[test]
 fn an_open_breaker_behind_a_rate_limiter_spends_none_of_its_cells() {
     let limiter = SharedRateLimiter::new(RateLimitSettings::per_second("api", 1).unwrap());
-    let mut p = Parts {
-        breaker: RateLimited::new(Breaker::of(1, "api").unwrap(), &limiter),
-        budget: Unlimited,
-    };
+    let p = Parts::new()
+        .breaker(Breaker::of(1, "api").unwrap())
+        .limiter(&limiter);
     let now = Instant::from_secs(1);
-    p.breaker.breaker_mut().isolate(now, &mut |_| {});
+    p.breaker.as_ref().unwrap().isolate(now, &mut |_| {});
     for _ in 0..5 {
         let mut call = Call::begin(&CallSettings::DEFAULT, now);
-        let Step::Reject(r) = call.poll(&mut p, now, &mut |_| {}) else {
+        let Step::Reject(r) = call.poll(&p, now, &mut |_| {}) else {
             panic!()
         };
         assert_eq!(r.reason, RefusalReason::Isolated);
     }
     assert_eq!(limiter.available(now), 1, "refused calls took no cell");
-    p.breaker.breaker_mut().reset(now, &mut |_| {});
+    p.breaker.as_ref().unwrap().reset(now, &mut |_| {});
     let mut call = Call::begin(&CallSettings::DEFAULT, now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(limiter.available(now), 0);
-    call.complete(&mut p, permit, now + ms(5), Outcome::Success, &mut |_| {});
+    call.complete(&p, permit, now + ms(5), Outcome::Success, &mut |_| {});
     assert_eq!(
-        p.breaker.breaker().snapshot(now).state,
+        p.breaker.as_ref().unwrap().snapshot(now).state,
         stormguard_core::State::Closed
     );
 }
@@ -922,24 +906,24 @@ fn hedging() -> CallSettings {
 
 /// A breaker that has learned healthy calls take 20 ms, and a full budget.
 fn warm_parts(now: Instant) -> (Parts<Breaker, Budget>, Instant) {
-    let mut p = parts();
-    let now = warm(&mut p.breaker, now, ms(20), 40);
+    let p = parts();
+    let now = warm(p.breaker.as_ref().unwrap(), now, ms(20), 40);
     (p, now)
 }
 
 #[test]
 fn a_slow_attempt_is_hedged_after_the_learned_p95_and_the_first_success_wins() {
-    let (mut p, now) = warm_parts(Instant::from_secs(1));
-    let budget_before = p.budget.available(now);
+    let (p, now) = warm_parts(Instant::from_secs(1));
+    let budget_before = p.budget.as_ref().unwrap().available(now);
     let mut events = Vec::new();
     let mut call = Call::begin(&hedging(), now);
-    let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(first) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     let after = call
         .hedge_delay(&p, now)
         .expect("a warm, closed breaker hedges");
-    assert_eq!(Ok(after), p.breaker.hedge_after(now));
+    assert_eq!(Ok(after), p.breaker.as_ref().unwrap().hedge_after(now));
     // The p95 of 20 ms calls reads at most 12.5% above.
     assert!(
         after >= ms(20) && after <= Duration::from_micros(22_500),
@@ -948,91 +932,92 @@ fn a_slow_attempt_is_hedged_after_the_learned_p95_and_the_first_success_wins() {
 
     // The first attempt is still running at the p95: the hedge goes out, funded by the budget.
     let t = now + after;
-    let hedge = call
-        .hedge(&mut p, t, &mut |e| events.push(e.kind()))
-        .unwrap();
+    let hedge = call.hedge(&p, t, &mut |e| events.push(e.kind())).unwrap();
     assert_eq!(events, ["hedged"]);
     assert_eq!(call.attempts(), 2);
-    assert_eq!(p.budget.available(t), budget_before - 1);
+    assert_eq!(p.budget.as_ref().unwrap().available(t), budget_before - 1);
     // At most two in flight.
-    assert_eq!(call.hedge(&mut p, t, &mut |_| {}), Err(NoHedge::NotNow));
+    assert_eq!(call.hedge(&p, t, &mut |_| {}), Err(NoHedge::NotNow));
 
     // The hedge answers first; the call is over; the loser is cancelled and reported as such,
     // which the breaker does not count as a failure.
-    call.complete(&mut p, hedge, t + ms(20), Outcome::Success, &mut |_| {});
+    call.complete(&p, hedge, t + ms(20), Outcome::Success, &mut |_| {});
     assert!(call.is_over());
-    call.complete(&mut p, first, t + ms(21), Outcome::Cancelled, &mut |_| {});
+    call.complete(&p, first, t + ms(21), Outcome::Cancelled, &mut |_| {});
     assert_eq!(
-        call.poll(&mut p, t + ms(21), &mut |_| {}),
+        call.poll(&p, t + ms(21), &mut |_| {}),
         Step::Done(Finished::Succeeded)
     );
-    assert_eq!(p.breaker.snapshot(t).consecutive_failures, 0);
+    assert_eq!(
+        p.breaker.as_ref().unwrap().snapshot(t).consecutive_failures,
+        0
+    );
 }
 
 #[test]
 fn a_failure_of_one_hedged_attempt_waits_for_the_other() {
-    let (mut p, now) = warm_parts(Instant::from_secs(1));
+    let (p, now) = warm_parts(Instant::from_secs(1));
     let mut call = Call::begin(&hedging(), now);
-    let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(first) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     let t = now + call.hedge_delay(&p, now).unwrap();
-    let hedge = call.hedge(&mut p, t, &mut |_| {}).unwrap();
+    let hedge = call.hedge(&p, t, &mut |_| {}).unwrap();
     // The first attempt fails while the hedge runs: no retry is scheduled, the call goes on.
-    call.complete(&mut p, first, t + ms(1), Outcome::Transient, &mut |_| {});
+    call.complete(&p, first, t + ms(1), Outcome::Transient, &mut |_| {});
     assert!(!call.is_over());
-    call.complete(&mut p, hedge, t + ms(20), Outcome::Success, &mut |_| {});
+    call.complete(&p, hedge, t + ms(20), Outcome::Success, &mut |_| {});
     assert_eq!(
-        call.poll(&mut p, t + ms(20), &mut |_| {}),
+        call.poll(&p, t + ms(20), &mut |_| {}),
         Step::Done(Finished::Succeeded)
     );
 }
 
 #[test]
 fn when_both_hedged_attempts_fail_the_call_retries_and_a_hedge_counts_as_an_attempt() {
-    let (mut p, now) = warm_parts(Instant::from_secs(1));
+    let (p, now) = warm_parts(Instant::from_secs(1));
     let settings = hedging().to_builder().max_attempts(3).build().unwrap();
     let mut call = Call::begin(&settings, now);
-    let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(first) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     let t = now + call.hedge_delay(&p, now).unwrap();
-    let hedge = call.hedge(&mut p, t, &mut |_| {}).unwrap();
-    call.complete(&mut p, hedge, t + ms(5), Outcome::Transient, &mut |_| {});
-    call.complete(&mut p, first, t + ms(6), Outcome::Transient, &mut |_| {});
+    let hedge = call.hedge(&p, t, &mut |_| {}).unwrap();
+    call.complete(&p, hedge, t + ms(5), Outcome::Transient, &mut |_| {});
+    call.complete(&p, first, t + ms(6), Outcome::Transient, &mut |_| {});
     // Both failed: the ordinary retry, the third and last attempt.
-    let Step::Wait(wait) = call.poll(&mut p, t + ms(6), &mut |_| {}) else {
+    let Step::Wait(wait) = call.poll(&p, t + ms(6), &mut |_| {}) else {
         panic!()
     };
     let t = t + ms(6) + wait;
-    let Step::Attempt(third) = call.poll(&mut p, t, &mut |_| {}) else {
+    let Step::Attempt(third) = call.poll(&p, t, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.attempts(), 3);
     // No attempt left to hedge with.
     assert_eq!(call.hedge_delay(&p, t), None);
-    assert_eq!(call.hedge(&mut p, t, &mut |_| {}), Err(NoHedge::NotNow));
-    call.complete(&mut p, third, t + ms(5), Outcome::Transient, &mut |_| {});
+    assert_eq!(call.hedge(&p, t, &mut |_| {}), Err(NoHedge::NotNow));
+    call.complete(&p, third, t + ms(5), Outcome::Transient, &mut |_| {});
     assert_eq!(
-        call.poll(&mut p, t + ms(5), &mut |_| {}),
+        call.poll(&p, t + ms(5), &mut |_| {}),
         Step::Done(Finished::Failed(Outcome::Transient))
     );
 }
 
 #[test]
 fn a_permanent_failure_of_either_hedged_attempt_ends_the_call() {
-    let (mut p, now) = warm_parts(Instant::from_secs(1));
+    let (p, now) = warm_parts(Instant::from_secs(1));
     let mut call = Call::begin(&hedging(), now);
-    let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(first) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     let t = now + call.hedge_delay(&p, now).unwrap();
-    let hedge = call.hedge(&mut p, t, &mut |_| {}).unwrap();
-    call.complete(&mut p, hedge, t + ms(2), Outcome::Permanent, &mut |_| {});
+    let hedge = call.hedge(&p, t, &mut |_| {}).unwrap();
+    call.complete(&p, hedge, t + ms(2), Outcome::Permanent, &mut |_| {});
     assert!(call.is_over());
-    call.complete(&mut p, first, t + ms(3), Outcome::Cancelled, &mut |_| {});
+    call.complete(&p, first, t + ms(3), Outcome::Cancelled, &mut |_| {});
     assert_eq!(
-        call.poll(&mut p, t + ms(3), &mut |_| {}),
+        call.poll(&p, t + ms(3), &mut |_| {}),
         Step::Done(Finished::Failed(Outcome::Permanent))
     );
 }
@@ -1040,44 +1025,32 @@ fn a_permanent_failure_of_either_hedged_attempt_ends_the_call() {
 #[test]
 fn hedging_is_off_by_default_and_suppressed_without_a_baseline_or_a_closed_breaker() {
     // Off by default.
-    let (mut p, now) = warm_parts(Instant::from_secs(1));
+    let (p, now) = warm_parts(Instant::from_secs(1));
     let mut call = Call::begin(&no_jitter(), now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.hedge_delay(&p, now), None);
-    assert_eq!(
-        call.hedge(&mut p, now + ms(30), &mut |_| {}),
-        Err(NoHedge::Off)
-    );
-    call.complete(&mut p, permit, now + ms(20), Outcome::Success, &mut |_| {});
+    assert_eq!(call.hedge(&p, now + ms(30), &mut |_| {}), Err(NoHedge::Off));
+    call.complete(&p, permit, now + ms(20), Outcome::Success, &mut |_| {});
 
     // No baseline: a cold breaker, and no breaker at all.
-    let mut cold = parts();
+    let cold = parts();
     let mut call = Call::begin(&hedging(), now);
-    let Step::Attempt(permit) = call.poll(&mut cold, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&cold, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.hedge_delay(&cold, now), None);
     assert_eq!(
-        call.hedge(&mut cold, now + ms(30), &mut |_| {}),
+        call.hedge(&cold, now + ms(30), &mut |_| {}),
         Err(NoHedge::Suppressed(
-            stormguard_core::breaker::HedgeSuppressed::NoBaseline
+            stormguard_core::part::HedgeSuppressed::NoBaseline
         ))
     );
-    call.complete(
-        &mut cold,
-        permit,
-        now + ms(20),
-        Outcome::Success,
-        &mut |_| {},
-    );
-    let mut bare = Parts {
-        breaker: Unguarded(Name::new("bare")),
-        budget: Unlimited,
-    };
+    call.complete(&cold, permit, now + ms(20), Outcome::Success, &mut |_| {});
+    let bare = Parts::new().named(Name::new("bare"));
     let mut call = Call::begin(&hedging(), now);
-    let Step::Attempt(_) = call.poll(&mut bare, now, &mut |_| {}) else {
+    let Step::Attempt(_) = call.poll(&bare, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.hedge_delay(&bare, now), None);
@@ -1085,50 +1058,54 @@ fn hedging_is_off_by_default_and_suppressed_without_a_baseline_or_a_closed_break
     // The breaker opens while the first attempt runs (another call's failures): the hedge is
     // suppressed, and nothing is taken from the budget.
     let mut call = Call::begin(&hedging(), now);
-    let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(first) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert!(call.hedge_delay(&p, now).is_some());
-    p.breaker.isolate(now, &mut |_| {});
-    let before = p.budget.available(now);
+    p.breaker.as_ref().unwrap().isolate(now, &mut |_| {});
+    let before = p.budget.as_ref().unwrap().available(now);
     assert_eq!(
-        call.hedge(&mut p, now + ms(30), &mut |_| {}),
+        call.hedge(&p, now + ms(30), &mut |_| {}),
         Err(NoHedge::Suppressed(
-            stormguard_core::breaker::HedgeSuppressed::NotClosed
+            stormguard_core::part::HedgeSuppressed::NotClosed
         ))
     );
-    assert_eq!(p.budget.available(now), before);
-    call.complete(&mut p, first, now + ms(40), Outcome::Success, &mut |_| {});
+    assert_eq!(p.budget.as_ref().unwrap().available(now), before);
+    call.complete(&p, first, now + ms(40), Outcome::Success, &mut |_| {});
 }
 
 #[test]
 fn a_hedge_the_budget_cannot_fund_is_not_launched() {
-    let mut p = Parts {
-        breaker: parts().breaker,
-        budget: Budget::new(
+    let p = Parts::new()
+        .breaker(parts().breaker.unwrap())
+        .budget(Budget::new(
             BudgetSettings::builder("tight")
                 .floor_per_second_milli(1)
                 .fraction_ppm(1)
                 .build()
                 .unwrap(),
-        ),
-    };
-    let now = warm(&mut p.breaker, Instant::from_secs(1), ms(20), 40);
-    while p.budget.try_withdraw(now).is_ok() {}
+        ));
+    let now = warm(
+        p.breaker.as_ref().unwrap(),
+        Instant::from_secs(1),
+        ms(20),
+        40,
+    );
+    while p.budget.as_ref().unwrap().try_withdraw(now).is_ok() {}
     let mut call = Call::begin(&hedging(), now);
-    let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(first) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     let t = now + call.hedge_delay(&p, now).unwrap();
-    let Err(NoHedge::Refused(r)) = call.hedge(&mut p, t, &mut |_| {}) else {
+    let Err(NoHedge::Refused(r)) = call.hedge(&p, t, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(r.reason, RefusalReason::BudgetExhausted);
     assert_eq!(call.attempts(), 1);
     // The first attempt goes on and decides the call.
-    call.complete(&mut p, first, t + ms(100), Outcome::Success, &mut |_| {});
+    call.complete(&p, first, t + ms(100), Outcome::Success, &mut |_| {});
     assert_eq!(
-        call.poll(&mut p, t + ms(100), &mut |_| {}),
+        call.poll(&p, t + ms(100), &mut |_| {}),
         Step::Done(Finished::Succeeded)
     );
 }
@@ -1137,27 +1114,27 @@ fn a_hedge_the_budget_cannot_fund_is_not_launched() {
 fn the_measured_ceiling_never_cuts_a_fast_operation_below_its_50ms_floor() {
     // An operation of a few microseconds: 3x its p95 would be a few microseconds, which one
     // preemption of the calling thread exceeds. The ceiling stays at the 50 ms floor.
-    let mut p = parts();
+    let p = parts();
     let now = warm(
-        &mut p.breaker,
+        p.breaker.as_ref().unwrap(),
         Instant::from_secs(1),
         Duration::from_micros(2),
         40,
     );
-    assert!(p.breaker.attempt_ceiling(now).unwrap() < ms(1));
+    assert!(p.breaker.as_ref().unwrap().attempt_ceiling(now).unwrap() < ms(1));
     let mut call = Call::begin(&CallSettings::DEFAULT, now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.attempt_deadline(), Some(now + ms(50)));
-    call.complete(&mut p, permit, now + ms(1), Outcome::Success, &mut |_| {});
+    call.complete(&p, permit, now + ms(1), Outcome::Success, &mut |_| {});
 }
 
 #[test]
 fn the_ceiling_floor_is_a_setting() {
-    let mut p = parts();
+    let p = parts();
     let now = warm(
-        &mut p.breaker,
+        p.breaker.as_ref().unwrap(),
         Instant::from_secs(1),
         Duration::from_micros(2),
         40,
@@ -1168,18 +1145,18 @@ fn the_ceiling_floor_is_a_setting() {
         .unwrap();
     assert_eq!(settings.ceiling_floor(), ms(20));
     let mut call = Call::begin(&settings, now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.attempt_deadline(), Some(now + ms(20)));
-    call.complete(&mut p, permit, now + ms(1), Outcome::Success, &mut |_| {});
+    call.complete(&p, permit, now + ms(1), Outcome::Success, &mut |_| {});
 }
 
 #[test]
 fn without_an_attempt_timeout_or_with_one_below_the_floor_there_is_no_measured_ceiling() {
-    let mut p = parts();
+    let p = parts();
     let now = warm(
-        &mut p.breaker,
+        p.breaker.as_ref().unwrap(),
         Instant::from_secs(1),
         Duration::from_micros(2),
         40,
@@ -1190,22 +1167,22 @@ fn without_an_attempt_timeout_or_with_one_below_the_floor_there_is_no_measured_c
         .build()
         .unwrap();
     let mut call = Call::begin(&none, now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.attempt_deadline(), Some(now + secs(30)));
-    call.complete(&mut p, permit, now + ms(1), Outcome::Success, &mut |_| {});
+    call.complete(&p, permit, now + ms(1), Outcome::Success, &mut |_| {});
     // A 40 ms attempt timeout, below the 50 ms floor: the configured timeout alone.
     let short = CallSettings::builder()
         .attempt_timeout(Some(ms(40)))
         .build()
         .unwrap();
     let mut call = Call::begin(&short, now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.attempt_deadline(), Some(now + ms(40)));
-    call.complete(&mut p, permit, now + ms(1), Outcome::Success, &mut |_| {});
+    call.complete(&p, permit, now + ms(1), Outcome::Success, &mut |_| {});
 }
 
 #[test]
@@ -1297,8 +1274,8 @@ fn the_default_call_settings_match_the_design() {
 }
 
 /// A breaker opened at 1 s for an unjittered 15 s break, behind nothing else.
-fn opened_at_one_second() -> Parts<Breaker, Unlimited> {
-    let mut b = Breaker::new(
+fn opened_at_one_second() -> Parts<Breaker> {
+    let b = Breaker::new(
         BreakerSettings::builder("payments")
             .jitter(false)
             .build()
@@ -1308,16 +1285,13 @@ fn opened_at_one_second() -> Parts<Breaker, Unlimited> {
         let p = b.try_acquire(Instant::from_secs(1)).unwrap();
         b.on_outcome(Instant::from_secs(1), p, Outcome::Transient, &mut |_| {});
     }
-    Parts {
-        breaker: b,
-        budget: Unlimited,
-    }
+    Parts::new().breaker(b)
 }
 
 /// The first poll of a call begun at `at` with `settings` and `deadline`: a rejection, and the
 /// `retry_after` its event announced.
 fn rejected(
-    p: &mut Parts<Breaker, Unlimited>,
+    p: &Parts<Breaker>,
     settings: &CallSettings,
     at: Instant,
     deadline: Option<Instant>,
@@ -1339,13 +1313,13 @@ fn rejected(
 
 #[test]
 fn an_open_breakers_retry_after_is_the_remaining_break_less_the_pause_never_below_zero() {
-    let mut p = opened_at_one_second();
+    let p = opened_at_one_second();
     let no_deadline = CallSettings::builder().deadline(None).build().unwrap();
 
     // 14 s of the break left, 40 ms of the deadline: a 40 ms pause, and the rest of the break
     // counted from its end.
     let t = Instant::from_secs(2);
-    let (r, announced) = rejected(&mut p, &CallSettings::DEFAULT, t, Some(t + ms(40)));
+    let (r, announced) = rejected(&p, &CallSettings::DEFAULT, t, Some(t + ms(40)));
     assert_eq!((r.reason, r.pause), (RefusalReason::BreakerOpen, ms(40)));
     assert_eq!(r.retry_after, secs(14) - ms(40));
     assert_eq!(announced, Some(r.retry_after));
@@ -1353,44 +1327,43 @@ fn an_open_breakers_retry_after_is_the_remaining_break_less_the_pause_never_belo
     // 30 ms of the break left, shorter than the full pause: the dependency may be asked again
     // as soon as the refusal is reported.
     let t = Instant::from_secs(16) - ms(30);
-    let (r, announced) = rejected(&mut p, &no_deadline, t, None);
+    let (r, announced) = rejected(&p, &no_deadline, t, None);
     assert_eq!((r.pause, r.retry_after), (GUARD_PAUSE, Duration::ZERO));
     assert_eq!(announced, Some(Duration::ZERO));
     // ... and shorter than a pause the deadline caps at 40 ms.
-    let (r, _) = rejected(&mut p, &CallSettings::DEFAULT, t, Some(t + ms(40)));
+    let (r, _) = rejected(&p, &CallSettings::DEFAULT, t, Some(t + ms(40)));
     assert_eq!((r.pause, r.retry_after), (ms(40), Duration::ZERO));
     // Exactly as long as the pause: zero too.
     let t = Instant::from_secs(16) - GUARD_PAUSE;
-    let (r, _) = rejected(&mut p, &no_deadline, t, None);
+    let (r, _) = rejected(&p, &no_deadline, t, None);
     assert_eq!((r.pause, r.retry_after), (GUARD_PAUSE, Duration::ZERO));
 }
 
 #[test]
 fn an_empty_budgets_retry_after_is_the_floors_accrual_time_less_the_pause() {
     let settings = BudgetSettings::defaults("payments");
-    let mut p = Parts {
-        breaker: Unguarded(Name::new("payments")),
-        budget: Budget::new(settings),
-    };
+    let p = Parts::new()
+        .named(Name::new("payments"))
+        .budget(Budget::new(settings));
     let now = Instant::from_secs(1);
-    while p.budget.try_withdraw(now).is_ok() {}
-    assert_eq!(p.budget.available(now), 0);
+    while p.budget.as_ref().unwrap().try_withdraw(now).is_ok() {}
+    assert_eq!(p.budget.as_ref().unwrap().available(now), 0);
     // One token at the floor rate (3 per second), rounded up to the millisecond: 334 ms.
     let floor_milli = u64::from(settings.floor_per_second_milli());
     let accrual = ms(1_000_000_u64.div_ceil(floor_milli));
     assert_eq!(accrual, ms(334));
 
     let mut call = Call::begin(&no_jitter(), now);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!("a first attempt needs no budget")
     };
     let mut announced = None;
-    call.complete(&mut p, permit, now, Outcome::Transient, &mut |e| {
+    call.complete(&p, permit, now, Outcome::Transient, &mut |e| {
         if let Event::Rejected { retry_after, .. } = e {
             announced = Some(retry_after);
         }
     });
-    let Step::Reject(r) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Reject(r) = call.poll(&p, now, &mut |_| {}) else {
         panic!("expected the budget's rejection")
     };
     assert_eq!(r.reason, RefusalReason::BudgetExhausted);
@@ -1401,33 +1374,52 @@ fn an_empty_budgets_retry_after_is_the_floors_accrual_time_less_the_pause() {
 }
 
 #[test]
-fn an_optional_breaker_is_the_breaker_when_present_and_an_unguarded_call_when_absent() {
-    use stormguard_core::call::{Admission, OptionalBreaker};
+fn parts_with_a_breaker_name_their_events_after_it_and_parts_without_one_admit_every_attempt() {
     let settings = BreakerSettings::builder("payments")
         .consecutive_failures(2)
         .jitter(false)
         .build()
         .unwrap();
     let now = Instant::from_secs(1);
-    let mut present = OptionalBreaker::new(Some(Breaker::new(settings)), Name::new("api"));
-    let mut absent = OptionalBreaker::<Breaker>::new(None, Name::new("api"));
-    assert_eq!(present.name().as_str(), "payments");
-    assert_eq!(absent.name().as_str(), "api");
-    // A bare breaker and an unguarded call both say no limiter refuses in front of them.
-    assert!(!present.self_limits() && !absent.self_limits());
+    let present = Parts::new().named("api").breaker(Breaker::new(settings));
+    let absent = Parts::new().named("api");
     let mut events = Vec::new();
     for _ in 0..2 {
-        let mut sink = |e: Event<'_>| events.push(e.kind());
-        let permit = present.try_acquire(now, None, &mut sink).unwrap();
-        present.on_outcome(now, permit, Outcome::Transient, &mut sink);
-        let permit = absent.try_acquire(now, None, &mut sink).unwrap();
-        absent.on_outcome(now, permit, Outcome::Transient, &mut sink);
+        let mut call = Call::begin(
+            &CallSettings::builder().max_attempts(1).build().unwrap(),
+            now,
+        );
+        let mut sink = |e: Event<'_>| events.push(format!("{} {}", e.kind(), e.name()));
+        let Step::Attempt(permit) = call.poll(&present, now, &mut sink) else {
+            panic!()
+        };
+        call.complete(&present, permit, now, Outcome::Transient, &mut sink);
+        let mut call = Call::begin(
+            &CallSettings::builder().max_attempts(1).build().unwrap(),
+            now,
+        );
+        let mut sink = |e: Event<'_>| events.push(format!("{} {}", e.kind(), e.name()));
+        let Step::Attempt(permit) = call.poll(&absent, now, &mut sink) else {
+            panic!()
+        };
+        call.complete(&absent, permit, now, Outcome::Transient, &mut sink);
     }
-    // The breaker tripped on its two failures; the unguarded call has nothing to trip.
-    assert_eq!(events, ["state_changed"]);
-    let refused = present.try_acquire(now, None, &mut |_| {}).unwrap_err();
-    assert_eq!(refused.reason, RefusalReason::BreakerOpen);
-    assert_eq!(present.check(now), Err(refused));
-    assert!(absent.try_acquire(now, None, &mut |_| {}).is_ok());
-    assert!(present.breaker().is_some() && absent.breaker().is_none());
+    // The breaker tripped on its two failures, and its events carry its name; the call without
+    // a breaker has nothing to trip, and its events carry the parts' name.
+    assert!(
+        events.contains(&"state_changed payments".to_string()),
+        "{events:?}"
+    );
+    assert!(events.iter().any(|e| e.ends_with(" api")), "{events:?}");
+    assert!(!events.iter().any(|e| e.starts_with("state_changed api")));
+    let mut call = Call::begin(&CallSettings::DEFAULT, now);
+    let Step::Reject(r) = call.poll(&present, now, &mut |_| {}) else {
+        panic!("an open breaker refuses")
+    };
+    assert_eq!(r.reason, RefusalReason::BreakerOpen);
+    let mut call = Call::begin(&CallSettings::DEFAULT, now);
+    assert!(matches!(
+        call.poll(&absent, now, &mut |_| {}),
+        Step::Attempt(_)
+    ));
 }

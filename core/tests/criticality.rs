@@ -9,8 +9,9 @@
     clippy::panic
 )]
 
+use stormguard_core::part::Never;
 use stormguard_core::{
-    call::{Criticality, NoHedge, Unguarded},
+    call::{Criticality, NoHedge},
     Breaker, BreakerSettings, Budget, BudgetSettings, Call, Duration, Finished, Instant, Outcome,
     Parts, RefusalReason, Step,
 };
@@ -21,19 +22,16 @@ use support::{ms, no_jitter};
 const T0: Instant = Instant::from_secs(1);
 
 /// A default budget (30 retries, 3 per second of floor) with `spent` retries withdrawn at `T0`.
-fn spent(spent: u32) -> Parts<Unguarded, Budget> {
-    let mut budget = Budget::new(BudgetSettings::defaults("feed"));
+fn spent(spent: u32) -> Parts<Never, Budget> {
+    let budget = Budget::new(BudgetSettings::defaults("feed"));
     for _ in 0..spent {
         budget.try_withdraw(T0).unwrap();
     }
-    Parts {
-        breaker: Unguarded("feed".into()),
-        budget,
-    }
+    Parts::new().named("feed").budget(budget)
 }
 
 /// One failed attempt at `T0`, then what the call does next.
-fn after_a_failure(parts: &mut Parts<Unguarded, Budget>, criticality: Criticality) -> Step {
+fn after_a_failure(parts: &Parts<Never, Budget>, criticality: Criticality) -> Step {
     let mut call = Call::begin(&no_jitter(), T0);
     call.set_criticality(criticality);
     assert_eq!(call.criticality(), criticality);
@@ -46,18 +44,18 @@ fn after_a_failure(parts: &mut Parts<Unguarded, Budget>, criticality: Criticalit
 
 #[test]
 fn sheddable_work_retries_while_no_more_than_half_the_budget_is_spent() {
-    let mut p = spent(15); // exactly half of 30
+    let p = spent(15); // exactly half of 30
     assert_eq!(
-        after_a_failure(&mut p, Criticality::Sheddable),
+        after_a_failure(&p, Criticality::Sheddable),
         Step::Wait(ms(100))
     );
-    assert_eq!(p.budget.available(T0), 14); // the retry was funded as any other
+    assert_eq!(p.budget.as_ref().unwrap().available(T0), 14); // the retry was funded as any other
 }
 
 #[test]
 fn sheddable_work_gets_no_retry_once_the_budget_is_more_than_half_spent() {
-    let mut p = spent(16);
-    let Step::Reject(r) = after_a_failure(&mut p, Criticality::Sheddable) else {
+    let p = spent(16);
+    let Step::Reject(r) = after_a_failure(&p, Criticality::Sheddable) else {
         panic!("a refused retry is the guarded rejection")
     };
     assert_eq!(r.reason, RefusalReason::Shed);
@@ -65,31 +63,31 @@ fn sheddable_work_gets_no_retry_once_the_budget_is_more_than_half_spent() {
     assert_eq!(r.attempts, 1);
     // Nothing was withdrawn for it; after the pause, back to half takes the floor 1/3 s (one
     // retry at 3 per second), counted from the end of the pause.
-    assert_eq!(p.budget.available(T0), 14);
+    assert_eq!(p.budget.as_ref().unwrap().available(T0), 14);
     assert_eq!(r.retry_after, Duration::from_millis(334) - r.pause);
 }
 
 #[test]
 fn default_and_critical_work_still_retry_past_half_the_budget() {
     for c in [Criticality::Default, Criticality::Critical] {
-        let mut p = spent(16);
-        assert_eq!(after_a_failure(&mut p, c), Step::Wait(ms(100)), "{c}");
-        assert_eq!(p.budget.available(T0), 13, "{c}");
+        let p = spent(16);
+        assert_eq!(after_a_failure(&p, c), Step::Wait(ms(100)), "{c}");
+        assert_eq!(p.budget.as_ref().unwrap().available(T0), 13, "{c}");
     }
 }
 
 #[test]
 fn a_sheddable_call_whose_dependency_answered_gets_the_answer_back() {
-    let mut p = spent(20);
+    let p = spent(20);
     let mut call = Call::begin(&no_jitter(), T0);
     call.set_criticality(Criticality::Sheddable);
-    let Step::Attempt(permit) = call.poll(&mut p, T0, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, T0, &mut |_| {}) else {
         panic!()
     };
     // An HTTP 503: answered; the refused retry hands it back at once.
-    call.complete_attempt(&mut p, permit, T0, Outcome::Transient, true, &mut |_| {});
+    call.complete_attempt(&p, permit, T0, Outcome::Transient, true, &mut |_| {});
     assert_eq!(
-        call.poll(&mut p, T0, &mut |_| {}),
+        call.poll(&p, T0, &mut |_| {}),
         Step::Done(Finished::Failed(Outcome::Transient))
     );
 }
@@ -99,26 +97,27 @@ fn the_floor_refills_the_budget_and_sheddable_work_retries_again() {
     let p = spent(16);
     // One retry's worth of floor (334 ms at 3 per second) brings the budget back to half.
     let later = T0 + ms(334);
-    assert!(p.budget.check_shed(later).is_ok());
-    assert!(p.budget.check_shed(T0 + ms(300)).is_err());
+    assert!(p.budget.as_ref().unwrap().check_shed(later).is_ok());
+    assert!(p.budget.as_ref().unwrap().check_shed(T0 + ms(300)).is_err());
 }
 
 #[test]
 fn sheddable_work_is_never_hedged() {
-    let mut p = Parts {
-        breaker: Breaker::new(
+    let p = Parts::new()
+        .breaker(Breaker::new(
             BreakerSettings::builder("search")
                 .jitter(false)
                 .build()
                 .unwrap(),
-        ),
-        budget: Budget::new(BudgetSettings::defaults("search")),
-    };
+        ))
+        .budget(Budget::new(BudgetSettings::defaults("search")));
     let mut now = T0;
     for _ in 0..40 {
-        let permit = p.breaker.try_acquire(now).unwrap();
+        let permit = p.breaker.as_ref().unwrap().try_acquire(now).unwrap();
         now += ms(20);
         p.breaker
+            .as_ref()
+            .unwrap()
             .on_outcome(now, permit, Outcome::Success, &mut |_| {});
     }
     let hedging = no_jitter().to_builder().hedging(true).build().unwrap();
@@ -129,20 +128,20 @@ fn sheddable_work_is_never_hedged() {
     ] {
         let mut call = Call::begin(&hedging, now);
         call.set_criticality(c);
-        let Step::Attempt(first) = call.poll(&mut p, now, &mut |_| {}) else {
+        let Step::Attempt(first) = call.poll(&p, now, &mut |_| {}) else {
             panic!()
         };
         assert_eq!(call.hedge_delay(&p, now).is_some(), hedged, "{c}");
         let at = now + ms(30);
-        let hedge = call.hedge(&mut p, at, &mut |_| {});
+        let hedge = call.hedge(&p, at, &mut |_| {});
         if hedged {
             let second = hedge.unwrap();
-            call.complete(&mut p, second, at + ms(20), Outcome::Success, &mut |_| {});
-            call.complete(&mut p, first, at + ms(20), Outcome::Cancelled, &mut |_| {});
+            call.complete(&p, second, at + ms(20), Outcome::Success, &mut |_| {});
+            call.complete(&p, first, at + ms(20), Outcome::Cancelled, &mut |_| {});
         } else {
             assert_eq!(hedge, Err(NoHedge::Sheddable));
             assert_eq!(call.attempts(), 1);
-            call.complete(&mut p, first, at, Outcome::Success, &mut |_| {});
+            call.complete(&p, first, at, Outcome::Success, &mut |_| {});
         }
         now = at + ms(20);
     }

@@ -68,7 +68,7 @@ fn a_short_policy_is_bounded_by_its_attempts_and_reports_what_it_measures() {
         .build()
         .unwrap();
     let settings = BreakerSettings::defaults("radio");
-    let mut breaker = Breaker::new(settings);
+    let breaker = Breaker::new(settings);
     let mut now = Instant::from_secs(1);
     for _ in 0..30 {
         let p = breaker.try_acquire(now).unwrap();
@@ -99,7 +99,7 @@ policy `radio`
 #[test]
 fn a_budget_reports_what_it_has_spent() {
     let budget = BudgetSettings::defaults("b");
-    let mut b = Budget::new(budget);
+    let b = Budget::new(budget);
     let now = Instant::from_secs(1);
     for _ in 0..15 {
         b.try_withdraw(now).unwrap();
@@ -172,7 +172,7 @@ fn a_policy_names_itself_and_its_rate_limit_and_bulkhead() {
         .unwrap();
     let text = Explain::new(&settings)
         .name(&name)
-        .rate_limit(&limit)
+        .limit(&limit)
         .bulkhead(&bulkhead)
         .to_string();
     let want = "\
@@ -188,7 +188,7 @@ policy `search`
     no breaker: nothing stops a call reaching a dependency that is already down
 ";
     assert_eq!(text, want);
-    let text = Explain::new(&settings).window_limit(&window).to_string();
+    let text = Explain::new(&settings).limit(&window).to_string();
     assert!(
         text.contains("- rate limit: 50 per 60s, then a 30s cooldown; every attempt"),
         "{text}"
@@ -203,7 +203,7 @@ fn a_breaker_that_learned_a_20_percent_failure_rate_explains_the_raised_consecut
     // normal rate of 20%, and a run of failures must then be as unlikely as the default bound
     // of 1e-8 to trip: 0.2^12 <= 1e-8 < 0.2^11, a run of 12.
     let settings = BreakerSettings::defaults("flaky");
-    let mut breaker = Breaker::new(settings);
+    let breaker = Breaker::new(settings);
     let mut now = Instant::from_secs(1);
     for i in 0..600 {
         let p = breaker.try_acquire(now).unwrap();
@@ -239,7 +239,7 @@ fn a_raised_run_says_why_before_the_error_rate_baseline_is_armed() {
     // error-rate baseline is not armed yet, while the consecutive rule has learned 20% from the
     // window. The text reports that rate and says the run was raised by it.
     let settings = BreakerSettings::defaults("young");
-    let mut breaker = Breaker::new(settings);
+    let breaker = Breaker::new(settings);
     let mut now = Instant::from_secs(1);
     for i in 0..200 {
         let p = breaker.try_acquire(now).unwrap();
@@ -285,7 +285,7 @@ fn a_hedged_policy_over_a_breaker_that_learns_nothing_is_told_it_never_hedges() 
     // What the explanation must match: after the same 40 healthy calls, the consecutive-only
     // breaker has no p95 to hedge or cut attempts at, and the learning one has both.
     let healthy = |settings: BreakerSettings| {
-        let mut breaker = Breaker::new(settings);
+        let breaker = Breaker::new(settings);
         let mut now = Instant::from_secs(1);
         for _ in 0..40 {
             let p = breaker.try_acquire(now).unwrap();

@@ -102,7 +102,7 @@ fn outcome(n: u8) -> Outcome {
 /// differently, say different things or read differently.
 macro_rules! lockstep {
     ($one:expr, $other:expr, $ops:expr) => {{
-        let (mut one, mut other) = ($one, $other);
+        let (one, other) = ($one, $other);
         let mut now = Instant::from_secs(100);
         let mut permits: Vec<(Permit, Permit)> = Vec::new();
         for &(op, x, dt) in $ops {

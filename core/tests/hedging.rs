@@ -71,7 +71,7 @@ fn hedging_is_suppressed_near_the_trip_point_only_once_the_window_holds_its_mini
     let now = run(&mut b, now, ms(20), Outcome::Transient, 1);
     assert_eq!(
         b.hedge_after(now),
-        Err(stormguard_core::breaker::HedgeSuppressed::NearTrip)
+        Err(stormguard_core::part::HedgeSuppressed::NearTrip)
     );
 }
 
@@ -105,7 +105,7 @@ fn hedging_near_the_consecutive_trip_point_is_judged_against_the_run_the_learned
     let now = run(&mut b, now, ms(20), Outcome::Transient, 3);
     assert_eq!(
         b.hedge_after(now),
-        Err(stormguard_core::breaker::HedgeSuppressed::NearTrip)
+        Err(stormguard_core::part::HedgeSuppressed::NearTrip)
     );
 }
 

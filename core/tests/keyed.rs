@@ -169,7 +169,7 @@ fn an_isolated_breaker_is_never_idle_but_can_be_removed() {
     let t0 = Instant::from_secs(1);
     let p = t.try_acquire(1, t0, None, &mut |_| {}).unwrap();
     t.on_outcome(&1, t0, p, Outcome::Success, &mut |_| {});
-    let mut isolated = t.remove(&1).unwrap();
+    let isolated = t.remove(&1).unwrap();
     isolated.isolate(t0, &mut |_| {});
     let year = t0 + secs(365 * 86_400);
     assert!(!isolated.is_idle(0, t0, year));

@@ -10,8 +10,8 @@
 )]
 
 use stormguard_core::{
-    call::Unlimited, Backoff, Breaker, BreakerSettings, Call, CallSettings, Duration, Field,
-    Instant, Jitter, LeanBreaker, Multiple, Outcome, Parts, Step,
+    Backoff, Breaker, BreakerSettings, Call, CallSettings, Duration, Field, Instant, Jitter,
+    LeanBreaker, Multiple, Outcome, Parts, Step,
 };
 
 mod support;
@@ -24,7 +24,7 @@ static LEAN: BreakerSettings = match BreakerSettings::consecutive_only("lean", 5
 
 /// A breaker that has learned `n` successful calls of `latency` each, and the time after.
 fn learned(latency: Duration, n: u32) -> (Breaker, Instant) {
-    let mut b = Breaker::new(
+    let b = Breaker::new(
         BreakerSettings::builder("db")
             .jitter(false)
             .build()
@@ -55,9 +55,9 @@ fn measured(multiple: Multiple) -> CallSettings {
 }
 
 /// The waits of a call whose every attempt fails transiently after 1 ms.
-fn waits<A: stormguard_core::call::Admission>(
+fn waits(
     settings: &CallSettings,
-    parts: &mut Parts<A, Unlimited>,
+    parts: &impl stormguard_core::call::Gate,
     mut now: Instant,
 ) -> Vec<Duration> {
     let mut call = Call::begin(settings, now);
@@ -86,13 +86,10 @@ fn the_first_retry_waits_the_multiple_of_the_learned_median_and_the_curve_grows_
         .expect("40 successes teach a median");
     // The histogram reads the median within 12.5% above it, never below.
     assert!(median >= ms(20) && median <= ms(23), "{median}");
-    let mut parts = Parts {
-        breaker,
-        budget: Unlimited,
-    };
+    let parts = Parts::new().breaker(breaker);
     let base = Multiple::whole(4).apply(median);
     assert_eq!(
-        waits(&measured(Multiple::whole(4)), &mut parts, now),
+        waits(&measured(Multiple::whole(4)), &parts, now),
         [base, base.saturating_mul(2)]
     );
 }
@@ -101,22 +98,16 @@ fn the_first_retry_waits_the_multiple_of_the_learned_median_and_the_curve_grows_
 fn the_measured_base_stays_within_10x_of_the_configured_base_either_way() {
     // A 1 ms dependency: 4x its median is under a tenth of 100 ms, so the tenth stands.
     let (fast, now) = learned(ms(1), 40);
-    let mut parts = Parts {
-        breaker: fast,
-        budget: Unlimited,
-    };
+    let parts = Parts::new().breaker(fast);
     assert_eq!(
-        waits(&measured(Multiple::whole(4)), &mut parts, now),
+        waits(&measured(Multiple::whole(4)), &parts, now),
         [ms(10), ms(20)]
     );
     // A 2 s dependency: 4x its median is over 10x the base, so 1 s stands.
     let (slow, now) = learned(Duration::from_secs(2), 40);
-    let mut parts = Parts {
-        breaker: slow,
-        budget: Unlimited,
-    };
+    let parts = Parts::new().breaker(slow);
     assert_eq!(
-        waits(&measured(Multiple::whole(4)), &mut parts, now),
+        waits(&measured(Multiple::whole(4)), &parts, now),
         [ms(1_000), ms(2_000)]
     );
 }
@@ -126,25 +117,15 @@ fn without_a_learned_median_the_configured_base_stands() {
     // 19 successes: no median yet.
     let (cold, now) = learned(ms(20), 19);
     assert_eq!(cold.normal_latency(now), None);
-    let mut parts = Parts {
-        breaker: cold,
-        budget: Unlimited,
-    };
+    let parts = Parts::new().breaker(cold);
     assert_eq!(
-        waits(&measured(Multiple::whole(4)), &mut parts, now),
+        waits(&measured(Multiple::whole(4)), &parts, now),
         [ms(100), ms(200)]
     );
     // A breaker that keeps no statistics never learns one.
-    let mut parts = Parts {
-        breaker: LeanBreaker::new(&LEAN).unwrap(),
-        budget: Unlimited,
-    };
+    let parts = Parts::new().breaker(LeanBreaker::new(&LEAN).unwrap());
     assert_eq!(
-        waits(
-            &measured(Multiple::whole(4)),
-            &mut parts,
-            Instant::from_secs(1)
-        ),
+        waits(&measured(Multiple::whole(4)), &parts, Instant::from_secs(1)),
         [ms(100), ms(200)]
     );
 }

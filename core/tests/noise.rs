@@ -11,9 +11,9 @@
 )]
 
 use stormguard_core::{
-    call::Unlimited, rng::JitterRng, Bound, Breaker, BreakerSettings, Call, CallSettings, Duration,
-    Event, FailureRate, Field, Instant, Outcome, Parts, Ratio, Recovery, RefusalReason,
-    SharedBreaker, SlowCalls, State, Step, TripReason,
+    rng::JitterRng, Bound, Breaker, BreakerSettings, Call, CallSettings, Duration, Event,
+    FailureRate, Field, Instant, Outcome, Parts, Ratio, Recovery, RefusalReason, SharedBreaker,
+    SlowCalls, State, Step, TripReason,
 };
 
 mod support;
@@ -132,7 +132,7 @@ fn the_snapshot_reports_the_failure_rate_as_soon_as_the_noise_rules_use_it() {
     // 150 outcomes at 20% over 15 s, all still in the 30 s trip window: the error baseline
     // holds none of them, yet the consecutive rule uses the rate they show. The snapshot reads
     // that rate, the one in force, at every step on the way.
-    let mut b = Breaker::new(consecutive_only_with_statistics());
+    let b = Breaker::new(consecutive_only_with_statistics());
     let mut t = Instant::from_secs(1);
     for i in 0..150u64 {
         let p = b.try_acquire(t).unwrap();
@@ -311,7 +311,7 @@ fn a_call_at_the_slow_threshold_is_slow() {
         .slow_threshold(Some(ms(100)))
         .build()
         .unwrap();
-    let mut b = Breaker::new(settings);
+    let b = Breaker::new(settings);
     let t = Instant::from_secs(1);
     for (latency, slow) in [(ms(99), 0), (ms(100), 1), (ms(101), 2)] {
         let p = b.try_acquire(t).unwrap();
@@ -322,7 +322,7 @@ fn a_call_at_the_slow_threshold_is_slow() {
 
 #[test]
 fn the_learned_median_is_none_until_twenty_samples() {
-    let mut b = Breaker::new(defaults());
+    let b = Breaker::new(defaults());
     let mut t = Instant::from_secs(1);
     for n in 1..=20 {
         let p = b.try_acquire(t).unwrap();
@@ -590,7 +590,7 @@ fn a_breaker_that_learns_nothing_reopens_on_one_failed_probe() {
 fn the_shared_breaker_judges_noise_exactly_as_the_single_threaded_one() {
     // The same outcome sequence through both forms: the same decisions, call by call.
     let settings = ramped();
-    let mut local = Breaker::new(settings).with_seed(5);
+    let local = Breaker::new(settings).with_seed(5);
     let shared = SharedBreaker::new(settings).with_seed(5);
     let mut rng = JitterRng::with_seed(11);
     let mut t = Instant::from_secs(1);
@@ -632,7 +632,7 @@ fn the_shared_breaker_judges_noise_exactly_as_the_single_threaded_one() {
 /// that outlives its attempt deadline is reported as timed out at that deadline, as an adapter
 /// does. Returns the time the call ended.
 fn call_with_deadline(
-    parts: &mut Parts<Breaker, Unlimited>,
+    parts: &Parts<Breaker>,
     settings: &CallSettings,
     now: Instant,
     deadline: Duration,
@@ -670,15 +670,12 @@ fn one_attempt(timeout: Duration) -> CallSettings {
 
 /// A default breaker that has seen 30 calls answered in 20 ms, and calls of one attempt with a
 /// 10 s attempt timeout: the deadline, not the attempt timeout, is what can cut them.
-fn warm_at_20ms() -> (Parts<Breaker, Unlimited>, CallSettings, Instant) {
-    let mut parts = Parts {
-        breaker: Breaker::new(defaults()),
-        budget: Unlimited,
-    };
+fn warm_at_20ms() -> (Parts<Breaker>, CallSettings, Instant) {
+    let parts = Parts::new().breaker(Breaker::new(defaults()));
     let settings = one_attempt(secs(10));
     let mut t = Instant::from_secs(1);
     for _ in 0..30 {
-        t = call_with_deadline(&mut parts, &settings, t, secs(1), ms(20));
+        t = call_with_deadline(&parts, &settings, t, secs(1), ms(20));
     }
     (parts, settings, t)
 }
@@ -687,39 +684,47 @@ fn warm_at_20ms() -> (Parts<Breaker, Unlimited>, CallSettings, Instant) {
 fn a_callers_short_deadline_cannot_open_the_breaker() {
     // A healthy 20 ms dependency, and callers asking for answers within 5 ms: their attempts
     // are cut by their own deadlines, which says nothing about the dependency.
-    let (mut parts, settings, mut t) = warm_at_20ms();
+    let (parts, settings, mut t) = warm_at_20ms();
     for _ in 0..50 {
-        t = call_with_deadline(&mut parts, &settings, t, ms(5), ms(20));
+        t = call_with_deadline(&parts, &settings, t, ms(5), ms(20));
     }
-    assert_eq!(parts.breaker.state(t), State::Closed);
-    assert_eq!(parts.breaker.snapshot(t).consecutive_failures, 0);
-    assert_eq!(parts.breaker.snapshot(t).window_failures, 0);
+    assert_eq!(parts.breaker.as_ref().unwrap().state(t), State::Closed);
+    assert_eq!(
+        parts
+            .breaker
+            .as_ref()
+            .unwrap()
+            .snapshot(t)
+            .consecutive_failures,
+        0
+    );
+    assert_eq!(
+        parts.breaker.as_ref().unwrap().snapshot(t).window_failures,
+        0
+    );
 }
 
 #[test]
 fn an_attempt_the_deadline_cut_after_it_was_already_slow_still_counts() {
     // Learned median 20 ms, slow from 3x (at most 67.5 ms as the histogram reads it): an
     // attempt still running at a 500 ms deadline was slow before the deadline cut it.
-    let (mut parts, settings, mut t) = warm_at_20ms();
+    let (parts, settings, mut t) = warm_at_20ms();
     for _ in 0..5 {
-        t = call_with_deadline(&mut parts, &settings, t, ms(500), secs(2));
+        t = call_with_deadline(&parts, &settings, t, ms(500), secs(2));
     }
-    assert_eq!(parts.breaker.state(t), State::Open);
+    assert_eq!(parts.breaker.as_ref().unwrap().state(t), State::Open);
 }
 
 #[test]
 fn an_attempt_cut_by_its_own_timeout_is_a_failure_whatever_the_deadline() {
     // The attempt timeout (5 ms) cuts first, well inside the 1 s deadline: a timeout.
-    let mut parts = Parts {
-        breaker: Breaker::new(defaults()),
-        budget: Unlimited,
-    };
+    let parts = Parts::new().breaker(Breaker::new(defaults()));
     let settings = one_attempt(ms(5));
     let mut t = Instant::from_secs(1);
     for _ in 0..5 {
-        t = call_with_deadline(&mut parts, &settings, t, secs(1), ms(20));
+        t = call_with_deadline(&parts, &settings, t, secs(1), ms(20));
     }
-    assert_eq!(parts.breaker.state(t), State::Open);
+    assert_eq!(parts.breaker.as_ref().unwrap().state(t), State::Open);
 }
 
 #[test]
@@ -788,7 +793,7 @@ fn a_dependency_still_slow_after_its_probes_trips_the_slow_call_rule_again() {
         .trip_window(secs(5))
         .build()
         .unwrap();
-    let mut b = Breaker::new(settings);
+    let b = Breaker::new(settings);
     let mut t = Instant::from_secs(1);
     for _ in 0..600 {
         let p = b.try_acquire(t).unwrap();
@@ -830,15 +835,12 @@ fn a_dependency_that_hangs_trips_a_breaker_that_knows_no_slow_call_when_deadline
         Breaker::new(defaults()),
         Breaker::new(BreakerSettings::consecutive_only("hangs", 5).unwrap()),
     ] {
-        let mut parts = Parts {
-            breaker,
-            budget: Unlimited,
-        };
+        let parts = Parts::new().breaker(breaker);
         let mut t = Instant::from_secs(1);
         for _ in 0..5 {
-            t = call_with_deadline(&mut parts, &settings, t, secs(1), secs(3600));
+            t = call_with_deadline(&parts, &settings, t, secs(1), secs(3600));
         }
-        assert_eq!(parts.breaker.state(t), State::Open);
+        assert_eq!(parts.breaker.as_ref().unwrap().state(t), State::Open);
     }
 }
 
@@ -850,16 +852,13 @@ fn with_nothing_learned_a_deadline_cut_shorter_than_the_ceiling_floor_is_the_cal
     // which says nothing about the dependency. At the floor the cut is evidence.
     let settings = one_attempt(secs(10));
     for (deadline, opens) in [(ms(5), false), (ms(49), false), (ms(50), true)] {
-        let mut parts = Parts {
-            breaker: Breaker::new(defaults()),
-            budget: Unlimited,
-        };
+        let parts = Parts::new().breaker(Breaker::new(defaults()));
         let mut t = Instant::from_secs(1);
         for _ in 0..20 {
-            t = call_with_deadline(&mut parts, &settings, t, deadline, ms(200));
+            t = call_with_deadline(&parts, &settings, t, deadline, ms(200));
         }
         assert_eq!(
-            parts.breaker.state(t) == State::Open,
+            parts.breaker.as_ref().unwrap().state(t) == State::Open,
             opens,
             "deadline {deadline}"
         );

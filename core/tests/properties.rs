@@ -10,9 +10,8 @@
 
 use proptest::prelude::*;
 use stormguard_core::{
-    call::Unguarded, Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings,
-    Duration, Event, Finished, Instant, Outcome, Parts, Permit, Recovery, RefusalReason, State,
-    Step,
+    Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration, Event,
+    Finished, Instant, Outcome, Parts, Permit, Recovery, RefusalReason, State, Step,
 };
 
 #[derive(Clone, Debug)]
@@ -96,7 +95,7 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..300),
     ) {
         let s = settings(probes, ramp, consecutive);
-        let mut b = Breaker::new(s).with_seed(seed);
+        let b = Breaker::new(s).with_seed(seed);
         let mut now = Instant::from_secs(1000);
         let mut permits: Vec<Permit> = Vec::new();
         // Probe permits granted in the current half-open period and not yet returned.
@@ -221,10 +220,9 @@ fn retries_never_exceed_what_the_budget_funds() {
                 .floor_per_second_milli(floor_milli)
                 .build()
                 .unwrap();
-            let mut parts = Parts {
-                breaker: Unguarded(stormguard_core::Name::new("prop")),
-                budget: Budget::new(budget),
-            };
+            let parts = Parts::new()
+                .named(stormguard_core::Name::new("prop"))
+                .budget(Budget::new(budget));
             let settings = CallSettings::builder()
                 .seed(seed)
                 .max_attempts(4)
@@ -240,7 +238,7 @@ fn retries_never_exceed_what_the_budget_funds() {
                 let mut call = Call::begin(&settings, now);
                 let deadline = call.deadline().unwrap();
                 loop {
-                    match call.poll(&mut parts, now, &mut |_| {}) {
+                    match call.poll(&parts, now, &mut |_| {}) {
                         Step::Attempt(p) => {
                             if call.attempts() > 1 {
                                 retries += 1;
@@ -251,7 +249,7 @@ fn retries_never_exceed_what_the_budget_funds() {
                             if o == Outcome::Success {
                                 successes += 1;
                             }
-                            call.complete(&mut parts, p, now, o, &mut |_| {});
+                            call.complete(&parts, p, now, o, &mut |_| {});
                         }
                         Step::Wait(d) => {
                             prop_assert!(
@@ -310,7 +308,7 @@ proptest! {
             .recovery(Some(Recovery::over(0.25)))
             .build()
             .unwrap();
-        let mut b = Breaker::new(s).with_seed(seed);
+        let b = Breaker::new(s).with_seed(seed);
         let mut now = Instant::from_secs(100);
         // A baseline at 10 ms, so slow calls can halve the ramp.
         for _ in 0..30 {
@@ -350,7 +348,7 @@ proptest! {
 /// `per_mille / 1000` from 1000 outcomes at 10 a second, its failures spread evenly (never two
 /// in a row below 50%, so the cold rule never trips while it learns). Returns the time after.
 fn learned_at(per_mille: u64) -> (Breaker, Instant) {
-    let mut b = Breaker::new(
+    let b = Breaker::new(
         BreakerSettings::builder("noisy")
             .jitter(false)
             .build()

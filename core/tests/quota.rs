@@ -12,7 +12,8 @@
 )]
 
 use proptest::prelude::*;
-use stormguard_core::limits::{Limit, Quota, QuotaSettings, SharedQuota};
+use stormguard_core::limits::{Quota, QuotaSettings, SharedQuota};
+use stormguard_core::part::Limit;
 use stormguard_core::wire::http::{parse_delay_seconds, parse_millis};
 use stormguard_core::wire::quota::{
     parse_count, parse_ratelimit, parse_reset, Published, MAX_VALUE, UNIX_TIME_FROM,
@@ -121,7 +122,7 @@ proptest! {
             Duration::from_millis(max_wait_ms),
         ).unwrap();
         let shared = SharedQuota::new(settings);
-        let mut owned = Quota::new(settings);
+        let owned = Quota::new(settings);
         let mut now = Instant::from_secs(10);
         for (read, step_ms, limit, remaining, reset_ms) in ops {
             now += Duration::from_millis(step_ms);
@@ -146,7 +147,7 @@ proptest! {
                 }
             } else {
                 let got = owned.take(now);
-                prop_assert_eq!((&shared).take(now), got);
+                prop_assert_eq!(shared.take(now), got);
                 if let Err(refused) = got {
                     prop_assert_eq!(refused.reason, RefusalReason::QuotaReserve);
                     prop_assert!(!refused.retry_after.is_zero());

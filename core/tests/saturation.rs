@@ -9,12 +9,12 @@
     clippy::panic
 )]
 
-use stormguard_core::call::Admission;
+use stormguard_core::call::Gate;
 use stormguard_core::limits::saturation::{
-    Probed, SaturationAware, SaturationDetector, SaturationSettings, SaturationSignal,
+    Probed, SaturationDetector, SaturationSettings, SaturationSignal,
 };
 use stormguard_core::{
-    Bound, Breaker, BreakerSettings, Duration, Field, Instant, Multiple, Outcome, TripReason,
+    Bound, Breaker, BreakerSettings, Duration, Field, Instant, Multiple, Outcome, Parts, TripReason,
 };
 
 mod support;
@@ -158,7 +158,7 @@ fn an_unarmed_signal_never_holds() {
 
 /// A breaker with a learned 5 ms median, the probe armed, and the instant after.
 fn learned_breaker(settings: BreakerSettings) -> (Breaker, Instant) {
-    let mut b = Breaker::new(settings);
+    let b = Breaker::new(settings);
     let mut t = Instant::from_secs(1);
     for _ in 0..200 {
         let permit = b.try_acquire(t).unwrap();
@@ -174,7 +174,7 @@ fn learned_breaker(settings: BreakerSettings) -> (Breaker, Instant) {
 }
 
 /// `n` attempts of 900 ms through `admission`, one every 10 ms from `t`; the trips seen.
-fn slow_attempts(admission: &mut impl Admission, t: Instant, n: u64) -> Vec<TripReason> {
+fn slow_attempts(admission: &impl Gate, t: Instant, n: u64) -> Vec<TripReason> {
     let mut trips = Vec::new();
     for i in 0..n {
         let start = t.saturating_add(ms(10 * i));
@@ -221,15 +221,15 @@ fn slow_rule_breaker() -> (Breaker, Instant) {
 
 #[test]
 fn attempts_during_an_episode_teach_no_latency_and_trip_no_slow_call_rule() {
-    let (mut b, t) = slow_rule_breaker();
+    let (b, t) = slow_rule_breaker();
     let median = b.normal_latency(t);
     let p95 = b.hedge_after(t);
     assert!(median.is_some());
 
     let signal = SaturationSignal::new();
     signal.publish(&episode_at(t));
-    let mut held = SaturationAware::new(&mut b, Some(&signal));
-    let trips = slow_attempts(&mut held, t, 300);
+    let held = Parts::new().breaker(&b).saturation(&signal);
+    let trips = slow_attempts(&held, t, 300);
     assert!(trips.is_empty(), "{trips:?}");
     let after = t.saturating_add(ms(4_000));
     assert_eq!(b.normal_latency(after), median);
@@ -239,7 +239,7 @@ fn attempts_during_an_episode_teach_no_latency_and_trip_no_slow_call_rule() {
 
 #[test]
 fn without_an_episode_the_same_attempts_are_learned_and_trip_the_breaker() {
-    let (mut b, t) = slow_rule_breaker();
+    let (b, t) = slow_rule_breaker();
     let signal = SaturationSignal::new();
     let mut d = episode_at(t);
     // The episode drained before the attempts began.
@@ -247,18 +247,18 @@ fn without_an_episode_the_same_attempts_are_learned_and_trip_the_breaker() {
     probe(&mut d, ms(1));
     assert!(!d.is_saturated());
     signal.publish(&d);
-    let mut aware = SaturationAware::new(&mut b, Some(&signal));
+    let aware = Parts::new().breaker(&b).saturation(&signal);
     // Within the probe's threshold of its due instant, so the probe is not overdue either.
     let start = d.next_due();
-    let trips = slow_attempts(&mut aware, start.saturating_sub(ms(900)), 1);
+    let trips = slow_attempts(&aware, start.saturating_sub(ms(900)), 1);
     assert!(trips.is_empty());
-    let trips = slow_attempts(&mut SaturationAware::new(&mut b, None), start, 300);
+    let trips = slow_attempts(&Parts::new().breaker(&b), start, 300);
     assert_eq!(trips.first(), Some(&TripReason::SlowCalls), "{trips:?}");
 }
 
 /// Three attempts through `admission` from `t`, each ending 50 ms later with `outcome`;
 /// whether the breaker opened.
-fn three(admission: &mut impl Admission, t: Instant, outcome: Outcome) -> bool {
+fn three(admission: &impl Gate, t: Instant, outcome: Outcome) -> bool {
     let mut opened = false;
     for i in 0..3 {
         let start = t.saturating_add(ms(10 * i));
@@ -282,33 +282,25 @@ fn a_timeout_during_an_episode_is_the_callers_but_other_failures_count() {
         .consecutive_failures(3)
         .build()
         .unwrap();
-    let (mut b, t) = learned_breaker(settings);
+    let (b, t) = learned_breaker(settings);
     let signal = SaturationSignal::new();
     signal.publish(&episode_at(t));
-    let mut held = SaturationAware::new(&mut b, Some(&signal));
-    assert!(!three(&mut held, t, Outcome::TimedOut));
+    let held = Parts::new().breaker(&b).saturation(&signal);
+    assert!(!three(&held, t, Outcome::TimedOut));
     assert_eq!(
         b.snapshot(t.saturating_add(ms(100))).consecutive_failures,
         0
     );
-    let mut held = SaturationAware::new(&mut b, Some(&signal));
-    assert!(three(
-        &mut held,
-        t.saturating_add(ms(100)),
-        Outcome::Transient
-    ));
+    let held = Parts::new().breaker(&b).saturation(&signal);
+    assert!(three(&held, t.saturating_add(ms(100)), Outcome::Transient));
 
     // The same timeouts outside an episode open it.
     let settings = BreakerSettings::builder("db")
         .consecutive_failures(3)
         .build()
         .unwrap();
-    let (mut b, t) = learned_breaker(settings);
-    assert!(three(
-        &mut SaturationAware::new(&mut b, None),
-        t,
-        Outcome::TimedOut
-    ));
+    let (b, t) = learned_breaker(settings);
+    assert!(three(&Parts::new().breaker(&b), t, Outcome::TimedOut));
 }
 
 #[test]

@@ -10,9 +10,9 @@
 )]
 
 use stormguard_core::{
-    limits::Bulkhead, limits::Bulkheaded, limits::RateLimitSettings, limits::RateLimited,
-    limits::SharedRateLimiter, Backoff, Breaker, Budget, BudgetSettings, Call, CallSettings, Event,
-    Instant, Outcome, Parts, RefusalReason, Step, GUARD_PAUSE,
+    limits::Bulkhead, limits::RateLimitSettings, limits::SharedRateLimiter, Backoff, Breaker,
+    Budget, BudgetSettings, Call, CallSettings, Event, Instant, Outcome, Parts, RefusalReason,
+    Step, GUARD_PAUSE,
 };
 
 mod support;
@@ -31,17 +31,17 @@ fn kinds(events: &mut Vec<String>) -> impl FnMut(Event<'_>) + '_ {
 #[test]
 fn a_rate_limited_attempt_waits_the_limiters_hint_uncharged_and_unseen_by_the_breaker() {
     let limiter = SharedRateLimiter::new(RateLimitSettings::per_second("api", 1).unwrap());
-    let mut p = Parts {
-        breaker: RateLimited::new(Breaker::of(5, "api").unwrap(), &limiter),
-        budget: Budget::new(BudgetSettings::defaults("api")),
-    };
+    let p = Parts::new()
+        .breaker(Breaker::of(5, "api").unwrap())
+        .limiter(&limiter)
+        .budget(Budget::new(BudgetSettings::defaults("api")));
     let now = Instant::from_secs(1);
     // Another caller took the only cell: the next is due in 1 s.
     limiter.check(now).unwrap();
-    let budget_before = p.budget.available(now);
+    let budget_before = p.budget.as_ref().unwrap().available(now);
     let mut events = Vec::new();
     let mut call = Call::begin(&no_jitter(), now);
-    let step = call.poll(&mut p, now, &mut kinds(&mut events));
+    let step = call.poll(&p, now, &mut kinds(&mut events));
     assert_eq!(step, Step::Wait(ms(1000)));
     assert_eq!(
         events,
@@ -51,58 +51,59 @@ fn a_rate_limited_attempt_waits_the_limiters_hint_uncharged_and_unseen_by_the_br
         ]
     );
     assert_eq!(call.attempts(), 1, "the refused attempt took a slot");
-    assert_eq!(p.budget.available(now), budget_before, "nothing charged");
-    let snap = p.breaker.breaker().snapshot(now);
+    assert_eq!(
+        p.budget.as_ref().unwrap().available(now),
+        budget_before,
+        "nothing charged"
+    );
+    let snap = p.breaker.as_ref().unwrap().snapshot(now);
     assert_eq!(snap.consecutive_failures, 0, "nothing told to the breaker");
     // The cell is there after the hint: the attempt runs.
     let now = now + ms(1000);
-    let Step::Attempt(permit) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(permit) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(call.attempts(), 2);
-    call.complete(&mut p, permit, now + ms(5), Outcome::Success, &mut |_| {});
+    call.complete(&p, permit, now + ms(5), Outcome::Success, &mut |_| {});
     assert!(call.is_over());
 }
 
 #[test]
 fn a_full_bulkhead_is_retried_on_the_throttled_curve_then_guarded_when_no_attempt_is_left() {
-    let mut p = Parts {
-        breaker: Bulkheaded::new(
-            Breaker::of(5, "db").unwrap(),
-            Bulkhead::of(1, "db").unwrap(),
-        ),
-        budget: Budget::new(BudgetSettings::defaults("db")),
-    };
+    let p = Parts::new()
+        .breaker(Breaker::of(5, "db").unwrap())
+        .bulkhead(Bulkhead::of(1, "db").unwrap())
+        .budget(Budget::new(BudgetSettings::defaults("db")));
     let now = Instant::from_secs(1);
     let mut holder = Call::begin(&no_jitter(), now);
-    let Step::Attempt(held) = holder.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(held) = holder.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
-    let budget_before = p.budget.available(now);
+    let budget_before = p.budget.as_ref().unwrap().available(now);
     let mut call = Call::begin(&no_jitter(), now);
     // No hint from a bulkhead: the throttled curve, 1 s then 2 s.
-    assert_eq!(call.poll(&mut p, now, &mut |_| {}), Step::Wait(ms(1000)));
+    assert_eq!(call.poll(&p, now, &mut |_| {}), Step::Wait(ms(1000)));
     let now = now + ms(1000);
-    assert_eq!(call.poll(&mut p, now, &mut |_| {}), Step::Wait(ms(2000)));
+    assert_eq!(call.poll(&p, now, &mut |_| {}), Step::Wait(ms(2000)));
     let now = now + ms(2000);
     // The third of three attempts is refused too: no retry fits, the guarded rejection.
-    let Step::Reject(r) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Reject(r) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(r.reason, RefusalReason::BulkheadFull);
     assert_eq!(r.pause, GUARD_PAUSE);
     assert_eq!(r.last, None);
-    assert_eq!(p.budget.available(now), budget_before);
-    holder.complete(&mut p, held, now, Outcome::Success, &mut |_| {});
+    assert_eq!(p.budget.as_ref().unwrap().available(now), budget_before);
+    holder.complete(&p, held, now, Outcome::Success, &mut |_| {});
 }
 
 #[test]
 fn a_self_imposed_wait_past_the_deadline_ends_as_the_guarded_rejection_not_a_timeout() {
     let limiter = SharedRateLimiter::new(RateLimitSettings::per_second("api", 1).unwrap());
-    let mut p = Parts {
-        breaker: RateLimited::new(Breaker::of(5, "api").unwrap(), &limiter),
-        budget: Budget::new(BudgetSettings::defaults("api")),
-    };
+    let p = Parts::new()
+        .breaker(Breaker::of(5, "api").unwrap())
+        .limiter(&limiter)
+        .budget(Budget::new(BudgetSettings::defaults("api")));
     let now = Instant::from_secs(1);
     limiter.check(now).unwrap();
     let short = no_jitter()
@@ -111,7 +112,7 @@ fn a_self_imposed_wait_past_the_deadline_ends_as_the_guarded_rejection_not_a_tim
         .build()
         .unwrap();
     let mut call = Call::begin(&short, now);
-    let Step::Reject(r) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Reject(r) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(r.reason, RefusalReason::RateLimited);
@@ -120,14 +121,14 @@ fn a_self_imposed_wait_past_the_deadline_ends_as_the_guarded_rejection_not_a_tim
 #[test]
 fn a_breaker_refusal_behind_a_limiter_is_still_rejected_at_once() {
     let limiter = SharedRateLimiter::new(RateLimitSettings::per_second("api", 1).unwrap());
-    let mut p = Parts {
-        breaker: RateLimited::new(Breaker::of(5, "api").unwrap(), &limiter),
-        budget: Budget::new(BudgetSettings::defaults("api")),
-    };
+    let p = Parts::new()
+        .breaker(Breaker::of(5, "api").unwrap())
+        .limiter(&limiter)
+        .budget(Budget::new(BudgetSettings::defaults("api")));
     let now = Instant::from_secs(1);
-    p.breaker.breaker_mut().isolate(now, &mut |_| {});
+    p.breaker.as_ref().unwrap().isolate(now, &mut |_| {});
     let mut call = Call::begin(&no_jitter(), now);
-    let Step::Reject(r) = call.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Reject(r) = call.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     assert_eq!(r.reason, RefusalReason::Isolated);
@@ -135,16 +136,13 @@ fn a_breaker_refusal_behind_a_limiter_is_still_rejected_at_once() {
 
 #[test]
 fn with_no_backoff_a_full_bulkhead_is_retried_at_once_never_with_a_zero_wait() {
-    let mut p = Parts {
-        breaker: Bulkheaded::new(
-            Breaker::of(5, "db").unwrap(),
-            Bulkhead::of(1, "db").unwrap(),
-        ),
-        budget: Budget::new(BudgetSettings::defaults("db")),
-    };
+    let p = Parts::new()
+        .breaker(Breaker::of(5, "db").unwrap())
+        .bulkhead(Bulkhead::of(1, "db").unwrap())
+        .budget(Budget::new(BudgetSettings::defaults("db")));
     let now = Instant::from_secs(1);
     let mut holder = Call::begin(&no_jitter(), now);
-    let Step::Attempt(held) = holder.poll(&mut p, now, &mut |_| {}) else {
+    let Step::Attempt(held) = holder.poll(&p, now, &mut |_| {}) else {
         panic!()
     };
     let none = CallSettings::builder()
@@ -155,7 +153,7 @@ fn with_no_backoff_a_full_bulkhead_is_retried_at_once_never_with_a_zero_wait() {
     let mut call = Call::begin(&none, now);
     // Each refusal is retried at once (announced, with no wait) until the attempts are spent,
     // all within the one poll: the adapter is never asked to sleep for nothing.
-    let Step::Reject(r) = call.poll(&mut p, now, &mut kinds(&mut events)) else {
+    let Step::Reject(r) = call.poll(&p, now, &mut kinds(&mut events)) else {
         panic!("a zero wait must not be handed to the adapter")
     };
     assert_eq!(r.reason, RefusalReason::BulkheadFull);
@@ -176,5 +174,5 @@ fn with_no_backoff_a_full_bulkhead_is_retried_at_once_never_with_a_zero_wait() {
         ],
         "each refused attempt logged and each retry announced"
     );
-    holder.complete(&mut p, held, now, Outcome::Success, &mut |_| {});
+    holder.complete(&p, held, now, Outcome::Success, &mut |_| {});
 }

@@ -94,10 +94,10 @@ proptest! {
             b = b.failure_rate(None).slow_calls(None);
         }
         let settings = b.build().unwrap();
-        let mut local = Breaker::new(settings).with_seed(seed);
+        let local = Breaker::new(settings).with_seed(seed);
         LANE.with(|l| l.set(lane));
         let shared = SharedBreaker::new(settings).with_seed(seed).with_lane_hint(test_lane);
-        let mut budget = Budget::new(BudgetSettings::defaults("eq"));
+        let budget = Budget::new(BudgetSettings::defaults("eq"));
         let shared_budget = SharedBudget::new(BudgetSettings::defaults("eq"));
         let mut now = Instant::from_secs(500);
         let mut permits: Vec<(Permit, Permit)> = Vec::new();
@@ -248,7 +248,7 @@ fn outcomes_spread_over_lanes_trip_as_the_same_outcomes_in_one() {
         .jitter(false)
         .build()
         .unwrap();
-    let mut local = Breaker::new(settings);
+    let local = Breaker::new(settings);
     let shared = SharedBreaker::<4>::with_lanes(settings).with_lane_hint(test_lane);
     let now = Instant::from_secs(100);
     let mut tripped_at = None;
@@ -327,15 +327,12 @@ fn a_dropped_permit_guard_gives_the_probe_slot_back() {
 fn one_driver_serves_the_shared_forms() {
     static BREAKER: SharedBreaker = SharedBreaker::new(BreakerSettings::defaults("static"));
     static BUDGET: SharedBudget = SharedBudget::new(BudgetSettings::defaults("static"));
-    let mut parts = Parts {
-        breaker: &BREAKER,
-        budget: &BUDGET,
-    };
+    let parts = Parts::new().breaker(&BREAKER).budget(&BUDGET);
     let mut now = Instant::from_secs(1);
     let mut call = Call::begin(&CallSettings::DEFAULT, now);
     let mut attempts = 0;
     loop {
-        match call.poll(&mut parts, now, &mut |_| {}) {
+        match call.poll(&parts, now, &mut |_| {}) {
             Step::Attempt(p) => {
                 attempts += 1;
                 now += Duration::from_millis(5);
@@ -344,7 +341,7 @@ fn one_driver_serves_the_shared_forms() {
                 } else {
                     Outcome::Success
                 };
-                call.complete(&mut parts, p, now, o, &mut |_| {});
+                call.complete(&parts, p, now, o, &mut |_| {});
             }
             Step::Wait(d) => now += d,
             Step::Reject(r) => panic!("rejected: {r}"),

@@ -1,6 +1,6 @@
 //! Soak: two threads drive many calls with random outcomes, latencies and cancellations through
 //! one `SharedBreaker` and one `SharedBudget`, with the core's own call driver
-//! (`Parts { breaker: &shared, budget: &shared_budget }`), over a synthetic clock both threads
+//! (`Parts::new().breaker(&shared).budget(&shared_budget)`), over a synthetic clock both threads
 //! move (so each sees the other's readings late: a clock that steps back a little).
 //!
 //! Checked throughout: probes in flight per breaker period never exceed the limit; the break
@@ -184,10 +184,7 @@ fn run(shared: &Shared<'_>, id: u64, bound: Bound, started: WallClock) -> Tally 
             _ if i >= MAX_CALLS => break,
             _ => {}
         }
-        let mut parts = Parts {
-            breaker: shared.breaker,
-            budget: shared.budget,
-        };
+        let parts = Parts::new().breaker(shared.breaker).budget(shared.budget);
         let mut now = shared.now();
         let mut call = Call::begin(&settings, now);
         if rng.u8(..100) < 5 {
@@ -199,7 +196,7 @@ fn run(shared: &Shared<'_>, id: u64, bound: Bound, started: WallClock) -> Tally 
         let mut handed_out = None;
         let mut ended = false;
         for _ in 0..64 {
-            let step = call.poll(&mut parts, now, &mut |_| {});
+            let step = call.poll(&parts, now, &mut |_| {});
             assert!(call.attempts() <= settings.max_attempts());
             match step {
                 Step::Attempt(permit) => {
@@ -252,7 +249,7 @@ fn run(shared: &Shared<'_>, id: u64, bound: Bound, started: WallClock) -> Tally 
                     );
                     now = end;
                     let mut retried = false;
-                    call.complete(&mut parts, permit, now, o, &mut |e| {
+                    call.complete(&parts, permit, now, o, &mut |e| {
                         if let Event::Retry { delay, .. } = e {
                             assert!(delay <= Duration::from_millis(20));
                             retried = true;

@@ -10,7 +10,7 @@
 )]
 
 use stormguard_core::{
-    call::{Lost, StreamRestarts, StreamSettings, Unguarded, Unlimited},
+    call::{Lost, StreamRestarts, StreamSettings},
     Bound, Breaker, Budget, BudgetSettings, CallSettings, Event, Field, Finished, Instant, Outcome,
     Parts, RefusalReason, State,
 };
@@ -20,11 +20,8 @@ use support::{ms, no_jitter, secs};
 
 const T0: Instant = Instant::from_secs(1);
 
-fn unguarded() -> Parts<Unguarded, Unlimited> {
-    Parts {
-        breaker: Unguarded("feed".into()),
-        budget: Unlimited,
-    }
+fn unguarded() -> Parts {
+    Parts::new().named("feed")
 }
 
 fn kinds(log: &mut Vec<String>) -> impl FnMut(Event<'_>) + '_ {
@@ -43,20 +40,14 @@ fn kinds(log: &mut Vec<String>) -> impl FnMut(Event<'_>) + '_ {
 
 #[test]
 fn a_lost_stream_restarts_up_to_the_limit_on_the_backoff_then_ends_as_its_failure() {
-    let mut parts = unguarded();
+    let parts = unguarded();
     let mut restarts = StreamRestarts::begin(&no_jitter(), &StreamSettings::DEFAULT, T0).unwrap();
     let mut log = Vec::new();
     let mut waits = Vec::new();
     let mut now = T0;
     let end = loop {
         now += secs(10);
-        match restarts.on_lost(
-            &mut parts,
-            now,
-            Outcome::Transient,
-            true,
-            &mut kinds(&mut log),
-        ) {
+        match restarts.on_lost(&parts, now, Outcome::Transient, true, &mut kinds(&mut log)) {
             Lost::Restart(wait) => waits.push(wait),
             Lost::End(f) => break f,
         }
@@ -78,10 +69,10 @@ fn a_lost_stream_restarts_up_to_the_limit_on_the_backoff_then_ends_as_its_failur
 #[test]
 fn without_a_checkpoint_or_with_a_permanent_failure_the_stream_ends_at_once() {
     for (outcome, resumable) in [(Outcome::Transient, false), (Outcome::Permanent, true)] {
-        let mut parts = unguarded();
+        let parts = unguarded();
         let mut restarts =
             StreamRestarts::begin(&no_jitter(), &StreamSettings::DEFAULT, T0).unwrap();
-        let lost = restarts.on_lost(&mut parts, T0, outcome, resumable, &mut |_| {});
+        let lost = restarts.on_lost(&parts, T0, outcome, resumable, &mut |_| {});
         assert_eq!(lost, Lost::End(Finished::Failed(outcome)));
         assert_eq!(restarts.restarts(), 0);
     }
@@ -91,39 +82,24 @@ fn without_a_checkpoint_or_with_a_permanent_failure_the_stream_ends_at_once() {
 fn no_restarts_allowed_means_the_first_loss_ends_the_stream() {
     let settings = StreamSettings::builder().max_restarts(0).build().unwrap();
     let mut restarts = StreamRestarts::begin(&no_jitter(), &settings, T0).unwrap();
-    let lost = restarts.on_lost(&mut unguarded(), T0, Outcome::TimedOut, true, &mut |_| {});
+    let lost = restarts.on_lost(&unguarded(), T0, Outcome::TimedOut, true, &mut |_| {});
     assert_eq!(lost, Lost::End(Finished::Failed(Outcome::TimedOut)));
 }
 
 #[test]
 fn the_breaker_hears_every_loss_as_a_failure() {
-    let mut parts = Parts {
-        breaker: Breaker::of(2, "feed").unwrap(),
-        budget: Unlimited,
-    };
+    let parts = Parts::new().breaker(Breaker::of(2, "feed").unwrap());
     let mut restarts = StreamRestarts::begin(&no_jitter(), &StreamSettings::DEFAULT, T0).unwrap();
     let mut log = Vec::new();
-    let first = restarts.on_lost(
-        &mut parts,
-        T0,
-        Outcome::Transient,
-        true,
-        &mut kinds(&mut log),
-    );
+    let first = restarts.on_lost(&parts, T0, Outcome::Transient, true, &mut kinds(&mut log));
     assert_eq!(first, Lost::Restart(ms(100)));
-    assert_eq!(parts.breaker.state(T0), State::Closed);
+    assert_eq!(parts.breaker.as_ref().unwrap().state(T0), State::Closed);
     let now = T0 + ms(100);
-    let second = restarts.on_lost(
-        &mut parts,
-        now,
-        Outcome::Transient,
-        true,
-        &mut kinds(&mut log),
-    );
+    let second = restarts.on_lost(&parts, now, Outcome::Transient, true, &mut kinds(&mut log));
     // The second loss in a row opens the breaker, which would refuse the connection: no
     // restart is paid for, and the stream ends as the loss, not as a rejection.
     assert_eq!(second, Lost::End(Finished::Failed(Outcome::Transient)));
-    assert_eq!(parts.breaker.state(now), State::Open);
+    assert_eq!(parts.breaker.as_ref().unwrap().state(now), State::Open);
     assert_eq!(restarts.restarts(), 1);
     assert_eq!(
         log,
@@ -137,16 +113,13 @@ fn the_breaker_hears_every_loss_as_a_failure() {
 
 #[test]
 fn a_cancelled_or_ended_stream_is_no_failure() {
-    let mut parts = Parts {
-        breaker: Breaker::of(1, "feed").unwrap(),
-        budget: Unlimited,
-    };
+    let parts = Parts::new().breaker(Breaker::of(1, "feed").unwrap());
     let mut restarts = StreamRestarts::begin(&no_jitter(), &StreamSettings::DEFAULT, T0).unwrap();
-    let cancelled = restarts.on_lost(&mut parts, T0, Outcome::Cancelled, true, &mut |_| {});
+    let cancelled = restarts.on_lost(&parts, T0, Outcome::Cancelled, true, &mut |_| {});
     assert_eq!(cancelled, Lost::End(Finished::Cancelled));
-    let ended = restarts.on_lost(&mut parts, T0, Outcome::Success, true, &mut |_| {});
+    let ended = restarts.on_lost(&parts, T0, Outcome::Success, true, &mut |_| {});
     assert_eq!(ended, Lost::End(Finished::Succeeded));
-    assert_eq!(parts.breaker.state(T0), State::Closed);
+    assert_eq!(parts.breaker.as_ref().unwrap().state(T0), State::Closed);
     assert_eq!(restarts.last_loss(), None);
 }
 
@@ -157,24 +130,15 @@ fn a_restart_is_a_retry_the_budget_funds_and_its_refusal_ends_the_stream_as_the_
         .floor_per_second(0.1)
         .build()
         .unwrap();
-    let mut parts = Parts {
-        breaker: Unguarded("feed".into()),
-        budget: Budget::new(settings),
-    };
-    let before = parts.budget.available(T0);
+    let parts = Parts::new().named("feed").budget(Budget::new(settings));
+    let before = parts.budget.as_ref().unwrap().available(T0);
     let mut restarts = StreamRestarts::begin(&no_jitter(), &StreamSettings::DEFAULT, T0).unwrap();
     let mut log = Vec::new();
-    let first = restarts.on_lost(
-        &mut parts,
-        T0,
-        Outcome::Transient,
-        true,
-        &mut kinds(&mut log),
-    );
+    let first = restarts.on_lost(&parts, T0, Outcome::Transient, true, &mut kinds(&mut log));
     assert!(matches!(first, Lost::Restart(_)));
-    assert_eq!(parts.budget.available(T0), before - 1);
+    assert_eq!(parts.budget.as_ref().unwrap().available(T0), before - 1);
     let mut refusals = Vec::new();
-    let second = restarts.on_lost(&mut parts, T0, Outcome::Transient, true, &mut |e| {
+    let second = restarts.on_lost(&parts, T0, Outcome::Transient, true, &mut |e| {
         if let Event::Rejected { reason, delay, .. } = e {
             refusals.push((reason, delay));
         }
@@ -188,7 +152,7 @@ fn a_restart_is_a_retry_the_budget_funds_and_its_refusal_ends_the_stream_as_the_
 fn a_stream_lost_during_a_drain_does_not_restart() {
     let mut restarts = StreamRestarts::begin(&no_jitter(), &StreamSettings::DEFAULT, T0).unwrap();
     restarts.on_drain();
-    let lost = restarts.on_lost(&mut unguarded(), T0, Outcome::Transient, true, &mut |_| {});
+    let lost = restarts.on_lost(&unguarded(), T0, Outcome::Transient, true, &mut |_| {});
     assert_eq!(
         lost,
         Lost::End(Finished::Drained {
@@ -215,8 +179,7 @@ fn jittered_restarts_are_the_same_for_the_same_seed_and_start() {
         let mut restarts = StreamRestarts::begin(&settings, &StreamSettings::DEFAULT, T0).unwrap();
         (0..3)
             .map(|_| {
-                match restarts.on_lost(&mut unguarded(), T0, Outcome::Transient, true, &mut |_| {})
-                {
+                match restarts.on_lost(&unguarded(), T0, Outcome::Transient, true, &mut |_| {}) {
                     Lost::Restart(d) => d,
                     Lost::End(f) => panic!("ended: {f:?}"),
                 }
@@ -244,7 +207,7 @@ fn streams_begun_at_the_same_instant_restart_apart_when_salted_or_reseeded() {
         if let Some(seed) = seed {
             restarts.reseed(seed);
         }
-        restarts.on_lost(&mut unguarded(), T0, Outcome::Transient, true, &mut |_| {})
+        restarts.on_lost(&unguarded(), T0, Outcome::Transient, true, &mut |_| {})
     };
     assert_eq!(first_wait(0, None), first_wait(0, None));
     assert_ne!(first_wait(0, None), first_wait(1, None));
@@ -266,7 +229,7 @@ fn with_a_reset_a_connection_that_flowed_long_enough_starts_the_restarts_over() 
         for loss in 1..=20 {
             restarts.on_flowing(now);
             now += flows;
-            match restarts.on_lost(&mut unguarded(), now, Outcome::Transient, true, &mut |_| {}) {
+            match restarts.on_lost(&unguarded(), now, Outcome::Transient, true, &mut |_| {}) {
                 Lost::Restart(wait) => {
                     waits.push(wait);
                     now += wait;
@@ -292,7 +255,7 @@ fn with_a_reset_a_connection_that_flowed_long_enough_starts_the_restarts_over() 
         restarts.on_flowing(now);
         now += secs(3_600);
         if let Lost::End(_) =
-            restarts.on_lost(&mut unguarded(), now, Outcome::Transient, true, &mut |_| {})
+            restarts.on_lost(&unguarded(), now, Outcome::Transient, true, &mut |_| {})
         {
             ended = Some(loss);
             break;

@@ -3,28 +3,18 @@
 //! breakers.
 
 use core::borrow::Borrow;
-use core::cell::RefCell;
 use core::fmt;
 
 use embassy_sync::blocking_mutex::raw::RawMutex;
-use embassy_sync::blocking_mutex::Mutex;
+use stormguard_core::part::{Admission, Lock, Locked};
 use stormguard_core::{
-    breaker::ConstSettings, breaker::Fixed, breaker::HedgeSuppressed, breaker::SettingsRef,
-    call::Admission, BreakerSettings, Duration, Event, Instant, LeanBreaker, Name, Outcome, Permit,
-    RefusalReason, Refused, SettingsError, Snapshot, State,
+    breaker::ConstSettings, breaker::Fixed, breaker::SettingsRef, BreakerSettings, Event, Instant,
+    LeanBreaker, Name, SettingsError, Snapshot, State,
 };
 
-use crate::events::{self, Held};
+use crate::events;
+use crate::shared::Shared;
 use crate::EmbassyClock;
-
-/// What a locked call reports when the breaker is already borrowed. That needs a call into the
-/// breaker from inside its own lock, which this crate never makes (it runs no caller code, and
-/// delivers no event, while the lock is held), so this is never seen in practice; it exists so
-/// that the impossible case is a refusal, not a panic.
-const BUSY: Refused = Refused {
-    reason: RefusalReason::BulkheadFull,
-    retry_after: Duration::ZERO,
-};
 
 mod sealed {
     pub trait Sealed {}
@@ -33,8 +23,8 @@ mod sealed {
 }
 
 /// One of the core's single-threaded breakers, as this crate shares it: the core's
-/// [`Admission`] (acquire, outcome, release) plus the rest of the `&mut` API that every core
-/// breaker has. Each method is one call into the core; no rule is here.
+/// [`Admission`] (what the call driver asks) plus the rest of the API every core breaker has.
+/// Each method is one call into the core; no rule is here.
 ///
 /// Implemented by the three kinds a firmware picks from (sealed):
 ///
@@ -48,18 +38,12 @@ mod sealed {
 pub trait CoreBreaker: Admission + sealed::Sealed {
     /// How this crate keeps the breaker's name outside the lock, to name the events it delivers
     /// after unlocking: a `&'static Name` for a [`LeanBreaker`], a copy for the core's
-    /// `Breaker` (which does not lend out its `&'static` settings).
+    /// `Breaker` (which does not lend out its `&'static` settings). Read once per call.
     type NameRef: Copy + Borrow<Name> + fmt::Debug;
 
-    /// The name a handle carries in the impossible case that the breaker is found borrowed.
+    /// The name a call carries in the impossible case that the breaker is found busy.
     #[doc(hidden)]
     const BUSY_NAME: Self::NameRef;
-
-    /// Whether the breaker can learn a latency (a [`LeanBreaker`] keeps no statistics): read
-    /// outside the lock, so a lean firmware leaves out the code that acts on a learned median
-    /// (a measured backoff base, the retry's healthy-call guard).
-    #[doc(hidden)]
-    const LEARNS: bool;
 
     /// The name, as kept outside the lock.
     fn name_ref(&self) -> Self::NameRef;
@@ -114,7 +98,6 @@ macro_rules! core_breaker_api {
 impl CoreBreaker for LeanBreaker {
     type NameRef = &'static Name;
     const BUSY_NAME: &'static Name = &Name::new("busy");
-    const LEARNS: bool = false;
     fn name_ref(&self) -> &'static Name {
         LeanBreaker::name(self)
     }
@@ -126,7 +109,6 @@ impl<S: SettingsRef> CoreBreaker for stormguard_core::Breaker<S> {
     // `Breaker<&'static BreakerSettings>`.
     type NameRef = Name;
     const BUSY_NAME: Name = Name::new("busy");
-    const LEARNS: bool = true;
     fn name_ref(&self) -> Name {
         *self.name()
     }
@@ -134,13 +116,9 @@ impl<S: SettingsRef> CoreBreaker for stormguard_core::Breaker<S> {
 }
 
 /// A circuit breaker shared by several tasks: one of the core's breakers (`B`, a
-/// [`CoreBreaker`]) inside an `embassy_sync` [`blocking_mutex::Mutex`](Mutex)`<M, RefCell<B>>`.
-///
-/// `M` is the embassy idiom for who may share it: [`NoopRawMutex`] among the tasks of one
-/// executor (the breaker then is not `Sync`; keep it in a `StaticCell` or a task's frame),
-/// [`CriticalSectionRawMutex`] across executors and interrupts (then it can be a `static`). The
-/// lock is taken only for the core's synchronous transitions, never across an `.await`, and
-/// events are delivered after it is released.
+/// [`CoreBreaker`]) in a [`Shared`] (an `embassy_sync` blocking mutex; see there for the
+/// choice of `M`). The lock is taken only for the core's synchronous transitions, never across
+/// an `.await`, and events are delivered after it is released.
 ///
 /// `B` is the core breaker, picked by the constructor:
 /// - [`Breaker::lean`]: a [`LeanBreaker`] over settings in a `static`: consecutive failures,
@@ -151,11 +129,8 @@ impl<S: SettingsRef> CoreBreaker for stormguard_core::Breaker<S> {
 /// - [`Breaker::new`] (the default `B`): the full breaker holding its own copy of the settings.
 ///
 /// Every rule lives in the core: this type only locks, reads embassy's clock and forwards events.
-/// Drive calls through a [`Policy`](crate::Policy), or through [`Breaker::handle`] and the core's
+/// Drive calls through a [`Policy`](crate::Policy), or through [`Breaker::part`] and the core's
 /// [`Call`](stormguard_core::Call) driver.
-///
-/// [`NoopRawMutex`]: embassy_sync::blocking_mutex::raw::NoopRawMutex
-/// [`CriticalSectionRawMutex`]: embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex
 ///
 /// ```
 /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
@@ -175,7 +150,7 @@ impl<S: SettingsRef> CoreBreaker for stormguard_core::Breaker<S> {
 /// assert_eq!(BREAKER.name().as_str(), "sensor");
 /// ```
 pub struct Breaker<M: RawMutex, B = stormguard_core::Breaker> {
-    inner: Mutex<M, RefCell<B>>,
+    shared: Shared<M, B>,
 }
 
 impl<M: RawMutex> Breaker<M> {
@@ -287,23 +262,20 @@ impl<M: RawMutex, B> Breaker<M, B> {
     #[must_use]
     pub const fn from_core(breaker: B) -> Breaker<M, B> {
         Breaker {
-            inner: Mutex::new(RefCell::new(breaker)),
+            shared: Shared::from_core(breaker),
         }
     }
 }
 
 impl<M: RawMutex, B: CoreBreaker> Breaker<M, B> {
-    /// Runs `f` on the core breaker under the lock. `None` only on a re-entrant call (see
-    /// [`BUSY`]), which this crate never makes.
+    /// Runs `f` on the core breaker under the lock; `None` only on a call from inside the
+    /// lock, which this crate never makes.
     fn with<R>(&self, f: impl FnOnce(&mut B) -> R) -> Option<R> {
-        self.inner
-            .lock(|cell| cell.try_borrow_mut().ok().map(|mut b| f(&mut b)))
+        self.shared.with(f)
     }
 
-    /// Reads the core breaker under the lock; `None` only on a re-entrant call.
     fn read<R>(&self, f: impl FnOnce(&B) -> R) -> Option<R> {
-        self.inner
-            .lock(|cell| cell.try_borrow().ok().map(|b| f(&b)))
+        self.shared.read(f)
     }
 
     /// Sets the jitter seed (at start-up, from the chip's unique ID or RNG), so that a fleet of
@@ -422,62 +394,49 @@ impl<M: RawMutex, B: CoreBreaker> Breaker<M, B> {
         listener: &impl crate::Listener,
         f: impl FnOnce(&mut B, &mut dyn FnMut(Event<'_>)),
     ) {
-        let mut deliver = |e: Event<'_>| {
-            events::log(&e);
-            listener.on_event(&e);
-        };
         // The name first (the events are named with it as they are kept), then the transition.
         let Some(name) = self.read(B::name_ref) else {
             return;
         };
-        let mut held = Held::new(name.borrow());
-        if self
-            .with(|b| f(b, &mut |e| held.keep(e, &mut deliver)))
-            .is_some()
-        {
-            held.deliver(&mut deliver);
-        }
+        let mut deliver = |e: Event<'_>| {
+            events::log(&e);
+            listener.on_event(&e);
+        };
+        self.part(name.borrow()).transition(&mut deliver, f);
     }
 
-    /// A handle that implements the core's [`Admission`] trait by locking this breaker for each
-    /// transition, so the core's [`Call`](stormguard_core::Call) driver runs unchanged over it.
-    /// It carries the name (a `&'static` reference, or a copy for a breaker that owns its
-    /// settings), which the events it delivers borrow.
+    /// The name as kept outside the lock, read once per call to name its events.
+    pub(crate) fn name_ref(&self) -> B::NameRef {
+        self.read(B::name_ref).unwrap_or(B::BUSY_NAME)
+    }
+
+    /// The breaker as the core's [`Call`](stormguard_core::Call) driver sees it: the core's
+    /// [`Locked`] view, which takes the lock for each transition and delivers that transition's
+    /// events after unlocking, named `name`: the breaker's own, read once with
+    /// [`Breaker::name`] (the name inside the breaker stays behind the lock).
     ///
     /// ```
     /// use embassy_sync::blocking_mutex::raw::NoopRawMutex;
-    /// use stormguard_core::{call::Admission, BreakerSettings, Instant, Outcome};
+    /// use stormguard_core::{part::Admission, BreakerSettings, Instant, Outcome};
     /// use stormguard_embassy::Breaker;
     ///
     /// let breaker: Breaker<NoopRawMutex> = Breaker::new(BreakerSettings::defaults("radio"));
-    /// let mut handle = breaker.handle();
+    /// let name = breaker.name();
+    /// let part = breaker.part(&name);
     /// let now = Instant::from_secs(1);
-    /// let permit = handle.try_acquire(now, None, &mut |_| {})?;
-    /// handle.on_outcome(now, permit, Outcome::Success, &mut |_| {});
+    /// let permit = part.try_acquire(now, None, &mut |_| {})?;
+    /// part.on_outcome(now, permit, Outcome::Success, &mut |_| {});
     /// # Ok::<(), stormguard_core::Refused>(())
     /// ```
     #[must_use]
-    pub fn handle(&self) -> BreakerRef<'_, M, B> {
-        let name = self.read(B::name_ref).unwrap_or(B::BUSY_NAME);
-        BreakerRef {
-            breaker: self,
-            name,
-        }
-    }
-
-    /// A handle that does not read the name (its events would be misnamed): only to give a
-    /// permit back through the admission the permit came from, without taking the lock twice.
-    pub(crate) fn releaser(&self) -> BreakerRef<'_, M, B> {
-        BreakerRef {
-            breaker: self,
-            name: B::BUSY_NAME,
-        }
+    pub const fn part<'a>(&'a self, name: &'a Name) -> Locked<'a, Shared<M, B>> {
+        Locked::named(&self.shared, name)
     }
 
     /// Gives a permit back without an outcome (its attempt was abandoned): a probe slot is
     /// freed at once; nothing is counted. The [`Policy`](crate::Policy) does this from a drop
     /// guard when a call's future is dropped mid-attempt.
-    pub fn release(&self, permit: Permit) {
+    pub fn release(&self, permit: stormguard_core::Permit) {
         self.with(|b| b.release(permit));
     }
 }
@@ -487,131 +446,5 @@ impl<M: RawMutex, B: CoreBreaker> fmt::Debug for Breaker<M, B> {
         f.debug_struct("Breaker")
             .field("name", &self.name())
             .finish_non_exhaustive()
-    }
-}
-
-/// A [`Breaker`] seen through the core's [`Admission`] trait: each method locks the breaker for
-/// one synchronous transition, and delivers that transition's events after unlocking. Made by
-/// [`Breaker::handle`].
-pub struct BreakerRef<'a, M: RawMutex, B: CoreBreaker = stormguard_core::Breaker> {
-    breaker: &'a Breaker<M, B>,
-    name: B::NameRef,
-}
-
-impl<M: RawMutex, B: CoreBreaker> Clone for BreakerRef<'_, M, B> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<M: RawMutex, B: CoreBreaker> Copy for BreakerRef<'_, M, B> {}
-
-impl<M: RawMutex, B: CoreBreaker> fmt::Debug for BreakerRef<'_, M, B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BreakerRef")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<'a, M: RawMutex, B: CoreBreaker> BreakerRef<'a, M, B> {
-    /// The breaker this handle locks.
-    #[must_use]
-    pub const fn breaker(&self) -> &'a Breaker<M, B> {
-        self.breaker
-    }
-}
-
-impl<M: RawMutex, B: CoreBreaker> BreakerRef<'_, M, B> {
-    /// [`Admission::try_acquire`] for a caller that hears no event: the core's events are
-    /// dropped where they are made, and none is held.
-    pub(crate) fn try_acquire_unheard(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-    ) -> Result<Permit, Refused> {
-        self.breaker
-            .with(|b| b.try_acquire(now, attempt_timeout, &mut |_| {}))
-            .unwrap_or(Err(BUSY))
-    }
-
-    /// [`Admission::on_outcome`] for a caller that hears no event.
-    pub(crate) fn on_outcome_unheard(&mut self, now: Instant, permit: Permit, outcome: Outcome) {
-        self.breaker
-            .with(|b| b.on_outcome(now, permit, outcome, &mut |_| {}));
-    }
-}
-
-impl<M: RawMutex, B: CoreBreaker> Admission for BreakerRef<'_, M, B> {
-    fn name(&self) -> &Name {
-        self.name.borrow()
-    }
-
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        let mut held = Held::new(self.name.borrow());
-        let result = self
-            .breaker
-            .with(|b| b.try_acquire(now, attempt_timeout, &mut |e| held.keep(e, &mut *events)));
-        held.deliver(events);
-        result.unwrap_or(Err(BUSY))
-    }
-
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        self.breaker.read(|b| b.check(now)).unwrap_or(Err(BUSY))
-    }
-
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        let mut held = Held::new(self.name.borrow());
-        self.breaker.with(|b| {
-            b.on_outcome(now, permit, outcome, &mut |e| held.keep(e, &mut *events));
-        });
-        held.deliver(events);
-    }
-
-    fn release(&mut self, permit: Permit) {
-        self.breaker.release(permit);
-    }
-
-    fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        if !B::LEARNS {
-            return None;
-        }
-        self.breaker.read(|b| b.normal_latency(now)).flatten()
-    }
-
-    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
-        self.breaker.read(|b| b.attempt_ceiling(now)).flatten()
-    }
-
-    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
-        self.breaker.read(|b| b.slow_threshold(now)).flatten()
-    }
-
-    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
-        // Found borrowed (never, see `BUSY`): no hedge, which is always safe.
-        self.breaker
-            .read(|b| b.hedge_after(now))
-            .unwrap_or(Err(HedgeSuppressed::NotClosed))
-    }
-
-    fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
-        self.breaker
-            .read(|b| b.censored_latency(now, ran_past, draw))
-            .unwrap_or(ran_past)
-    }
-
-    fn self_limits(&self) -> bool {
-        false
     }
 }

@@ -1,6 +1,5 @@
-//! A bulkhead as an optional step of a [`Policy`](crate::Policy): the core's [`Bulkheaded`]
-//! admission takes a slot for every attempt, and a full bulkhead refuses, guarded like any
-//! refusal. With a bounded wait in its settings, a call that finds it full first waits for a
+//! A bulkhead as an optional part of a [`Policy`](crate::Policy): the core's call parts take a
+//! slot for every attempt, and a full bulkhead refuses, guarded like any refusal. With a bounded wait in its settings, a call that finds it full first waits for a
 //! slot (at most the settings' wait, capped by the call's deadline) and ends that wait at once
 //! when the caller cancels.
 //!
@@ -8,13 +7,12 @@
 //! module only parks the waiting tasks: their wakers are kept (at most `W`, a const parameter)
 //! beside the core's counts, and a call ending while others wait wakes them to take their turn.
 //!
-//! A waiter the core admits hands its slot straight back and takes it again, through
-//! [`Bulkheaded`], when its attempt starts, with no `.await` in between: among the tasks of one
+//! A waiter the core admits hands its slot straight back and takes it again, through the
+//! call's parts, when its attempt starts, with no `.await` in between: among the tasks of one
 //! executor nothing can come between the two. Across executors or from an interrupt (with a
 //! `CriticalSectionRawMutex`), a caller running in that instant may take the slot; the waiter's
 //! attempt is then refused, guarded, and the limit still holds.
 
-use core::cell::RefCell;
 use core::fmt;
 use core::future::{poll_fn, Future};
 use core::pin::Pin;
@@ -22,35 +20,22 @@ use core::task::{Context, Poll};
 
 use embassy_futures::select::{select3, Either3};
 use embassy_sync::blocking_mutex::raw::RawMutex;
-use embassy_sync::blocking_mutex::Mutex;
 use embassy_sync::waitqueue::MultiWakerRegistration;
 use embassy_time::Timer;
+use stormguard_core::part::{Lock, Locked, Never};
 use stormguard_core::{
-    call::Admission, limits::BulkheadEntry, limits::BulkheadPermit, limits::BulkheadSettings,
-    limits::BulkheadSlots, limits::BulkheadSnapshot, limits::BulkheadTicket, limits::Bulkheaded,
-    Bound, Duration, Field, Instant, RefusalReason, Refused, SettingsError,
+    limits::BulkheadEntry, limits::BulkheadSettings, limits::BulkheadSnapshot,
+    limits::BulkheadTicket, Bound, Duration, Field, Instant, SettingsError,
 };
 
+use crate::shared::Shared;
 use crate::sleep::{sleep_until, Slept};
 use crate::time::to_embassy_instant;
 use crate::EmbassyClock;
 
-/// What a locked bulkhead answers in the impossible case that it is found borrowed (this crate
-/// runs no caller code under its lock): full, never a panic.
-const BUSY: Refused = Refused {
-    reason: RefusalReason::BulkheadFull,
-    retry_after: Duration::ZERO,
-};
-
-struct Slots<const W: usize> {
-    core: stormguard_core::limits::Bulkhead,
-    /// The tasks waiting for a slot.
-    waiters: MultiWakerRegistration<W>,
-}
-
 /// A limit on calls in flight to one dependency, shared by several tasks: the core's
-/// [`Bulkhead`](stormguard_core::limits::Bulkhead) and the wakers of up to `W` waiting tasks behind an
-/// `embassy_sync` blocking raw mutex; `const`-constructible so it can be a `static`. Give it to
+/// [`Bulkhead`](stormguard_core::limits::Bulkhead) in a [`Shared`], beside the wakers of up to
+/// `W` waiting tasks; `const`-constructible so it can be a `static`. Give it to
 /// [`Policy::with_bulkhead`](crate::Policy::with_bulkhead).
 ///
 /// `W` (default 4) is how many tasks may wait at once, each with its waker kept: a `max_queue`
@@ -75,7 +60,10 @@ struct Slots<const W: usize> {
 /// assert_eq!(RADIO.snapshot().unwrap().max_in_flight, 1);
 /// ```
 pub struct Bulkhead<M: RawMutex, const W: usize = 4> {
-    inner: Mutex<M, RefCell<Slots<W>>>,
+    slots: Shared<M, stormguard_core::limits::Bulkhead>,
+    /// The tasks waiting for a slot. A waiter registers here before it looks for a slot, and
+    /// an attempt that frees one wakes them after, so no wake-up is lost between the two locks.
+    waiters: Shared<M, MultiWakerRegistration<W>>,
 }
 
 impl<M: RawMutex, const W: usize> Bulkhead<M, W> {
@@ -83,10 +71,8 @@ impl<M: RawMutex, const W: usize> Bulkhead<M, W> {
     #[must_use]
     pub const fn new(settings: BulkheadSettings) -> Self {
         Bulkhead {
-            inner: Mutex::new(RefCell::new(Slots {
-                core: stormguard_core::limits::Bulkhead::new(settings),
-                waiters: MultiWakerRegistration::new(),
-            })),
+            slots: Shared::from_core(stormguard_core::limits::Bulkhead::new(settings)),
+            waiters: Shared::from_core(MultiWakerRegistration::new()),
         }
     }
 
@@ -114,33 +100,32 @@ impl<M: RawMutex, const W: usize> Bulkhead<M, W> {
         Ok(())
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut Slots<W>) -> R) -> Option<R> {
-        self.inner
-            .lock(|cell| cell.try_borrow_mut().ok().map(|mut s| f(&mut s)))
-    }
-
-    /// Calls in flight, callers waiting and the limits; `None` only on a re-entrant call, which
-    /// this crate never makes.
+    /// Calls in flight, callers waiting and the limits; `None` only on a call from inside the
+    /// lock, which this crate never makes.
     #[must_use]
     pub fn snapshot(&self) -> Option<BulkheadSnapshot> {
-        self.with(|s| s.core.snapshot())
+        self.slots.read(stormguard_core::limits::Bulkhead::snapshot)
     }
 
     /// The settings the bulkhead was built with.
     #[must_use]
     pub fn settings(&self) -> Option<BulkheadSettings> {
-        self.with(|s| *s.core.settings())
+        self.slots.read(|b| *b.settings())
     }
 
-    /// The handle [`Bulkheaded`] takes its slots through.
-    fn slots(&self) -> BulkheadRef<'_, M, W> {
-        BulkheadRef { bulkhead: self }
+    /// The bulkhead as the core's call driver sees it: the core's [`Locked`] view, which takes
+    /// the lock for each slot taken or freed. (A [`Policy`](crate::Policy) also wakes the
+    /// waiting tasks when an attempt frees a slot.)
+    #[must_use]
+    pub const fn part(&self) -> Locked<'_, Shared<M, stormguard_core::limits::Bulkhead>> {
+        self.slots.part()
     }
 
-    /// A slot the waiter was given goes back at once, without waking anyone: the waiter takes it
-    /// again, through [`Bulkheaded`], in the same step (no `.await` in between).
-    fn hand_back(slots: &mut Slots<W>, permit: BulkheadPermit) {
-        let _ = slots.core.leave(permit);
+    /// Wakes the waiting tasks, if any, to look for the slot an attempt just freed.
+    pub(crate) fn wake_if_waiting(&self) {
+        if self.slots.read(|b| b.queued() > 0) == Some(true) {
+            self.waiters.with(MultiWakerRegistration::wake);
+        }
     }
 
     /// Waits for a slot when the bulkhead is full and its settings allow a wait: until one is
@@ -155,17 +140,18 @@ impl<M: RawMutex, const W: usize> Bulkhead<M, W> {
         let clock = EmbassyClock::new();
         let now = clock.now();
         let max_wait = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
-        let ticket = self.with(|s| {
+        let ticket = self.slots.with(|b| {
             // No waker left to keep: refused as by a full queue.
-            let max_wait = if s.core.queued() as usize >= W {
+            let max_wait = if b.queued() as usize >= W {
                 Duration::ZERO
             } else {
                 max_wait
             };
-            match s.core.try_enter_or_queue(now, max_wait) {
+            match b.try_enter_or_queue(now, max_wait) {
                 Ok(BulkheadEntry::Queued(ticket)) => Some(ticket),
                 Ok(BulkheadEntry::Entered(permit)) => {
-                    Self::hand_back(s, permit);
+                    // Free now: handed straight back, for the attempt to take.
+                    let _ = b.leave(permit);
                     None
                 }
                 Err(_) => None,
@@ -207,26 +193,26 @@ struct Waiting<'a, M: RawMutex, const W: usize> {
 }
 
 impl<M: RawMutex, const W: usize> Waiting<'_, M, W> {
-    /// The waiter's turn at `now`: ready once admitted (the slot handed back for the attempt)
-    /// or refused (off the queue); otherwise still queued, and parked with `cx`'s waker in the
-    /// same lock, so a slot freed after this look wakes it.
+    /// The waiter's turn at `now`: ready once admitted (the slot handed back, without waking
+    /// anyone, for the attempt to take in the same step) or refused (off the queue); otherwise
+    /// still queued, and parked with `cx`'s waker, registered before it looks, so a slot freed
+    /// after the look wakes it.
     fn turn(&mut self, now: Instant, cx: Option<&mut Context<'_>>) -> Poll<()> {
         let Some(ticket) = self.ticket.take() else {
             return Poll::Ready(());
         };
+        if let Some(cx) = cx {
+            self.bulkhead.waiters.with(|w| w.register(cx.waker()));
+        }
         let ticket = self
             .bulkhead
-            .with(|s| match s.core.on_slot_free(now, ticket) {
+            .slots
+            .with(|b| match b.on_slot_free(now, ticket) {
                 Ok(BulkheadEntry::Entered(permit)) => {
-                    Bulkhead::<M, W>::hand_back(s, permit);
+                    let _ = b.leave(permit);
                     None
                 }
-                Ok(BulkheadEntry::Queued(ticket)) => {
-                    if let Some(cx) = cx {
-                        s.waiters.register(cx.waker());
-                    }
-                    Some(ticket)
-                }
+                Ok(BulkheadEntry::Queued(ticket)) => Some(ticket),
                 Err(_) => None,
             })
             .flatten();
@@ -243,52 +229,8 @@ impl<M: RawMutex, const W: usize> Waiting<'_, M, W> {
 impl<M: RawMutex, const W: usize> Drop for Waiting<'_, M, W> {
     fn drop(&mut self) {
         if let Some(ticket) = self.ticket.take() {
-            self.bulkhead.with(|s| s.core.abandon(ticket));
+            self.bulkhead.slots.with(|b| b.abandon(ticket));
         }
-    }
-}
-
-/// A [`Bulkhead`] seen through the core's [`BulkheadSlots`]: each method locks it for one
-/// step; freeing a slot while callers wait wakes them.
-pub struct BulkheadRef<'a, M: RawMutex, const W: usize = 4> {
-    bulkhead: &'a Bulkhead<M, W>,
-}
-
-impl<M: RawMutex, const W: usize> Clone for BulkheadRef<'_, M, W> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<M: RawMutex, const W: usize> Copy for BulkheadRef<'_, M, W> {}
-
-impl<M: RawMutex, const W: usize> fmt::Debug for BulkheadRef<'_, M, W> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BulkheadRef").finish_non_exhaustive()
-    }
-}
-
-impl<M: RawMutex, const W: usize> BulkheadSlots for BulkheadRef<'_, M, W> {
-    fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused> {
-        self.bulkhead
-            .with(|s| s.core.try_enter(now))
-            .unwrap_or(Err(BUSY))
-    }
-
-    fn leave(&mut self, permit: BulkheadPermit) -> bool {
-        self.bulkhead
-            .with(|s| {
-                let waiting = s.core.leave(permit);
-                if waiting {
-                    s.waiters.wake();
-                }
-                waiting
-            })
-            .unwrap_or(false)
-    }
-
-    fn check(&self) -> Result<(), Refused> {
-        self.bulkhead.with(|s| s.core.check()).unwrap_or(Err(BUSY))
     }
 }
 
@@ -306,19 +248,22 @@ mod sealed {
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct NoBulkhead;
 
-/// The bulkhead step of a [`Policy`](crate::Policy) (sealed): [`NoBulkhead`], or a
-/// `&`[`Bulkhead`] set by [`Policy::with_bulkhead`](crate::Policy::with_bulkhead).
-pub trait BulkheadStep: sealed::Step {
-    /// The admission with this step in front of `A`.
+/// The bulkhead of a [`Policy`](crate::Policy) (sealed): [`NoBulkhead`] (the default), or a
+/// `&`[`Bulkhead`] set by [`Policy::with_bulkhead`](crate::Policy::with_bulkhead). With none,
+/// a policy carries no code of the bulkhead's.
+pub trait BulkheadStep: sealed::Step + Copy {
+    /// The bulkhead as the call driver sees it.
     #[doc(hidden)]
-    type Wrap<A: Admission>: Admission;
-    /// Puts this step in front of `admission`.
-    #[doc(hidden)]
-    fn wrap<A: Admission>(&self, admission: A) -> Self::Wrap<A>;
+    type Part<'a>: stormguard_core::part::BulkheadSlots + Copy
+    where
+        Self: 'a;
     /// Whether a call may wait for a slot before its first attempt (a compile-time `false`
     /// drops the waiting code).
     #[doc(hidden)]
     const QUEUES: bool;
+    /// The part, if there is one.
+    #[doc(hidden)]
+    fn part(&self) -> Option<Self::Part<'_>>;
     /// Sleeps until `at` (a backoff wait, or a refusal's guarded pause), then, if `slot` (before
     /// an attempt, not after a refusal), waits for a slot (see the module docs); one future, so
     /// a policy without a bulkhead sleeps exactly as before.
@@ -330,15 +275,18 @@ pub trait BulkheadStep: sealed::Step {
         deadline: Option<Instant>,
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept>;
+    /// An attempt ended and freed its slot: wakes the tasks waiting for one.
+    #[doc(hidden)]
+    fn freed(&self);
 }
 
 impl BulkheadStep for NoBulkhead {
-    type Wrap<A: Admission> = A;
-    #[inline]
-    fn wrap<A: Admission>(&self, admission: A) -> A {
-        admission
-    }
+    type Part<'a> = Never;
     const QUEUES: bool = false;
+    #[inline]
+    fn part(&self) -> Option<Never> {
+        None
+    }
     #[inline]
     fn pause<X: Future>(
         &self,
@@ -349,14 +297,19 @@ impl BulkheadStep for NoBulkhead {
     ) -> impl Future<Output = Slept> {
         sleep_until(at, cancel)
     }
+    #[inline]
+    fn freed(&self) {}
 }
 
-impl<'b, M: RawMutex, const W: usize> BulkheadStep for &'b Bulkhead<M, W> {
-    type Wrap<A: Admission> = Bulkheaded<A, BulkheadRef<'b, M, W>>;
-    fn wrap<A: Admission>(&self, admission: A) -> Self::Wrap<A> {
-        Bulkheaded::new(admission, (**self).slots())
-    }
+impl<M: RawMutex, const W: usize> BulkheadStep for &Bulkhead<M, W> {
+    type Part<'a>
+        = Locked<'a, Shared<M, stormguard_core::limits::Bulkhead>>
+    where
+        Self: 'a;
     const QUEUES: bool = true;
+    fn part(&self) -> Option<Self::Part<'_>> {
+        Some(Bulkhead::part(self))
+    }
     async fn pause<X: Future>(
         &self,
         at: Instant,
@@ -369,5 +322,8 @@ impl<'b, M: RawMutex, const W: usize> BulkheadStep for &'b Bulkhead<M, W> {
             return slept;
         }
         Bulkhead::wait_for_slot(self, deadline, cancel).await
+    }
+    fn freed(&self) {
+        self.wake_if_waiting();
     }
 }

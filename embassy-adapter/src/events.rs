@@ -15,7 +15,10 @@
 //! `defmt`) has its breaker make no event at all: the firmware then carries neither the buffer
 //! nor the code that builds the events.
 
-use stormguard_core::{Event, Name};
+use core::marker::PhantomData;
+
+use stormguard_core::part::Hearing;
+use stormguard_core::Event;
 
 /// Receives every event a [`Policy`](crate::Policy) (its breaker, its budget, its calls)
 /// produces. Implemented by [`NoListener`] and by every `Fn(&Event<'_>)`, so a plain function
@@ -59,6 +62,14 @@ pub(crate) const fn unheard<L: Listener>() -> bool {
     L::IGNORES_EVENTS && !cfg!(feature = "defmt")
 }
 
+/// Whether a policy with listener `L` hears its breaker's events, as the core's locked parts
+/// ask it: known when the firmware is built, so an unheard breaker's event code is left out.
+pub(crate) struct Ears<L>(PhantomData<fn() -> L>);
+
+impl<L: Listener> Hearing for Ears<L> {
+    const HEARD: bool = !unheard::<L>();
+}
+
 /// The listener that does nothing (events still go to `defmt` with the `defmt` feature).
 ///
 /// ```
@@ -86,8 +97,8 @@ impl<F: Fn(&Event<'_>)> Listener for F {
 /// feature it does nothing.
 ///
 /// ```
-/// use stormguard_core::{Event, Name};
-/// let name = Name::new("i2c");
+/// use stormguard_core::Event;
+/// let name = stormguard_core::Name::new("i2c");
 /// stormguard_embassy::events::log(&Event::ProbeStarted { name: &name });
 /// ```
 pub fn log(event: &Event<'_>) {
@@ -106,104 +117,9 @@ pub fn log(event: &Event<'_>) {
     let _ = event;
 }
 
-/// Room for one transition's events: the core emits at most five per transition (probes
-/// reclaimed, two state changes, a probe started, a ramp step).
-const HELD: usize = 8;
-
-/// Events kept while a lock is held, delivered after it is released. Each is named, as it is
-/// kept, with the name the holder keeps outside the lock (the events the core makes borrow the
-/// name inside it).
-#[derive(Debug)]
-pub(crate) struct Held<'n> {
-    name: &'n Name,
-    events: heapless::Vec<Event<'n>, HELD>,
-}
-
-impl<'n> Held<'n> {
-    /// Keeps events named `name`.
-    pub(crate) const fn new(name: &'n Name) -> Held<'n> {
-        Held {
-            name,
-            events: heapless::Vec::new(),
-        }
-    }
-
-    /// Keeps `event` for later; one that cannot be kept (a full buffer, which the current core
-    /// never fills) goes to `direct` at once rather than being dropped.
-    pub(crate) fn keep(&mut self, event: Event<'_>, direct: &mut dyn FnMut(Event<'_>)) {
-        if self.events.push(event.with_name(self.name)).is_err() {
-            direct(event);
-        }
-    }
-
-    /// Hands the kept events to `sink`, in order. (By reference: moving the buffer, some 260
-    /// bytes, would cost a `memcpy` on every call.)
-    pub(crate) fn deliver(&self, sink: &mut dyn FnMut(Event<'_>)) {
-        for e in &self.events {
-            sink(*e);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stormguard_core::{Duration, Outcome, Ratio, RefusalReason, State, TripReason};
-
-    #[test]
-    fn every_event_kind_survives_being_held_and_named_again() {
-        let name = Name::new("i2c");
-        let events = [
-            Event::StateChanged {
-                name: &name,
-                from: State::Closed,
-                to: State::Open,
-                reason: Some(TripReason::ConsecutiveFailures),
-                break_for: Some(Duration::from_secs(3)),
-            },
-            Event::ProbeStarted { name: &name },
-            Event::ProbesReclaimed {
-                name: &name,
-                count: 2,
-            },
-            Event::RampStep {
-                name: &name,
-                fraction: Ratio::ONE,
-                cap: Ratio::ONE,
-            },
-            Event::Rejected {
-                name: &name,
-                reason: RefusalReason::BreakerOpen,
-                delay: Duration::from_millis(100),
-                retry_after: Duration::from_secs(1),
-            },
-            Event::Retry {
-                name: &name,
-                attempt: 2,
-                delay: Duration::from_millis(100),
-                after: Outcome::Transient,
-            },
-            Event::Hedged {
-                name: &name,
-                attempt: 2,
-            },
-        ];
-        let outside = Name::new("i2c");
-        let mut held = Held::new(&outside);
-        for e in events {
-            held.keep(e, &mut |_| panic!("kept events are not delivered at once"));
-        }
-        let mut delivered = 0;
-        held.deliver(&mut |e| {
-            assert!(
-                core::ptr::eq(e.name(), &outside),
-                "named from outside the lock"
-            );
-            assert_eq!(e, events[delivered]);
-            delivered += 1;
-        });
-        assert_eq!(delivered, events.len());
-    }
 
     #[test]
     fn only_a_listener_that_ignores_events_without_defmt_leaves_them_unmade() {
@@ -214,19 +130,5 @@ mod tests {
             unheard::<L>()
         }
         assert!(!of(&counting), "a closure listens unless it says otherwise");
-    }
-
-    #[test]
-    fn a_full_buffer_delivers_at_once_rather_than_dropping() {
-        let name = Name::new("i2c");
-        let mut held = Held::new(&name);
-        let mut direct = 0;
-        for _ in 0..HELD + 3 {
-            held.keep(Event::ProbeStarted { name: &name }, &mut |_| direct += 1);
-        }
-        assert_eq!(direct, 3);
-        let mut later = 0;
-        held.deliver(&mut |_| later += 1);
-        assert_eq!(later, HELD);
     }
 }

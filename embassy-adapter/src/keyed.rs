@@ -13,22 +13,19 @@
 //! `retry_after` the trip window (the soonest a quiet key becomes idle).
 
 use core::borrow::Borrow;
-use core::cell::RefCell;
 use core::fmt;
 use core::future::Future;
 use core::pin::Pin;
 
 use embassy_sync::blocking_mutex::raw::RawMutex;
-use embassy_sync::blocking_mutex::Mutex;
-use stormguard_core::{
-    breaker::HedgeSuppressed, breaker::Keyed, breaker::KeyedRefusal, breaker::Member,
-    call::Admission, CallSettings, Duration, Event, Instant, Name, Outcome, Permit, Refused,
-    Snapshot, State,
-};
+use stormguard_core::breaker::{Keyed, LockedKey, Member};
+use stormguard_core::part::{Lock, Locked};
+use stormguard_core::{CallSettings, Event, Instant, Name, Parts, Refused, Snapshot, State};
 
 use crate::events::{self as event_log};
-use crate::events::{Held, Listener, NoListener};
-use crate::policy::{drive, funds, prepare, Funds, Gate, Seed};
+use crate::events::{Ears, Listener, NoListener};
+use crate::policy::{drive, prepare, Route, Seed};
+use crate::shared::Shared;
 use crate::sleep::{sleep_until, Slept};
 use crate::{Budget, CallError, CallOptions, Classify, CoreBreaker, EmbassyClock};
 
@@ -53,7 +50,7 @@ use crate::{Budget, CallError, CallOptions, Classify, CoreBreaker, EmbassyClock}
 /// # Ok::<(), stormguard_core::SettingsError>(())
 /// ```
 pub struct KeyedBreaker<M: RawMutex, K, B: CoreBreaker, const N: usize> {
-    inner: Mutex<M, RefCell<Keyed<K, B, N>>>,
+    shared: Shared<M, Keyed<K, B, N>>,
     name: B::NameRef,
     /// The refusal a new key gets when the table is full (the core's, from the template).
     full: Refused,
@@ -66,18 +63,16 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> KeyedB
         KeyedBreaker {
             name: template.name_ref(),
             full: template.full_refusal(),
-            inner: Mutex::new(RefCell::new(Keyed::new(template))),
+            shared: Shared::from_core(Keyed::new(template)),
         }
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Keyed<K, B, N>) -> R) -> Option<R> {
-        self.inner
-            .lock(|cell| cell.try_borrow_mut().ok().map(|mut k| f(&mut k)))
+        self.shared.with(f)
     }
 
     fn read<R>(&self, f: impl FnOnce(&Keyed<K, B, N>) -> R) -> Option<R> {
-        self.inner
-            .lock(|cell| cell.try_borrow().ok().map(|k| f(&k)))
+        self.shared.read(f)
     }
 
     /// The name every key's breaker carries (the template's).
@@ -124,11 +119,31 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> KeyedB
         self.with(|k| k.remove(key).is_some()).unwrap_or(false)
     }
 
-    /// A handle implementing the core's [`Admission`] for `key`'s breaker (the key is added at
-    /// its first attempt).
+    /// `key`'s breaker as the core's call driver sees it (the key is added at its first
+    /// attempt): the core's [`LockedKey`] view, which locks the table for each step; its
+    /// events are named `name`, the table's own, read with [`KeyedBreaker::name`].
+    ///
+    /// ```
+    /// use embassy_sync::blocking_mutex::raw::NoopRawMutex;
+    /// use stormguard_core::{part::Admission, Breaker, Instant, Outcome};
+    /// use stormguard_embassy::KeyedBreaker;
+    ///
+    /// let keyed: KeyedBreaker<NoopRawMutex, u8, Breaker, 4> = KeyedBreaker::new(Breaker::of(3, "i2c")?);
+    /// let name = keyed.name();
+    /// let part = keyed.part(&0x48, &name);
+    /// let now = Instant::from_secs(1);
+    /// let permit = part.try_acquire(now, None, &mut |_| {}).unwrap();
+    /// part.on_outcome(now, permit, Outcome::Success, &mut |_| {});
+    /// assert_eq!(keyed.len(), 1);
+    /// # Ok::<(), stormguard_core::SettingsError>(())
+    /// ```
     #[must_use]
-    pub fn handle(&self, key: K) -> KeyedRef<'_, M, K, B, N> {
-        KeyedRef { keyed: self, key }
+    pub const fn part<'a>(
+        &'a self,
+        key: &'a K,
+        name: &'a Name,
+    ) -> LockedKey<'a, Shared<M, Keyed<K, B, N>>, K> {
+        LockedKey::new(&self.shared, key, name, self.full)
     }
 }
 
@@ -138,116 +153,6 @@ impl<M: RawMutex, K, B: CoreBreaker, const N: usize> fmt::Debug for KeyedBreaker
             .field("name", &self.name)
             .field("capacity", &N)
             .finish_non_exhaustive()
-    }
-}
-
-/// One key's breaker in a [`KeyedBreaker`], seen through the core's [`Admission`] trait: each
-/// method locks the table for one step.
-pub struct KeyedRef<'a, M: RawMutex, K, B: CoreBreaker, const N: usize> {
-    keyed: &'a KeyedBreaker<M, K, B, N>,
-    key: K,
-}
-
-impl<M: RawMutex, K: fmt::Debug, B: CoreBreaker, const N: usize> fmt::Debug
-    for KeyedRef<'_, M, K, B, N>
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedRef")
-            .field("key", &self.key)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize> Admission
-    for KeyedRef<'_, M, K, B, N>
-{
-    fn name(&self) -> &Name {
-        self.keyed.name.borrow()
-    }
-
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        let mut held = Held::new(self.keyed.name.borrow());
-        let key = self.key.clone();
-        let result = self.keyed.with(|k| {
-            k.try_acquire(key, now, attempt_timeout, &mut |e| {
-                held.keep(e, &mut *events);
-            })
-        });
-        held.deliver(events);
-        match result {
-            Some(Ok(permit)) => Ok(permit),
-            Some(Err(KeyedRefusal::Refused(refused))) => Err(refused),
-            // The table is full and no key is idle (or, never, found borrowed).
-            Some(Err(_)) | None => Err(self.keyed.full),
-        }
-    }
-
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        self.keyed
-            .read(|k| k.get(&self.key).map_or(Ok(()), |b| b.check(now)))
-            .unwrap_or(Ok(()))
-    }
-
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        let mut held = Held::new(self.keyed.name.borrow());
-        self.keyed.with(|k| {
-            k.on_outcome(&self.key, now, permit, outcome, &mut |e| {
-                held.keep(e, &mut *events);
-            });
-        });
-        held.deliver(events);
-    }
-
-    fn release(&mut self, permit: Permit) {
-        self.keyed.with(|k| k.release(&self.key, permit));
-    }
-
-    fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        self.keyed
-            .read(|k| k.get(&self.key).and_then(|b| b.normal_latency(now)))
-            .flatten()
-    }
-
-    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
-        self.keyed
-            .read(|k| k.get(&self.key).and_then(|b| b.attempt_ceiling(now)))
-            .flatten()
-    }
-
-    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
-        self.keyed
-            .read(|k| k.get(&self.key).and_then(|b| b.slow_threshold(now)))
-            .flatten()
-    }
-
-    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
-        self.keyed
-            .read(|k| {
-                k.get(&self.key)
-                    .map_or(Err(HedgeSuppressed::NoBaseline), |b| b.hedge_after(now))
-            })
-            .unwrap_or(Err(HedgeSuppressed::NotClosed))
-    }
-
-    fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
-        self.keyed
-            .read(|k| {
-                k.get(&self.key)
-                    .map(|b| b.censored_latency(now, ran_past, draw))
-            })
-            .flatten()
-            .unwrap_or(ran_past)
     }
 }
 
@@ -363,30 +268,52 @@ impl<M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize, L: Lis
         C: Classify<T, E>,
         X: Future,
     {
-        let gate = KeyGate { policy: self, key };
-        drive(&gate, options, op).await
+        let route = KeyRoute { policy: self, key };
+        drive(&route, options, op).await
     }
 }
 
-/// One key of a keyed policy, as a call's gate.
-struct KeyGate<'p, 'a, M: RawMutex, K, B: CoreBreaker, const N: usize, L> {
+/// One key of a keyed policy: what its call runs against.
+struct KeyRoute<'p, 'a, M: RawMutex, K, B: CoreBreaker, const N: usize, L> {
     policy: &'p KeyedPolicy<'a, M, K, B, N, L>,
     key: K,
 }
 
-impl<'a, M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize, L: Listener> Gate
-    for &KeyGate<'_, 'a, M, K, B, N, L>
+impl<'r, 'p, 'a, M, K, B, const N: usize, L> Route for &'r KeyRoute<'p, 'a, M, K, B, N, L>
+where
+    M: RawMutex,
+    K: Eq + Clone,
+    B: CoreBreaker + Member,
+    L: Listener,
 {
-    type Admission = KeyedRef<'a, M, K, B, N>;
-    type Funding = Funds<'a, M>;
+    type Name = B::NameRef;
+    type Parts<'n>
+        = Parts<
+        LockedKey<'n, Shared<M, Keyed<K, B, N>>, K, Ears<L>>,
+        Locked<'n, Shared<M, stormguard_core::Budget>>,
+    >
+    where
+        Self: 'n;
     const QUEUES: bool = false;
 
-    fn admission(self) -> Self::Admission {
-        self.policy.keyed.handle(self.key.clone())
+    fn name(self) -> B::NameRef {
+        self.policy.keyed.name
     }
 
-    fn release(self, permit: Permit) {
-        self.policy.keyed.with(|k| k.release(&self.key, permit));
+    fn parts<'n>(self, name: &'n Name) -> Self::Parts<'n>
+    where
+        Self: 'n,
+    {
+        Parts {
+            name: None,
+            breaker: Some(self.policy.keyed.part(&self.key, name).hearing()),
+            budget: self.policy.budget.map(Budget::part),
+            limiter: None,
+            quota: None,
+            bulkhead: None,
+            adaptive: None,
+            saturation: None,
+        }
     }
 
     fn begin(self, now: Instant) -> stormguard_core::Call {
@@ -399,13 +326,6 @@ impl<'a, M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize, L:
 
     fn prepare(self, call: &mut stormguard_core::Call, deadline: Option<embassy_time::Instant>) {
         prepare(call, &self.policy.seed, deadline);
-    }
-
-    fn parts(self) -> stormguard_core::Parts<Self::Admission, Self::Funding> {
-        stormguard_core::Parts {
-            breaker: self.admission(),
-            budget: funds(self.policy.budget),
-        }
     }
 
     fn emit(self, event: &Event<'_>) {
@@ -422,4 +342,6 @@ impl<'a, M: RawMutex, K: Eq + Clone, B: CoreBreaker + Member, const N: usize, L:
     ) -> impl Future<Output = Slept> {
         sleep_until(at, cancel)
     }
+
+    fn freed(self) {}
 }

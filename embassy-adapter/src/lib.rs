@@ -40,22 +40,22 @@
 //! - [`time`]: conversions between embassy-time and the core's time, and [`EmbassyClock`].
 //! - [`sleep`]: cancellable sleeps on [`embassy_time::Timer`], for backoff waits and the guarded
 //!   rejection pause; cancellation is any future (a `Signal`'s `wait()`).
-//! - [`Breaker`] and [`Budget`]: the core's breaker and budget behind an `embassy_sync` blocking
-//!   raw mutex, `const`-constructible so they live in `static`s; never locked across `.await`.
+//! - [`Breaker`] and [`Budget`]: the core's breaker and budget in a [`Shared`] (an
+//!   `embassy_sync` blocking raw mutex), `const`-constructible so they live in `static`s; never
+//!   locked across `.await`.
 //!   The breaker is any of the core's ([`CoreBreaker`]): [`Breaker::lean`] (consecutive
 //!   failures only, a few words), [`Breaker::from_static`] (every rule, settings in a `static`),
 //!   [`Breaker::fixed`] (every rule, settings a constant named by a type: the least flash) or
 //!   [`Breaker::new`] (every rule, its own copy of the settings).
-//!   Their [`handle`](Breaker::handle)s implement the core's [`Admission`](stormguard_core::call::Admission)
-//!   and [`Funding`](stormguard_core::call::Funding), so the core's [`Call`](stormguard_core::Call)
-//!   driver runs over them unchanged.
+//!   Their [`part`](Breaker::part)s are the core's [`Locked`](stormguard_core::part::Locked)
+//!   view, so the core's [`Call`](stormguard_core::Call) driver runs over them unchanged.
 //! - [`Policy`]: `policy.call(|attempt| async { ... }).await`, with [`CallOptions`] for a
 //!   classifier, a cancellation and a deadline, and [`CallError`] saying what happened. Seed
 //!   each device's jitter at start-up: [`Breaker::set_seed`] and [`Policy::set_seed`].
-//! - Optional steps in front of the breaker, each the core's own admission wrapper:
-//!   [`Policy::with_rate_limit`] ([`RateLimit`] over the core's GCRA or window limiter, or its
-//!   shared forms) and [`Policy::with_bulkhead`] ([`Bulkhead`], with the core's bounded wait).
-//!   Their refusals are guarded rejections like the breaker's.
+//! - Optional parts in front of the breaker, which the core's [`Parts`](stormguard_core::Parts)
+//!   put in its one order: [`Policy::with_rate_limit`] ([`RateLimit`] over one of the core's
+//!   limiters, or a lock-free one) and [`Policy::with_bulkhead`] ([`Bulkhead`], with the core's
+//!   bounded wait). Their refusals are guarded rejections like the breaker's.
 //! - Hedging: [`Policy::call_hedged`] runs the core's hedge beside a slow attempt (at most two in
 //!   flight, the first success wins, the loser dropped and reported as cancelled).
 //! - Keyed scope: [`KeyedBreaker`] (the core's fixed-capacity [`Keyed`](stormguard_core::breaker::Keyed)
@@ -110,22 +110,24 @@ pub mod events;
 mod keyed;
 mod policy;
 mod ratelimit;
+mod shared;
 pub mod sleep;
 mod stream;
 pub mod subscription;
 pub mod time;
 
-pub use breaker::{Breaker, BreakerRef, CoreBreaker};
-pub use budget::{Budget, BudgetRef};
-pub use bulkhead::{Bulkhead, BulkheadRef, BulkheadStep, NoBulkhead};
+pub use breaker::{Breaker, CoreBreaker};
+pub use budget::Budget;
+pub use bulkhead::{Bulkhead, BulkheadStep, NoBulkhead};
 pub use chaos::Chaos;
 pub use drain::Drain;
 pub use events::{Listener, NoListener};
-pub use keyed::{KeyedBreaker, KeyedPolicy, KeyedRef};
+pub use keyed::{KeyedBreaker, KeyedPolicy};
 pub use policy::{
-    BulkheadedPolicy, CallOptions, Explanation, LeanPolicy, Policy, RateLimitedPolicy,
+    BulkheadedPolicy, CallOptions, Explanation, LeanPolicy, NoRateLimit, Policy, RateLimitedPolicy,
 };
-pub use ratelimit::{LimitSource, LimitStep, NoRateLimit, RateLimit, RateLimitRef};
+pub use ratelimit::RateLimit;
+pub use shared::Shared;
 pub use stormguard_core::valid;
 pub use stormguard_core::CallError;
 pub use stormguard_core::{Classify, EveryErrorTransient};

@@ -5,9 +5,9 @@
 //! refuse, give up) is the core's; this module reads embassy's clock, runs the operation against
 //! its attempt deadline, sleeps cancellably and delivers events.
 
+use core::borrow::Borrow;
 use core::fmt;
 use core::future::{poll_fn, Future};
-use core::marker::PhantomData;
 use core::pin::{pin, Pin};
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use core::task::{Context, Poll};
@@ -15,20 +15,21 @@ use core::task::{Context, Poll};
 use embassy_futures::select::{select3, Either3};
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_time::Timer;
+use stormguard_core::call::{Due, Gate as _, HedgedPair, Lane, PairNext, SharedHedgeShare};
+use stormguard_core::part::{Limit, Locked, Never};
 use stormguard_core::{
-    call::Admission, call::Due, call::Funding, call::HedgedPair, call::Lane, call::PairNext,
-    call::SharedHedgeShare, limits::BudgetSnapshot, policy::Explain, BreakerSettings,
-    BudgetSettings, Call, CallError, CallSettings, Classify, Event, EveryErrorTransient, Instant,
-    Outcome, Parts, Permit, Refused, Snapshot, Step,
+    limits::BudgetSnapshot, policy::Explain, BreakerSettings, BudgetSettings, Call, CallError,
+    CallSettings, Classify, Event, EveryErrorTransient, Instant, Name, Outcome, Parts, Permit,
+    Snapshot, Step,
 };
 
 use crate::bulkhead::{BulkheadStep, NoBulkhead};
 use crate::drain::Drain;
-use crate::events::{self, Listener, NoListener};
-use crate::ratelimit::{LimitSource, LimitStep, NoRateLimit};
-use crate::sleep::{Never, Slept};
+use crate::events::{self, Ears, Listener, NoListener};
+use crate::shared::Shared;
+use crate::sleep::{Never as Forever, Slept};
 use crate::time::{to_core_instant, to_embassy_instant};
-use crate::{Breaker, Budget, BudgetRef, Bulkhead, CoreBreaker, EmbassyClock};
+use crate::{Breaker, Budget, Bulkhead, CoreBreaker, EmbassyClock};
 
 /// What one call may add to its policy: a classifier, a cancellation, a tighter deadline.
 /// Built from [`CallOptions::new`] (every `Err` transient, not cancellable, the policy's
@@ -53,7 +54,7 @@ use crate::{Breaker, Budget, BudgetRef, Bulkhead, CoreBreaker, EmbassyClock};
 /// ```
 #[derive(Clone, Copy, Debug)]
 #[must_use]
-pub struct CallOptions<C = EveryErrorTransient, X = Never> {
+pub struct CallOptions<C = EveryErrorTransient, X = Forever> {
     classify: C,
     cancel: X,
     deadline: Option<embassy_time::Instant>,
@@ -67,7 +68,7 @@ impl CallOptions {
     pub const fn new() -> CallOptions {
         CallOptions {
             classify: EveryErrorTransient,
-            cancel: Never,
+            cancel: Forever,
             deadline: None,
             drain: None,
             hedge_share: None,
@@ -153,10 +154,13 @@ impl<C, X> CallOptions<C, X> {
 /// a `static`: the common firmware shape (a sensor, a radio link).
 pub type LeanPolicy<M, L = NoListener> = Policy<'static, M, L, stormguard_core::LeanBreaker>;
 
+/// A policy without a rate limit: the core's [`Never`] part, which has no value and no code.
+pub type NoRateLimit = Never;
+
 /// A policy with a GCRA [`RateLimit`](crate::RateLimit) in front of its breaker (lean by
 /// default), all in `static`s.
 pub type RateLimitedPolicy<M, B = stormguard_core::LeanBreaker, L = NoListener> =
-    Policy<'static, M, L, B, &'static crate::RateLimit<M, stormguard_core::limits::RateLimiter>>;
+    Policy<'static, M, L, B, Locked<'static, Shared<M, stormguard_core::limits::RateLimiter>>>;
 
 /// A policy with a [`Bulkhead`](crate::Bulkhead) (4 wakers) in front of its breaker (lean by
 /// default), all in `static`s.
@@ -194,9 +198,10 @@ pub type BulkheadedPolicy<M, B = stormguard_core::LeanBreaker, L = NoListener> =
 /// }
 /// ```
 ///
-/// Optional steps sit in front of the breaker, each a type parameter that costs nothing when
+/// Optional parts sit in front of the breaker, each a type parameter that costs nothing when
 /// absent: a rate limit (`R`, [`Policy::with_rate_limit`]) and a bulkhead (`K`,
-/// [`Policy::with_bulkhead`]). Their refusals are guarded rejections like the breaker's.
+/// [`Policy::with_bulkhead`]). Their refusals are guarded rejections like the breaker's. Each
+/// call hands them to the core's [`Parts`], which applies them in its one order.
 pub struct Policy<
     'a,
     M: RawMutex,
@@ -211,7 +216,7 @@ pub struct Policy<
     /// The device's own seed for the calls' backoff jitter, once set.
     seed: Seed,
     listener: L,
-    limit: R,
+    limit: Option<R>,
     bulkhead: K,
 }
 
@@ -229,7 +234,7 @@ impl<'a, M: RawMutex, B> Policy<'a, M, NoListener, B> {
             settings,
             seed: Seed::unset(),
             listener: NoListener,
-            limit: NoRateLimit,
+            limit: None,
             bulkhead: NoBulkhead,
         }
     }
@@ -283,7 +288,7 @@ impl<'a, M: RawMutex, L: Copy, B, K: Copy> Policy<'a, M, L, B, NoRateLimit, K> {
     /// ```
     /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
     /// use stormguard_core::{BreakerSettings, CallSettings, LeanBreaker, limits::RateLimitSettings, limits::RateLimiter};
-    /// use stormguard_embassy::{Breaker, NoListener, Policy, RateLimit};
+    /// use stormguard_embassy::{Breaker, Policy, RateLimit, RateLimitedPolicy};
     ///
     /// static LINK: BreakerSettings = match BreakerSettings::consecutive_only("uplink", 3) {
     ///     Ok(s) => s,
@@ -299,21 +304,21 @@ impl<'a, M: RawMutex, L: Copy, B, K: Copy> Policy<'a, M, L, B, NoRateLimit, K> {
     ///         Err(_) => panic!(),
     ///     },
     /// ));
-    /// static POLICY: Policy<'static, Cs, NoListener, LeanBreaker, &RateLimit<Cs, RateLimiter>> =
-    ///     Policy::new(&BREAKER, CallSettings::DEFAULT).with_rate_limit(&LIMIT);
+    /// static POLICY: RateLimitedPolicy<Cs> =
+    ///     Policy::new(&BREAKER, CallSettings::DEFAULT).with_rate_limit(LIMIT.part());
     /// ```
+    ///
+    /// `limit` is the limiter as the call driver sees it: a [`RateLimit`](crate::RateLimit)'s
+    /// [`part`](crate::RateLimit::part), or a reference to one of the core's lock-free limiters.
     #[must_use]
-    pub const fn with_rate_limit<X: LimitSource + ?Sized>(
-        self,
-        limiter: &'a X,
-    ) -> Policy<'a, M, L, B, &'a X, K> {
+    pub const fn with_rate_limit<X: Limit + Copy>(self, limit: X) -> Policy<'a, M, L, B, X, K> {
         let Policy {
             breaker,
             budget,
             settings,
             seed,
             listener,
-            limit: NoRateLimit,
+            limit: _,
             bulkhead,
         } = self;
         Policy {
@@ -322,7 +327,7 @@ impl<'a, M: RawMutex, L: Copy, B, K: Copy> Policy<'a, M, L, B, NoRateLimit, K> {
             settings,
             seed,
             listener,
-            limit: limiter,
+            limit: Some(limit),
             bulkhead,
         }
     }
@@ -443,20 +448,20 @@ impl<'a, M: RawMutex, L, B, R, K> Policy<'a, M, L, B, R, K> {
         &self.listener
     }
 
-    /// The rate-limit step ([`NoRateLimit`], or the limiter).
+    /// The rate limit, if any.
     #[must_use]
-    pub const fn rate_limit(&self) -> &R {
-        &self.limit
+    pub const fn rate_limit(&self) -> Option<&R> {
+        self.limit.as_ref()
     }
 
-    /// The bulkhead step ([`NoBulkhead`], or the bulkhead).
+    /// The bulkhead ([`NoBulkhead`], or the bulkhead).
     #[must_use]
     pub const fn bulkhead(&self) -> &K {
         &self.bulkhead
     }
 }
 
-impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep>
+impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: Limit + Copy, K: BulkheadStep>
     Policy<'a, M, L, B, R, K>
 {
     /// Runs `op` under the policy: `op(attempt)` (1 for the first attempt) makes one attempt;
@@ -705,21 +710,38 @@ impl fmt::Display for Explanation {
     }
 }
 
-/// What a call runs against: the admission its attempts ask (the breaker, behind any optional
-/// step), how to give back a permit whose attempt was abandoned, and the bulkhead's wait.
-pub(crate) trait Gate: Copy {
-    type Admission: Admission;
-    type Funding: Funding;
+/// What a call runs against (a policy, or a keyed policy and a key): the core's [`Parts`],
+/// built afresh for each step from the policy's handles (a few references, so nothing of them
+/// is kept across an `.await`, and a constant such as "nobody listens" stays one the compiler
+/// sees), the bulkhead's wait, and where events go.
+pub(crate) trait Route: Copy {
+    /// The breaker's name, read once per call: the events are named with it (the name inside
+    /// the breaker stays behind its lock).
+    type Name: Copy + Borrow<Name>;
+    /// The parts a call's attempts pass through.
+    type Parts<'n>: stormguard_core::call::Gate
+    where
+        Self: 'n;
     /// Whether an attempt may first wait for a bulkhead slot (`false`: no waiting code).
     const QUEUES: bool;
-    /// The admission, for one call.
-    fn admission(self) -> Self::Admission;
-    /// Gives back the permit of an attempt abandoned before its outcome (the call's future was
-    /// dropped), through the same steps that granted it.
-    fn release(self, permit: Permit);
+    /// The breaker's name.
+    fn name(self) -> Self::Name;
+    /// The parts, the breaker's events named `name`.
+    fn parts<'n>(self, name: &'n Name) -> Self::Parts<'n>
+    where
+        Self: 'n;
+    /// A call begun at `now` with the policy's settings, returned straight from
+    /// [`Call::begin`] so that it is built where the call's future keeps it: a `Call` is some
+    /// 170 bytes, and each move of it is a `memcpy` on a microcontroller. [`Route::prepare`]
+    /// finishes it in place.
+    fn begin(self, now: Instant) -> Call;
+    /// Applies the device's seed and the caller's `deadline`, if any, to a call just begun.
+    fn prepare(self, call: &mut Call, deadline: Option<embassy_time::Instant>);
+    /// Delivers an event to `defmt` and the listener.
+    fn emit(self, event: &Event<'_>);
     /// Sleeps until `at` (a backoff wait, or a refusal's guarded pause), then, if `slot` (before
-    /// an attempt, not after a refusal), waits for a bulkhead slot if the gate has a bulkhead
-    /// that allows it, at most until `deadline`.
+    /// an attempt, not after a refusal), waits for a bulkhead slot if there is a bulkhead that
+    /// allows it, at most until `deadline`.
     fn pause<X: Future>(
         self,
         at: Instant,
@@ -727,17 +749,9 @@ pub(crate) trait Gate: Copy {
         deadline: Option<Instant>,
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept>;
-    /// A call begun at `now` with the policy's settings, returned straight from
-    /// [`Call::begin`] (alone, not in a tuple with its parts) so that it is built where the
-    /// call's future keeps it: a `Call` is some 170 bytes, and each move of it is a `memcpy`
-    /// on a microcontroller. [`Gate::prepare`] finishes it in place.
-    fn begin(self, now: Instant) -> Call;
-    /// Applies the device's seed and the caller's `deadline`, if any, to a call just begun.
-    fn prepare(self, call: &mut Call, deadline: Option<embassy_time::Instant>);
-    /// What a call uses: the admission and the funding.
-    fn parts(self) -> Parts<Self::Admission, Self::Funding>;
-    /// Delivers an event to `defmt` and the listener.
-    fn emit(self, event: &Event<'_>);
+    /// An attempt ended and freed its bulkhead slot, if any: the tasks waiting for one are
+    /// woken.
+    fn freed(self);
 }
 
 /// Applies the device's seed and the caller's deadline to a call just begun, in place.
@@ -750,17 +764,50 @@ pub(crate) fn prepare(call: &mut Call, seed: &Seed, deadline: Option<embassy_tim
     }
 }
 
-/// The funding of a call: the budget's handle, or none.
-pub(crate) fn funds<M: RawMutex>(budget: Option<&Budget<M>>) -> Funds<'_, M> {
-    budget.map(Budget::handle)
-}
+/// The parts of a policy's calls.
+type PolicyParts<'n, M, L, B, R, K> = Parts<
+    Locked<'n, Shared<M, B>, Ears<L>>,
+    Locked<'n, Shared<M, stormguard_core::Budget>>,
+    R,
+    Never,
+    <K as BulkheadStep>::Part<'n>,
+>;
 
-impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep> Gate
-    for &Policy<'a, M, L, B, R, K>
+impl<'p, 'a, M, L, B, R, K> Route for &'p Policy<'a, M, L, B, R, K>
+where
+    M: RawMutex,
+    L: Listener,
+    B: CoreBreaker,
+    R: Limit + Copy,
+    K: BulkheadStep,
 {
-    type Admission = R::Wrap<K::Wrap<Heard<'a, M, B, L>>>;
-    type Funding = Funds<'a, M>;
+    type Name = B::NameRef;
+    type Parts<'n>
+        = PolicyParts<'n, M, L, B, R, K>
+    where
+        Self: 'n;
     const QUEUES: bool = K::QUEUES;
+
+    fn name(self) -> B::NameRef {
+        self.breaker.name_ref()
+    }
+
+    #[inline]
+    fn parts<'n>(self, name: &'n Name) -> Self::Parts<'n>
+    where
+        Self: 'n,
+    {
+        Parts {
+            name: None,
+            breaker: Some(self.breaker.part(name).hearing()),
+            budget: self.budget.map(Budget::part),
+            limiter: self.limit,
+            quota: None,
+            bulkhead: self.bulkhead.part(),
+            adaptive: None,
+            saturation: None,
+        }
+    }
 
     fn begin(self, now: Instant) -> Call {
         Call::begin_salted(&self.settings, now, self.seed.next_salt())
@@ -770,30 +817,9 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
         prepare(call, &self.seed, deadline);
     }
 
-    fn parts(self) -> Parts<Self::Admission, Self::Funding> {
-        Parts {
-            breaker: self.admission(),
-            budget: funds(self.budget),
-        }
-    }
-
     fn emit(self, event: &Event<'_>) {
         events::log(event);
         self.listener.on_event(event);
-    }
-
-    #[inline]
-    fn admission(self) -> Self::Admission {
-        self.limit.wrap(self.bulkhead.wrap(Heard {
-            breaker: self.breaker.handle(),
-            listener: PhantomData,
-        }))
-    }
-
-    fn release(self, permit: Permit) {
-        self.limit
-            .wrap(self.bulkhead.wrap(self.breaker.releaser()))
-            .release(permit);
     }
 
     #[inline]
@@ -805,6 +831,11 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep
         cancel: Pin<&mut X>,
     ) -> impl Future<Output = Slept> {
         self.bulkhead.pause(at, slot, deadline, cancel)
+    }
+
+    #[inline]
+    fn freed(self) {
+        self.bulkhead.freed();
     }
 }
 
@@ -831,65 +862,20 @@ impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R, K> Policy<'a, M, L, B, R, 
 
     /// The breaker alone (no limiter in front) and the budget: what a stream lost mid-way is
     /// reported to ([`StreamRestarts::on_lost`](stormguard_core::call::StreamRestarts::on_lost)).
-    pub(crate) fn loss_parts(&self) -> Parts<Heard<'a, M, B, L>, Funds<'a, M>> {
+    pub(crate) fn loss_parts<'n>(
+        &'n self,
+        name: &'n Name,
+    ) -> impl stormguard_core::call::Gate + 'n {
         Parts {
-            breaker: Heard {
-                breaker: self.breaker.handle(),
-                listener: PhantomData,
-            },
-            budget: funds(self.budget),
+            name: None,
+            breaker: Some(self.breaker.part(name).hearing::<Ears<L>>()),
+            budget: self.budget.map(Budget::part),
+            limiter: None::<Never>,
+            quota: None::<Never>,
+            bulkhead: None::<Never>,
+            adaptive: None::<Never>,
+            saturation: None::<Never>,
         }
-    }
-}
-
-/// A policy's breaker, as its calls ask it: when the policy's events go nowhere (a listener
-/// that ignores them, such as [`NoListener`], and no `defmt`), the breaker's events are not
-/// made at all, and their code is left out of the firmware.
-pub(crate) struct Heard<'a, M: RawMutex, B: CoreBreaker, L> {
-    breaker: crate::BreakerRef<'a, M, B>,
-    listener: PhantomData<fn() -> L>,
-}
-
-impl<M: RawMutex, B: CoreBreaker, L: Listener> Admission for Heard<'_, M, B, L> {
-    stormguard_core::forward_breaker_readings!(breaker);
-
-    fn self_limits(&self) -> bool {
-        false
-    }
-
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<stormguard_core::Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        if events::unheard::<L>() {
-            self.breaker.try_acquire_unheard(now, attempt_timeout)
-        } else {
-            self.breaker.try_acquire(now, attempt_timeout, events)
-        }
-    }
-
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        self.breaker.check(now)
-    }
-
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        if events::unheard::<L>() {
-            self.breaker.on_outcome_unheard(now, permit, outcome);
-        } else {
-            self.breaker.on_outcome(now, permit, outcome, events);
-        }
-    }
-
-    fn release(&mut self, permit: Permit) {
-        self.breaker.release(permit);
     }
 }
 
@@ -897,8 +883,8 @@ impl<M: RawMutex, B: CoreBreaker, L: Listener> Admission for Heard<'_, M, B, L> 
 /// bulkhead's wait for a slot, if the gate has one that allows it), or a refusal's guarded
 /// pause. The core announced the refusal with this pause and hands it out, as
 /// [`Finished::Rejected`](stormguard_core::Finished::Rejected), at the next poll. Any other step rests for no time.
-fn pause<'c, G: Gate, X: Future>(
-    gate: G,
+fn pause<'c, G: Route, X: Future>(
+    route: G,
     call: &Call,
     step: Step,
     now: Instant,
@@ -907,19 +893,19 @@ fn pause<'c, G: Gate, X: Future>(
     let (wait, slot) = match step {
         Step::Wait(wait) => (wait, true),
         Step::Reject(rejection) => (rejection.pause, false),
-        Step::Attempt(_) | Step::Done(_) => (stormguard_core::Duration::ZERO, false),
+        _ => (stormguard_core::Duration::ZERO, false),
     };
-    gate.pause(now.saturating_add(wait), slot, call.deadline(), cancel)
+    route.pause(now.saturating_add(wait), slot, call.deadline(), cancel)
 }
 
 /// The call loop: ask the core what to do next, do it, report back.
 pub(crate) async fn drive<G, T, E, F, C, X>(
-    gate: G,
+    route: G,
     options: CallOptions<C, X>,
     mut op: F,
 ) -> Result<T, CallError<E>>
 where
-    G: Gate,
+    G: Route,
     F: AsyncFnMut(u32) -> Result<T, E>,
     C: Classify<T, E>,
     X: Future,
@@ -934,10 +920,11 @@ where
     let mut cancel = pin!(cancel);
     let clock = EmbassyClock::new();
     let mut now = clock.now();
-    let mut call = gate.begin(now);
-    gate.prepare(&mut call, deadline);
-    let mut parts = gate.parts();
-    let mut sink = |e: Event<'_>| gate.emit(&e);
+    let mut call = route.begin(now);
+    route.prepare(&mut call, deadline);
+    let name = route.name();
+    let name = name.borrow();
+    let mut sink = |e: Event<'_>| route.emit(&e);
     // The most recent attempt's result, handed back (or carried by the error) at the end.
     let mut last: Option<Result<T, E>> = None;
     // With a bulkhead that lets calls wait, the first attempt waits for its slot the way a
@@ -952,11 +939,11 @@ where
                 // The core decides what the drain stops; it is told before every step.
                 drain.watch(&mut call, now);
             }
-            call.poll(&mut parts, now, &mut sink)
+            call.poll(&route.parts(name), now, &mut sink)
         };
         match step {
             Step::Attempt(permit) => {
-                let guard = PermitGuard::new(gate, permit);
+                let guard = PermitGuard::new(route, name, permit);
                 let attempt = op(call.attempts());
                 let ran = select3(cancel.as_mut(), attempt, until(call.attempt_deadline())).await;
                 now = clock.now();
@@ -971,12 +958,14 @@ where
                     Either3::Third(()) => (Outcome::TimedOut, false),
                 };
                 if let Some(permit) = guard.disarm() {
-                    call.complete_attempt(&mut parts, permit, now, outcome, answered, &mut sink);
+                    let parts = route.parts(name);
+                    call.complete_attempt(&parts, permit, now, outcome, answered, &mut sink);
+                    route.freed();
                 }
             }
             Step::Done(finished) => return finished.into_result(last),
             rest @ (Step::Wait(_) | Step::Reject(_)) => {
-                if pause(gate, &call, rest, now, cancel.as_mut()).await == Slept::Cancelled {
+                if pause(route, &call, rest, now, cancel.as_mut()).await == Slept::Cancelled {
                     call.cancel();
                     return Err(CallError::Cancelled);
                 }
@@ -990,12 +979,12 @@ where
 /// when the core says so. The core's [`HedgedPair`] says what the one timer is armed for and
 /// what each event means; this loop only waits.
 pub(crate) async fn drive_hedged<G, T, E, F, Fut, C, X>(
-    gate: G,
+    route: G,
     options: CallOptions<C, X>,
     mut op: F,
 ) -> Result<T, CallError<E>>
 where
-    G: Gate,
+    G: Route,
     F: FnMut(u32) -> Fut,
     Fut: Future<Output = Result<T, E>>,
     C: Classify<T, E>,
@@ -1011,10 +1000,11 @@ where
     let mut cancel = pin!(cancel);
     let clock = EmbassyClock::new();
     let mut now = clock.now();
-    let mut call = gate.begin(now);
-    gate.prepare(&mut call, deadline);
-    let mut parts = gate.parts();
-    let mut sink = |e: Event<'_>| gate.emit(&e);
+    let mut call = route.begin(now);
+    route.prepare(&mut call, deadline);
+    let name = route.name();
+    let name = name.borrow();
+    let mut sink = |e: Event<'_>| route.emit(&e);
     let mut last: Option<Result<T, E>> = None;
     // With a bulkhead that lets calls wait, the first attempt waits for its slot the way a
     // retry does after its backoff: through the same pause.
@@ -1030,17 +1020,17 @@ where
                 // The core decides what the drain stops; it is told before every step.
                 drain.watch(&mut call, now);
             }
-            call.poll(&mut parts, now, &mut sink)
+            call.poll(&route.parts(name), now, &mut sink)
         };
         match step {
             Step::Attempt(permit) => {
                 // The first attempt, and when to hedge it if it is still running then.
                 // With the win-rate loop, a call that would hedge asks for its share.
                 let delay = call
-                    .hedge_delay(&parts, now)
+                    .hedge_delay(&route.parts(name), now)
                     .filter(|_| hedge_share.is_none_or(SharedHedgeShare::on_call));
                 let mut pair = HedgedPair::begin(&call, now, delay);
-                let mut guards = [Some(PermitGuard::new(gate, permit)), None];
+                let mut guards = [Some(PermitGuard::new(route, name, permit)), None];
                 first.set(Some(op(call.attempts())));
                 loop {
                     let mut timer = pair.wake_at().map(|at| Timer::at(to_embassy_instant(at)));
@@ -1069,8 +1059,10 @@ where
                                 [(Lane::First, guard_first), (Lane::Hedge, guard_hedge)]
                             {
                                 let permit = guard.take().and_then(PermitGuard::disarm);
-                                pair.abandon(&mut call, &mut parts, lane, permit, now, &mut sink);
+                                let parts = route.parts(name);
+                                pair.abandon(&mut call, &parts, lane, permit, now, &mut sink);
                             }
+                            route.freed();
                             break;
                         }
                         Ran::Timer => match pair.due() {
@@ -1078,10 +1070,11 @@ where
                             Some(Due::Launch) => {
                                 // The core grants the hedge before the operation is invoked.
                                 let launch = |number| Some(op(number));
+                                let parts = route.parts(name);
                                 if let Some((permit, attempt)) =
-                                    pair.launch(&mut call, &mut parts, now, &mut sink, launch)
+                                    pair.launch(&mut call, &parts, now, &mut sink, launch)
                                 {
-                                    *guard_hedge = Some(PermitGuard::new(gate, permit));
+                                    *guard_hedge = Some(PermitGuard::new(route, name, permit));
                                     second.set(Some(attempt));
                                 }
                                 continue;
@@ -1107,8 +1100,16 @@ where
                     };
                     let permit = done.take().and_then(PermitGuard::disarm);
                     let next = pair.finished(
-                        &mut call, &mut parts, lane, permit, now, outcome, answered, &mut sink,
+                        &mut call,
+                        &route.parts(name),
+                        lane,
+                        permit,
+                        now,
+                        outcome,
+                        answered,
+                        &mut sink,
                     );
+                    route.freed();
                     if next != PairNext::Wait {
                         // The pair is over: the hedge, if one ran, won or lost.
                         if let (Some(share), Some(won)) = (hedge_share, pair.hedge_won()) {
@@ -1124,7 +1125,9 @@ where
                             // dropped, and reported as cancelled.
                             other_run.set(None);
                             let permit = other.take().and_then(PermitGuard::disarm);
-                            pair.abandon(&mut call, &mut parts, other_lane, permit, now, &mut sink);
+                            let parts = route.parts(name);
+                            pair.abandon(&mut call, &parts, other_lane, permit, now, &mut sink);
+                            route.freed();
                             break;
                         }
                     }
@@ -1132,7 +1135,7 @@ where
             }
             Step::Done(finished) => return finished.into_result(last),
             rest @ (Step::Wait(_) | Step::Reject(_)) => {
-                if pause(gate, &call, rest, now, cancel.as_mut()).await == Slept::Cancelled {
+                if pause(route, &call, rest, now, cancel.as_mut()).await == Slept::Cancelled {
                     call.cancel();
                     return Err(CallError::Cancelled);
                 }
@@ -1239,21 +1242,23 @@ impl Seed {
 async fn until(deadline: Option<Instant>) {
     match deadline {
         Some(at) => Timer::at(to_embassy_instant(at)).await,
-        None => Never.await,
+        None => Forever.await,
     }
 }
 
 /// Gives an attempt's permit back if the call's future is dropped before the attempt's outcome
 /// is reported, so a half-open probe slot (or a bulkhead slot) never leaks.
-struct PermitGuard<G: Gate> {
-    gate: G,
+struct PermitGuard<'n, G: Route> {
+    route: G,
+    name: &'n Name,
     permit: Option<Permit>,
 }
 
-impl<G: Gate> PermitGuard<G> {
-    fn new(gate: G, permit: Permit) -> Self {
+impl<'n, G: Route> PermitGuard<'n, G> {
+    fn new(route: G, name: &'n Name, permit: Permit) -> Self {
         PermitGuard {
-            gate,
+            route,
+            name,
             permit: Some(permit),
         }
     }
@@ -1264,13 +1269,11 @@ impl<G: Gate> PermitGuard<G> {
     }
 }
 
-impl<G: Gate> Drop for PermitGuard<G> {
+impl<G: Route> Drop for PermitGuard<'_, G> {
     fn drop(&mut self) {
         if let Some(permit) = self.permit.take() {
-            self.gate.release(permit);
+            self.route.parts(self.name).release(permit);
+            self.route.freed();
         }
     }
 }
-
-/// The budget side of a policy's calls: its shared budget, or none (the core's `Option`).
-pub(crate) type Funds<'a, M> = Option<BudgetRef<'a, M>>;

@@ -7,13 +7,13 @@
 
 use embassy_time::{with_timeout, Timer};
 use stormguard_core::call::{Lost, StreamRestarts, StreamSettings};
+use stormguard_core::part::Limit;
 use stormguard_core::{CallError, Event, Outcome, SettingsError};
 
 use crate::bulkhead::BulkheadStep;
 use crate::drain::Drain;
 use crate::events::Listener;
-use crate::policy::{drive, CallOptions, Gate, Policy};
-use crate::ratelimit::LimitStep;
+use crate::policy::{drive, CallOptions, Policy, Route};
 use crate::time::to_embassy_duration;
 use crate::{CoreBreaker, EmbassyClock};
 use embassy_sync::blocking_mutex::raw::RawMutex;
@@ -66,7 +66,7 @@ pub struct Streaming<P> {
     drain: Option<&'static Drain>,
 }
 
-impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: LimitStep, K: BulkheadStep>
+impl<'a, M: RawMutex, L: Listener, B: CoreBreaker, R: Limit + Copy, K: BulkheadStep>
     Policy<'a, M, L, B, R, K>
 {
     /// A streaming call under this policy with the stream `settings` (the restart limit, a
@@ -119,7 +119,7 @@ where
     M: RawMutex,
     L: Listener,
     B: CoreBreaker,
-    R: LimitStep,
+    R: Limit + Copy,
     K: BulkheadStep,
 {
     /// Watches `drain`: once it has begun, a connection in progress starts no new attempt (as
@@ -253,9 +253,9 @@ where
             if self.drain.is_some_and(Drain::is_draining) {
                 self.restarts.on_drain();
             }
-            let mut parts = policy.loss_parts();
+            let name = policy.breaker().name();
             let lost = self.restarts.on_lost(
-                &mut parts,
+                &policy.loss_parts(&name),
                 now,
                 outcome,
                 checkpoint.is_some(),

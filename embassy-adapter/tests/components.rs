@@ -22,12 +22,13 @@ use embassy_sync::signal::Signal;
 use embassy_time::{Duration as EDuration, Timer};
 use serial_test::serial;
 use stormguard_core::{
-    breaker::HedgeSuppressed, call::Admission, call::SharedHedgeShare, limits::BulkheadSettings,
-    limits::RateLimitSettings, limits::RateLimiter, limits::SharedRateLimiter,
-    limits::SlidingWindowLimiter, limits::SlidingWindowSettings, limits::WindowLimitSettings,
-    limits::WindowLimiter, policy::ChaosSettings, policy::Explain, policy::SubscriptionRetry,
-    policy::SubscriptionStatus, Backoff, BreakerSettings, BudgetSettings, CallSettings, Duration,
-    Event, Jitter, LeanBreaker, Ratio, RefusalReason, State, GUARD_PAUSE,
+    call::SharedHedgeShare, limits::BulkheadSettings, limits::RateLimitSettings,
+    limits::RateLimiter, limits::SharedRateLimiter, limits::SlidingWindowLimiter,
+    limits::SlidingWindowSettings, limits::WindowLimitSettings, limits::WindowLimiter,
+    part::Admission, part::HedgeSuppressed, part::Learned, policy::ChaosSettings, policy::Explain,
+    policy::SubscriptionRetry, policy::SubscriptionStatus, Backoff, BreakerSettings,
+    BudgetSettings, CallSettings, Duration, Event, Jitter, LeanBreaker, Ratio, RefusalReason,
+    State, GUARD_PAUSE,
 };
 use stormguard_embassy::time::to_embassy_duration;
 use stormguard_embassy::{
@@ -91,6 +92,16 @@ const HEDGED: CallSettings = match CallSettings::builder()
 };
 
 /// Teaches `policy`'s breaker that healthy calls take `latency`, with `n` calls.
+/// What `breaker` has learned, as the call driver asks it.
+fn learned(
+    breaker: &Breaker<NoopRawMutex>,
+    at: stormguard_core::Instant,
+    ask: Learned,
+) -> Result<Duration, HedgeSuppressed> {
+    let name = breaker.name();
+    breaker.part(&name).learned(at, ask)
+}
+
 fn warm<P: Fn() -> F, F: Future>(n: u32, call: P) {
     for _ in 0..n {
         let _ = run_ms(call());
@@ -120,29 +131,33 @@ impl Drop for DropCount<'_> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The breaker handle forwards the measured ceiling and the hedge delay
+// The breaker's part forwards the measured ceiling and the hedge delay
 
 #[test]
 #[serial(embassy_mock_driver)]
-fn the_handle_forwards_the_measured_ceiling_and_a_hung_attempt_is_cut_there() {
+fn the_breaker_part_forwards_the_measured_ceiling_and_a_hung_attempt_is_cut_there() {
     fresh();
     let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("gateway"));
     let policy = Policy::new(&breaker, ONE_SHOT);
     let at = EmbassyClock::new().now();
-    assert_eq!(breaker.handle().attempt_ceiling(at), None, "cold");
     assert_eq!(
-        breaker.handle().hedge_after(at),
+        learned(&breaker, at, Learned::AttemptCeiling).ok(),
+        None,
+        "cold"
+    );
+    assert_eq!(
+        learned(&breaker, at, Learned::HedgeAfter),
         Err(HedgeSuppressed::NoBaseline)
     );
     warm(30, || policy.call(async |_| takes(ms(20)).await));
     let at = EmbassyClock::new().now();
-    let ceiling = breaker.handle().attempt_ceiling(at).expect("warm");
+    let ceiling = learned(&breaker, at, Learned::AttemptCeiling).expect("warm");
     // 3x the p95 of 20 ms calls (which reads at most 12.5% above).
     assert!(
         ceiling >= Duration::from_millis(60) && ceiling <= Duration::from_micros(67_500),
         "{ceiling}"
     );
-    let p95 = breaker.handle().hedge_after(at).expect("closed and warm");
+    let p95 = learned(&breaker, at, Learned::HedgeAfter).expect("closed and warm");
     assert!(p95 >= Duration::from_millis(20) && p95 <= Duration::from_micros(22_500));
 
     // A hung attempt is cut at the ceiling, not at the configured 10 s.
@@ -166,10 +181,7 @@ fn a_slow_attempt_is_hedged_after_the_p95_and_the_loser_is_dropped_and_not_count
         .with_listener(|e: &Event<'_>| log.push(e));
     warm(40, || policy.call(async |_| takes(ms(20)).await));
     log.take();
-    let p95 = breaker
-        .handle()
-        .hedge_after(EmbassyClock::new().now())
-        .unwrap();
+    let p95 = learned(&breaker, EmbassyClock::new().now(), Learned::HedgeAfter).unwrap();
     let before = budget.available();
 
     let dropped = Cell::new(0);
@@ -257,10 +269,7 @@ fn a_drain_begun_before_the_hedge_is_due_launches_none_and_cuts_the_attempt_at_t
     let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("gateway"));
     let policy = Policy::new(&breaker, HEDGED);
     warm(40, || policy.call(async |_| takes(ms(20)).await));
-    let p95 = breaker
-        .handle()
-        .hedge_after(EmbassyClock::new().now())
-        .unwrap();
+    let p95 = learned(&breaker, EmbassyClock::new().now(), Learned::HedgeAfter).unwrap();
     let calls = Cell::new(0);
     let (r, took) = run_ms(
         policy.call_hedged_with(CallOptions::new().drain_on(&DRAIN), |_| {
@@ -395,7 +404,7 @@ fn a_rate_limited_call_is_a_guarded_rejection_with_the_time_until_the_next_cell(
     let breaker = Breaker::<NoopRawMutex>::new(BreakerSettings::defaults("uplink"));
     let limit = RateLimit::<NoopRawMutex, _>::new(RateLimiter::new(ONE_PER_SECOND));
     let policy = Policy::new(&breaker, ONE_SHOT)
-        .with_rate_limit(&limit)
+        .with_rate_limit(limit.part())
         .with_listener(|e: &Event<'_>| log.push(e));
     assert_eq!(run_ms(policy.call(answers)), (Ok(215), ms(0)));
     let ran = Cell::new(0);
@@ -473,7 +482,7 @@ fn a_window_limiter_refuses_for_its_cooldown() {
         .build()
         .unwrap();
     let limit = RateLimit::<NoopRawMutex, _>::new(WindowLimiter::new(window));
-    let policy = Policy::new(&breaker, ONE_SHOT).with_rate_limit(&limit);
+    let policy = Policy::new(&breaker, ONE_SHOT).with_rate_limit(limit.part());
     assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
     assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
     let (r, took) = run_ms(policy.call(answers));
@@ -496,7 +505,7 @@ fn a_sliding_window_limiter_refuses_until_its_oldest_segment_leaves() {
         .build()
         .unwrap();
     let limit = RateLimit::<NoopRawMutex, _>::new(SlidingWindowLimiter::new(sliding));
-    let policy = Policy::new(&breaker, ONE_SHOT).with_rate_limit(&limit);
+    let policy = Policy::new(&breaker, ONE_SHOT).with_rate_limit(limit.part());
     let first = EmbassyClock::new().now();
     assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
     assert_eq!(run_ms(policy.call(answers)).0, Ok(215));
@@ -686,7 +695,7 @@ fn a_limiter_or_bulkhead_refusal_is_retried_uncharged_and_unseen_then_guarded_wh
     let budget = Budget::<NoopRawMutex>::new(ONE_RETRY);
     let limit = RateLimit::<NoopRawMutex, _>::new(RateLimiter::new(ONE_PER_SECOND));
     let policy = Policy::new(&breaker, THREE_ATTEMPTS)
-        .with_rate_limit(&limit)
+        .with_rate_limit(limit.part())
         .with_budget(&budget)
         .with_listener(|e: &Event<'_>| log.push(e));
     assert_eq!(
@@ -1071,7 +1080,7 @@ fn a_full_bulkhead_behind_a_rate_limit_spends_no_cell() {
     ));
     let slots = Bulkhead::<NoopRawMutex>::new(bulkhead(1, None));
     let policy = Policy::new(&breaker, ONE_SHOT)
-        .with_rate_limit(&limit)
+        .with_rate_limit(limit.part())
         .with_bulkhead(&slots);
     let ((a, _), (b, _)) = run_both(
         policy.call(async |_| takes(ms(200)).await),

@@ -238,7 +238,7 @@ fuzz_target!(|input: Input| {
                         assert_eq!(r.retry_after, Duration::MAX);
                     } else if clock.sane() {
                         // Not a lie: asking again after `retry_after` is funded.
-                        let mut later = pair.budget.clone();
+                        let later = pair.budget.clone();
                         assert_eq!(later.try_withdraw(now + r.retry_after), Ok(()));
                     }
                 }

@@ -90,7 +90,7 @@ fn adaptive(input: &Input) {
     else {
         panic!("valid adaptive settings refused");
     };
-    let mut local = AdaptiveLimiter::new(settings);
+    let local = AdaptiveLimiter::new(settings);
     let shared = SharedAdaptiveLimiter::new(settings);
     let mut clock = Clock::new(Instant::from_nanos(input.start));
     let mut held: Vec<(AdaptivePermit, AdaptivePermit)> = Vec::new();
@@ -168,7 +168,7 @@ fuzz_target!(|input: Input| {
         }
     };
     let Ok(settings) = settings else { return };
-    let mut local = Bulkhead::new(settings);
+    let local = Bulkhead::new(settings);
     let shared = SharedBulkhead::new(settings);
     let max = settings.max_in_flight();
     let max_queue = settings.max_queue();

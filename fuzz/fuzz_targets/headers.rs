@@ -16,7 +16,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::call::Criticality;
-use stormguard_core::limits::{Limit, Quota, QuotaSettings};
+use stormguard_core::limits::{Quota, QuotaSettings};
+use stormguard_core::part::Limit;
 use stormguard_core::wire::grpc::{parse_pushback, parse_status, parse_timeout, TIMEOUT_DIGITS};
 use stormguard_core::wire::http::{parse_delay_seconds, parse_millis};
 use stormguard_core::wire::quota::{
@@ -87,7 +88,7 @@ fuzz_target!(|data: &[u8]| {
     let unix = data.split(|&b| b == b'\n').next().and_then(std_u64);
     let lines: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
     let settings = QuotaSettings::DEFAULT;
-    let mut quota = Quota::new(settings);
+    let quota = Quota::new(settings);
     let mut now = Instant::from_secs(1);
     for (i, line) in lines.iter().enumerate() {
         let published = check_line(line, lines.get(i + 1).copied(), unix);

@@ -8,10 +8,10 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use stormguard_core::{
-    breaker::MAX_COUNT, breaker::MAX_PROBES, breaker::TRIP_BUCKETS, call::Admission, call::Funding,
-    time::MAX_BREAK, Backoff, Bound, Breaker, BreakerSettings, Budget, BudgetSettings, Call,
-    CallSettings, Duration, FailureRate, Field, Instant, Jitter, Multiple, Name, Outcome, Parts,
-    Ratio, Recovery, SettingsError, SharedBreaker, SharedBudget, SlowCalls, Step,
+    breaker::MAX_COUNT, breaker::MAX_PROBES, breaker::TRIP_BUCKETS, call::Gate, time::MAX_BREAK,
+    Backoff, Bound, Breaker, BreakerSettings, Budget, BudgetSettings, Call, CallSettings, Duration,
+    FailureRate, Field, Instant, Jitter, Multiple, Name, Outcome, Parts, Ratio, Recovery,
+    SettingsError, SharedBreaker, SharedBudget, SlowCalls, Step,
 };
 
 /// A float that is often one of the values that break naive code.
@@ -571,9 +571,9 @@ fuzz_target!(|input: Input| {
     let Ok(settings) = breaker else { return };
     let budget = budget.unwrap_or(BudgetSettings::defaults("fuzz"));
     let call = call.unwrap_or(CallSettings::DEFAULT);
-    let mut local = Breaker::new(settings);
+    let local = Breaker::new(settings);
     let shared = SharedBreaker::new(settings);
-    let mut local_budget = Budget::new(budget);
+    let local_budget = Budget::new(budget);
     let shared_budget = SharedBudget::new(budget);
     for now in [
         Instant::from_nanos(input.at),
@@ -591,29 +591,19 @@ fuzz_target!(|input: Input| {
             }
             assert_eq!(local.snapshot(now), shared.snapshot(now));
         }
-        let mut steps = [Vec::new(), Vec::new()];
-        let mut local_parts = Parts {
-            breaker: &mut local,
-            budget: &mut local_budget,
-        };
-        steps[0] = drive(&call, &mut local_parts, now);
-        let mut shared_parts = Parts {
-            breaker: &shared,
-            budget: &shared_budget,
-        };
-        steps[1] = drive(&call, &mut shared_parts, now);
-        assert_eq!(steps[0], steps[1]);
+        let local_parts = Parts::new().breaker(&local).budget(&local_budget);
+        let shared_parts = Parts::new().breaker(&shared).budget(&shared_budget);
+        assert_eq!(
+            drive(&call, &local_parts, now),
+            drive(&call, &shared_parts, now)
+        );
         assert_eq!(local.snapshot(now), shared.snapshot(now));
         assert_eq!(local_budget.snapshot(now), shared_budget.snapshot(now));
     }
 });
 
 /// A call whose attempts all fail, at a frozen instant: the steps it asks for.
-fn drive<A: Admission, F: Funding>(
-    settings: &CallSettings,
-    parts: &mut Parts<A, F>,
-    now: Instant,
-) -> Vec<String> {
+fn drive(settings: &CallSettings, parts: &impl Gate, now: Instant) -> Vec<String> {
     let mut c = Call::begin(settings, now);
     let mut steps = Vec::new();
     for _ in 0..8 {

@@ -49,19 +49,16 @@ fn calls(policy: &Policy<impl stormguard_std::Clock>, n: u64) {
 }
 
 /// The core's call driver over `parts`, synthetic time: begin, poll, complete, read.
-fn driver<A: stormguard_core::call::Admission, F: stormguard_core::call::Funding>(
-    mut parts: Parts<A, F>,
-    n: u64,
-) {
+fn driver(parts: impl stormguard_core::call::Gate, n: u64) {
     let settings = CallSettings::DEFAULT;
     let mut now = Instant::from_secs(1);
     measured(n, &mut || {
         now += Duration::from_micros(1);
         let mut call = Call::begin(&settings, now);
-        let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else {
+        let Step::Attempt(permit) = call.poll(&parts, now, &mut |_| {}) else {
             unreachable!()
         };
-        call.complete(&mut parts, permit, now, Outcome::Success, &mut |_| {});
+        call.complete(&parts, permit, now, Outcome::Success, &mut |_| {});
         black_box(call.finished());
     });
 }
@@ -122,7 +119,7 @@ fn run(path: &str, n: u64) {
         "call/frozen/defaults+limiter+bulkhead" => calls(
             &frozen(
                 Policy::builder("bench")
-                    .rate_limit(Limiter::gcra(
+                    .rate_limit(Limiter::new(
                         RateLimitSettings::builder("bench")
                             .rate(1, Duration::from_secs(1))
                             .burst(1_000_000_000)
@@ -139,24 +136,21 @@ fn run(path: &str, n: u64) {
             n,
         ),
         "driver/shared/consecutive" => driver(
-            Parts {
-                breaker: &SharedBreaker::new(consecutive_only()),
-                budget: &SharedBudget::new(BudgetSettings::defaults("bench")),
-            },
+            Parts::new()
+                .breaker(&SharedBreaker::new(consecutive_only()))
+                .budget(&SharedBudget::new(BudgetSettings::defaults("bench"))),
             n,
         ),
         "driver/shared/defaults" => driver(
-            Parts {
-                breaker: &SharedBreaker::new(BreakerSettings::defaults("bench")),
-                budget: &SharedBudget::new(BudgetSettings::defaults("bench")),
-            },
+            Parts::new()
+                .breaker(&SharedBreaker::new(BreakerSettings::defaults("bench")))
+                .budget(&SharedBudget::new(BudgetSettings::defaults("bench"))),
             n,
         ),
         "driver/local/defaults" => driver(
-            Parts {
-                breaker: CoreBreaker::new(BreakerSettings::defaults("bench")),
-                budget: CoreBudget::new(BudgetSettings::defaults("bench")),
-            },
+            Parts::new()
+                .breaker(CoreBreaker::new(BreakerSettings::defaults("bench")))
+                .budget(CoreBudget::new(BudgetSettings::defaults("bench"))),
             n,
         ),
         "breaker/shared/consecutive" | "breaker/shared/defaults" => {
@@ -173,7 +167,7 @@ fn run(path: &str, n: u64) {
             });
         }
         "breaker/local/defaults" => {
-            let mut b = CoreBreaker::new(BreakerSettings::defaults("bench"));
+            let b = CoreBreaker::new(BreakerSettings::defaults("bench"));
             measured(n, &mut || {
                 let now = tick();
                 let p = b.try_acquire(now).unwrap();

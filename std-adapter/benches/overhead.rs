@@ -199,16 +199,13 @@ fn policy_call(c: &mut Criterion) {
         |b| {
             b.iter(|| {
                 now += Duration::from_micros(1);
-                let mut parts = Parts {
-                    breaker: &breaker,
-                    budget: &budget,
-                };
+                let parts = Parts::new().breaker(&breaker).budget(&budget);
                 let mut call = Call::begin(&settings, now);
-                let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else {
+                let Step::Attempt(permit) = call.poll(&parts, now, &mut |_| {}) else {
                     unreachable!()
                 };
-                call.complete(&mut parts, permit, now, Outcome::Success, &mut |_| {});
-                black_box(call.poll(&mut parts, now, &mut |_| {}))
+                call.complete(&parts, permit, now, Outcome::Success, &mut |_| {});
+                black_box(call.poll(&parts, now, &mut |_| {}))
             })
         },
     );

@@ -517,7 +517,7 @@ fn builder_for(r: &Resolved) -> PolicyBuilder {
         None => b.no_budget(),
     };
     if let Some(s) = r.rate_limit {
-        b = b.rate_limit(Limiter::gcra(s));
+        b = b.rate_limit(Limiter::new(s));
     }
     if let Some(s) = r.bulkhead {
         b = b.bulkhead(Bulkhead::new(s));

@@ -101,15 +101,14 @@ use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::Arc;
 
 use stormguard_core::{
-    breaker::FullTable, breaker::KeyedRefusal, breaker::Member, call::Admission, call::AttemptLog,
-    BreakerSettings, Duration, Event, Finished, Instant, Outcome, Parts, Permit, RefusalReason,
-    Refused, Rejection, SettingsError, SharedBreaker, Snapshot, State, Step,
+    breaker::FullTable, breaker::KeyedRefusal, breaker::Member, call::AttemptLog, BreakerSettings,
+    Duration, Instant, Name, RefusalReason, Rejection, SettingsError, Snapshot, State,
 };
 
 use crate::classify::Classify;
 use crate::clock::{Clock, DefaultClock};
-use crate::events::{call_span, CallSpan, Listener, NoListener};
-use crate::policy::{Attempt, CallEnd, Report, Slept};
+use crate::events::{Listener, NoListener};
+use crate::policy::{Attempt, CallEnd};
 use crate::slots::{Entry, Occupant, Refusal, Slots};
 use crate::{Breaker, CallError, CallOptions, Logged, Policy};
 
@@ -118,41 +117,11 @@ use crate::{Breaker, CallError, CallOptions, Logged, Policy};
 #[derive(Clone)]
 struct KeyBreaker(Breaker);
 
-impl KeyBreaker {
-    fn shared(&self) -> &SharedBreaker {
-        self.0.shared()
-    }
-}
-
 /// The table's view of a key's breaker (eviction reads it; calls go through the key's policy).
-impl Admission for KeyBreaker {
-    stormguard_core::forward_breaker_readings!(0.shared());
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        Admission::try_acquire(&mut self.shared(), now, attempt_timeout, events)
-    }
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        self.shared().check(now)
-    }
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        Admission::on_outcome(&mut self.shared(), now, permit, outcome, events);
-    }
-    fn release(&mut self, permit: Permit) {
-        self.shared().release(permit);
-    }
-}
-
 impl Member for KeyBreaker {
+    fn name(&self) -> &Name {
+        self.0.name()
+    }
     fn state_at(&self, now: Instant) -> State {
         self.0.state_at(now)
     }
@@ -778,9 +747,18 @@ where
             Ok(entry) => entry,
             Err(Refusal::Make(never)) => match never {},
             Err(Refusal::Full) => {
-                let log = end.and_then(|end| end.log.as_deref_mut());
-                let span = call_span(self.table.template.name());
-                return self.refuse_full(options, log, span).await;
+                let refused = self
+                    .table
+                    .template
+                    .run_refused(self.table.full, options, op, end);
+                return match refused.await {
+                    Err(CallError::Rejected { rejection, .. })
+                        if rejection.reason == RefusalReason::KeyedFull =>
+                    {
+                        Err(KeyedError::Full(rejection))
+                    }
+                    other => other.map_err(KeyedError::Call),
+                };
             }
         };
         let in_flight = InFlight {
@@ -790,58 +768,6 @@ where
         let result = entry.value.policy.run(start, options, op, end).await;
         drop(in_flight);
         result.map_err(KeyedError::Call)
-    }
-}
-
-impl<K, C: Clock, L: Listener> KeyedPolicy<K, C, L> {
-    /// A new key's call in a full table: the core's call driver over the table's refusal
-    /// ([`FullTable`]), so that it is guarded like any other refusal (the `Rejected` event and
-    /// the call's report to the listener, the pause capped by the call's deadline and ended by
-    /// its cancellation, the `retry_after`). No attempt can run: the driver's first step is the
-    /// refusal. The call runs in `span` (told how it ended).
-    async fn refuse_full<T, E, Cl>(
-        &self,
-        options: &CallOptions<'_, Cl>,
-        mut log: Option<&mut AttemptLog>,
-        span: CallSpan,
-    ) -> Result<T, KeyedError<E>> {
-        let template = &self.table.template;
-        let now = template.clock().now();
-        let mut call = template.begin(options, now, log.is_some());
-        let mut parts = Parts {
-            breaker: self.table.full,
-            budget: template.funds(),
-        };
-        let mut report = Report::new(template.listener(), template.name(), span.clone(), now);
-        let mut sink = |e: Event<'_>| {
-            let _in_call = span.enter();
-            template.emit_logged(&e, &mut log);
-        };
-        let (finished, result) = loop {
-            match call.poll(&mut parts, now, &mut sink) {
-                Step::Reject(rejection) => {
-                    if options.serve_pause(rejection.pause).await == Slept::Cancelled {
-                        break (Finished::Cancelled, Err(crate::CallError::Cancelled));
-                    }
-                    report.served(rejection.pause);
-                }
-                Step::Done(finished) => break (finished, finished.into_result(None)),
-                // Not given by a driver whose admission refuses every attempt.
-                Step::Attempt(permit) => {
-                    parts.breaker.release(permit);
-                    call.cancel();
-                }
-                Step::Wait(_) => call.cancel(),
-            }
-        };
-        match report.end(finished, result, now) {
-            Err(CallError::Rejected { rejection, .. })
-                if rejection.reason == RefusalReason::KeyedFull =>
-            {
-                Err(KeyedError::Full(rejection))
-            }
-            other => other.map_err(KeyedError::Call),
-        }
     }
 }
 

@@ -137,7 +137,7 @@ fn the_optional_steps_allocate_nothing() {
     let rt = runtime();
     rt.block_on(async {
         let limiter =
-            Limiter::gcra(RateLimitSettings::per_second("alloc-steps", 1_000_000).unwrap());
+            Limiter::new(RateLimitSettings::per_second("alloc-steps", 1_000_000).unwrap());
         let bulkhead = Bulkhead::new(
             BulkheadSettings::builder("alloc-steps")
                 .max_in_flight(1)

@@ -452,7 +452,7 @@ fn under_contention_eviction_never_takes_a_key_with_a_call_in_flight() {
 
 #[tokio::test(start_paused = true)]
 async fn every_key_shares_the_templates_rate_limiter_and_bulkhead() {
-    let limiter = stormguard_std::Limiter::gcra(
+    let limiter = stormguard_std::Limiter::new(
         stormguard_core::limits::RateLimitSettings::per_second("hosts", 2).unwrap(),
     );
     let bulkhead = stormguard_std::Bulkhead::of(4, "hosts").unwrap();

@@ -160,7 +160,7 @@ async fn the_ceiling_only_tightens_and_can_be_turned_off() {
 #[tokio::test(start_paused = true)]
 async fn a_rate_limited_call_with_no_retry_left_is_a_guarded_rejection_with_the_time_to_the_next_cell(
 ) {
-    let limiter = Limiter::gcra(RateLimitSettings::per_second("search", 2).unwrap());
+    let limiter = Limiter::new(RateLimitSettings::per_second("search", 2).unwrap());
     let metrics = Metrics::new("search");
     let policy = Policy::builder("search")
         .max_attempts(1)
@@ -193,7 +193,7 @@ async fn a_rate_limited_call_with_no_retry_left_is_a_guarded_rejection_with_the_
 
 #[tokio::test(start_paused = true)]
 async fn a_rate_limited_attempt_waits_for_the_next_cell_instead_of_ending_the_call() {
-    let limiter = Limiter::gcra(RateLimitSettings::per_second("search", 2).unwrap());
+    let limiter = Limiter::new(RateLimitSettings::per_second("search", 2).unwrap());
     let policy = Policy::builder("search")
         .rate_limit(limiter.clone())
         .build()
@@ -211,7 +211,7 @@ async fn a_rate_limited_attempt_waits_for_the_next_cell_instead_of_ending_the_ca
 #[tokio::test(start_paused = true)]
 async fn every_attempt_takes_a_cell_and_a_refused_retry_carries_the_last_error() {
     // 10 a minute: nothing refills during the test's backoff waits.
-    let limiter = Limiter::gcra(RateLimitSettings::per_minute("api", 10).unwrap());
+    let limiter = Limiter::new(RateLimitSettings::per_minute("api", 10).unwrap());
     let policy = Policy::builder("api")
         .rate_limit(limiter.clone())
         .no_budget()
@@ -257,7 +257,7 @@ async fn every_attempt_takes_a_cell_and_a_refused_retry_carries_the_last_error()
 
 #[tokio::test(start_paused = true)]
 async fn the_window_form_refuses_for_its_cooldown_once_exceeded() {
-    let limiter = Limiter::window(
+    let limiter = Limiter::new(
         WindowLimitSettings::builder("stream")
             .events(2)
             .window(Duration::from_secs(60))
@@ -287,7 +287,7 @@ async fn the_window_form_refuses_for_its_cooldown_once_exceeded() {
 
 #[tokio::test(start_paused = true)]
 async fn the_sliding_window_form_refuses_until_its_oldest_segment_leaves() {
-    let limiter = Limiter::sliding(
+    let limiter = Limiter::new(
         SlidingWindowSettings::builder("search")
             .quota(2)
             .window(Duration::from_secs(8)) // 8 segments of 1 s
@@ -325,7 +325,7 @@ async fn the_sliding_window_form_refuses_until_its_oldest_segment_leaves() {
 
 #[tokio::test(start_paused = true)]
 async fn an_open_breaker_spends_no_cells() {
-    let limiter = Limiter::gcra(RateLimitSettings::per_second("api", 1).unwrap());
+    let limiter = Limiter::new(RateLimitSettings::per_second("api", 1).unwrap());
     let policy = Policy::builder("api")
         .rate_limit(limiter.clone())
         .build()
@@ -1168,7 +1168,7 @@ policy `quotes`
 #[test]
 fn a_policy_explains_its_rate_limit_and_bulkhead() {
     let policy = Policy::builder("search")
-        .rate_limit(Limiter::gcra(
+        .rate_limit(Limiter::new(
             RateLimitSettings::per_second("search", 50).unwrap(),
         ))
         .bulkhead(Bulkhead::of(8, "search").unwrap())
@@ -1234,7 +1234,7 @@ fn a_hedged_policy_refuses_a_handed_in_breaker_that_learns_nothing() {
 #[tokio::test(start_paused = true)]
 async fn the_attempt_log_tells_a_local_limiters_refusal_from_the_dependencys_429() {
     use stormguard_std::{AttemptEnd, Outcome};
-    let limiter = Limiter::gcra(RateLimitSettings::per_second("api", 1).unwrap());
+    let limiter = Limiter::new(RateLimitSettings::per_second("api", 1).unwrap());
     let policy = Policy::builder("api")
         .rate_limit(limiter)
         .max_attempts(3)

@@ -49,9 +49,11 @@
 //! Either grows only after a round in which the limit refused a call, as the core's rule:
 //! an idle limiter's limit says what the dependency took, not how long nothing happened.
 
+use std::cell::RefCell;
+
 use stormguard_core::{
-    limits::AdaptiveLimitSettings, limits::AdaptiveLimiter, limits::AdaptivePermit,
-    limits::AdaptiveSlots, limits::LimitChange, Duration, Instant, RefusalReason, Refused,
+    limits::AdaptiveLimitSettings, limits::AdaptiveLimiter, part::AdaptiveSlots, Duration, Instant,
+    RefusalReason, Refused,
 };
 
 /// The completed calls a round has, whatever the limit: fewer make the stretch too noisy to
@@ -136,7 +138,7 @@ impl Rule {
         match *self {
             Rule::Core(s) => Limiter::Core(Box::new(AdaptiveLimiter::new(s))),
             Rule::Gradient { bounds, .. } | Rule::Vegas { bounds, .. } => {
-                Limiter::Prototype(Box::new(Prototype::new(*self, bounds)))
+                Limiter::Prototype(Box::new(RefCell::new(Prototype::new(*self, bounds))))
             }
         }
     }
@@ -148,8 +150,8 @@ impl Rule {
 pub enum Limiter {
     /// The core's limiter.
     Core(Box<AdaptiveLimiter>),
-    /// A prototype rule.
-    Prototype(Box<Prototype>),
+    /// A prototype rule (its state behind a `RefCell`: the call's parts reach it by `&`).
+    Prototype(Box<RefCell<Prototype>>),
 }
 
 impl Limiter {
@@ -158,42 +160,37 @@ impl Limiter {
     pub fn limit(&self) -> u32 {
         match self {
             Limiter::Core(l) => l.limit(),
-            Limiter::Prototype(p) => p.limit(),
+            Limiter::Prototype(p) => p.borrow().limit(),
         }
     }
 }
 
 impl AdaptiveSlots for Limiter {
-    fn try_acquire(&mut self, now: Instant) -> Result<AdaptivePermit, Refused> {
+    fn try_acquire(&self, now: Instant) -> Result<(), Refused> {
         match self {
-            Limiter::Core(l) => l.try_acquire(now),
-            Limiter::Prototype(p) => p.try_acquire(now),
+            Limiter::Core(l) => l.try_acquire(now).map(|_slot| ()),
+            Limiter::Prototype(p) => p.borrow_mut().try_acquire(now),
         }
     }
 
-    fn complete(
-        &mut self,
-        permit: AdaptivePermit,
-        now: Instant,
-        latency: Option<Duration>,
-    ) -> Option<LimitChange> {
+    fn complete(&self, now: Instant, latency: Option<Duration>) {
         match self {
-            Limiter::Core(l) => l.complete(permit, now, latency),
-            Limiter::Prototype(p) => p.complete(now, latency),
+            Limiter::Core(l) => AdaptiveSlots::complete(&**l, now, latency),
+            Limiter::Prototype(p) => p.borrow_mut().complete(now, latency),
         }
     }
 
-    fn release(&mut self, permit: AdaptivePermit) {
+    fn release(&self) {
         match self {
-            Limiter::Core(l) => l.release(permit),
-            Limiter::Prototype(p) => p.release(),
+            Limiter::Core(l) => AdaptiveSlots::release(&**l),
+            Limiter::Prototype(p) => p.borrow_mut().release(),
         }
     }
 
     fn check(&self) -> Result<(), Refused> {
         match self {
             Limiter::Core(l) => l.check(),
-            Limiter::Prototype(p) => p.check(),
+            Limiter::Prototype(p) => p.borrow().check(),
         }
     }
 }
@@ -278,11 +275,10 @@ impl Prototype {
         (self.learned >= WARM_UP).then(|| Duration::from_nanos(libm::exp(self.ln_base) as u64))
     }
 
-    fn try_acquire(&mut self, now: Instant) -> Result<AdaptivePermit, Refused> {
+    fn try_acquire(&mut self, _now: Instant) -> Result<(), Refused> {
         if self.in_flight < self.limit() {
             self.in_flight += 1;
-            // A permit is a count here: the core's absent limiter makes the token.
-            AdaptiveSlots::try_acquire(&mut None::<AdaptiveLimiter>, now)
+            Ok(())
         } else {
             self.held_back = true;
             Err(LIMITED)
@@ -302,13 +298,11 @@ impl Prototype {
     }
 
     /// A call ended at `now` with an outcome (its latency when it succeeded).
-    fn complete(&mut self, now: Instant, latency: Option<Duration>) -> Option<LimitChange> {
+    fn complete(&mut self, now: Instant, latency: Option<Duration>) {
         let found = f64::from(self.in_flight.max(1));
         self.release();
-        let before = self.limit();
         if self.skip_for_measuring() {
-            let after = self.limit();
-            return (before != after).then_some(LimitChange { before, after });
+            return;
         }
         self.done += 1;
         self.in_flight_sum += found;
@@ -332,11 +326,9 @@ impl Prototype {
             MIN_ROUND
         };
         if self.done < round {
-            return None;
+            return;
         }
         self.end_round(now);
-        let after = self.limit();
-        (before != after).then_some(LimitChange { before, after })
     }
 
     /// Whether this completion is one a measurement lets pass: a call admitted above the
@@ -460,7 +452,7 @@ mod tests {
 
     fn prototype(rule: Rule) -> Prototype {
         match rule.limiter() {
-            Limiter::Prototype(p) => *p,
+            Limiter::Prototype(p) => p.into_inner(),
             Limiter::Core(_) => panic!("the core's rule"),
         }
     }

@@ -168,10 +168,10 @@ impl Layer {
                 .budget_now(Budget::new(*b).snapshot(Instant::ZERO));
         }
         if let Some(l) = &self.limiter {
-            e = e.rate_limit(l);
+            e = e.limit(l);
         }
         if let Some(l) = &self.sliding {
-            e = e.sliding_limit(l);
+            e = e.limit(l);
         }
         if let Some(b) = &self.bulkhead {
             e = e.bulkhead(b);

@@ -9,11 +9,8 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use stormguard_core::{
-    call::{Due, HedgedPair, Lane, OptionalBreaker, PairNext},
-    limits::AdaptivelyLimited,
+    call::{Due, HedgedPair, Lane, PairNext},
     limits::Bulkhead,
-    limits::Bulkheaded,
-    limits::RateLimited,
     limits::RateLimiter,
     limits::SlidingWindowLimiter,
     Breaker, Budget, Call, CallSettings, Duration, Event, Finished, Instant, Outcome, Parts,
@@ -107,38 +104,30 @@ struct LayerState {
     first_trip: Option<u64>,
 }
 
-/// The steps in front of a layer's attempts, as the core composes them: the bulkhead outermost,
-/// then the rate limiters (GCRA, then the sliding window), then the adaptive limiter, then the
+/// The parts of a layer's calls, as the core composes them: the GCRA limiter and the sliding
+/// window (in the parts' two rate-limit places), the bulkhead, the adaptive limiter, then the
 /// breaker (or none).
-type Front<'a> = Bulkheaded<
-    RateLimited<
-        RateLimited<
-            AdaptivelyLimited<OptionalBreaker<&'a mut Breaker>, &'a mut Option<Limiter>>,
-            &'a mut Option<SlidingWindowLimiter>,
-        >,
-        &'a mut Option<RateLimiter>,
-    >,
-    &'a mut Option<Bulkhead>,
+type LayerParts<'a> = Parts<
+    &'a Breaker,
+    &'a Budget,
+    &'a SlidingWindowLimiter,
+    &'a RateLimiter,
+    &'a Bulkhead,
+    &'a Limiter,
 >;
 
 impl LayerState {
     /// What the layer's call uses, for one poll or completion.
-    fn parts(&mut self) -> Parts<Front<'_>, &mut Option<Budget>> {
+    fn parts(&self) -> LayerParts<'_> {
         Parts {
-            breaker: Bulkheaded::new(
-                RateLimited::new(
-                    RateLimited::new(
-                        AdaptivelyLimited::new(
-                            OptionalBreaker::new(self.breaker.as_deref_mut(), DEPENDENCY),
-                            &mut self.adaptive,
-                        ),
-                        &mut self.sliding,
-                    ),
-                    &mut self.limiter,
-                ),
-                &mut self.bulkhead,
-            ),
-            budget: &mut self.purse,
+            name: Some(DEPENDENCY),
+            breaker: self.breaker.as_deref(),
+            budget: self.purse.as_ref(),
+            limiter: self.sliding.as_ref(),
+            quota: self.limiter.as_ref(),
+            bulkhead: self.bulkhead.as_ref(),
+            adaptive: self.adaptive.as_ref(),
+            saturation: None,
         }
     }
 }
@@ -637,11 +626,9 @@ impl Sim<'_> {
             let state = ls.breaker.as_ref().map(|b| b.state(now));
             let closed = state == Some(State::Closed);
             let open = matches!(state, Some(State::Open | State::HalfOpen));
-            let mut parts = ls.parts();
+            let parts = ls.parts();
             let mut seen = Vec::new();
-            let step = frame
-                .call
-                .poll(&mut parts, now, &mut |e| collect(e, &mut seen));
+            let step = frame.call.poll(&parts, now, &mut |e| collect(e, &mut seen));
             let hedge_after = match step {
                 Step::Attempt(_) if bottom => frame.call.hedge_delay(&parts, now),
                 _ => None,
@@ -826,13 +813,11 @@ impl Sim<'_> {
                     .push((frame.attempt_began, outcome == Outcome::Success));
             }
             let ls = &mut stack[frame.layer];
-            let mut parts = ls.parts();
+            let parts = ls.parts();
             let mut seen = Vec::new();
             frame
                 .call
-                .complete(&mut parts, permit, now, outcome, &mut |e| {
-                    collect(e, &mut seen)
-                });
+                .complete(&parts, permit, now, outcome, &mut |e| collect(e, &mut seen));
             record_trips(ls, tally, *first_impairment, now.as_nanos(), &seen);
         }
         self.drive(f);
@@ -873,13 +858,13 @@ impl Sim<'_> {
                         return;
                     };
                     let ls = &mut clients[frame.client as usize].stacks[frame.dep][frame.layer];
-                    let mut parts = ls.parts();
+                    let parts = ls.parts();
                     let mut seen = Vec::new();
                     let granted = match frame.pair.as_mut() {
                         Some(pair) => pair
                             .launch(
                                 &mut frame.call,
-                                &mut parts,
+                                &parts,
                                 now,
                                 &mut |e| collect(e, &mut seen),
                                 Some,
@@ -935,7 +920,7 @@ impl Sim<'_> {
                 tally.closed_outcomes += 1;
             }
             let ls = &mut clients[frame.client as usize].stacks[frame.dep][frame.layer];
-            let mut parts = ls.parts();
+            let parts = ls.parts();
             let mut seen = Vec::new();
             let mut events = |e: Event<'_>| collect(e, &mut seen);
             let Some(pair) = frame.pair.as_mut() else {
@@ -944,7 +929,7 @@ impl Sim<'_> {
             let answered = outcome == Outcome::Success;
             let next = pair.finished(
                 &mut frame.call,
-                &mut parts,
+                &parts,
                 lane,
                 permit,
                 now,
@@ -962,7 +947,7 @@ impl Sim<'_> {
                     }
                     Lane::Hedge => frame.hedge.take().map(|(_, p)| p),
                 };
-                pair.abandon(&mut frame.call, &mut parts, other, permit, now, &mut events);
+                pair.abandon(&mut frame.call, &parts, other, permit, now, &mut events);
             }
             if next != PairNext::Wait {
                 frame.pair = None;

@@ -27,12 +27,14 @@ use core::fmt;
 
 use crate::breaker::lean::LeanBreaker;
 use crate::breaker::Breaker;
-use crate::breaker::{Permit, SettingsRef, Snapshot};
-use crate::call::Admission;
+use crate::breaker::{SettingsRef, Snapshot};
 use crate::error::{RefusalReason, Refused};
 use crate::event::Event;
 use crate::name::Name;
 use crate::outcome::Outcome;
+use core::marker::PhantomData;
+
+use crate::part::{Admission, Heard, Hearing, HedgeSuppressed, Learned, Lock, Locked, Permit};
 use crate::state::State;
 use crate::time::{Duration, Instant};
 
@@ -43,7 +45,9 @@ use crate::time::{Duration, Instant};
 pub const STALE_BREAKS: u64 = 4;
 
 /// A breaker a keyed table can hold: cloned from a template for each new key.
-pub trait Member: Admission + Clone {
+pub trait Member: Clone {
+    /// The breaker's name.
+    fn name(&self) -> &Name;
     /// The state at `now` (reading consumes nothing).
     fn state_at(&self, now: Instant) -> State;
     /// How long the key must be quiet before it counts as idle (the trip window).
@@ -166,6 +170,9 @@ fn quiet_needed<B: Member>(breaker: &B, permits_out: u32, now: Instant) -> Optio
 }
 
 impl<S: SettingsRef + Clone> Member for Breaker<S> {
+    fn name(&self) -> &Name {
+        Breaker::name(self)
+    }
     fn state_at(&self, now: Instant) -> State {
         self.state(now)
     }
@@ -184,6 +191,9 @@ impl<S: SettingsRef + Clone> Member for Breaker<S> {
 }
 
 impl Member for LeanBreaker {
+    fn name(&self) -> &Name {
+        LeanBreaker::name(self)
+    }
     fn state_at(&self, now: Instant) -> State {
         self.state(now)
     }
@@ -208,12 +218,12 @@ impl Member for LeanBreaker {
 /// by the call's deadline and ended by cancellation, the `retry_after`).
 ///
 /// ```
-/// use stormguard_core::{Breaker, Call, CallSettings, breaker::FullTable, Instant, Parts, RefusalReason, Step, call::Unlimited};
+/// use stormguard_core::{Breaker, Call, CallSettings, breaker::FullTable, Instant, Parts, RefusalReason, Step};
 /// let full = FullTable::of(&Breaker::of(3, "hosts")?);
 /// let now = Instant::from_secs(1);
 /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
-/// let mut parts = Parts { breaker: full, budget: Unlimited };
-/// let Step::Reject(rejection) = call.poll(&mut parts, now, &mut |_| {}) else { panic!() };
+/// let parts = Parts::new().breaker(full);
+/// let Step::Reject(rejection) = call.poll(&parts, now, &mut |_| {}) else { panic!() };
 /// assert_eq!(rejection.reason, RefusalReason::KeyedFull);
 /// assert_eq!(rejection.attempts, 0);
 /// # Ok::<(), stormguard_core::SettingsError>(())
@@ -230,7 +240,7 @@ impl FullTable {
     #[must_use]
     pub fn of<B: Member>(template: &B) -> FullTable {
         FullTable {
-            name: *template.name(),
+            name: *Member::name(template),
             refused: template.full_refusal(),
         }
     }
@@ -247,7 +257,7 @@ impl Admission for FullTable {
         &self.name
     }
     fn try_acquire(
-        &mut self,
+        &self,
         _now: Instant,
         _attempt_timeout: Option<Duration>,
         _events: &mut dyn FnMut(Event<'_>),
@@ -258,16 +268,19 @@ impl Admission for FullTable {
         Err(self.refused)
     }
     fn on_outcome(
-        &mut self,
+        &self,
         _now: Instant,
         _permit: Permit,
         _outcome: Outcome,
         _events: &mut dyn FnMut(Event<'_>),
     ) {
     }
-    fn release(&mut self, _permit: Permit) {}
-    fn normal_latency(&self, _now: Instant) -> Option<Duration> {
-        None
+    fn release(&self, _permit: Permit) {}
+    fn learned(&self, _now: Instant, ask: Learned) -> Result<Duration, HedgeSuppressed> {
+        match ask {
+            Learned::Censored { ran_past, .. } => Ok(ran_past),
+            _ => Err(HedgeSuppressed::NoBaseline),
+        }
     }
 }
 
@@ -326,7 +339,7 @@ pub struct Keyed<K, B, const N: usize> {
     entries: heapless::Vec<Entry<K, B>, N>,
 }
 
-impl<K: Eq + Clone, B: Member, const N: usize> Keyed<K, B, N> {
+impl<K: Eq + Clone, B: Member + Admission, const N: usize> Keyed<K, B, N> {
     /// An empty table whose breakers are copies of `template` (each reseeded per key).
     pub const fn new(template: B) -> Keyed<K, B, N> {
         Keyed {
@@ -464,5 +477,138 @@ impl<K: Eq + Clone, B: Member, const N: usize> Keyed<K, B, N> {
         self.entries
             .iter()
             .map(move |e| (&e.key, e.breaker.snapshot_at(now)))
+    }
+}
+
+/// One key of a [`Keyed`] table kept behind a [`Lock`] (an embassy mutex), as the call driver
+/// sees it: each operation takes the lock once, finds (or adds) the key's breaker, and hands
+/// the breaker's events out after the lock is released, named `name`, as
+/// [`Locked`] does for a single breaker. A full table with no idle key
+/// (or, never, one found busy) refuses the attempt with the refusal given at construction: the
+/// template's [`Member::full_refusal`], reason `KeyedFull`.
+#[derive(Debug)]
+pub struct LockedKey<'a, P: ?Sized, K, H = Heard> {
+    lock: &'a P,
+    key: &'a K,
+    name: &'a Name,
+    full: Refused,
+    hearing: PhantomData<fn() -> H>,
+}
+
+impl<'a, P: ?Sized, K> LockedKey<'a, P, K> {
+    /// The breaker of `key` in the table behind `lock`; its events are named `name`, and a
+    /// full table refuses with `full` ([`Member::full_refusal`] of the table's template).
+    #[must_use]
+    pub const fn new(lock: &'a P, key: &'a K, name: &'a Name, full: Refused) -> Self {
+        LockedKey {
+            lock,
+            key,
+            name,
+            full,
+            hearing: PhantomData,
+        }
+    }
+}
+
+impl<'a, P: ?Sized, K, H> LockedKey<'a, P, K, H> {
+    /// The same key, its breaker's events heard as `H2` says ([`Hearing`]).
+    #[must_use]
+    pub const fn hearing<H2: Hearing>(self) -> LockedKey<'a, P, K, H2> {
+        LockedKey {
+            lock: self.lock,
+            key: self.key,
+            name: self.name,
+            full: self.full,
+            hearing: PhantomData,
+        }
+    }
+
+    /// The key.
+    #[must_use]
+    pub const fn key(&self) -> &'a K {
+        self.key
+    }
+}
+
+impl<P: ?Sized, K, H> Clone for LockedKey<'_, P, K, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P: ?Sized, K, H> Copy for LockedKey<'_, P, K, H> {}
+
+impl<P: Lock + ?Sized, K, H: Hearing> LockedKey<'_, P, K, H> {
+    /// The table as a locked part, for its transitions.
+    fn locked(&self) -> Locked<'_, P, H> {
+        Locked::named(self.lock, self.name).hearing()
+    }
+}
+
+impl<P, K, H, B, const N: usize> Admission for LockedKey<'_, P, K, H>
+where
+    P: Lock<Part = Keyed<K, B, N>> + ?Sized,
+    K: Eq + Clone,
+    H: Hearing,
+    B: Member + Admission,
+{
+    const LEARNS: bool = B::LEARNS;
+
+    fn name(&self) -> &Name {
+        self.name
+    }
+
+    fn try_acquire(
+        &self,
+        now: Instant,
+        attempt_timeout: Option<Duration>,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Permit, Refused> {
+        let key = self.key.clone();
+        match self.locked().transition(events, |table, sink| {
+            table.try_acquire(key, now, attempt_timeout, sink)
+        }) {
+            Some(Ok(permit)) => Ok(permit),
+            Some(Err(KeyedRefusal::Refused(refused))) => Err(refused),
+            // The table is full and no key is idle (or, never, found busy).
+            Some(Err(KeyedRefusal::Full)) | None => Err(self.full),
+        }
+    }
+
+    fn check(&self, now: Instant) -> Result<(), Refused> {
+        self.lock
+            .with(|table| table.get(self.key).map_or(Ok(()), |b| b.check(now)))
+            .unwrap_or(Ok(()))
+    }
+
+    fn on_outcome(
+        &self,
+        now: Instant,
+        permit: Permit,
+        outcome: Outcome,
+        events: &mut dyn FnMut(Event<'_>),
+    ) {
+        self.locked().transition(events, |table, sink| {
+            table.on_outcome(self.key, now, permit, outcome, sink);
+        });
+    }
+
+    fn release(&self, permit: Permit) {
+        self.lock.with(|table| table.release(self.key, permit));
+    }
+
+    #[inline(always)]
+    fn learned(&self, now: Instant, ask: Learned) -> Result<Duration, HedgeSuppressed> {
+        let learned = if B::LEARNS {
+            self.lock
+                .with(|table| table.get(self.key).map(|b| b.learned(now, ask)))
+                .flatten()
+        } else {
+            None
+        };
+        learned.unwrap_or(match ask {
+            Learned::Censored { ran_past, .. } => Ok(ran_past),
+            _ => Err(HedgeSuppressed::NoBaseline),
+        })
     }
 }

@@ -8,13 +8,14 @@ use core::cell::Cell;
 use crate::breaker::settings::BreakerSettings;
 use crate::breaker::stats::NoStats;
 use crate::breaker::{admission_via_core, single_threaded_api};
-use crate::breaker::{Core, HedgeSuppressed, Permit, Snapshot, State};
+use crate::breaker::{Core, Snapshot, State};
 use crate::cell::const_unless_loom;
 use crate::error::Refused;
 use crate::error::{Bound, SettingsError};
 use crate::event::Event;
 use crate::name::Name;
 use crate::outcome::Outcome;
+use crate::part::{HedgeSuppressed, Permit};
 use crate::ratio::Ratio;
 use crate::time::{Duration, Instant};
 
@@ -72,7 +73,8 @@ impl LeanBreaker {
     single_threaded_api!();
 }
 
-admission_via_core!(impl [] for LeanBreaker);
+// A lean breaker keeps no statistics: the driver never asks it what it learned.
+admission_via_core!(impl [] for LeanBreaker, learns: false);
 
 #[cfg(feature = "defmt")]
 impl defmt::Format for LeanBreaker {

@@ -5,15 +5,14 @@ use super::rules::*;
 use super::settings::BreakerSettings;
 use super::snapshot::Snapshot;
 use super::stats::{self, Fold, HistCounts, Measure, NoStats, Ring, Sample, Stats, Stripes};
-use crate::call::permit::Permit;
-use crate::call::HedgeSuppressed;
-use crate::call::Kind;
 use crate::cell::{const_unless_loom, word, Word};
 #[cfg(all(target_pointer_width = "64", not(loom)))]
 use crate::cell::{field, put};
 use crate::error::{RefusalReason, Refused};
 use crate::event::Event;
 use crate::outcome::Outcome;
+use crate::part::HedgeSuppressed;
+use crate::part::{Kind, Learned, Permit};
 use crate::ratio::Ratio;
 use crate::state::{State, TripReason};
 use crate::time::{Duration, Instant};
@@ -776,6 +775,20 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         self.emit(&n, now, events);
     }
 
+    /// What the breaker has learned, as the call driver asks it ([`Learned`]); inlined where it
+    /// is asked, so only the reading asked for is compiled in.
+    #[inline(always)]
+    pub(crate) fn learned(&self, now: Instant, ask: Learned) -> Result<Duration, HedgeSuppressed> {
+        let armed = |d: Option<Duration>| d.ok_or(HedgeSuppressed::NoBaseline);
+        match ask {
+            Learned::NormalLatency => armed(self.normal_latency(now)),
+            Learned::AttemptCeiling => armed(self.attempt_ceiling(now)),
+            Learned::SlowThreshold => armed(self.slow_threshold(now)),
+            Learned::HedgeAfter => self.hedge_after(now),
+            Learned::Censored { ran_past, draw } => Ok(self.censored_latency(now, ran_past, draw)),
+        }
+    }
+
     /// The measured attempt ceiling: 3x the recent p95 of successful calls, once 20 of them
     /// are in the baseline. The call driver puts its floor under it, and lets it only tighten
     /// a configured attempt timeout.
@@ -791,7 +804,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     }
 
     /// Where to learn an attempt known only to have run past `ran_past` (see
-    /// [`Admission::censored_latency`](crate::call::Admission::censored_latency)).
+    /// [`Learned::Censored`]).
     pub(crate) fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
         self.stats.censored(now, self.s(), ran_past, draw)
     }

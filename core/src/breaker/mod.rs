@@ -29,7 +29,7 @@ pub(crate) mod snapshot;
 pub(crate) mod stats;
 
 pub use self::hold::{ConstSettings, Fixed, SettingsRef};
-pub use self::keyed::{FullTable, Keyed, KeyedRefusal, Member, STALE_BREAKS};
+pub use self::keyed::{FullTable, Keyed, KeyedRefusal, LockedKey, Member, STALE_BREAKS};
 pub use self::lean::LeanBreaker;
 pub use self::settings::{
     BreakerSettings, BreakerSettingsBuilder, FailureRate, Recovery, SlowCalls, MAX_COUNT,
@@ -38,9 +38,6 @@ pub use self::settings::{
 pub use self::shared::{PermitGuard, SharedBreaker, DEFAULT_LANES};
 pub use self::snapshot::Snapshot;
 pub use self::stats::LaneHint;
-// Defined with the call driver, which hands them around; named here too, where a breaker user
-// meets them.
-pub use crate::call::{HedgeSuppressed, Permit};
 
 use core::cell::Cell;
 
@@ -53,11 +50,12 @@ use crate::error::{Refused, SettingsError};
 use crate::event::Event;
 use crate::name::Name;
 use crate::outcome::Outcome;
+use crate::part::{HedgeSuppressed, Permit};
 use crate::ratio::Ratio;
 use crate::state::State;
 use crate::time::{Duration, Instant};
 
-/// A circuit breaker, single-threaded form (`&mut self`). Deterministic: the same settings,
+/// A circuit breaker, single-threaded form (state in `Cell`s: `Send`, not `Sync`). Deterministic: the same settings,
 /// seed, instants and outcomes always give the same decisions. For one breaker shared by many
 /// threads, see [`SharedBreaker`]: the same rules over atomics.
 ///
@@ -115,58 +113,46 @@ pub struct Breaker<S: SettingsRef = BreakerSettings> {
 /// answers through the same core.
 macro_rules! admission_via_core {
     (impl [$($generics:tt)*] for $ty:ty) => {
-        impl<$($generics)*> $crate::call::Admission for $ty {
+        admission_via_core!(impl [$($generics)*] for $ty, learns: true);
+    };
+    (impl [$($generics:tt)*] for $ty:ty, learns: $learns:expr) => {
+        impl<$($generics)*> $crate::part::Admission for $ty {
+            const LEARNS: bool = $learns;
             fn name(&self) -> &$crate::name::Name {
                 self.core.s().name()
             }
+            #[inline]
             fn try_acquire(
-                &mut self,
+                &self,
                 now: $crate::time::Instant,
                 attempt_timeout: Option<$crate::time::Duration>,
                 events: &mut dyn FnMut($crate::event::Event<'_>),
-            ) -> Result<$crate::call::permit::Permit, $crate::error::Refused> {
+            ) -> Result<$crate::part::Permit, $crate::error::Refused> {
                 self.core.try_acquire(now, attempt_timeout, events)
             }
             fn check(&self, now: $crate::time::Instant) -> Result<(), $crate::error::Refused> {
                 self.core.check(now)
             }
+            #[inline]
             fn on_outcome(
-                &mut self,
+                &self,
                 now: $crate::time::Instant,
-                permit: $crate::call::permit::Permit,
+                permit: $crate::part::Permit,
                 outcome: $crate::outcome::Outcome,
                 events: &mut dyn FnMut($crate::event::Event<'_>),
             ) {
                 self.core.on_outcome(now, permit, outcome, events);
             }
-            fn release(&mut self, permit: $crate::call::permit::Permit) {
+            fn release(&self, permit: $crate::part::Permit) {
                 self.core.release(&permit);
             }
-            fn normal_latency(&self, now: $crate::time::Instant) -> Option<$crate::time::Duration> {
-                self.core.normal_latency(now)
-            }
-            fn attempt_ceiling(&self, now: $crate::time::Instant) -> Option<$crate::time::Duration> {
-                self.core.attempt_ceiling(now)
-            }
-            fn slow_threshold(&self, now: $crate::time::Instant) -> Option<$crate::time::Duration> {
-                self.core.slow_threshold(now)
-            }
-            fn hedge_after(
+            #[inline(always)]
+            fn learned(
                 &self,
                 now: $crate::time::Instant,
-            ) -> Result<$crate::time::Duration, $crate::breaker::HedgeSuppressed> {
-                self.core.hedge_after(now)
-            }
-            fn censored_latency(
-                &self,
-                now: $crate::time::Instant,
-                ran_past: $crate::time::Duration,
-                draw: u64,
-            ) -> $crate::time::Duration {
-                self.core.censored_latency(now, ran_past, draw)
-            }
-            fn self_limits(&self) -> bool {
-                false
+                ask: $crate::part::Learned,
+            ) -> Result<$crate::time::Duration, $crate::part::HedgeSuppressed> {
+                self.core.learned(now, ask)
             }
         }
     };
@@ -201,7 +187,7 @@ macro_rules! single_threaded_api {
         /// Asks to make one attempt at `now`. A probe slot taken this way is reclaimed after the
         /// break just served if its outcome never arrives; see [`Self::try_acquire_with`].
         #[inline]
-        pub fn try_acquire(&mut self, now: Instant) -> Result<Permit, Refused> {
+        pub fn try_acquire(&self, now: Instant) -> Result<Permit, Refused> {
             self.core.try_acquire(now, None, &mut |_| {})
         }
 
@@ -209,7 +195,7 @@ macro_rules! single_threaded_api {
         /// slot may stay out without an outcome) and a sink for the events the admission produces.
         #[inline]
         pub fn try_acquire_with(
-            &mut self,
+            &self,
             now: Instant,
             attempt_timeout: Option<Duration>,
             events: &mut impl FnMut(Event<'_>),
@@ -226,7 +212,7 @@ macro_rules! single_threaded_api {
         /// [`Permit::latency`] at `now`.
         #[inline]
         pub fn on_outcome(
-            &mut self,
+            &self,
             now: Instant,
             permit: Permit,
             outcome: Outcome,
@@ -237,19 +223,19 @@ macro_rules! single_threaded_api {
 
         /// Gives back a permit whose attempt never ran to an outcome (the caller was cancelled): a
         /// probe slot is freed at once; nothing is counted.
-        pub fn release(&mut self, permit: Permit) {
+        pub fn release(&self, permit: Permit) {
             self.core.release(&permit);
         }
 
         /// Forces the breaker open until [`Self::reset`]: every call is refused with
         /// [`RefusalReason::Isolated`](crate::RefusalReason::Isolated).
-        pub fn isolate(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
+        pub fn isolate(&self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
             self.core.isolate(now, events);
         }
 
         /// Closes the breaker: clears the trip window and the break growth. The learned baselines
         /// stay (they measure the dependency, not a verdict on it).
-        pub fn reset(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
+        pub fn reset(&self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
             self.core.reset(now, events);
         }
 
@@ -261,7 +247,7 @@ macro_rules! single_threaded_api {
 
         /// Realises the transitions due at `now` and emits their events. Calling it early, or
         /// twice, does nothing.
-        pub fn handle_timeout(&mut self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
+        pub fn handle_timeout(&self, now: Instant, events: &mut impl FnMut(Event<'_>)) {
             self.core.handle_timeout(now, events);
         }
 

@@ -5,11 +5,10 @@
 
 use super::settings::{BreakerSettings, MAX_COUNT};
 use super::stats::{self, Measure, Readings};
-use crate::call::permit::Permit;
-use crate::call::Kind;
 use crate::cell::{field, pack_instant, put, unpack_instant};
 use crate::error::{RefusalReason, Refused};
 use crate::outcome::Outcome;
+use crate::part::{Kind, Permit};
 use crate::ratio::Ratio;
 use crate::rng::JitterRng;
 use crate::state::{State, TripReason};

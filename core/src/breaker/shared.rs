@@ -20,13 +20,14 @@ use core::fmt;
 
 use crate::breaker::settings::BreakerSettings;
 use crate::breaker::stats::{LaneHint, StripedStats};
-use crate::breaker::{admission_via_core, Core, HedgeSuppressed, Permit, Snapshot, State};
+use crate::breaker::{admission_via_core, Core, Snapshot, State};
 use crate::cell::const_unless_loom;
 use crate::error::Refused;
 use crate::event::Event;
 use crate::loom::AtomicU64;
 use crate::name::Name;
 use crate::outcome::Outcome;
+use crate::part::{HedgeSuppressed, Permit};
 use crate::ratio::Ratio;
 use crate::time::{Duration, Instant};
 

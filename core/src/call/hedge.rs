@@ -14,46 +14,44 @@
 //!     Parts, Step,
 //! };
 //!
-//! let mut parts = Parts {
-//!     breaker: Breaker::of(5, "search")?,
-//!     budget: Budget::new(BudgetSettings::defaults("search")),
-//! };
+//! let parts = Parts::new().breaker(Breaker::of(5, "search")?).budget(Budget::new(BudgetSettings::defaults("search")));
 //! let mut now = Instant::from_secs(1);
 //! for _ in 0..40 {
 //!     // Healthy calls of 20 ms: the breaker learns when an attempt is slow.
-//!     let permit = parts.breaker.try_acquire(now)?;
+//!     let permit = parts.breaker.as_ref().unwrap().try_acquire(now)?;
 //!     now += Duration::from_millis(20);
-//!     parts.breaker.on_outcome(now, permit, Outcome::Success, &mut |_| {});
+//!     parts.breaker.as_ref().unwrap().on_outcome(now, permit, Outcome::Success, &mut |_| {});
 //! }
 //! let settings = CallSettings::builder().hedging(true).build()?;
 //! let mut call = Call::begin(&settings, now);
-//! let Step::Attempt(first) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+//! let Step::Attempt(first) = call.poll(&parts, now, &mut |_| {}) else { unreachable!() };
 //! let mut pair = HedgedPair::begin(&call, now, call.hedge_delay(&parts, now));
 //!
 //! // The first attempt is still running when the timer fires: the hedge goes out.
 //! now = pair.wake_at().expect("the hedge's launch");
 //! assert_eq!(pair.due(), Some(Due::Launch));
-//! let (hedge, ()) = pair.launch(&mut call, &mut parts, now, &mut |_| {}, |_n| Some(())).unwrap();
+//! let (hedge, ()) = pair.launch(&mut call, &parts, now, &mut |_| {}, |_n| Some(())).unwrap();
 //!
 //! // The hedge answers first: the first attempt is dropped, and reported cancelled.
 //! now += Duration::from_millis(5);
 //! let (lane, outcome, answered) = (Lane::Hedge, Outcome::Success, true);
 //! let next = pair.finished(
-//!     &mut call, &mut parts, lane, Some(hedge), now, outcome, answered, &mut |_| {},
+//!     &mut call, &parts, lane, Some(hedge), now, outcome, answered, &mut |_| {},
 //! );
 //! assert_eq!(next, PairNext::Drop(Lane::First));
-//! pair.abandon(&mut call, &mut parts, Lane::First, Some(first), now, &mut |_| {});
-//! assert_eq!(call.poll(&mut parts, now, &mut |_| {}), Step::Done(Finished::Succeeded));
+//! pair.abandon(&mut call, &parts, Lane::First, Some(first), now, &mut |_| {});
+//! assert_eq!(call.poll(&parts, now, &mut |_| {}), Step::Done(Finished::Succeeded));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use core::cell::Cell;
 
-use super::{Admission, Call, Funding, Parts, Permit, Ran};
+use super::{Call, Gate, Ran};
 use crate::cell::{const_unless_loom, field, put, word, Word};
 use crate::event::Event;
 use crate::loom::AtomicU64;
 use crate::outcome::Outcome;
+use crate::part::{Learned, Permit};
 use crate::time::{Duration, Instant};
 
 /// One attempt of a hedged pair.
@@ -239,10 +237,10 @@ impl HedgedPair {
     /// attempt, given its number, only once the breaker and the budget have granted it; `None`
     /// when the operation cannot be repeated). The hedge is never asked again, granted or not;
     /// the first attempt goes on either way.
-    pub fn launch<A: Admission, F: Funding, T>(
+    pub fn launch<P: Gate, T>(
         &mut self,
         call: &mut Call,
-        parts: &mut Parts<A, F>,
+        parts: &P,
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
         make: impl FnOnce(u32) -> Option<T>,
@@ -264,7 +262,7 @@ impl HedgedPair {
     ///
     /// A hedge that succeeds while the first attempt still runs is learned as the first
     /// attempt, which it stands in for, and at a latency drawn from those learned above the
-    /// hedge delay ([`Admission::censored_latency`]): the first attempt, dropped unanswered, is
+    /// hedge delay ([`Learned::Censored`]): the first attempt, dropped unanswered, is
     /// known only to have run past the delay, so it is given the length of a call that did,
     /// in proportion to how often each came (the "redistribute to the right" estimate of
     /// survival analysis). The learned percentiles then stay the dependency's:
@@ -280,10 +278,10 @@ impl HedgedPair {
     /// bucket the delay was read from: the delay rises no further than the slowest answer the
     /// dependency has given.
     #[allow(clippy::too_many_arguments)]
-    pub fn finished<A: Admission, F: Funding>(
+    pub fn finished<P: Gate>(
         &mut self,
         call: &mut Call,
-        parts: &mut Parts<A, F>,
+        parts: &P,
         lane: Lane,
         mut permit: Option<Permit>,
         now: Instant,
@@ -301,7 +299,15 @@ impl HedgedPair {
                 let ran_past = after
                     .saturating_sub(Duration::from_nanos(1))
                     .min(now.saturating_duration_since(self.first_started));
-                let learned = parts.breaker.censored_latency(now, ran_past, call.draw());
+                let learned = parts
+                    .learned(
+                        now,
+                        Learned::Censored {
+                            ran_past,
+                            draw: call.draw(),
+                        },
+                    )
+                    .unwrap_or(ran_past);
                 permit = permit.map(|p| p.granted_at(now.saturating_sub(learned)));
             }
         }
@@ -339,10 +345,10 @@ impl HedgedPair {
     /// The attempt in `lane` was dropped before it ended (the other decided the call, or the
     /// caller cancelled): its permit, if the adapter holds one, is reported
     /// [`Outcome::Cancelled`], which no breaker counts against the dependency.
-    pub fn abandon<A: Admission, F: Funding>(
+    pub fn abandon<P: Gate>(
         &mut self,
         call: &mut Call,
-        parts: &mut Parts<A, F>,
+        parts: &P,
         lane: Lane,
         permit: Option<Permit>,
         now: Instant,
@@ -581,7 +587,7 @@ mod tests {
     extern crate std;
     use super::*;
     use crate::breaker::Breaker;
-    use crate::call::{CallSettings, Finished, Step};
+    use crate::call::{CallSettings, Finished, Parts, Step};
     use crate::limits::budget::{Budget, BudgetSettings};
     use std::vec::Vec;
 
@@ -591,16 +597,17 @@ mod tests {
 
     /// A breaker that has learned healthy calls take 20 ms, a full budget, and the time after.
     fn warm() -> (Parts<Breaker, Budget>, Instant) {
-        let mut parts = Parts {
-            breaker: Breaker::of(5, "pair").unwrap(),
-            budget: Budget::new(BudgetSettings::defaults("pair")),
-        };
+        let parts = Parts::new()
+            .breaker(Breaker::of(5, "pair").unwrap())
+            .budget(Budget::new(BudgetSettings::defaults("pair")));
         let mut now = Instant::from_secs(1);
         for _ in 0..40 {
-            let permit = parts.breaker.try_acquire(now).unwrap();
+            let permit = parts.breaker.as_ref().unwrap().try_acquire(now).unwrap();
             now += ms(20);
             parts
                 .breaker
+                .as_ref()
+                .unwrap()
                 .on_outcome(now, permit, Outcome::Success, &mut |_| {});
         }
         (parts, now)
@@ -614,15 +621,15 @@ mod tests {
     fn the_attempt_log_tells_a_winning_hedge_from_the_first_attempt_it_replaced() {
         use crate::call::AttemptLog;
         use crate::event::AttemptEnd;
-        let (mut parts, now) = warm();
+        let (parts, now) = warm();
         let mut log = AttemptLog::<8>::new();
-        let (mut call, mut pair, first) = started(&mut parts, now);
-        let (hedge, at) = launched(&mut call, &mut pair, &mut parts);
+        let (mut call, mut pair, first) = started(&parts, now);
+        let (hedge, at) = launched(&mut call, &mut pair, &parts);
         // The hedge answers 5 ms later; the first attempt, still running, is dropped.
         let end = at + ms(5);
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::Hedge,
             Some(hedge),
             end,
@@ -631,14 +638,9 @@ mod tests {
             &mut |e| log.record(&e),
         );
         assert_eq!(next, PairNext::Drop(Lane::First));
-        pair.abandon(
-            &mut call,
-            &mut parts,
-            Lane::First,
-            Some(first),
-            end,
-            &mut |e| log.record(&e),
-        );
+        pair.abandon(&mut call, &parts, Lane::First, Some(first), end, &mut |e| {
+            log.record(&e)
+        });
         let records: Vec<_> = log.iter().copied().collect();
         assert_eq!(records.len(), 2, "{log}");
         assert_eq!(records[0].attempt, 2);
@@ -669,15 +671,15 @@ mod tests {
     fn a_first_attempt_that_fails_beside_a_running_hedge_is_logged_as_attempt_one() {
         use crate::call::AttemptLog;
         use crate::event::AttemptEnd;
-        let (mut parts, now) = warm();
+        let (parts, now) = warm();
         let mut log = AttemptLog::<8>::new();
-        let (mut call, mut pair, first) = started(&mut parts, now);
-        let (hedge, at) = launched(&mut call, &mut pair, &mut parts);
+        let (mut call, mut pair, first) = started(&parts, now);
+        let (hedge, at) = launched(&mut call, &mut pair, &parts);
         let mut sink = |e: Event<'_>| log.record(&e);
         let failed = at + ms(1);
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::First,
             Some(first),
             failed,
@@ -689,7 +691,7 @@ mod tests {
         let answered = at + ms(8);
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::Hedge,
             Some(hedge),
             answered,
@@ -718,7 +720,7 @@ mod tests {
     }
 
     /// A hedging call whose first attempt started at `now`, its pair, and its permit.
-    fn started(parts: &mut Parts<Breaker, Budget>, now: Instant) -> (Call, HedgedPair, Permit) {
+    fn started(parts: &Parts<Breaker, Budget>, now: Instant) -> (Call, HedgedPair, Permit) {
         let mut call = Call::begin(&hedging(), now);
         let Step::Attempt(first) = call.poll(parts, now, &mut |_| {}) else {
             panic!("the first attempt")
@@ -733,7 +735,7 @@ mod tests {
     fn launched(
         call: &mut Call,
         pair: &mut HedgedPair,
-        parts: &mut Parts<Breaker, Budget>,
+        parts: &Parts<Breaker, Budget>,
     ) -> (Permit, Instant) {
         let at = pair.wake_at().unwrap();
         assert_eq!(pair.due(), Some(Due::Launch));
@@ -748,13 +750,13 @@ mod tests {
 
     #[test]
     fn the_timer_waits_for_the_launch_then_for_the_earliest_deadline() {
-        let (mut parts, now) = warm();
-        let (mut call, mut pair, _first) = started(&mut parts, now);
+        let (parts, now) = warm();
+        let (mut call, mut pair, _first) = started(&parts, now);
         let first_deadline = call.attempt_deadline().unwrap();
         let launch_at = now + call.hedge_delay(&parts, now).unwrap();
         assert!(launch_at < first_deadline);
         assert_eq!(pair.wake_at(), Some(launch_at));
-        let (_hedge, _) = launched(&mut call, &mut pair, &mut parts);
+        let (_hedge, _) = launched(&mut call, &mut pair, &parts);
         // The hedge started later with the same timeout: the first attempt's deadline is next.
         let hedge_deadline = call.attempt_deadline().unwrap();
         assert!(first_deadline < hedge_deadline);
@@ -764,8 +766,8 @@ mod tests {
 
     #[test]
     fn a_drain_before_the_launch_stops_the_hedge_and_clamps_the_attempt_to_the_grace() {
-        let (mut parts, now) = warm();
-        let (mut call, mut pair, first) = started(&mut parts, now);
+        let (parts, now) = warm();
+        let (mut call, mut pair, first) = started(&parts, now);
         let first_deadline = call.attempt_deadline().unwrap();
         let launch_at = pair.wake_at().unwrap();
         let grace = ms(1);
@@ -778,7 +780,7 @@ mod tests {
         assert_eq!(pair.due(), Some(Due::Deadline(Lane::First)));
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::First,
             Some(first),
             t + grace,
@@ -790,7 +792,7 @@ mod tests {
         // The drain stops the retry too: the call ends drained, with its last outcome.
         let last = Some(Outcome::TimedOut);
         assert_eq!(
-            call.poll(&mut parts, t + grace, &mut |_| {}),
+            call.poll(&parts, t + grace, &mut |_| {}),
             Step::Done(Finished::Drained { last })
         );
         assert_eq!(call.attempts(), 1);
@@ -798,9 +800,9 @@ mod tests {
 
     #[test]
     fn a_drain_after_the_launch_clamps_both_attempts() {
-        let (mut parts, now) = warm();
-        let (mut call, mut pair, _first) = started(&mut parts, now);
-        let (_hedge, at) = launched(&mut call, &mut pair, &mut parts);
+        let (parts, now) = warm();
+        let (mut call, mut pair, _first) = started(&parts, now);
+        let (_hedge, at) = launched(&mut call, &mut pair, &parts);
         let grace = ms(1);
         pair.on_drain(&mut call, at, grace);
         assert_eq!(pair.wake_at(), Some(at + grace));
@@ -809,13 +811,13 @@ mod tests {
 
     #[test]
     fn the_first_attempt_wins_and_the_hedge_is_dropped() {
-        let (mut parts, now) = warm();
-        let (mut call, mut pair, first) = started(&mut parts, now);
-        let (hedge, at) = launched(&mut call, &mut pair, &mut parts);
+        let (parts, now) = warm();
+        let (mut call, mut pair, first) = started(&parts, now);
+        let (hedge, at) = launched(&mut call, &mut pair, &parts);
         let t = at + ms(1);
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::First,
             Some(first),
             t,
@@ -824,31 +826,32 @@ mod tests {
             &mut |_| {},
         );
         assert_eq!(next, PairNext::Drop(Lane::Hedge));
-        pair.abandon(
-            &mut call,
-            &mut parts,
-            Lane::Hedge,
-            Some(hedge),
-            t,
-            &mut |_| {},
-        );
+        pair.abandon(&mut call, &parts, Lane::Hedge, Some(hedge), t, &mut |_| {});
         assert_eq!(pair.wake_at(), None);
         assert_eq!(
-            call.poll(&mut parts, t, &mut |_| {}),
+            call.poll(&parts, t, &mut |_| {}),
             Step::Done(Finished::Succeeded)
         );
-        assert_eq!(parts.breaker.snapshot(t).consecutive_failures, 0);
+        assert_eq!(
+            parts
+                .breaker
+                .as_ref()
+                .unwrap()
+                .snapshot(t)
+                .consecutive_failures,
+            0
+        );
     }
 
     #[test]
     fn the_hedge_wins_and_the_first_attempt_is_dropped() {
-        let (mut parts, now) = warm();
-        let (mut call, mut pair, first) = started(&mut parts, now);
-        let (hedge, at) = launched(&mut call, &mut pair, &mut parts);
+        let (parts, now) = warm();
+        let (mut call, mut pair, first) = started(&parts, now);
+        let (hedge, at) = launched(&mut call, &mut pair, &parts);
         let t = at + ms(2);
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::Hedge,
             Some(hedge),
             t,
@@ -857,16 +860,9 @@ mod tests {
             &mut |_| {},
         );
         assert_eq!(next, PairNext::Drop(Lane::First));
-        pair.abandon(
-            &mut call,
-            &mut parts,
-            Lane::First,
-            Some(first),
-            t,
-            &mut |_| {},
-        );
+        pair.abandon(&mut call, &parts, Lane::First, Some(first), t, &mut |_| {});
         assert_eq!(
-            call.poll(&mut parts, t, &mut |_| {}),
+            call.poll(&parts, t, &mut |_| {}),
             Step::Done(Finished::Succeeded)
         );
         assert_eq!(call.attempts(), 2);
@@ -874,14 +870,14 @@ mod tests {
 
     #[test]
     fn a_failure_of_the_first_waits_for_the_hedge_which_decides() {
-        let (mut parts, now) = warm();
-        let (mut call, mut pair, first) = started(&mut parts, now);
-        let (hedge, at) = launched(&mut call, &mut pair, &mut parts);
+        let (parts, now) = warm();
+        let (mut call, mut pair, first) = started(&parts, now);
+        let (hedge, at) = launched(&mut call, &mut pair, &parts);
         let hedge_deadline = call.attempt_deadline();
         let mut kinds = Vec::new();
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::First,
             Some(first),
             at + ms(1),
@@ -897,7 +893,7 @@ mod tests {
         let t = at + ms(3);
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::Hedge,
             Some(hedge),
             t,
@@ -907,19 +903,19 @@ mod tests {
         );
         assert_eq!(next, PairNext::Over);
         assert_eq!(
-            call.poll(&mut parts, t, &mut |_| {}),
+            call.poll(&parts, t, &mut |_| {}),
             Step::Done(Finished::Succeeded)
         );
     }
 
     #[test]
     fn a_permanent_failure_of_one_ends_the_call_and_drops_the_other() {
-        let (mut parts, now) = warm();
-        let (mut call, mut pair, first) = started(&mut parts, now);
-        let (_hedge, at) = launched(&mut call, &mut pair, &mut parts);
+        let (parts, now) = warm();
+        let (mut call, mut pair, first) = started(&parts, now);
+        let (_hedge, at) = launched(&mut call, &mut pair, &parts);
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::First,
             Some(first),
             at,
@@ -932,17 +928,17 @@ mod tests {
 
     #[test]
     fn both_attempts_time_out_in_the_order_of_their_deadlines_and_the_call_retries() {
-        let (mut parts, now) = warm();
-        let (mut call, mut pair, first) = started(&mut parts, now);
+        let (parts, now) = warm();
+        let (mut call, mut pair, first) = started(&parts, now);
         let first_deadline = call.attempt_deadline().unwrap();
-        let (hedge, _) = launched(&mut call, &mut pair, &mut parts);
+        let (hedge, _) = launched(&mut call, &mut pair, &parts);
         let hedge_deadline = call.attempt_deadline().unwrap();
 
         assert_eq!(pair.wake_at(), Some(first_deadline));
         assert_eq!(pair.due(), Some(Due::Deadline(Lane::First)));
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::First,
             Some(first),
             first_deadline,
@@ -957,7 +953,7 @@ mod tests {
         let mut kinds = Vec::new();
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::Hedge,
             Some(hedge),
             hedge_deadline,
@@ -972,7 +968,7 @@ mod tests {
         assert!(kinds.contains(&"retry"), "{kinds:?}");
         assert_eq!(call.last_outcome(), Some(Outcome::TimedOut));
         assert!(matches!(
-            call.poll(&mut parts, hedge_deadline, &mut |_| {}),
+            call.poll(&parts, hedge_deadline, &mut |_| {}),
             Step::Wait(_)
         ));
         assert_eq!(call.attempts(), 2);
@@ -980,22 +976,28 @@ mod tests {
 
     #[test]
     fn a_declined_hedge_spends_nothing_and_leaves_the_first_attempt_alone() {
-        let (mut parts, now) = warm();
-        let (mut call, mut pair, first) = started(&mut parts, now);
+        let (parts, now) = warm();
+        let (mut call, mut pair, first) = started(&parts, now);
         let first_deadline = call.attempt_deadline();
         let at = pair.wake_at().unwrap();
-        let budget = parts.budget.available(at);
+        let budget = parts.budget.as_ref().unwrap().available(at);
         assert_eq!(pair.due(), Some(Due::Launch));
         // The request cannot be replayed.
-        let launched = pair.launch(&mut call, &mut parts, at, &mut |_| {}, |_| None::<()>);
+        let launched = pair.launch(&mut call, &parts, at, &mut |_| {}, |_| None::<()>);
         assert!(launched.is_none());
         assert!(!pair.is_running(Lane::Hedge));
-        assert_eq!((call.attempts(), parts.budget.available(at)), (1, budget));
+        assert_eq!(
+            (
+                call.attempts(),
+                parts.budget.as_ref().unwrap().available(at)
+            ),
+            (1, budget)
+        );
         // Never asked again: the first attempt's deadline is all that is left.
         assert_eq!(pair.wake_at(), first_deadline);
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::First,
             Some(first),
             at + ms(1),
@@ -1008,11 +1010,11 @@ mod tests {
 
     #[test]
     fn a_hedge_due_after_the_first_attempt_ended_is_not_launched() {
-        let (mut parts, now) = warm();
-        let (mut call, mut pair, first) = started(&mut parts, now);
+        let (parts, now) = warm();
+        let (mut call, mut pair, first) = started(&parts, now);
         let next = pair.finished(
             &mut call,
-            &mut parts,
+            &parts,
             Lane::First,
             Some(first),
             now + ms(1),
@@ -1027,9 +1029,9 @@ mod tests {
 
     #[test]
     fn without_a_hedge_the_pair_waits_for_the_first_attempts_deadline() {
-        let (mut parts, now) = warm();
+        let (parts, now) = warm();
         let mut call = Call::begin(&CallSettings::DEFAULT, now);
-        let Step::Attempt(_first) = call.poll(&mut parts, now, &mut |_| {}) else {
+        let Step::Attempt(_first) = call.poll(&parts, now, &mut |_| {}) else {
             panic!("the first attempt")
         };
         let mut pair = HedgedPair::begin(&call, now, call.hedge_delay(&parts, now));
@@ -1039,38 +1041,32 @@ mod tests {
 
     #[test]
     fn a_cancelled_pair_reports_both_attempts_cancelled() {
-        let (mut parts, now) = warm();
-        let (mut call, mut pair, first) = started(&mut parts, now);
-        let (hedge, at) = launched(&mut call, &mut pair, &mut parts);
-        pair.abandon(
-            &mut call,
-            &mut parts,
-            Lane::First,
-            Some(first),
-            at,
-            &mut |_| {},
-        );
-        pair.abandon(
-            &mut call,
-            &mut parts,
-            Lane::Hedge,
-            Some(hedge),
-            at,
-            &mut |_| {},
-        );
+        let (parts, now) = warm();
+        let (mut call, mut pair, first) = started(&parts, now);
+        let (hedge, at) = launched(&mut call, &mut pair, &parts);
+        pair.abandon(&mut call, &parts, Lane::First, Some(first), at, &mut |_| {});
+        pair.abandon(&mut call, &parts, Lane::Hedge, Some(hedge), at, &mut |_| {});
         assert_eq!(pair.wake_at(), None);
         assert_eq!(
-            call.poll(&mut parts, at, &mut |_| {}),
+            call.poll(&parts, at, &mut |_| {}),
             Step::Done(Finished::Cancelled)
         );
-        assert_eq!(parts.breaker.snapshot(at).consecutive_failures, 0);
+        assert_eq!(
+            parts
+                .breaker
+                .as_ref()
+                .unwrap()
+                .snapshot(at)
+                .consecutive_failures,
+            0
+        );
     }
 
     #[test]
     fn a_late_answer_counts_as_a_timeout_unless_it_is_a_success() {
-        let (mut parts, now) = warm();
+        let (parts, now) = warm();
         let mut call = Call::begin(&CallSettings::DEFAULT, now);
-        let Step::Attempt(_permit) = call.poll(&mut parts, now, &mut |_| {}) else {
+        let Step::Attempt(_permit) = call.poll(&parts, now, &mut |_| {}) else {
             panic!("the first attempt")
         };
         let deadline = call.attempt_deadline().unwrap();
@@ -1169,10 +1165,10 @@ mod tests {
     /// Breaker learned on 20 ms calls, no budget limit: every hedge the pair asks for runs.
     /// Learned once per thread and copied: the tests below take hundreds of fresh ones, and
     /// under miri learning each anew took minutes.
-    fn warm_unlimited() -> (Parts<Breaker, crate::call::Unlimited>, Instant) {
+    fn warm_unlimited() -> (Parts<Breaker>, Instant) {
         std::thread_local! {
             static WARM: (Breaker, Instant) = {
-                let mut breaker = Breaker::of(5, "loop").unwrap();
+                let breaker = Breaker::of(5, "loop").unwrap();
                 let mut now = Instant::from_secs(1);
                 for _ in 0..40 {
                     let permit = breaker.try_acquire(now).unwrap();
@@ -1183,10 +1179,7 @@ mod tests {
             };
         }
         let (breaker, now) = WARM.with(Clone::clone);
-        let parts = Parts {
-            breaker,
-            budget: crate::call::Unlimited,
-        };
+        let parts = Parts::new().breaker(breaker);
         (parts, now)
     }
 
@@ -1195,8 +1188,8 @@ mod tests {
     /// attempt answers `first_after` after the hedge would launch, a hedge `hedge_after` after
     /// its launch. Returns whether a hedge ran.
     fn one_call(share: &mut HedgeShare, first_after: Duration, hedge_after: Duration) -> bool {
-        let (mut parts, now) = warm_unlimited();
-        let parts = &mut parts;
+        let (parts, now) = warm_unlimited();
+        let parts = &parts;
         let mut call = Call::begin(&hedging(), now);
         let Step::Attempt(first) = call.poll(parts, now, &mut |_| {}) else {
             panic!("the first attempt")
@@ -1257,7 +1250,7 @@ mod tests {
     /// attempt taking `latency(lane)`; the first attempt is hedged when it runs past the
     /// delay. Returns how many calls were hedged and how many of those hedges won.
     fn hedged_walk(
-        parts: &mut Parts<Breaker, crate::call::Unlimited>,
+        parts: &Parts<Breaker>,
         now: &mut Instant,
         calls: u32,
         latency: &mut dyn FnMut(Lane) -> Duration,
@@ -1328,11 +1321,8 @@ mod tests {
     fn hedges_that_win_leave_the_learned_p95_where_the_dependency_puts_it() {
         // The dependency's p95: (20 / x - 0.1) / 0.9 = 0.05 at x = 20 / 0.145 ms.
         let true_p95 = Duration::from_nanos((20e6 / 0.145) as u64);
-        let mut parts = Parts {
-            breaker: Breaker::of(5, "tail").unwrap(),
-            budget: crate::call::Unlimited,
-        };
-        let parts = &mut parts;
+        let parts = Parts::new().breaker(Breaker::of(5, "tail").unwrap());
+        let parts = &parts;
         let mut rng = fastrand::Rng::with_seed(7);
         let mut now = Instant::from_secs(1);
         // Under miri (which runs the unit tests in CI) a short walk: it checks the path, not
@@ -1341,6 +1331,8 @@ mod tests {
         let (hedged, won) = hedged_walk(parts, &mut now, calls, &mut |_| tail_latency(&mut rng));
         let learned = parts
             .breaker
+            .as_ref()
+            .unwrap()
             .hedge_after(now)
             .expect("a warm breaker hedges");
         if cfg!(miri) {
@@ -1364,16 +1356,15 @@ mod tests {
 
     #[test]
     fn a_first_attempt_that_always_hangs_leaves_the_hedge_delay_where_it_was() {
-        let mut parts = Parts {
-            breaker: Breaker::of(5, "hangs").unwrap(),
-            budget: crate::call::Unlimited,
-        };
-        let parts = &mut parts;
+        let parts = Parts::new().breaker(Breaker::of(5, "hangs").unwrap());
+        let parts = &parts;
         let mut now = Instant::from_secs(1);
         // Warm at 20 ms: no call is slower than the p95, so none is hedged.
         assert_eq!(hedged_walk(parts, &mut now, 40, &mut |_| ms(20)), (0, 0));
         let before = parts
             .breaker
+            .as_ref()
+            .unwrap()
             .hedge_after(now)
             .expect("a warm breaker hedges");
         // Now every first attempt hangs and every hedge answers in 20 ms: each call is the
@@ -1386,8 +1377,11 @@ mod tests {
             Lane::Hedge => ms(20),
         });
         assert_eq!((hedged, won), (calls, calls));
-        assert_eq!(parts.breaker.hedge_after(now), Ok(before));
-        assert_eq!(parts.breaker.state(now), crate::state::State::Closed);
+        assert_eq!(parts.breaker.as_ref().unwrap().hedge_after(now), Ok(before));
+        assert_eq!(
+            parts.breaker.as_ref().unwrap().state(now),
+            crate::state::State::Closed
+        );
     }
 
     #[test]

@@ -31,21 +31,21 @@ impl fmt::Display for AttemptRecord {
 ///
 /// ```
 /// use stormguard_core::{
-///     call::{AttemptLog, Unguarded, Unlimited}, event::AttemptEnd,
+///     call::AttemptLog, event::AttemptEnd,
 ///     Call, CallSettings, Duration, Instant, Outcome, Parts, Step,
 /// };
 ///
-/// let mut parts = Parts { breaker: Unguarded("api".into()), budget: Unlimited };
+/// let parts = Parts::new().named("api");
 /// let mut log = AttemptLog::<8>::new();
 /// let mut now = Instant::from_secs(1);
 /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
 /// let mut outcomes = [Outcome::Transient, Outcome::Success].into_iter();
-/// while let step = call.poll(&mut parts, now, &mut |e| log.record(&e)) {
+/// while let step = call.poll(&parts, now, &mut |e| log.record(&e)) {
 ///     match step {
 ///         Step::Attempt(permit) => {
 ///             now += Duration::from_millis(20);
 ///             let outcome = outcomes.next().unwrap();
-///             call.complete_attempt(&mut parts, permit, now, outcome, true, &mut |e| log.record(&e));
+///             call.complete_attempt(&parts, permit, now, outcome, true, &mut |e| log.record(&e));
 ///         }
 ///         Step::Wait(d) => now += d,
 ///         Step::Reject(r) => now += r.pause,

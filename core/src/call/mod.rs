@@ -7,19 +7,16 @@
 //!     Parts, Step,
 //! };
 //!
-//! let mut parts = Parts {
-//!     breaker: Breaker::of(5, "payments")?,
-//!     budget: Budget::new(BudgetSettings::defaults("payments")),
-//! };
+//! let parts = Parts::new().breaker(Breaker::of(5, "payments")?).budget(Budget::new(BudgetSettings::defaults("payments")));
 //! let mut now = Instant::from_secs(1);
 //! let mut call = Call::begin(&CallSettings::DEFAULT, now);
 //! let mut failures_left = 1; // the dependency fails once, then answers
 //! let result = loop {
-//!     match call.poll(&mut parts, now, &mut |_event| {}) {
+//!     match call.poll(&parts, now, &mut |_event| {}) {
 //!         Step::Attempt(permit) => {
 //!             now += Duration::from_millis(20); // run the operation
 //!             let out = if failures_left > 0 { failures_left -= 1; Outcome::Transient } else { Outcome::Success };
-//!             call.complete(&mut parts, permit, now, out, &mut |_event| {});
+//!             call.complete(&parts, permit, now, out, &mut |_event| {});
 //!         }
 //!         Step::Wait(d) => now += d,                          // sleep (cancellably)
 //!         Step::Reject(r) => { now += r.pause; break Err(r) } // serve the guarded pause
@@ -37,7 +34,7 @@ pub(crate) mod criticality;
 pub(crate) mod error;
 pub(crate) mod hedge;
 pub(crate) mod log;
-pub(crate) mod permit;
+pub(crate) mod parts;
 pub(crate) mod stream;
 
 pub use self::backoff::{Backoff, BackoffBuilder, Jitter};
@@ -47,16 +44,15 @@ pub use self::error::CallError;
 pub use self::hedge::{Due, HedgedPair, Lane, PairNext};
 pub use self::hedge::{HedgeShare, SharedHedgeShare};
 pub use self::log::{AttemptLog, AttemptRecord};
-pub(crate) use self::permit::Kind;
-pub use self::permit::Permit;
+pub use self::parts::{Gate, Parts};
 pub use self::stream::{Lost, StreamRestarts, StreamSettings, StreamSettingsBuilder};
 
 use core::fmt;
 
 use crate::error::{Bound, Field, Problems, RefusalReason, Refused, SettingsError};
 use crate::event::{AttemptEnd, Event};
-use crate::name::Name;
 use crate::outcome::Outcome;
+use crate::part::{HedgeSuppressed, Learned, Permit};
 use crate::rng::JitterRng;
 use crate::time::{Duration, Instant};
 
@@ -87,394 +83,6 @@ pub const fn guarded_pause(left: Option<Duration>) -> Duration {
         Some(left) => GUARD_PAUSE.min(left),
         None => GUARD_PAUSE,
     }
-}
-
-/// Why a hedged attempt is not to be launched now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-#[non_exhaustive]
-pub enum HedgeSuppressed {
-    /// The breaker is not closed: no hedging while half-open, recovering or open.
-    NotClosed,
-    /// There is no learned latency yet to hedge against (fewer than 20 successes).
-    NoBaseline,
-    /// The dependency is near the breaker's trip point: a hedge would add load to a
-    /// dependency that is already failing.
-    NearTrip,
-}
-
-/// The breaker side of a call: implemented by [`Breaker`](crate::Breaker) (`&mut`), by the shared breaker, and
-/// by [`Unguarded`] (no breaker).
-pub trait Admission {
-    /// The name events carry.
-    fn name(&self) -> &Name;
-    /// Asks to make one attempt; `attempt_timeout` bounds how long a probe slot may stay out.
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused>;
-    /// Would an attempt be admitted? Changes nothing.
-    fn check(&self, now: Instant) -> Result<(), Refused>;
-    /// Reports the attempt's outcome.
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    );
-    /// Gives back a permit whose attempt never reached an outcome.
-    fn release(&mut self, permit: Permit);
-    /// How long a healthy call takes (the learned median), if known.
-    fn normal_latency(&self, now: Instant) -> Option<Duration>;
-    /// The measured attempt ceiling (3x the recent p95), if known: the call driver raises it to
-    /// its settings' floor and lets it only tighten the configured attempt timeout.
-    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
-        let _ = now;
-        None
-    }
-    /// The slow-call threshold in force, if any: an attempt the call's own deadline cut short
-    /// before it ran this long is the caller's cancellation, not evidence against the
-    /// dependency (with none, the call's ceiling floor stands in).
-    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
-        let _ = now;
-        None
-    }
-    /// When to launch a hedged second attempt after the first (the learned p95), or why not:
-    /// never while half-open or recovering, without a baseline, or near the trip point.
-    /// Without a breaker there is nothing learned to hedge against.
-    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
-        let _ = now;
-        Err(HedgeSuppressed::NoBaseline)
-    }
-    /// Where to learn a first attempt that a winning hedge left running, known only to have
-    /// run past `ran_past` (just under the hedge delay): a latency drawn, with `draw` uniform
-    /// over `u64`, from those learned above `ran_past`, in proportion to how often each came,
-    /// or `ran_past` itself when none lies above. So the learned percentiles stay the
-    /// dependency's (see [`HedgedPair::finished`](crate::call::HedgedPair::finished)). Without
-    /// anything learned, `ran_past`.
-    fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
-        let _ = (now, draw);
-        ran_past
-    }
-    /// Whether a refusal may come from a local rate limiter or bulkhead in front of the
-    /// breaker, a self-imposed throttle the call retries ([`Call::poll`]). `true` unless the
-    /// type knows better: a bare breaker answers `false`, which lets the compiler leave the
-    /// self-throttle path out of a firmware that has no limiter.
-    fn self_limits(&self) -> bool {
-        true
-    }
-}
-
-/// The budget side of a call: implemented by [`Budget`](crate::Budget), the shared budget, and
-/// [`Unlimited`].
-pub trait Funding {
-    /// Takes one retry's worth, or refuses.
-    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused>;
-    /// Gives back the retry [`try_fund_retry`](Funding::try_fund_retry) took at `now` for an
-    /// attempt that never started (a hedge the breaker refused, or one the operation could not
-    /// make). What no longer fits the budget is lost, as with any deposit.
-    fn refund_retry(&mut self, now: Instant);
-    /// Learns from an attempt's outcome (successes fund future retries).
-    fn on_outcome(&mut self, now: Instant, outcome: Outcome);
-    /// Whether a [sheddable](Criticality::Sheddable) call may retry: refused with
-    /// [`RefusalReason::Shed`] once more than half of the budget is spent. Changes nothing.
-    /// Without a budget to read, `Ok`.
-    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
-        let _ = now;
-        Ok(())
-    }
-}
-
-/// No breaker: every attempt is admitted. Carries the name events use.
-#[derive(Clone, Copy, Debug)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct Unguarded(pub Name);
-
-/// No retry budget: every retry is funded (the attempt limit and deadline still bound a call).
-#[derive(Clone, Copy, Debug, Default)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct Unlimited;
-
-impl Admission for Unguarded {
-    fn name(&self) -> &Name {
-        &self.0
-    }
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        _: Option<Duration>,
-        _: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        Ok(Permit::unguarded(now))
-    }
-    fn check(&self, _: Instant) -> Result<(), Refused> {
-        Ok(())
-    }
-    fn on_outcome(&mut self, _: Instant, _: Permit, _: Outcome, _: &mut dyn FnMut(Event<'_>)) {}
-    fn release(&mut self, _: Permit) {}
-    fn normal_latency(&self, _: Instant) -> Option<Duration> {
-        None
-    }
-    fn self_limits(&self) -> bool {
-        false
-    }
-}
-
-/// A breaker that may be absent: the breaker when there is one, else an [`Unguarded`] call
-/// under the name its events carry. (`Option` cannot stand in: an absent breaker still names
-/// the call.)
-///
-/// ```
-/// use stormguard_core::{call::Admission, call::OptionalBreaker, Breaker, Instant, Name};
-///
-/// let guarded = OptionalBreaker::new(Some(Breaker::of(5, "payments")?), Name::new("api"));
-/// let unguarded = OptionalBreaker::<Breaker>::new(None, Name::new("api"));
-/// assert_eq!(guarded.name().as_str(), "payments");
-/// assert_eq!(unguarded.name().as_str(), "api");
-/// assert!(guarded.breaker().is_some() && unguarded.breaker().is_none());
-/// assert!(unguarded.check(Instant::ZERO).is_ok()); // every attempt is admitted
-/// # Ok::<(), stormguard_core::SettingsError>(())
-/// ```
-#[derive(Clone, Copy, Debug)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum OptionalBreaker<A> {
-    /// A breaker judges every attempt.
-    Breaker(A),
-    /// No breaker: every attempt is admitted.
-    Unguarded(Unguarded),
-}
-
-impl<A> OptionalBreaker<A> {
-    /// `breaker`, or an unguarded call called `name` when there is none.
-    #[inline]
-    pub fn new(breaker: Option<A>, name: Name) -> Self {
-        match breaker {
-            Some(breaker) => OptionalBreaker::Breaker(breaker),
-            None => OptionalBreaker::Unguarded(Unguarded(name)),
-        }
-    }
-
-    /// The breaker, if there is one.
-    #[inline]
-    pub const fn breaker(&self) -> Option<&A> {
-        match self {
-            OptionalBreaker::Breaker(breaker) => Some(breaker),
-            OptionalBreaker::Unguarded(_) => None,
-        }
-    }
-}
-
-impl<A: Admission> Admission for OptionalBreaker<A> {
-    #[inline]
-    fn name(&self) -> &Name {
-        match self {
-            OptionalBreaker::Breaker(b) => b.name(),
-            OptionalBreaker::Unguarded(u) => u.name(),
-        }
-    }
-    #[inline]
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        match self {
-            OptionalBreaker::Breaker(b) => b.try_acquire(now, attempt_timeout, events),
-            OptionalBreaker::Unguarded(u) => u.try_acquire(now, attempt_timeout, events),
-        }
-    }
-    #[inline]
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        match self {
-            OptionalBreaker::Breaker(b) => b.check(now),
-            OptionalBreaker::Unguarded(u) => u.check(now),
-        }
-    }
-    #[inline]
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        match self {
-            OptionalBreaker::Breaker(b) => b.on_outcome(now, permit, outcome, events),
-            OptionalBreaker::Unguarded(u) => u.on_outcome(now, permit, outcome, events),
-        }
-    }
-    #[inline]
-    fn release(&mut self, permit: Permit) {
-        match self {
-            OptionalBreaker::Breaker(b) => b.release(permit),
-            OptionalBreaker::Unguarded(u) => u.release(permit),
-        }
-    }
-    #[inline]
-    fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        match self {
-            OptionalBreaker::Breaker(b) => b.normal_latency(now),
-            OptionalBreaker::Unguarded(u) => u.normal_latency(now),
-        }
-    }
-    #[inline]
-    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
-        match self {
-            OptionalBreaker::Breaker(b) => b.attempt_ceiling(now),
-            OptionalBreaker::Unguarded(u) => u.attempt_ceiling(now),
-        }
-    }
-    #[inline]
-    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
-        match self {
-            OptionalBreaker::Breaker(b) => b.slow_threshold(now),
-            OptionalBreaker::Unguarded(u) => u.slow_threshold(now),
-        }
-    }
-    #[inline]
-    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
-        match self {
-            OptionalBreaker::Breaker(b) => b.hedge_after(now),
-            OptionalBreaker::Unguarded(u) => u.hedge_after(now),
-        }
-    }
-    #[inline]
-    fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
-        match self {
-            OptionalBreaker::Breaker(b) => b.censored_latency(now, ran_past, draw),
-            OptionalBreaker::Unguarded(u) => u.censored_latency(now, ran_past, draw),
-        }
-    }
-    #[inline]
-    fn self_limits(&self) -> bool {
-        match self {
-            OptionalBreaker::Breaker(b) => b.self_limits(),
-            OptionalBreaker::Unguarded(u) => u.self_limits(),
-        }
-    }
-}
-
-impl<A: Admission + ?Sized> Admission for &mut A {
-    fn name(&self) -> &Name {
-        (**self).name()
-    }
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        (**self).try_acquire(now, attempt_timeout, events)
-    }
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        (**self).check(now)
-    }
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        (**self).on_outcome(now, permit, outcome, events);
-    }
-    fn release(&mut self, permit: Permit) {
-        (**self).release(permit);
-    }
-    fn normal_latency(&self, now: Instant) -> Option<Duration> {
-        (**self).normal_latency(now)
-    }
-    fn attempt_ceiling(&self, now: Instant) -> Option<Duration> {
-        (**self).attempt_ceiling(now)
-    }
-    fn slow_threshold(&self, now: Instant) -> Option<Duration> {
-        (**self).slow_threshold(now)
-    }
-    fn hedge_after(&self, now: Instant) -> Result<Duration, HedgeSuppressed> {
-        (**self).hedge_after(now)
-    }
-    fn censored_latency(&self, now: Instant, ran_past: Duration, draw: u64) -> Duration {
-        (**self).censored_latency(now, ran_past, draw)
-    }
-    fn self_limits(&self) -> bool {
-        (**self).self_limits()
-    }
-}
-
-impl Funding for Unlimited {
-    fn try_fund_retry(&mut self, _: Instant) -> Result<(), Refused> {
-        Ok(())
-    }
-    fn refund_retry(&mut self, _: Instant) {}
-    fn on_outcome(&mut self, _: Instant, _: Outcome) {}
-}
-
-/// A part that may be absent: no budget funds every retry, as [`Unlimited`] does.
-///
-/// ```
-/// use stormguard_core::{Budget, BudgetSettings, call::Funding, Instant};
-/// let mut none: Option<Budget> = None;
-/// assert!(none.try_fund_retry(Instant::ZERO).is_ok());
-/// let mut some = Some(Budget::new(BudgetSettings::defaults("api")));
-/// assert!(some.try_fund_retry(Instant::ZERO).is_ok()); // full at start
-/// ```
-impl<F: Funding> Funding for Option<F> {
-    #[inline]
-    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
-        match self {
-            Some(f) => f.try_fund_retry(now),
-            None => Ok(()),
-        }
-    }
-    #[inline]
-    fn refund_retry(&mut self, now: Instant) {
-        if let Some(f) = self {
-            f.refund_retry(now);
-        }
-    }
-    #[inline]
-    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
-        if let Some(f) = self {
-            f.on_outcome(now, outcome);
-        }
-    }
-    #[inline]
-    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
-        match self {
-            Some(f) => f.check_shed(now),
-            None => Ok(()),
-        }
-    }
-}
-
-impl<F: Funding + ?Sized> Funding for &mut F {
-    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
-        (**self).try_fund_retry(now)
-    }
-    fn refund_retry(&mut self, now: Instant) {
-        (**self).refund_retry(now);
-    }
-    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
-        (**self).on_outcome(now, outcome);
-    }
-    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
-        (**self).check_shed(now)
-    }
-}
-
-/// What a call uses: a breaker (or [`Unguarded`]) and a budget (or [`Unlimited`]).
-#[derive(Debug)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct Parts<A, F> {
-    /// Asked before every attempt.
-    pub breaker: A,
-    /// Asked before every retry.
-    pub budget: F,
 }
 
 /// How a call retries and how long it may take. Defaults: 3 attempts, a 30 s deadline, a 10 s
@@ -961,16 +569,16 @@ impl Call {
     /// A salt of 0 is [`Call::begin`].
     ///
     /// ```
-    /// use stormguard_core::{Call, CallSettings, Instant, Outcome, Parts, Step, call::Unguarded, call::Unlimited};
+    /// use stormguard_core::{Call, CallSettings, Instant, Outcome, Parts, Step};
     ///
     /// let settings = CallSettings::DEFAULT;
     /// let now = Instant::from_secs(1);
     /// let first_wait = |salt| {
-    ///     let mut parts = Parts { breaker: Unguarded("db".into()), budget: Unlimited };
+    ///     let parts = Parts::new().named("db");
     ///     let mut call = Call::begin_salted(&settings, now, salt);
-    ///     let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
-    ///     call.complete(&mut parts, permit, now, Outcome::Transient, &mut |_| {});
-    ///     call.poll(&mut parts, now, &mut |_| {})
+    ///     let Step::Attempt(permit) = call.poll(&parts, now, &mut |_| {}) else { unreachable!() };
+    ///     call.complete(&parts, permit, now, Outcome::Transient, &mut |_| {});
+    ///     call.poll(&parts, now, &mut |_| {})
     /// };
     /// assert_eq!(first_wait(0), first_wait(0));
     /// assert_ne!(first_wait(0), first_wait(1)); // same instant, apart
@@ -1068,20 +676,20 @@ impl Call {
     ///
     /// ```
     /// use stormguard_core::{
-    ///     call::{Unguarded, Unlimited, DRAIN_GRACE},
+    ///     call::DRAIN_GRACE,
     ///     Call, CallSettings, Duration, Finished, Instant, Outcome, Parts, Step,
     /// };
     ///
-    /// let mut parts = Parts { breaker: Unguarded("db".into()), budget: Unlimited };
+    /// let parts = Parts::new().named("db");
     /// let mut now = Instant::from_secs(1);
     /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
-    /// let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// let Step::Attempt(permit) = call.poll(&parts, now, &mut |_| {}) else { unreachable!() };
     /// now += Duration::from_millis(5);
     /// call.on_drain(now, DRAIN_GRACE); // the attempt in flight finishes...
-    /// call.complete(&mut parts, permit, now, Outcome::Transient, &mut |_| {});
+    /// call.complete(&parts, permit, now, Outcome::Transient, &mut |_| {});
     /// // ...but its failure is not retried.
     /// let last = Some(Outcome::Transient);
-    /// assert_eq!(call.poll(&mut parts, now, &mut |_| {}), Step::Done(Finished::Drained { last }));
+    /// assert_eq!(call.poll(&parts, now, &mut |_| {}), Step::Done(Finished::Drained { last }));
     /// assert_eq!(call.attempts(), 1);
     /// ```
     pub fn on_drain(&mut self, now: Instant, grace: Duration) {
@@ -1106,20 +714,20 @@ impl Call {
     ///
     /// ```
     /// use stormguard_core::{
-    ///     call::{Criticality, Unguarded}, Budget, BudgetSettings, Call, CallSettings, Instant,
+    ///     call::Criticality, Budget, BudgetSettings, Call, CallSettings, Instant,
     ///     Outcome, Parts, RefusalReason, Step,
     /// };
     ///
-    /// let mut parts = Parts { breaker: Unguarded("feed".into()), budget: Budget::new(BudgetSettings::defaults("feed")) };
+    /// let parts = Parts::new().named("feed").budget(Budget::new(BudgetSettings::defaults("feed")));
     /// let now = Instant::from_secs(1);
     /// for _ in 0..16 {
-    ///     parts.budget.try_withdraw(now)?; // more than half of 30 spent
+    ///     parts.budget.as_ref().unwrap().try_withdraw(now)?; // more than half of 30 spent
     /// }
     /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
     /// call.set_criticality(Criticality::Sheddable);
-    /// let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
-    /// call.complete(&mut parts, permit, now, Outcome::Transient, &mut |_| {});
-    /// let Step::Reject(r) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// let Step::Attempt(permit) = call.poll(&parts, now, &mut |_| {}) else { unreachable!() };
+    /// call.complete(&parts, permit, now, Outcome::Transient, &mut |_| {});
+    /// let Step::Reject(r) = call.poll(&parts, now, &mut |_| {}) else { unreachable!() };
     /// assert_eq!(r.reason, RefusalReason::Shed);
     /// # Ok::<(), stormguard_core::Refused>(())
     /// ```
@@ -1139,15 +747,15 @@ impl Call {
     /// its decisions alone. A call's decisions are the same either way.
     ///
     /// ```
-    /// use stormguard_core::{call::{Unguarded, Unlimited}, Call, CallSettings, Instant, Outcome, Parts, Step};
+    /// use stormguard_core::{Call, CallSettings, Instant, Outcome, Parts, Step};
     ///
-    /// let mut parts = Parts { breaker: Unguarded("feed".into()), budget: Unlimited };
+    /// let parts = Parts::new().named("feed");
     /// let now = Instant::from_secs(1);
     /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
     /// call.set_attempt_events(false);
     /// let mut events = 0;
-    /// let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| events += 1) else { unreachable!() };
-    /// call.complete(&mut parts, permit, now, Outcome::Success, &mut |_| events += 1);
+    /// let Step::Attempt(permit) = call.poll(&parts, now, &mut |_| events += 1) else { unreachable!() };
+    /// call.complete(&parts, permit, now, Outcome::Success, &mut |_| events += 1);
     /// assert_eq!(events, 0);
     /// ```
     pub fn set_attempt_events(&mut self, on: bool) {
@@ -1183,18 +791,18 @@ impl Call {
     /// then on. A loop can read it after an attempt's outcome instead of polling again.
     ///
     /// ```
-    /// use stormguard_core::{call::Unguarded, Budget, BudgetSettings, Call, CallSettings};
+    /// use stormguard_core::{Budget, BudgetSettings, Call, CallSettings};
     /// use stormguard_core::{Finished, Instant, Outcome, Parts, Step};
     ///
     /// let budget = Budget::new(BudgetSettings::defaults("api"));
-    /// let mut parts = Parts { breaker: Unguarded("api".into()), budget };
+    /// let parts = Parts::new().named("api").budget(budget);
     /// let now = Instant::from_secs(1);
     /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
-    /// let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// let Step::Attempt(permit) = call.poll(&parts, now, &mut |_| {}) else { unreachable!() };
     /// assert_eq!(call.finished(), None); // the attempt is in flight
-    /// call.complete(&mut parts, permit, now, Outcome::Success, &mut |_| {});
+    /// call.complete(&parts, permit, now, Outcome::Success, &mut |_| {});
     /// assert_eq!(call.finished(), Some(Finished::Succeeded));
-    /// assert_eq!(call.poll(&mut parts, now, &mut |_| {}), Step::Done(Finished::Succeeded));
+    /// assert_eq!(call.poll(&parts, now, &mut |_| {}), Step::Done(Finished::Succeeded));
     /// ```
     #[must_use]
     pub const fn finished(&self) -> Option<Finished> {
@@ -1222,9 +830,9 @@ impl Call {
 
     /// Turns a refusal into the caller's rejection and announces it. After an answered
     /// failure nothing is paused: the answer goes back at once.
-    fn rejection<A: Admission, F: Funding>(
+    fn rejection<P: Gate>(
         &self,
-        parts: &Parts<A, F>,
+        parts: &P,
         refused: Refused,
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
@@ -1250,7 +858,7 @@ impl Call {
         // Announced before it is served, under the breaker's name whoever refused (the reason
         // tells a budget's refusal apart).
         events(Event::Rejected {
-            name: parts.breaker.name(),
+            name: parts.name(),
             reason: rejection.reason,
             delay: pause,
             retry_after,
@@ -1259,16 +867,16 @@ impl Call {
     }
 
     /// Announces that `refused` kept attempt number `attempt` from starting.
-    fn refused_attempt<A: Admission, F: Funding>(
+    fn refused_attempt<P: Gate>(
         &self,
-        parts: &Parts<A, F>,
+        parts: &P,
         attempt: u32,
         refused: Refused,
         events: &mut dyn FnMut(Event<'_>),
     ) {
         if self.attempt_events {
             events(Event::Attempt {
-                name: parts.breaker.name(),
+                name: parts.name(),
                 attempt,
                 end: AttemptEnd::Refused {
                     reason: refused.reason,
@@ -1278,25 +886,25 @@ impl Call {
     }
 
     /// Ends the call as stopped by the drain, and announces it.
-    fn drained<A: Admission, F: Funding>(
+    fn drained<P: Gate>(
         &mut self,
-        parts: &Parts<A, F>,
+        parts: &P,
         last: Option<Outcome>,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Finished {
         let f = Finished::Drained { last };
         self.phase = Phase::Over(f);
         events(Event::Drained {
-            name: parts.breaker.name(),
+            name: parts.name(),
             attempts: self.attempts,
             last,
         });
         f
     }
 
-    fn reject<A: Admission, F: Funding>(
+    fn reject<P: Gate>(
         &mut self,
-        parts: &Parts<A, F>,
+        parts: &P,
         refused: Refused,
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
@@ -1322,9 +930,9 @@ impl Call {
     /// the breaker nothing. Only when no retry fits (the attempts are spent, or the wait would
     /// not end before the deadline) does the call end as the guarded rejection with that
     /// reason. Any other refusal (breaker, budget) is the guarded rejection at once.
-    pub fn poll<A: Admission, F: Funding>(
+    pub fn poll<P: Gate>(
         &mut self,
-        parts: &mut Parts<A, F>,
+        parts: &P,
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Step {
@@ -1358,7 +966,7 @@ impl Call {
         let left = self.remaining(now);
         if left.is_some_and(|l| l.is_zero()) {
             // No time left: a refusal is still reported as the refusal, with no pause.
-            if let Err(refused) = parts.breaker.check(now) {
+            if let Err(refused) = parts.check(now) {
                 return self.reject(parts, refused, now, events);
             }
             let f = Finished::DeadlineExceeded { last: self.last };
@@ -1368,14 +976,14 @@ impl Call {
         // Each turn of this loop either returns or spends one of the call's attempts on a
         // self-imposed throttle, so it ends within `max_attempts` turns.
         loop {
-            let timeout = self.attempt_timeout(&parts.breaker, now);
-            return match parts.breaker.try_acquire(now, timeout, events) {
+            let timeout = self.attempt_timeout(parts, now);
+            return match parts.try_acquire(now, timeout, events) {
                 Ok(permit) => {
                     self.started(timeout, now);
                     self.phase = Phase::InFlight;
                     Step::Attempt(permit)
                 }
-                Err(refused) if parts.breaker.self_limits() && refused.reason.is_self_imposed() => {
+                Err(refused) if parts.self_limits() && refused.reason.is_self_imposed() => {
                     match self.throttle_self(parts, refused, now, events) {
                         // A zero wait (`Backoff::none()`) is no wait: the retry is due now, and
                         // a `Step::Wait` is never zero.
@@ -1395,9 +1003,9 @@ impl Call {
     /// with nothing charged to the budget and nothing told to the breaker (it granted no
     /// permit). `None` when no retry fits: the attempts are spent, or the wait (and a healthy
     /// call after it) would not end before the deadline.
-    fn throttle_self<A: Admission, F: Funding>(
+    fn throttle_self<P: Gate>(
         &mut self,
-        parts: &Parts<A, F>,
+        parts: &P,
         refused: Refused,
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
@@ -1416,7 +1024,9 @@ impl Call {
         };
         if let Some(left) = self.remaining(now) {
             let after_wait = left.checked_sub(delay).filter(|l| !l.is_zero());
-            let healthy = parts.breaker.normal_latency(now).unwrap_or(Duration::ZERO);
+            let healthy = parts
+                .learned(now, Learned::NormalLatency)
+                .unwrap_or(Duration::ZERO);
             if after_wait.is_none_or(|l| l < healthy) {
                 return None;
             }
@@ -1424,7 +1034,7 @@ impl Call {
         self.attempts = slot;
         self.refused_attempt(parts, slot, refused, events);
         events(Event::Retry {
-            name: parts.breaker.name(),
+            name: parts.name(),
             attempt: slot.saturating_add(1),
             delay,
             after,
@@ -1435,12 +1045,13 @@ impl Call {
 
     /// The timeout of an attempt started at `now`: the tightest of the configured timeout, the
     /// measured ceiling and the time left.
-    fn attempt_timeout<A: Admission>(&self, breaker: &A, now: Instant) -> Option<Duration> {
+    fn attempt_timeout<P: Gate>(&self, parts: &P, now: Instant) -> Option<Duration> {
         let ceiling = if self.rules.ceiling_floor.is_zero() {
             None
         } else {
-            breaker
-                .attempt_ceiling(now)
+            parts
+                .learned(now, Learned::AttemptCeiling)
+                .ok()
                 .map(|c| c.max(self.rules.ceiling_floor))
         };
         let tighter = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
@@ -1486,13 +1097,9 @@ impl Call {
     /// hedge would start past the attempt's own deadline). Call it right after the attempt
     /// starts, at the same `now`; when the time comes, ask [`Call::hedge`].
     #[must_use]
-    pub fn hedge_delay<A: Admission, F: Funding>(
-        &self,
-        parts: &Parts<A, F>,
-        now: Instant,
-    ) -> Option<Duration> {
+    pub fn hedge_delay<P: Gate>(&self, parts: &P, now: Instant) -> Option<Duration> {
         self.may_hedge().ok()?;
-        let after = parts.breaker.hedge_after(now).ok()?;
+        let after = parts.learned(now, Learned::HedgeAfter).ok()?;
         match self.attempt_deadline {
             Some(d) if now.saturating_add(after) >= d => None,
             _ => Some(after),
@@ -1511,9 +1118,9 @@ impl Call {
     ///
     /// An adapter makes the hedge's attempt only once this grants it; one whose operation may
     /// decline to run again uses [`Call::hedge_with`].
-    pub fn hedge<A: Admission, F: Funding>(
+    pub fn hedge<P: Gate>(
         &mut self,
-        parts: &mut Parts<A, F>,
+        parts: &P,
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Permit, NoHedge> {
@@ -1535,32 +1142,29 @@ impl Call {
     ///     Outcome, Parts, Step,
     /// };
     ///
-    /// let mut parts = Parts {
-    ///     breaker: Breaker::of(5, "search")?,
-    ///     budget: Budget::new(BudgetSettings::defaults("search")),
-    /// };
+    /// let parts = Parts::new().breaker(Breaker::of(5, "search")?).budget(Budget::new(BudgetSettings::defaults("search")));
     /// let mut now = Instant::from_secs(1);
     /// for _ in 0..40 {
     ///     // Healthy calls of 20 ms: the breaker learns when a call is slow.
-    ///     let permit = parts.breaker.try_acquire(now)?;
+    ///     let permit = parts.breaker.as_ref().unwrap().try_acquire(now)?;
     ///     now += Duration::from_millis(20);
-    ///     parts.breaker.on_outcome(now, permit, Outcome::Success, &mut |_| {});
+    ///     parts.breaker.as_ref().unwrap().on_outcome(now, permit, Outcome::Success, &mut |_| {});
     /// }
     /// let settings = CallSettings::builder().hedging(true).build()?;
     /// let mut call = Call::begin(&settings, now);
-    /// let Step::Attempt(first) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// let Step::Attempt(first) = call.poll(&parts, now, &mut |_| {}) else { unreachable!() };
     /// let at = now + call.hedge_delay(&parts, now).expect("a slow attempt is hedged");
-    /// let budget = parts.budget.available(at);
+    /// let budget = parts.budget.as_ref().unwrap().available(at);
     /// // The request cannot be replayed: no hedge, and nothing spent on it.
-    /// let declined = call.hedge_with(&mut parts, at, &mut |_| {}, |_attempt| None::<()>);
+    /// let declined = call.hedge_with(&parts, at, &mut |_| {}, |_attempt| None::<()>);
     /// assert_eq!(declined, Err(NoHedge::Unrepeatable));
-    /// assert_eq!((call.attempts(), parts.budget.available(at)), (1, budget));
-    /// call.complete(&mut parts, first, at, Outcome::Success, &mut |_| {});
+    /// assert_eq!((call.attempts(), parts.budget.as_ref().unwrap().available(at)), (1, budget));
+    /// call.complete(&parts, first, at, Outcome::Success, &mut |_| {});
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn hedge_with<A: Admission, F: Funding, T>(
+    pub fn hedge_with<P: Gate, T>(
         &mut self,
-        parts: &mut Parts<A, F>,
+        parts: &P,
         now: Instant,
         events: &mut dyn FnMut(Event<'_>),
         launch: impl FnOnce(u32) -> Option<T>,
@@ -1575,28 +1179,27 @@ impl Call {
             return Err(NoHedge::NotNow);
         }
         parts
-            .breaker
-            .hedge_after(now)
+            .learned(now, Learned::HedgeAfter)
             .map_err(NoHedge::Suppressed)?;
-        parts.breaker.check(now).map_err(NoHedge::Refused)?;
-        parts.budget.try_fund_retry(now).map_err(NoHedge::Refused)?;
-        let timeout = self.attempt_timeout(&parts.breaker, now);
-        let permit = match parts.breaker.try_acquire(now, timeout, events) {
+        parts.check(now).map_err(NoHedge::Refused)?;
+        parts.try_fund_retry(now).map_err(NoHedge::Refused)?;
+        let timeout = self.attempt_timeout(parts, now);
+        let permit = match parts.try_acquire(now, timeout, events) {
             Ok(permit) => permit,
             Err(refused) => {
                 // The hedge does not run: it spends nothing.
-                parts.budget.refund_retry(now);
+                parts.refund_retry(now);
                 return Err(NoHedge::Refused(refused));
             }
         };
         let Some(made) = launch(self.attempts.saturating_add(1)) else {
-            parts.breaker.release(permit);
-            parts.budget.refund_retry(now);
+            parts.release(permit);
+            parts.refund_retry(now);
             return Err(NoHedge::Unrepeatable);
         };
         self.started(timeout, now);
         events(Event::Hedged {
-            name: parts.breaker.name(),
+            name: parts.name(),
             attempt: self.attempts,
         });
         Ok((permit, made))
@@ -1612,14 +1215,13 @@ impl Call {
     ///
     /// ```
     /// use stormguard_core::{
-    ///     call::{Unguarded, Unlimited},
     ///     Call, CallSettings, Duration, Instant, Outcome, Parts, Step,
     /// };
     ///
-    /// let mut parts = Parts { breaker: Unguarded("disk".into()), budget: Unlimited };
+    /// let parts = Parts::new().named("disk");
     /// let now = Instant::from_secs(1);
     /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
-    /// let Step::Attempt(_permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// let Step::Attempt(_permit) = call.poll(&parts, now, &mut |_| {}) else { unreachable!() };
     /// let late = now + Duration::from_secs(11); // past the 10 s attempt timeout
     /// let judged = |outcome| call.judge_answer(late, outcome, true);
     /// assert_eq!(judged(Outcome::Transient), (Outcome::TimedOut, false));
@@ -1641,9 +1243,9 @@ impl Call {
     /// [`Outcome::effective`] reads it: a throttled outcome that asks for no wait counts as a
     /// transient failure. For an attempt the dependency answered, [`Call::complete_attempt`]
     /// says so.
-    pub fn complete<A: Admission, F: Funding>(
+    pub fn complete<P: Gate>(
         &mut self,
-        parts: &mut Parts<A, F>,
+        parts: &P,
         permit: Permit,
         now: Instant,
         outcome: Outcome,
@@ -1664,20 +1266,19 @@ impl Call {
     /// ```
     /// use stormguard_core::{
     ///     Budget, BudgetSettings, Call, CallSettings, Finished, Instant, Outcome, Parts, Step,
-    ///     call::Unguarded,
-    /// };
+    ///     };
     ///
     /// // A budget of one retry, already spent.
     /// let settings = BudgetSettings::builder("api").floor_per_second(0.1).build()?;
-    /// let mut parts = Parts { breaker: Unguarded("api".into()), budget: Budget::new(settings) };
+    /// let parts = Parts::new().named("api").budget(Budget::new(settings));
     /// let now = Instant::from_secs(1);
-    /// parts.budget.try_withdraw(now)?;
+    /// parts.budget.as_ref().unwrap().try_withdraw(now)?;
     /// let mut call = Call::begin(&CallSettings::DEFAULT, now);
-    /// let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+    /// let Step::Attempt(permit) = call.poll(&parts, now, &mut |_| {}) else { unreachable!() };
     /// // An HTTP 500: a transient failure, answered.
-    /// call.complete_attempt(&mut parts, permit, now, Outcome::Transient, true, &mut |_| {});
+    /// call.complete_attempt(&parts, permit, now, Outcome::Transient, true, &mut |_| {});
     /// assert_eq!(
-    ///     call.poll(&mut parts, now, &mut |_| {}),
+    ///     call.poll(&parts, now, &mut |_| {}),
     ///     Step::Done(Finished::Failed(Outcome::Transient))
     /// );
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -1685,9 +1286,9 @@ impl Call {
     // Inlined on a host, as `complete_ran` is: out of line, its seven arguments were passed
     // on every call's success path.
     #[cfg_attr(target_pointer_width = "64", inline(always))]
-    pub fn complete_attempt<A: Admission, F: Funding>(
+    pub fn complete_attempt<P: Gate>(
         &mut self,
-        parts: &mut Parts<A, F>,
+        parts: &P,
         permit: Permit,
         now: Instant,
         outcome: Outcome,
@@ -1710,9 +1311,9 @@ impl Call {
     /// instructions per `policy.call` in the std adapter). A microcontroller keeps one copy.
     #[allow(clippy::too_many_arguments)]
     #[cfg_attr(target_pointer_width = "64", inline(always))]
-    pub(crate) fn complete_ran<A: Admission, F: Funding>(
+    pub(crate) fn complete_ran<P: Gate>(
         &mut self,
-        parts: &mut Parts<A, F>,
+        parts: &P,
         permit: Permit,
         now: Instant,
         outcome: Outcome,
@@ -1723,7 +1324,7 @@ impl Call {
         let outcome = outcome.effective();
         if self.attempt_events {
             events(Event::Attempt {
-                name: parts.breaker.name(),
+                name: parts.name(),
                 attempt: ran.attempt,
                 end: AttemptEnd::Ran {
                     outcome,
@@ -1733,9 +1334,9 @@ impl Call {
                 },
             });
         }
-        let evidence = self.as_evidence(&parts.breaker, &permit, now, outcome);
-        parts.breaker.on_outcome(now, permit, evidence, events);
-        parts.budget.on_outcome(now, evidence);
+        let evidence = self.as_evidence(parts, &permit, now, outcome);
+        parts.on_outcome(now, permit, evidence, events);
+        parts.budget_outcome(now, evidence);
         if self.phase != Phase::InFlight {
             return;
         }
@@ -1775,8 +1376,8 @@ impl Call {
             return;
         }
         self.mix_rng();
-        let median =
-            (self.rules.backoff.measured_base()).and_then(|_| parts.breaker.normal_latency(now));
+        let median = (self.rules.backoff.measured_base())
+            .and_then(|_| parts.learned(now, Learned::NormalLatency).ok());
         let delay =
             self.rules
                 .backoff
@@ -1785,7 +1386,9 @@ impl Call {
             // A wait that would end at or past the deadline is not started, nor a retry with
             // less time left after the wait than a healthy call takes.
             let after_wait = left.checked_sub(delay).filter(|l| !l.is_zero());
-            let healthy = parts.breaker.normal_latency(now).unwrap_or(Duration::ZERO);
+            let healthy = parts
+                .learned(now, Learned::NormalLatency)
+                .unwrap_or(Duration::ZERO);
             if after_wait.is_none_or(|l| l < healthy) {
                 self.phase = Phase::Over(Finished::DeadlineExceeded {
                     last: Some(outcome),
@@ -1796,11 +1399,10 @@ impl Call {
         let funded = if self.criticality.is_sheddable() {
             // Sheddable work leaves the second half of the budget to work that matters more.
             parts
-                .budget
                 .check_shed(now)
-                .and_then(|()| parts.budget.try_fund_retry(now))
+                .and_then(|()| parts.try_fund_retry(now))
         } else {
-            parts.budget.try_fund_retry(now)
+            parts.try_fund_retry(now)
         };
         if let Err(refused) = funded {
             let rejection = self.rejection(parts, refused, now, events);
@@ -1813,7 +1415,7 @@ impl Call {
             return;
         }
         events(Event::Retry {
-            name: parts.breaker.name(),
+            name: parts.name(),
             attempt: self.attempts.saturating_add(1),
             delay,
             after: outcome,
@@ -1833,9 +1435,9 @@ impl Call {
     /// ceiling would ever allow: a dependency that hangs still trips the breaker when every
     /// caller's deadline is shorter than the attempt timeout, and a caller asking for an
     /// answer within a few milliseconds still cannot open it.
-    fn as_evidence<A: Admission>(
+    fn as_evidence<P: Gate>(
         &self,
-        breaker: &A,
+        parts: &P,
         permit: &Permit,
         now: Instant,
         outcome: Outcome,
@@ -1853,8 +1455,8 @@ impl Call {
         if !cut_by_deadline {
             return outcome;
         }
-        let slow = breaker
-            .slow_threshold(now)
+        let slow = parts
+            .learned(now, Learned::SlowThreshold)
             .unwrap_or(self.rules.ceiling_floor);
         if ran >= slow {
             outcome

@@ -4,10 +4,11 @@
 //! See [`StreamRestarts`].
 
 use crate::call::backoff::Backoff;
-use crate::call::{Admission, CallSettings, Finished, Funding, Parts};
+use crate::call::{CallSettings, Finished, Gate};
 use crate::error::{Bound, Field, SettingsError};
 use crate::event::Event;
 use crate::outcome::Outcome;
+use crate::part::Learned;
 use crate::rng::JitterRng;
 use crate::time::{Duration, Instant};
 
@@ -170,28 +171,25 @@ pub enum Lost {
 /// would deliver every element twice.
 ///
 /// ```
-/// use stormguard_core::call::{Lost, StreamRestarts, StreamSettings, Unguarded};
+/// use stormguard_core::call::{Lost, StreamRestarts, StreamSettings};
 /// use stormguard_core::{Budget, BudgetSettings, Call, CallSettings, Duration, Finished, Instant};
 /// use stormguard_core::{Outcome, Parts, Step};
 ///
-/// let mut parts = Parts {
-///     breaker: Unguarded("feed".into()),
-///     budget: Budget::new(BudgetSettings::defaults("feed")),
-/// };
+/// let parts = Parts::new().named("feed").budget(Budget::new(BudgetSettings::defaults("feed")));
 /// let settings = CallSettings::DEFAULT;
 /// let mut now = Instant::from_secs(1);
 /// let mut restarts = StreamRestarts::begin(&settings, &StreamSettings::DEFAULT, now)?;
 ///
 /// // Connecting: one attempt that waits for the first element.
 /// let mut call = Call::begin(&settings, now);
-/// let Step::Attempt(permit) = call.poll(&mut parts, now, &mut |_| {}) else { unreachable!() };
+/// let Step::Attempt(permit) = call.poll(&parts, now, &mut |_| {}) else { unreachable!() };
 /// now += Duration::from_millis(30); // the first element arrives
-/// call.complete(&mut parts, permit, now, Outcome::Success, &mut |_| {});
+/// call.complete(&parts, permit, now, Outcome::Success, &mut |_| {});
 /// assert_eq!(call.finished(), Some(Finished::Succeeded));
 ///
 /// // Flowing, until the connection drops: the caller kept a checkpoint, so it restarts.
 /// now += Duration::from_secs(60);
-/// let Lost::Restart(wait) = restarts.on_lost(&mut parts, now, Outcome::Transient, true, &mut |_| {})
+/// let Lost::Restart(wait) = restarts.on_lost(&parts, now, Outcome::Transient, true, &mut |_| {})
 /// else { unreachable!() };
 /// assert!(wait <= Duration::from_millis(100)); // the first retry's backoff
 /// assert_eq!(restarts.restarts(), 1);
@@ -320,9 +318,9 @@ impl StreamRestarts {
     /// median when the backoff has a measured base). A refused restart is announced by
     /// [`Event::Rejected`] (with no pause: the failure goes back at once) and the failure ends
     /// the stream: a breaker the loss opened ends it as that loss, not as a rejection.
-    pub fn on_lost<A: Admission, F: Funding>(
+    pub fn on_lost<P: Gate>(
         &mut self,
-        parts: &mut Parts<A, F>,
+        parts: &P,
         now: Instant,
         outcome: Outcome,
         resumable: bool,
@@ -346,10 +344,10 @@ impl StreamRestarts {
                 self.restarts = 0;
             }
         }
-        if let Ok(permit) = parts.breaker.try_acquire(now, None, events) {
-            parts.breaker.on_outcome(now, permit, outcome, events);
+        if let Ok(permit) = parts.try_acquire(now, None, events) {
+            parts.on_outcome(now, permit, outcome, events);
         }
-        parts.budget.on_outcome(now, outcome);
+        parts.budget_outcome(now, outcome);
         if !outcome.is_retryable() || !resumable || self.restarts >= self.settings.max_restarts {
             return Lost::End(Finished::Failed(outcome));
         }
@@ -358,13 +356,10 @@ impl StreamRestarts {
                 last: Some(outcome),
             });
         }
-        let admitted = parts
-            .breaker
-            .check(now)
-            .and_then(|()| parts.budget.try_fund_retry(now));
+        let admitted = parts.check(now).and_then(|()| parts.try_fund_retry(now));
         if let Err(refused) = admitted {
             events(Event::Rejected {
-                name: parts.breaker.name(),
+                name: parts.name(),
                 reason: refused.reason,
                 delay: Duration::ZERO,
                 retry_after: refused.retry_after,
@@ -372,12 +367,13 @@ impl StreamRestarts {
             return Lost::End(Finished::Failed(outcome));
         }
         self.restarts = self.restarts.saturating_add(1);
-        let median = (self.backoff.measured_base()).and_then(|_| parts.breaker.normal_latency(now));
+        let median = (self.backoff.measured_base())
+            .and_then(|_| parts.learned(now, Learned::NormalLatency).ok());
         let delay = self
             .backoff
             .delay_measured(self.restarts, outcome, median, &mut self.rng);
         events(Event::Restarted {
-            name: parts.breaker.name(),
+            name: parts.name(),
             restart: self.restarts,
             delay,
             after: outcome,

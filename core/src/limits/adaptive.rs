@@ -1,19 +1,17 @@
 //! The adaptive concurrency limiter: a limit on calls in flight that learns, from the calls'
 //! latencies, how much concurrency the dependency takes; its refusal is a self-imposed
-//! throttle like the bulkhead's. See [`AdaptiveLimiter`], [`SharedAdaptiveLimiter`] and
-//! [`AdaptivelyLimited`].
+//! throttle like the bulkhead's. See [`ConcurrencyLimiter`] and its aliases
+//! [`AdaptiveLimiter`] and [`SharedAdaptiveLimiter`]; a call's [`Parts`](crate::Parts) put it
+//! in front of the breaker.
 
 use core::cell::Cell;
 use core::fmt;
 
 use crate::breaker::stats::Histogram;
-use crate::call::{Admission, Permit};
-use crate::cell::{const_unless_loom, field, put, word, Word};
+use crate::cell::{const_unless_loom, field, put, word, Atomic, Local, Storage, Word};
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
-use crate::event::Event;
-use crate::loom::AtomicU64;
 use crate::name::Name;
-use crate::outcome::Outcome;
+use crate::part::AdaptiveSlots;
 use crate::ratio::{mul_div, PPM};
 use crate::ratio::{Multiple, Ratio};
 use crate::time::{Duration, Instant};
@@ -289,13 +287,13 @@ impl fmt::Display for AdaptiveLimitSettings {
     }
 }
 
-/// One call in flight: hand it back to [`AdaptiveLimiter::complete`] with the call's outcome
-/// (or to [`AdaptiveLimiter::release`] when it has none). Not `Clone`: one permit, one slot.
+/// One call in flight: hand it back to [`ConcurrencyLimiter::complete`] with the call's outcome
+/// (or to [`ConcurrencyLimiter::release`] when it has none). Not `Clone`: one permit, one slot.
 #[must_use = "a permit holds a slot until it is handed back with `complete` or `release`"]
 #[derive(Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct AdaptivePermit {
-    entered: Instant,
+    pub(crate) entered: Instant,
 }
 
 impl AdaptivePermit {
@@ -322,7 +320,6 @@ pub struct LimitChange {
     /// The limit from now on.
     pub after: u32,
 }
-
 /// The limiter at one moment, for health endpoints, metrics and explanations.
 ///
 /// ```
@@ -600,8 +597,8 @@ impl<W: Word> AdaptiveCore<W> {
 /// The state is one word (calls in flight, the limit, the round's count, its fastest call's
 /// latency bucket, and whether it held a call back) plus the latency histogram and the baseline
 /// read. Every rule is a pure step on that word, run through one word abstraction: in `Cell`s
-/// here and in atomics for [`SharedAdaptiveLimiter`], so no rule is written twice.
-/// [`AdaptivelyLimited`] puts a limiter in front of a breaker for the call driver.
+/// for [`AdaptiveLimiter`] and in atomics for [`SharedAdaptiveLimiter`], so no rule is written
+/// twice. A call's [`Parts`](crate::Parts) take a slot for every attempt.
 ///
 /// ```
 /// use stormguard_core::{limits::AdaptiveLimiter, limits::AdaptiveLimitSettings, Duration, Instant};
@@ -635,22 +632,22 @@ impl<W: Word> AdaptiveCore<W> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
-pub struct AdaptiveLimiter {
-    core: AdaptiveCore<Cell<u64>>,
+pub struct ConcurrencyLimiter<C: Storage = Local> {
+    core: AdaptiveCore<<C as crate::cell::sealed::Storage>::Word>,
 }
 
-impl AdaptiveLimiter {
+impl<C: Storage> ConcurrencyLimiter<C> {
     const_unless_loom! {
         /// A limiter at its initial limit, with validated `settings`.
         #[must_use]
-        pub fn new(settings: AdaptiveLimitSettings) -> AdaptiveLimiter {
-            AdaptiveLimiter { core: AdaptiveCore::new(settings) }
+        pub fn new(settings: AdaptiveLimitSettings) -> Self {
+            ConcurrencyLimiter { core: AdaptiveCore::new(settings) }
         }
     }
 
     /// Admits a call at `now`, or refuses it with [`RefusalReason::ConcurrencyLimited`] and a
     /// zero `retry_after` (and marks the round as held back by the limit).
-    pub fn try_acquire(&mut self, now: Instant) -> Result<AdaptivePermit, Refused> {
+    pub fn try_acquire(&self, now: Instant) -> Result<AdaptivePermit, Refused> {
         self.core.try_acquire(now)
     }
 
@@ -658,7 +655,7 @@ impl AdaptiveLimiter {
     /// `latency` is the call's, when it succeeded (a failure's latency says nothing about the
     /// dependency's queue). Returns the change when the call ended a round that moved the limit.
     pub fn complete(
-        &mut self,
+        &self,
         permit: AdaptivePermit,
         now: Instant,
         latency: Option<Duration>,
@@ -668,7 +665,7 @@ impl AdaptiveLimiter {
     }
 
     /// A call ended without an outcome (cancelled): frees its slot, counts nothing.
-    pub fn release(&mut self, permit: AdaptivePermit) {
+    pub fn release(&self, permit: AdaptivePermit) {
         self.core.release(permit);
     }
 
@@ -714,6 +711,9 @@ impl AdaptiveLimiter {
     }
 }
 
+/// An adaptive concurrency limiter for one thread: see [`ConcurrencyLimiter`].
+pub type AdaptiveLimiter = ConcurrencyLimiter<Local>;
+
 /// An adaptive concurrency limiter shared by many threads through `&self`, lock-free: the
 /// rules of [`AdaptiveLimiter`] on one atomic state word, with the latency histogram and the
 /// baseline read in atomics beside it.
@@ -738,350 +738,38 @@ impl AdaptiveLimiter {
 /// assert_eq!(DB.limit(), 20);
 /// # Ok::<(), stormguard_core::Refused>(())
 /// ```
-#[derive(Debug)]
-pub struct SharedAdaptiveLimiter {
-    core: AdaptiveCore<AtomicU64>,
-}
+pub type SharedAdaptiveLimiter = ConcurrencyLimiter<Atomic>;
 
-impl SharedAdaptiveLimiter {
-    const_unless_loom! {
-        /// A limiter at its initial limit, with validated `settings`; usable in a `static`.
-        #[must_use]
-        pub fn new(settings: AdaptiveLimitSettings) -> SharedAdaptiveLimiter {
-            SharedAdaptiveLimiter { core: AdaptiveCore::new(settings) }
-        }
-    }
-
-    /// See [`AdaptiveLimiter::try_acquire`].
-    pub fn try_acquire(&self, now: Instant) -> Result<AdaptivePermit, Refused> {
-        self.core.try_acquire(now)
-    }
-
-    /// See [`AdaptiveLimiter::complete`].
-    pub fn complete(
-        &self,
-        permit: AdaptivePermit,
-        now: Instant,
-        latency: Option<Duration>,
-    ) -> Option<LimitChange> {
-        let AdaptivePermit { .. } = permit;
-        self.core.complete(now, latency)
-    }
-
-    /// See [`AdaptiveLimiter::release`].
-    pub fn release(&self, permit: AdaptivePermit) {
-        self.core.release(permit);
-    }
-
-    /// Would a call be admitted now? Changes nothing.
-    pub fn check(&self) -> Result<(), Refused> {
-        self.core.check()
-    }
-
-    /// The current limit.
-    #[must_use]
-    pub fn limit(&self) -> u32 {
-        self.core.round().limit
-    }
-
-    /// Calls in flight.
-    #[must_use]
-    pub fn in_flight(&self) -> u32 {
-        self.core.round().in_flight
-    }
-
-    /// See [`AdaptiveLimiter::baseline`].
-    #[must_use]
-    pub fn baseline(&self) -> Option<Duration> {
-        self.core.baseline()
-    }
-
-    /// The limit and counts, read from one word, and the baseline.
-    #[must_use]
-    pub fn snapshot(&self) -> AdaptiveSnapshot {
-        self.core.snapshot()
-    }
-
-    /// The settings the limiter was built with.
-    #[must_use]
-    pub const fn settings(&self) -> &AdaptiveLimitSettings {
-        &self.core.settings
-    }
-
-    /// The limiter's name.
-    #[must_use]
-    pub const fn name(&self) -> &Name {
-        &self.core.settings.name
-    }
-}
-
-/// What [`AdaptivelyLimited`] needs of a limiter: implemented by [`AdaptiveLimiter`],
-/// `&SharedAdaptiveLimiter` and `&mut` of either, and by `Option` of one (none admits every
-/// call), so one wrapper serves both forms.
-pub trait AdaptiveSlots {
-    /// Admits a call or refuses it at once.
-    fn try_acquire(&mut self, now: Instant) -> Result<AdaptivePermit, Refused>;
-    /// A call ended with an outcome (its latency when it succeeded).
-    fn complete(
-        &mut self,
-        permit: AdaptivePermit,
-        now: Instant,
-        latency: Option<Duration>,
-    ) -> Option<LimitChange>;
-    /// A call ended without an outcome.
-    fn release(&mut self, permit: AdaptivePermit);
-    /// Would a call be admitted? Changes nothing.
-    fn check(&self) -> Result<(), Refused>;
-}
-
-impl AdaptiveSlots for AdaptiveLimiter {
-    fn try_acquire(&mut self, now: Instant) -> Result<AdaptivePermit, Refused> {
-        AdaptiveLimiter::try_acquire(self, now)
-    }
-    fn complete(
-        &mut self,
-        permit: AdaptivePermit,
-        now: Instant,
-        latency: Option<Duration>,
-    ) -> Option<LimitChange> {
-        AdaptiveLimiter::complete(self, permit, now, latency)
-    }
-    fn release(&mut self, permit: AdaptivePermit) {
-        AdaptiveLimiter::release(self, permit);
-    }
-    fn check(&self) -> Result<(), Refused> {
-        AdaptiveLimiter::check(self)
-    }
-}
-
-impl AdaptiveSlots for &SharedAdaptiveLimiter {
-    fn try_acquire(&mut self, now: Instant) -> Result<AdaptivePermit, Refused> {
-        SharedAdaptiveLimiter::try_acquire(self, now)
-    }
-    fn complete(
-        &mut self,
-        permit: AdaptivePermit,
-        now: Instant,
-        latency: Option<Duration>,
-    ) -> Option<LimitChange> {
-        SharedAdaptiveLimiter::complete(self, permit, now, latency)
-    }
-    fn release(&mut self, permit: AdaptivePermit) {
-        SharedAdaptiveLimiter::release(self, permit);
-    }
-    fn check(&self) -> Result<(), Refused> {
-        SharedAdaptiveLimiter::check(self)
-    }
-}
-
-impl<L: AdaptiveSlots + ?Sized> AdaptiveSlots for &mut L {
-    fn try_acquire(&mut self, now: Instant) -> Result<AdaptivePermit, Refused> {
-        (**self).try_acquire(now)
-    }
-    fn complete(
-        &mut self,
-        permit: AdaptivePermit,
-        now: Instant,
-        latency: Option<Duration>,
-    ) -> Option<LimitChange> {
-        (**self).complete(permit, now, latency)
-    }
-    fn release(&mut self, permit: AdaptivePermit) {
-        (**self).release(permit);
-    }
-    fn check(&self) -> Result<(), Refused> {
-        (**self).check()
-    }
-}
-
-/// A part that may be absent: no limiter admits every call.
-impl<L: AdaptiveSlots> AdaptiveSlots for Option<L> {
+/// The call driver's adaptive limiter: a slot per attempt, and its latency to learn from.
+impl<C: Storage> AdaptiveSlots for ConcurrencyLimiter<C> {
     #[inline]
-    fn try_acquire(&mut self, now: Instant) -> Result<AdaptivePermit, Refused> {
-        match self {
-            Some(l) => l.try_acquire(now),
-            None => Ok(AdaptivePermit { entered: now }),
-        }
+    fn try_acquire(&self, now: Instant) -> Result<(), Refused> {
+        self.core.try_acquire(now).map(|AdaptivePermit { .. }| ())
     }
     #[inline]
-    fn complete(
-        &mut self,
-        permit: AdaptivePermit,
-        now: Instant,
-        latency: Option<Duration>,
-    ) -> Option<LimitChange> {
-        match self {
-            Some(l) => l.complete(permit, now, latency),
-            None => None,
-        }
+    fn complete(&self, now: Instant, latency: Option<Duration>) {
+        let _ = self.core.complete(now, latency);
     }
-    #[inline]
-    fn release(&mut self, permit: AdaptivePermit) {
-        if let Some(l) = self {
-            l.release(permit);
-        }
-    }
-    #[inline]
-    fn check(&self) -> Result<(), Refused> {
-        match self {
-            Some(l) => l.check(),
-            None => Ok(()),
-        }
-    }
-}
-
-/// An adaptive limiter in front of a breaker (or [`Unguarded`](crate::call::Unguarded)), as one
-/// [`Admission`] for the call driver, as [`Bulkheaded`](crate::limits::Bulkheaded) puts a
-/// bulkhead: every attempt takes a slot before it asks the breaker, and gives it back with its
-/// outcome (a success's latency, from the breaker's permit, teaches the limiter) or its
-/// release. A refusal ([`RefusalReason::ConcurrencyLimited`]) is a self-imposed throttle: a
-/// call with attempts left retries it on the throttled curve, one without ends as the guarded
-/// rejection.
-///
-/// ```
-/// use stormguard_core::{
-///     limits::AdaptiveLimiter, limits::AdaptiveLimitSettings, limits::AdaptivelyLimited, Call,
-///     CallSettings, Instant, Name, Outcome, Parts, RefusalReason, Step, call::Unguarded,
-///     call::Unlimited,
-/// };
-///
-/// let settings = AdaptiveLimitSettings::builder("db").limits(1, 10).initial_limit(1).build()?;
-/// let mut parts = Parts {
-///     breaker: AdaptivelyLimited::new(Unguarded(Name::new("db")), AdaptiveLimiter::new(settings)),
-///     budget: Unlimited,
-/// };
-/// let now = Instant::from_secs(1);
-/// let mut first = Call::begin(&CallSettings::DEFAULT, now);
-/// let Step::Attempt(permit) = first.poll(&mut parts, now, &mut |_| {}) else { panic!() };
-/// // The limit is one: a second call with no retry left ends as the guarded rejection.
-/// let once = CallSettings::builder().max_attempts(1).build()?;
-/// let mut second = Call::begin(&once, now);
-/// let Step::Reject(r) = second.poll(&mut parts, now, &mut |_| {}) else { panic!() };
-/// assert_eq!(r.reason, RefusalReason::ConcurrencyLimited);
-/// // The first call's success ends the round, which held a call back: the limit grows.
-/// first.complete(&mut parts, permit, now, Outcome::Success, &mut |_| {});
-/// assert_eq!(parts.breaker.limiter().limit(), 2);
-/// # Ok::<(), stormguard_core::SettingsError>(())
-/// ```
-#[derive(Debug)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct AdaptivelyLimited<A, L> {
-    breaker: A,
-    limiter: L,
-}
-
-impl<A, L> AdaptivelyLimited<A, L> {
-    /// `limiter` in front of `breaker`.
-    pub const fn new(breaker: A, limiter: L) -> Self {
-        AdaptivelyLimited { breaker, limiter }
-    }
-
-    /// The breaker behind the limiter.
-    pub const fn breaker(&self) -> &A {
-        &self.breaker
-    }
-
-    /// The breaker behind the limiter.
-    pub fn breaker_mut(&mut self) -> &mut A {
-        &mut self.breaker
-    }
-
-    /// The limiter.
-    pub const fn limiter(&self) -> &L {
-        &self.limiter
-    }
-
-    /// The limiter.
-    pub fn limiter_mut(&mut self) -> &mut L {
-        &mut self.limiter
-    }
-
-    /// The two parts.
-    pub fn into_parts(self) -> (A, L) {
-        (self.breaker, self.limiter)
-    }
-}
-
-impl<A: Admission, L: AdaptiveSlots> Admission for AdaptivelyLimited<A, L> {
-    forward_breaker_readings!(breaker);
-
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        let slot = self.limiter.try_acquire(now)?;
-        match self.breaker.try_acquire(now, attempt_timeout, events) {
-            Ok(permit) => {
-                // A slot is a count: the breaker's permit carries the start for the latency.
-                let AdaptivePermit { .. } = slot;
-                Ok(permit)
-            }
-            Err(refused) => {
-                self.limiter.release(slot);
-                Err(refused)
-            }
-        }
-    }
-
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        self.limiter.check()?;
-        self.breaker.check(now)
-    }
-
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        let latency = permit.latency(now);
-        self.breaker.on_outcome(now, permit, outcome, events);
-        let slot = AdaptivePermit { entered: now };
-        match outcome {
-            Outcome::Cancelled => self.limiter.release(slot),
-            Outcome::Success => {
-                let _ = self.limiter.complete(slot, now, Some(latency));
-            }
-            _ => {
-                let _ = self.limiter.complete(slot, now, None);
-            }
-        }
-    }
-
-    fn release(&mut self, permit: Permit) {
-        self.breaker.release(permit);
-        self.limiter.release(AdaptivePermit {
+    fn release(&self) {
+        self.core.release(AdaptivePermit {
             entered: Instant::ZERO,
         });
     }
+    fn check(&self) -> Result<(), Refused> {
+        self.core.check()
+    }
 }
 
-impl fmt::Display for AdaptiveLimiter {
+impl<C: Storage> fmt::Display for ConcurrencyLimiter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "adaptive limiter `{}`", self.name())
     }
 }
 
-impl fmt::Display for SharedAdaptiveLimiter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "shared adaptive limiter `{}`", self.name())
-    }
-}
-
 #[cfg(feature = "defmt")]
-impl defmt::Format for AdaptiveLimiter {
+impl<C: Storage> defmt::Format for ConcurrencyLimiter<C> {
     fn format(&self, f: defmt::Formatter<'_>) {
         defmt::write!(f, "AdaptiveLimiter({})", self.name());
-    }
-}
-
-#[cfg(feature = "defmt")]
-impl defmt::Format for SharedAdaptiveLimiter {
-    fn format(&self, f: defmt::Formatter<'_>) {
-        defmt::write!(f, "SharedAdaptiveLimiter({})", self.name());
     }
 }
 

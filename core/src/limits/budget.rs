@@ -29,12 +29,12 @@
 use core::cell::Cell;
 use core::fmt;
 
-use crate::call::Funding;
 use crate::cell::{const_unless_loom, word, Word};
 use crate::error::{Bound, Field, Problems, RefusalReason, Refused, SettingsError};
 use crate::loom::AtomicU64;
 use crate::name::Name;
 use crate::outcome::Outcome;
+use crate::part::Funding;
 use crate::ratio::{Ratio, PPM};
 use crate::time::Tick;
 use crate::time::{Duration, Instant};
@@ -685,25 +685,25 @@ impl Budget {
     /// Spends one retry, or refuses with [`RefusalReason::BudgetExhausted`] and the time the
     /// floor rate needs to accrue the missing part of one retry, counted from `now`
     /// ([`Duration::MAX`] with a zero floor: only successes can fund it).
-    pub fn try_withdraw(&mut self, now: Instant) -> Result<(), Refused> {
+    pub fn try_withdraw(&self, now: Instant) -> Result<(), Refused> {
         self.core.try_withdraw(now)
     }
 
     /// Records an attempt's outcome: a [`Outcome::Success`] funds
     /// [`fraction`](BudgetSettings::fraction) of a retry; nothing else funds or costs anything.
-    pub fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
+    pub fn on_outcome(&self, now: Instant, outcome: Outcome) {
         self.core.on_outcome(now, outcome);
     }
 
     /// Funds [`fraction`](BudgetSettings::fraction) of a retry, as a success does. Beyond the
     /// capacity it is lost.
-    pub fn deposit(&mut self, now: Instant) {
+    pub fn deposit(&self, now: Instant) {
         self.core.deposit(now);
     }
 
     /// Gives back one whole retry taken at `now` for an attempt that never started (the call
-    /// driver's [`Funding::refund_retry`](crate::call::Funding::refund_retry)).
-    pub(crate) fn refund(&mut self, now: Instant) {
+    /// driver's [`Funding::refund_retry`](crate::part::Funding::refund_retry)).
+    pub(crate) fn refund(&self, now: Instant) {
         self.core.refund(now);
     }
 
@@ -779,16 +779,18 @@ pub struct BudgetSnapshot {
 }
 
 impl Funding for Budget {
-    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
+    #[inline]
+    fn try_fund_retry(&self, now: Instant) -> Result<(), Refused> {
         self.try_withdraw(now)
     }
     fn check_shed(&self, now: Instant) -> Result<(), Refused> {
         self.core.check_shed(now)
     }
-    fn refund_retry(&mut self, now: Instant) {
+    fn refund_retry(&self, now: Instant) {
         self.refund(now);
     }
-    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
+    #[inline]
+    fn on_outcome(&self, now: Instant, outcome: Outcome) {
         Budget::on_outcome(self, now, outcome);
     }
 }
@@ -864,17 +866,19 @@ impl SharedBudget {
     }
 }
 
-impl Funding for &SharedBudget {
-    fn try_fund_retry(&mut self, now: Instant) -> Result<(), Refused> {
+impl Funding for SharedBudget {
+    #[inline]
+    fn try_fund_retry(&self, now: Instant) -> Result<(), Refused> {
         self.core.try_withdraw(now)
     }
     fn check_shed(&self, now: Instant) -> Result<(), Refused> {
         self.core.check_shed(now)
     }
-    fn refund_retry(&mut self, now: Instant) {
+    fn refund_retry(&self, now: Instant) {
         self.core.refund(now);
     }
-    fn on_outcome(&mut self, now: Instant, outcome: Outcome) {
+    #[inline]
+    fn on_outcome(&self, now: Instant, outcome: Outcome) {
         self.core.on_outcome(now, outcome);
     }
 }
@@ -1339,7 +1343,7 @@ mod tests {
     fn the_pure_rules_give_what_the_budget_gives() {
         let settings = BudgetSettings::defaults("x");
         let mut word = BudgetState::UNTOUCHED.pack();
-        let mut b = Budget::new(settings);
+        let b = Budget::new(settings);
         let mut now = T0;
         for i in 0..200u32 {
             now += Duration::from_micros(u64::from(i) * 37);

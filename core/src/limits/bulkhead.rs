@@ -1,18 +1,15 @@
 //! The bulkhead: a limit on calls in flight to one dependency, with an optional bounded wait for
-//! a slot; its refusal is guarded like any other. See [`Bulkhead`], [`SharedBulkhead`] and
-//! [`Bulkheaded`].
+//! a slot; its refusal is guarded like any other. See [`Bulkhead`] and [`SharedBulkhead`]; a
+//! call takes a slot per attempt through its [`Parts`](crate::Parts).
 
 use core::cell::Cell;
 use core::fmt;
 
-use crate::call::Admission;
-use crate::call::Permit;
 use crate::cell::{const_unless_loom, field, put, word, Word};
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
-use crate::event::Event;
 use crate::loom::AtomicU64;
 use crate::name::Name;
-use crate::outcome::Outcome;
+use crate::part::BulkheadSlots;
 use crate::time::{Duration, Instant};
 
 /// The settings of a bulkhead, its name included. Built with [`BulkheadSettings::builder`],
@@ -195,7 +192,7 @@ impl fmt::Display for BulkheadSettings {
 #[derive(Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct BulkheadPermit {
-    entered: Instant,
+    pub(crate) entered: Instant,
 }
 
 impl BulkheadPermit {
@@ -475,7 +472,7 @@ impl<W: Word> BulkheadCore<W> {
     }
 }
 
-/// A bulkhead, single-threaded (`&mut self`): at most `max_in_flight` calls at once.
+/// A bulkhead, single-threaded (`Send`, not `Sync`): at most `max_in_flight` calls at once.
 ///
 /// Call order: [`try_enter`](Bulkhead::try_enter) (or
 /// [`try_enter_or_queue`](Bulkhead::try_enter_or_queue) for a bounded wait) before the call;
@@ -507,9 +504,9 @@ impl<W: Word> BulkheadCore<W> {
 /// # Shape
 /// The state is one word: calls in flight in the low 32 bits, callers waiting in the high 32.
 /// Every rule is a pure step on that word, run through one word abstraction: in a `Cell`
-/// for [`Bulkhead`] (`&mut self`) and in an atomic for [`SharedBulkhead`] (`&self`, lock-free,
-/// usable in a `static`), so no rule is written twice. [`Bulkheaded`] puts a bulkhead in front of
-/// a breaker for the call driver.
+/// for [`Bulkhead`] (one thread) and in an atomic for [`SharedBulkhead`] (lock-free, usable in a
+/// `static`), so no rule is written twice. A call's [`Parts`](crate::Parts) take a slot for
+/// every attempt.
 ///
 /// ```
 /// use stormguard_core::{limits::Bulkhead, Instant, RefusalReason};
@@ -575,7 +572,7 @@ impl Bulkhead {
 
     /// Admits a call at `now`, or refuses with [`RefusalReason::BulkheadFull`] and a zero
     /// `retry_after` (see [`Bulkhead`] on why zero). Never queues.
-    pub fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused> {
+    pub fn try_enter(&self, now: Instant) -> Result<BulkheadPermit, Refused> {
         self.core.try_enter(now)
     }
 
@@ -584,7 +581,7 @@ impl Bulkhead {
     /// deadline; [`Duration::MAX`] for none). Refuses when the queue is full or there is no
     /// time to wait.
     pub fn try_enter_or_queue(
-        &mut self,
+        &self,
         now: Instant,
         max_wait: Duration,
     ) -> Result<BulkheadEntry, Refused> {
@@ -595,7 +592,7 @@ impl Bulkhead {
     /// otherwise hands the ticket back to wait on, or, once the wait is over, refuses it and
     /// takes it off the queue.
     pub fn on_slot_free(
-        &mut self,
+        &self,
         now: Instant,
         ticket: BulkheadTicket,
     ) -> Result<BulkheadEntry, Refused> {
@@ -603,12 +600,12 @@ impl Bulkhead {
     }
 
     /// A waiter gives up (its caller cancelled): takes it off the queue.
-    pub fn abandon(&mut self, ticket: BulkheadTicket) {
+    pub fn abandon(&self, ticket: BulkheadTicket) {
         self.core.abandon(ticket);
     }
 
     /// A call ended: frees its slot. Returns `true` when callers are waiting: wake one.
-    pub fn leave(&mut self, permit: BulkheadPermit) -> bool {
+    pub fn leave(&self, permit: BulkheadPermit) -> bool {
         self.core.leave(permit)
     }
 
@@ -816,223 +813,37 @@ impl Drop for BulkheadGuard<'_> {
     }
 }
 
-/// What [`Bulkheaded`] needs of a bulkhead: implemented by [`Bulkhead`], `&mut Bulkhead` and
-/// `&SharedBulkhead`, so one wrapper serves both forms (as the call driver's `Admission` does
-/// for breakers).
-///
-/// ```
-/// use stormguard_core::{limits::Bulkhead, limits::BulkheadSlots, Instant};
-/// fn one_call(slots: &mut impl BulkheadSlots) -> bool {
-///     match slots.try_enter(Instant::ZERO) {
-///         Ok(permit) => { slots.leave(permit); true }
-///         Err(_) => false,
-///     }
-/// }
-/// assert!(one_call(&mut Bulkhead::of(1, "db")?));
-/// # Ok::<(), stormguard_core::SettingsError>(())
-/// ```
-pub trait BulkheadSlots {
-    /// Admits a call or refuses it at once.
-    fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused>;
-    /// Frees a slot; `true` when callers are waiting.
-    fn leave(&mut self, permit: BulkheadPermit) -> bool;
-    /// Would a call be admitted? Changes nothing.
-    fn check(&self) -> Result<(), Refused>;
-}
-
-/// A part that may be absent: no bulkhead admits every call (its permit holds nothing, and
-/// no caller ever waits for one).
-impl<B: BulkheadSlots> BulkheadSlots for Option<B> {
-    #[inline]
-    fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused> {
-        match self {
-            Some(b) => b.try_enter(now),
-            None => Ok(BulkheadPermit { entered: now }),
-        }
-    }
-    #[inline]
-    fn leave(&mut self, permit: BulkheadPermit) -> bool {
-        match self {
-            Some(b) => b.leave(permit),
-            None => false,
-        }
-    }
-    #[inline]
-    fn check(&self) -> Result<(), Refused> {
-        match self {
-            Some(b) => b.check(),
-            None => Ok(()),
-        }
-    }
-}
-
+/// The call driver's bulkhead: a slot per attempt.
 impl BulkheadSlots for Bulkhead {
-    fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused> {
-        Bulkhead::try_enter(self, now)
+    #[inline]
+    fn try_enter(&self, now: Instant) -> Result<(), Refused> {
+        self.core.try_enter(now).map(|BulkheadPermit { .. }| ())
     }
-    fn leave(&mut self, permit: BulkheadPermit) -> bool {
-        Bulkhead::leave(self, permit)
-    }
-    fn check(&self) -> Result<(), Refused> {
-        Bulkhead::check(self)
-    }
-}
-
-impl BulkheadSlots for &SharedBulkhead {
-    fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused> {
-        SharedBulkhead::try_enter(self, now)
-    }
-    fn leave(&mut self, permit: BulkheadPermit) -> bool {
-        SharedBulkhead::leave(self, permit)
+    #[inline]
+    fn leave(&self) -> bool {
+        self.core.leave(BulkheadPermit {
+            entered: Instant::ZERO,
+        })
     }
     fn check(&self) -> Result<(), Refused> {
-        SharedBulkhead::check(self)
+        self.core.check()
     }
 }
 
-impl<B: BulkheadSlots + ?Sized> BulkheadSlots for &mut B {
-    fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused> {
-        (**self).try_enter(now)
+/// The call driver's bulkhead: a slot per attempt.
+impl BulkheadSlots for SharedBulkhead {
+    #[inline]
+    fn try_enter(&self, now: Instant) -> Result<(), Refused> {
+        self.core.try_enter(now).map(|BulkheadPermit { .. }| ())
     }
-    fn leave(&mut self, permit: BulkheadPermit) -> bool {
-        (**self).leave(permit)
+    #[inline]
+    fn leave(&self) -> bool {
+        self.core.leave(BulkheadPermit {
+            entered: Instant::ZERO,
+        })
     }
     fn check(&self) -> Result<(), Refused> {
-        (**self).check()
-    }
-}
-
-/// A bulkhead in front of a breaker (or [`Unguarded`](crate::call::Unguarded)), as one
-/// [`Admission`] for the call driver: every attempt takes a slot before it asks the breaker,
-/// and gives it back with its outcome (or its release). A full bulkhead refuses the attempt at
-/// once with [`RefusalReason::BulkheadFull`], which the driver turns into a guarded rejection
-/// like any other once no retry fits; it never queues (a bounded wait is the adapter's, around
-/// the whole call). A call with attempts left retries the refusal on the throttled curve (see
-/// [`Call::poll`](crate::Call::poll)).
-///
-/// The bulkhead is asked first, so a full bulkhead costs the breaker nothing (no probe slot
-/// taken and given back). Events carry the breaker's name. The adapter must report every
-/// attempt (outcome or release, as it must for half-open probes anyway): a slot whose attempt
-/// is never reported stays taken.
-///
-/// ```
-/// use stormguard_core::{
-///     limits::Bulkhead, limits::Bulkheaded, Call, CallSettings, Finished, Instant, Name, Outcome, Parts,
-///     RefusalReason, Step, call::Unguarded, call::Unlimited,
-/// };
-///
-/// let mut parts = Parts {
-///     breaker: Bulkheaded::new(Unguarded(Name::new("db")), Bulkhead::of(1, "db")?),
-///     budget: Unlimited,
-/// };
-/// let now = Instant::from_secs(1);
-/// let mut first = Call::begin(&CallSettings::DEFAULT, now);
-/// let Step::Attempt(permit) = first.poll(&mut parts, now, &mut |_| {}) else { panic!() };
-///
-/// // While the first call is in flight, a second is refused: a self-imposed throttle, which a
-/// // call with attempts left waits out on the throttled curve (uncharged, unseen by the
-/// // breaker)...
-/// let mut second = Call::begin(&CallSettings::DEFAULT, now);
-/// let Step::Wait(_) = second.poll(&mut parts, now, &mut |_| {}) else { panic!() };
-/// // ...and a call with no retry left ends as the guarded rejection.
-/// let once = CallSettings::builder().max_attempts(1).build()?;
-/// let mut third = Call::begin(&once, now);
-/// let Step::Reject(r) = third.poll(&mut parts, now, &mut |_| {}) else { panic!() };
-/// assert_eq!(r.reason, RefusalReason::BulkheadFull);
-/// assert_eq!(r.pause, stormguard_core::GUARD_PAUSE);
-///
-/// first.complete(&mut parts, permit, now, Outcome::Success, &mut |_| {});
-/// assert_eq!(parts.breaker.bulkhead().in_flight(), 0);
-/// # Ok::<(), stormguard_core::SettingsError>(())
-/// ```
-#[derive(Debug)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct Bulkheaded<A, B> {
-    breaker: A,
-    bulkhead: B,
-}
-
-impl<A, B> Bulkheaded<A, B> {
-    /// `bulkhead` in front of `breaker`.
-    pub const fn new(breaker: A, bulkhead: B) -> Self {
-        Bulkheaded { breaker, bulkhead }
-    }
-
-    /// The breaker behind the bulkhead.
-    pub const fn breaker(&self) -> &A {
-        &self.breaker
-    }
-
-    /// The breaker behind the bulkhead.
-    pub fn breaker_mut(&mut self) -> &mut A {
-        &mut self.breaker
-    }
-
-    /// The bulkhead.
-    pub const fn bulkhead(&self) -> &B {
-        &self.bulkhead
-    }
-
-    /// The bulkhead.
-    pub fn bulkhead_mut(&mut self) -> &mut B {
-        &mut self.bulkhead
-    }
-
-    /// The two parts.
-    pub fn into_parts(self) -> (A, B) {
-        (self.breaker, self.bulkhead)
-    }
-
-    /// Frees the slot an attempt held (its permit was not kept: a slot is a count).
-    fn leave(&mut self, now: Instant)
-    where
-        B: BulkheadSlots,
-    {
-        let _ = self.bulkhead.leave(BulkheadPermit { entered: now });
-    }
-}
-
-impl<A: Admission, B: BulkheadSlots> Admission for Bulkheaded<A, B> {
-    forward_breaker_readings!(breaker);
-
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        let slot = self.bulkhead.try_enter(now)?;
-        match self.breaker.try_acquire(now, attempt_timeout, events) {
-            Ok(permit) => {
-                let BulkheadPermit { .. } = slot;
-                Ok(permit)
-            }
-            Err(refused) => {
-                let _ = self.bulkhead.leave(slot);
-                Err(refused)
-            }
-        }
-    }
-
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        self.bulkhead.check()?;
-        self.breaker.check(now)
-    }
-
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        self.breaker.on_outcome(now, permit, outcome, events);
-        self.leave(now);
-    }
-
-    fn release(&mut self, permit: Permit) {
-        self.breaker.release(permit);
-        self.leave(Instant::ZERO);
+        self.core.check()
     }
 }
 
@@ -1111,7 +922,7 @@ mod tests {
             Ok(s) => s,
             Err(e) => panic!("{e}"),
         };
-        let mut a = Bulkhead::new(s);
+        let a = Bulkhead::new(s);
         let b = SharedBulkhead::new(s);
         let t = Instant::from_secs(1);
         for _ in 0..4 {

@@ -374,6 +374,10 @@ impl Rule for RateLimitSettings {
     fn name(&self) -> &Name {
         &self.name
     }
+
+    fn any(&self) -> super::limiter::AnyRule<'_> {
+        super::limiter::AnyRule::Gcra(self)
+    }
 }
 
 #[cfg(test)]

@@ -7,14 +7,11 @@ use super::gcra::RateLimitSettings;
 use super::quota::QuotaSettings;
 use super::sliding::SlidingWindowSettings;
 use super::window::WindowLimitSettings;
-use crate::call::permit::Permit;
-use crate::call::Admission;
 use crate::cell::sealed::Slot;
 use crate::cell::{const_unless_loom, slot, Atomic, Local, Storage};
 use crate::error::{RefusalReason, Refused};
-use crate::event::Event;
 use crate::name::Name;
-use crate::outcome::Outcome;
+use crate::part::Limit;
 use crate::time::{Duration, Instant};
 
 /// How far behind the state's time a reading may lie and still be taken for a late reading of
@@ -61,7 +58,24 @@ pub(crate) mod sealed {
         fn idle(&self) -> Duration;
         /// The limiter's name.
         fn name(&self) -> &Name;
+        /// The rule, as one of the four.
+        fn any(&self) -> super::AnyRule<'_>;
     }
+}
+
+/// A limiter's rule, whichever of the four it is: for a caller that holds a limiter with its
+/// rule erased ([`AnyLimiter`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AnyRule<'a> {
+    /// GCRA.
+    Gcra(&'a RateLimitSettings),
+    /// Document 004's window with cooldown.
+    Window(&'a WindowLimitSettings),
+    /// The segmented sliding window.
+    Sliding(&'a SlidingWindowSettings),
+    /// A published quota.
+    Quota(&'a QuotaSettings),
 }
 
 /// The rule a [`Limiter`] (or a [`KeyedLimiter`](super::KeyedLimiter)) applies, named by its
@@ -78,7 +92,7 @@ pub(crate) mod sealed {
 /// let window = table(WindowLimitSettings::defaults("streams"));
 /// assert_eq!(gcra.capacity() + window.capacity(), 128);
 /// ```
-pub trait LimitRule: sealed::Rule {}
+pub trait LimitRule: sealed::Rule + fmt::Debug {}
 
 impl LimitRule for RateLimitSettings {}
 impl LimitRule for WindowLimitSettings {}
@@ -275,223 +289,50 @@ impl<R: LimitRule, C: Storage> fmt::Display for Limiter<R, C> {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// A limiter in front of a breaker, for the call driver
-
-/// A rate limiter as the call driver sees it: one cell per attempt. Implemented by every
-/// [`Limiter`] and a reference to one, so [`RateLimited`] serves every form.
+/// A [`Limiter`] whose rule is erased (`&dyn AnyLimiter`): what an adapter keeps when its
+/// policy may take a limiter of any rule. Still a [`Limit`], so a call's
+/// [`Parts`](crate::Parts) take one by reference as they take any limiter.
 ///
 /// ```
-/// use stormguard_core::{Instant, limits::Limit, limits::RateLimiter, limits::RateLimitSettings, limits::SharedRateLimiter};
+/// use stormguard_core::limits::{AnyLimiter, AnyRule, RateLimitSettings, SharedRateLimiter};
+/// use stormguard_core::limits::{SharedWindowLimiter, WindowLimitSettings};
+/// use stormguard_core::Instant;
 ///
-/// fn one_attempt(limit: &mut impl Limit) -> bool {
-///     limit.take(Instant::ZERO).is_ok()
-/// }
-/// let shared = SharedRateLimiter::new(RateLimitSettings::per_second("api", 1)?);
-/// assert!(one_attempt(&mut &shared));
-/// assert!(!one_attempt(&mut &shared));
-/// assert!(one_attempt(&mut RateLimiter::new(RateLimitSettings::per_second("api", 1)?)));
+/// let gcra = SharedRateLimiter::new(RateLimitSettings::per_second("api", 10)?);
+/// let window = SharedWindowLimiter::new(WindowLimitSettings::defaults("stream"));
+/// let limiters: [&dyn AnyLimiter; 2] = [&gcra, &window];
+/// assert_eq!(limiters[1].available(Instant::ZERO), 50);
+/// assert!(matches!(limiters[0].rule(), AnyRule::Gcra(_)));
 /// # Ok::<(), stormguard_core::SettingsError>(())
 /// ```
-pub trait Limit {
-    /// Takes one cell at `now`, or refuses with the time until one is available.
-    fn take(&mut self, now: Instant) -> Result<(), Refused>;
-    /// Would a cell be granted at `now`? Changes nothing.
-    fn peek(&self, now: Instant) -> Result<(), Refused>;
-    /// Whether there is a limiter at all: `false` for an absent one (`None`), so that a
-    /// [`RateLimited`] in front of a breaker admits exactly as the breaker alone does.
-    fn is_present(&self) -> bool {
-        true
+pub trait AnyLimiter: Limit + fmt::Debug {
+    /// The limiter's name.
+    fn name(&self) -> &Name;
+    /// Cells a request at `now` could take. Changes nothing.
+    fn available(&self, now: Instant) -> u32;
+    /// The limiter's rule.
+    fn rule(&self) -> AnyRule<'_>;
+}
+
+impl<R: LimitRule, C: Storage> AnyLimiter for Limiter<R, C> {
+    fn name(&self) -> &Name {
+        Limiter::name(self)
+    }
+    fn available(&self, now: Instant) -> u32 {
+        Limiter::available(self, now)
+    }
+    fn rule(&self) -> AnyRule<'_> {
+        self.rule.any()
     }
 }
 
-/// A part that may be absent: no limiter grants every cell.
-impl<L: Limit> Limit for Option<L> {
-    #[inline]
-    fn take(&mut self, now: Instant) -> Result<(), Refused> {
-        match self {
-            Some(l) => l.take(now),
-            None => Ok(()),
-        }
-    }
-    #[inline]
-    fn peek(&self, now: Instant) -> Result<(), Refused> {
-        match self {
-            Some(l) => l.peek(now),
-            None => Ok(()),
-        }
-    }
-    #[inline]
-    fn is_present(&self) -> bool {
-        self.as_ref().is_some_and(Limit::is_present)
-    }
-}
-
+/// The call driver's rate limiter (and quota): one cell per attempt.
 impl<R: LimitRule, C: Storage> Limit for Limiter<R, C> {
     #[inline]
-    fn take(&mut self, now: Instant) -> Result<(), Refused> {
+    fn take(&self, now: Instant) -> Result<(), Refused> {
         self.check(now)
     }
     fn peek(&self, now: Instant) -> Result<(), Refused> {
         Limiter::peek(self, now)
-    }
-}
-
-impl<R: LimitRule, C: Storage> Limit for &Limiter<R, C> {
-    #[inline]
-    fn take(&mut self, now: Instant) -> Result<(), Refused> {
-        self.check(now)
-    }
-    fn peek(&self, now: Instant) -> Result<(), Refused> {
-        Limiter::peek(self, now)
-    }
-}
-
-impl<L: Limit + ?Sized> Limit for &mut L {
-    fn take(&mut self, now: Instant) -> Result<(), Refused> {
-        (**self).take(now)
-    }
-    fn peek(&self, now: Instant) -> Result<(), Refused> {
-        (**self).peek(now)
-    }
-    fn is_present(&self) -> bool {
-        (**self).is_present()
-    }
-}
-
-/// A rate limiter in front of a breaker (or [`Unguarded`](crate::call::Unguarded)), as one
-/// [`Admission`] for the call driver: every attempt, retries included, takes a cell. A refusal
-/// carries [`RefusalReason::RateLimited`] and the exact time until the next cell. The driver
-/// treats it as a self-imposed throttle: with attempts left it waits that long, later by a draw
-/// of up to the backoff's base so that callers refused together come back apart (capped by the
-/// backoff's maximum: [`Backoff::after_local_refusal`](crate::call::Backoff::after_local_refusal)),
-/// and tries again, charging nothing to the budget; only when no retry fits
-/// (attempts or deadline) does it serve a guarded rejection like any other (the pause, capped by
-/// the deadline, then the refusal with that `retry_after`).
-///
-/// The breaker is asked first whether it would admit (a look that changes nothing), so an open
-/// breaker does not spend the limiter's cells; then the limiter takes its cell; then the breaker
-/// admits. A cell is not given back if the breaker refuses in between (another thread opened it):
-/// the limiter may then run slightly under its rate, never over. Events carry the breaker's name.
-///
-/// ```
-/// use stormguard_core::{
-///     Call, CallSettings, Duration, Instant, Name, Parts, limits::RateLimited, limits::RateLimiter,
-///     limits::RateLimitSettings, RefusalReason, Step, call::Unguarded, call::Unlimited,
-/// };
-///
-/// let limiter = RateLimiter::new(RateLimitSettings::per_second("search", 1)?);
-/// let mut parts = Parts {
-///     breaker: RateLimited::new(Unguarded(Name::new("search")), limiter),
-///     budget: Unlimited,
-/// };
-/// let now = Instant::from_secs(1);
-/// let mut first = Call::begin(&CallSettings::DEFAULT, now);
-/// assert!(matches!(first.poll(&mut parts, now, &mut |_| {}), Step::Attempt(_)));
-///
-/// // A second call waits for the next cell, a second away (and up to the backoff's base more)...
-/// let mut second = Call::begin(&CallSettings::DEFAULT, now);
-/// let Step::Wait(wait) = second.poll(&mut parts, now, &mut |_| {}) else { panic!() };
-/// let base = CallSettings::DEFAULT.backoff().base();
-/// assert!(wait >= Duration::from_secs(1) && wait <= Duration::from_secs(1) + base);
-///
-/// // ...and one with no retry left is the guarded rejection.
-/// let once = CallSettings::builder().max_attempts(1).build()?;
-/// let mut third = Call::begin(&once, now);
-/// let Step::Reject(r) = third.poll(&mut parts, now, &mut |_| {}) else { panic!() };
-/// assert_eq!(r.reason, RefusalReason::RateLimited);
-/// assert_eq!(r.pause, stormguard_core::GUARD_PAUSE);
-/// # Ok::<(), stormguard_core::SettingsError>(())
-/// ```
-#[derive(Debug)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct RateLimited<A, L> {
-    breaker: A,
-    limiter: L,
-}
-
-impl<A, L> RateLimited<A, L> {
-    /// `limiter` in front of `breaker`.
-    pub const fn new(breaker: A, limiter: L) -> Self {
-        RateLimited { breaker, limiter }
-    }
-
-    /// The breaker behind the limiter.
-    pub const fn breaker(&self) -> &A {
-        &self.breaker
-    }
-
-    /// The breaker behind the limiter.
-    pub fn breaker_mut(&mut self) -> &mut A {
-        &mut self.breaker
-    }
-
-    /// The limiter.
-    pub const fn limiter(&self) -> &L {
-        &self.limiter
-    }
-
-    /// The limiter.
-    pub fn limiter_mut(&mut self) -> &mut L {
-        &mut self.limiter
-    }
-
-    /// The two parts.
-    pub fn into_parts(self) -> (A, L) {
-        (self.breaker, self.limiter)
-    }
-}
-
-impl<A: Admission, L: Limit> Admission for RateLimited<A, L> {
-    forward_breaker_readings!(breaker);
-
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        if !self.limiter.is_present() {
-            // No limiter: the breaker alone. Asking it first would put its refusal before that
-            // of a bulkhead behind this wrapper.
-            return self.breaker.try_acquire(now, attempt_timeout, events);
-        }
-        // The breaker is asked first so that a call it refuses spends no cell.
-        if let Err(refused) = self.breaker.check(now) {
-            if refused.reason != RefusalReason::RampShedding {
-                return Err(refused);
-            }
-            // A recovery ramp sheds on a running credit that only asking moves on: a check
-            // alone would shed every call until the ramp's end. The shed call spends no cell.
-            let permit = self.breaker.try_acquire(now, attempt_timeout, events)?;
-            return match self.limiter.take(now) {
-                Ok(()) => Ok(permit),
-                Err(limited) => {
-                    self.breaker.release(permit);
-                    Err(limited)
-                }
-            };
-        }
-        self.limiter.take(now)?;
-        self.breaker.try_acquire(now, attempt_timeout, events)
-    }
-
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        self.breaker.check(now)?;
-        self.limiter.peek(now)
-    }
-
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        self.breaker.on_outcome(now, permit, outcome, events);
-    }
-
-    fn release(&mut self, permit: Permit) {
-        self.breaker.release(permit);
     }
 }

@@ -64,16 +64,14 @@ pub(crate) mod window;
 
 pub use self::adaptive::{
     AdaptiveLimitSettings, AdaptiveLimitSettingsBuilder, AdaptiveLimiter, AdaptivePermit,
-    AdaptiveSlots, AdaptiveSnapshot, AdaptivelyLimited, LimitChange, SharedAdaptiveLimiter,
-    MAX_ADAPTIVE_LIMIT,
+    AdaptiveSnapshot, ConcurrencyLimiter, LimitChange, SharedAdaptiveLimiter, MAX_ADAPTIVE_LIMIT,
 };
 pub use self::budget::{
     Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot, SharedBudget,
 };
 pub use self::bulkhead::{
     Bulkhead, BulkheadEntry, BulkheadGuard, BulkheadPermit, BulkheadSettings,
-    BulkheadSettingsBuilder, BulkheadSlots, BulkheadSnapshot, BulkheadTicket, Bulkheaded,
-    SharedBulkhead,
+    BulkheadSettingsBuilder, BulkheadSnapshot, BulkheadTicket, SharedBulkhead,
 };
 pub use self::gcra::{RateLimitSettings, RateLimitSettingsBuilder};
 pub use self::keyed::{
@@ -81,7 +79,7 @@ pub use self::keyed::{
     LimiterHashState, LimiterHasher,
 };
 pub use self::limiter::{
-    Limit, LimitRule, Limiter, Quota, RateLimited, RateLimiter, SharedQuota, SharedRateLimiter,
+    AnyLimiter, AnyRule, LimitRule, Limiter, Quota, RateLimiter, SharedQuota, SharedRateLimiter,
     SharedSlidingWindowLimiter, SharedWindowLimiter, SlidingWindowLimiter, WindowLimiter,
 };
 pub use self::quota::{QuotaSettings, QuotaState};

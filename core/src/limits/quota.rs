@@ -13,7 +13,7 @@
 //! Both are a [`Limiter`] over the quota's rule, [`Quota`](super::Quota) (one owner) and
 //! [`SharedQuota`](super::SharedQuota) (lock-free, `&self`; its whole state is one 128-bit
 //! word, so a reading and a request never see half of each other), and so a
-//! [`Limit`](super::Limit): the call driver treats a refusal as it treats a local rate
+//! [`Limit`](crate::part::Limit): the call driver treats a refusal as it treats a local rate
 //! limiter's: a self-imposed throttle, retried on the throttled curve after the reset (capped
 //! by the backoff's maximum), charged nothing to the retry budget and never counted against the
 //! breaker; only when no retry fits does the call end as a guarded rejection.
@@ -296,6 +296,10 @@ impl Rule for QuotaSettings {
     fn name(&self) -> &Name {
         &QUOTA
     }
+
+    fn any(&self) -> super::limiter::AnyRule<'_> {
+        super::limiter::AnyRule::Quota(self)
+    }
 }
 
 /// What only a quota does: learn what the dependency published.
@@ -320,7 +324,8 @@ impl<C: Storage> Limiter<QuotaSettings, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::limiter::{Limit, Quota, SharedQuota};
+    use crate::limits::limiter::{Quota, SharedQuota};
+    use crate::part::Limit;
 
     const S: QuotaSettings = QuotaSettings::DEFAULT;
 
@@ -334,7 +339,7 @@ mod tests {
 
     #[test]
     fn within_the_reserve_attempts_are_refused_until_the_reset() {
-        let mut q = Quota::new(S);
+        let q = Quota::new(S);
         let t0 = Instant::from_secs(100);
         q.on_published(t0, published(100, 12, 20));
         assert!(q.take(t0).is_ok());
@@ -353,7 +358,7 @@ mod tests {
 
     #[test]
     fn with_no_limit_known_only_an_empty_allowance_refuses() {
-        let mut q = Quota::new(S);
+        let q = Quota::new(S);
         let t0 = Instant::from_secs(1);
         let p = Published {
             limit: None,
@@ -367,7 +372,7 @@ mod tests {
 
     #[test]
     fn a_known_quota_is_never_loosened_early() {
-        let mut q = Quota::new(S);
+        let q = Quota::new(S);
         let t0 = Instant::from_secs(1);
         q.on_published(t0, published(100, 11, 20));
         // A later reading saying more is left, or a sooner reset, changes nothing.
@@ -386,12 +391,12 @@ mod tests {
 
     #[test]
     fn no_reading_stalls_a_caller_past_the_longest_wait() {
-        let mut q = Quota::new(S);
+        let q = Quota::new(S);
         let t0 = Instant::from_secs(1);
         q.on_published(t0, published(100, 0, u64::MAX / 4));
         assert_eq!(q.take(t0).unwrap_err().retry_after, S.max_wait());
         // Without a reset, the longest wait too.
-        let mut q = Quota::new(S);
+        let q = Quota::new(S);
         q.on_published(
             t0,
             Published {
@@ -407,7 +412,7 @@ mod tests {
     #[test]
     fn the_shared_form_agrees_with_the_owned_one() {
         let shared = SharedQuota::new(S);
-        let mut owned = Quota::new(S);
+        let owned = Quota::new(S);
         let mut now = Instant::from_secs(3);
         let readings = [(100, 13, 4), (100, 50, 9), (100, 12, 2), (40, 3, 1)];
         for (i, &(l, r, t)) in readings.iter().cycle().take(40).enumerate() {
@@ -415,7 +420,7 @@ mod tests {
                 shared.on_published(now, published(l, r, t));
                 owned.on_published(now, published(l, r, t));
             }
-            assert_eq!((&shared).take(now), owned.take(now));
+            assert_eq!(shared.take(now), owned.take(now));
             assert_eq!(shared.state(), owned.state());
             now += Duration::from_millis(700);
         }
@@ -424,23 +429,18 @@ mod tests {
     #[test]
     fn the_call_driver_waits_out_a_quota_as_a_self_imposed_throttle() {
         use crate::call::{Call, CallSettings, Parts, Step};
-        use crate::call::{Unguarded, Unlimited};
-        use crate::limits::RateLimited;
         use crate::name::Name;
         use crate::outcome::Outcome;
 
         let quota = Quota::new(S);
         let t0 = Instant::from_secs(1);
         quota.on_published(t0, published(100, 10, 2));
-        let mut parts = Parts {
-            breaker: RateLimited::new(Unguarded(Name::new("api")), quota),
-            budget: Unlimited,
-        };
+        let parts = Parts::new().named(Name::new("api")).limiter(quota);
         let mut events = [""; 4];
         let mut seen = 0;
         let mut call = Call::begin(&CallSettings::DEFAULT, t0);
         // Within the reserve: the published reset is waited out (no budget, no breaker).
-        let step = call.poll(&mut parts, t0, &mut |e| {
+        let step = call.poll(&parts, t0, &mut |e| {
             if let Some(kind) = events.get_mut(seen) {
                 *kind = e.kind();
             }
@@ -454,25 +454,23 @@ mod tests {
         let base = CallSettings::DEFAULT.backoff().base();
         assert!(wait >= Duration::from_secs(2) && wait <= Duration::from_secs(2) + base);
         let t1 = t0 + wait;
-        let Step::Attempt(permit) = call.poll(&mut parts, t1, &mut |_| {}) else {
+        let Step::Attempt(permit) = call.poll(&parts, t1, &mut |_| {}) else {
             panic!("the quota has reset");
         };
-        call.complete(&mut parts, permit, t1, Outcome::Success, &mut |_| {});
-        assert!(matches!(
-            call.poll(&mut parts, t1, &mut |_| {}),
-            Step::Done(_)
-        ));
+        call.complete(&parts, permit, t1, Outcome::Success, &mut |_| {});
+        assert!(matches!(call.poll(&parts, t1, &mut |_| {}), Step::Done(_)));
         // The attempt the quota refused, then the Retry event announcing the wait.
         assert_eq!(events[..seen], ["attempt", "retry"]);
 
         // With no retry left, it is the guarded rejection, naming the quota.
         parts
-            .breaker
-            .limiter_mut()
+            .limiter
+            .as_ref()
+            .unwrap()
             .on_published(t1, published(100, 0, 5));
         let once = CallSettings::builder().max_attempts(1).build().unwrap();
         let mut call = Call::begin(&once, t1);
-        let Step::Reject(r) = call.poll(&mut parts, t1, &mut |_| {}) else {
+        let Step::Reject(r) = call.poll(&parts, t1, &mut |_| {}) else {
             panic!("refused");
         };
         assert_eq!(r.reason, RefusalReason::QuotaReserve);

@@ -15,7 +15,7 @@
 //! - [`SaturationSignal`] publishes the detector's state lock-free to every call: an attempt
 //!   that ran while an episode was on, or while the next probe was overdue by more than the
 //!   threshold (a starved probe cannot report), has its permit marked
-//!   [`Permit::hold_learning`](crate::Permit::hold_learning) by [`SaturationAware`], and the
+//!   [`Permit::hold_learning`](crate::Permit::hold_learning) by the call's [`Parts`](crate::Parts), and the
 //!   breaker counts its outcome but learns nothing from its latency.
 //!
 //! ```
@@ -44,12 +44,10 @@
 
 use core::fmt;
 
-use crate::call::{Admission, Permit};
 use crate::cell::const_unless_loom;
-use crate::error::{Bound, Field, Refused, SettingsError};
-use crate::event::Event;
+use crate::error::{Bound, Field, SettingsError};
 use crate::loom::{AtomicU64, Ordering};
-use crate::outcome::Outcome;
+use crate::part::Saturation;
 use crate::ratio::Multiple;
 use crate::time::{Duration, Instant};
 
@@ -526,67 +524,9 @@ impl Default for SaturationSignal {
     }
 }
 
-/// An admission whose permits learn nothing from an attempt that ran while the signal says the
-/// caller's runtime was saturated ([`SaturationSignal::holds`]); without a signal, the inner
-/// admission as it is.
-#[derive(Clone, Copy, Debug)]
-pub struct SaturationAware<'a, A> {
-    inner: A,
-    signal: Option<&'a SaturationSignal>,
-}
-
-impl<'a, A> SaturationAware<'a, A> {
-    /// `inner`, its outcomes judged against `signal` when there is one.
+impl Saturation for SaturationSignal {
     #[inline]
-    pub const fn new(inner: A, signal: Option<&'a SaturationSignal>) -> Self {
-        SaturationAware { inner, signal }
-    }
-
-    /// The inner admission.
-    #[inline]
-    pub const fn inner(&self) -> &A {
-        &self.inner
-    }
-}
-
-impl<A: Admission> Admission for SaturationAware<'_, A> {
-    forward_breaker_readings!(inner);
-
-    #[inline]
-    fn try_acquire(
-        &mut self,
-        now: Instant,
-        attempt_timeout: Option<Duration>,
-        events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Permit, Refused> {
-        self.inner.try_acquire(now, attempt_timeout, events)
-    }
-    #[inline]
-    fn check(&self, now: Instant) -> Result<(), Refused> {
-        self.inner.check(now)
-    }
-    #[inline]
-    fn on_outcome(
-        &mut self,
-        now: Instant,
-        permit: Permit,
-        outcome: Outcome,
-        events: &mut dyn FnMut(Event<'_>),
-    ) {
-        let permit = match self.signal {
-            Some(signal) if signal.holds(now.saturating_sub(permit.latency(now)), now) => {
-                permit.hold_learning()
-            }
-            _ => permit,
-        };
-        self.inner.on_outcome(now, permit, outcome, events);
-    }
-    #[inline]
-    fn release(&mut self, permit: Permit) {
-        self.inner.release(permit);
-    }
-    #[inline]
-    fn self_limits(&self) -> bool {
-        self.inner.self_limits()
+    fn holds(&self, started: Instant, now: Instant) -> bool {
+        SaturationSignal::holds(self, started, now)
     }
 }

@@ -546,6 +546,10 @@ impl Rule for SlidingWindowSettings {
     fn name(&self) -> &Name {
         &self.name
     }
+
+    fn any(&self) -> super::limiter::AnyRule<'_> {
+        super::limiter::AnyRule::Sliding(self)
+    }
 }
 
 #[cfg(test)]

@@ -428,6 +428,10 @@ impl Rule for WindowLimitSettings {
     fn name(&self) -> &Name {
         &self.name
     }
+
+    fn any(&self) -> super::limiter::AnyRule<'_> {
+        super::limiter::AnyRule::Window(self)
+    }
 }
 
 #[cfg(test)]

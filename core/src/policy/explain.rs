@@ -11,21 +11,12 @@ use crate::call::CallSettings;
 use crate::call::GUARD_PAUSE;
 use crate::limits::budget::BudgetSettings;
 use crate::limits::budget::BudgetSnapshot;
+use crate::limits::{
+    AdaptiveLimitSettings, AdaptiveSnapshot, AnyRule, BulkheadSettings, LimitRule,
+};
 use crate::name::Name;
 use crate::state::State;
 use crate::time::Duration;
-use crate::{
-    limits::AdaptiveLimitSettings, limits::AdaptiveSnapshot, limits::BulkheadSettings,
-    limits::RateLimitSettings, limits::SlidingWindowSettings, limits::WindowLimitSettings,
-};
-
-/// The rate limiter in front of a policy's attempts, if any.
-#[derive(Clone, Copy, Debug)]
-enum RateLimit<'a> {
-    Gcra(&'a RateLimitSettings),
-    Window(&'a WindowLimitSettings),
-    Sliding(&'a SlidingWindowSettings),
-}
 
 /// A policy's description: its call settings, and the breaker and budget it uses, if any,
 /// optionally with their current readings.
@@ -47,7 +38,7 @@ enum RateLimit<'a> {
 pub struct Explain<'a> {
     call: &'a CallSettings,
     name: Option<&'a Name>,
-    limit: Option<RateLimit<'a>>,
+    limit: Option<AnyRule<'a>>,
     bulkhead: Option<&'a BulkheadSettings>,
     adaptive: Option<&'a AdaptiveLimitSettings>,
     adaptive_now: Option<AdaptiveSnapshot>,
@@ -90,42 +81,32 @@ impl<'a> Explain<'a> {
         self
     }
 
-    /// The GCRA rate limiter every attempt takes a cell from.
+    /// The rate limiter every attempt takes a cell from, by its rule (its settings).
     ///
     /// ```
     /// use stormguard_core::{limits::BulkheadSettings, CallSettings, policy::Explain, limits::RateLimitSettings};
+    /// use stormguard_core::limits::SlidingWindowSettings;
     ///
     /// let limit = RateLimitSettings::per_second("search", 100)?;
     /// let bulkhead = BulkheadSettings::builder("search").max_in_flight(8).build()?;
     /// let text = Explain::new(&CallSettings::DEFAULT)
-    ///     .rate_limit(&limit)
+    ///     .limit(&limit)
     ///     .bulkhead(&bulkhead)
     ///     .to_string();
     /// assert!(text.contains("- rate limit: 100 per 1s, burst 100"));
     /// assert!(text.contains("- bulkhead: 8 in flight, no waiting"));
+    /// let sliding = SlidingWindowSettings::defaults("api");
+    /// let text = Explain::new(&CallSettings::DEFAULT).limit(&sliding).to_string();
+    /// assert!(text.contains("- rate limit: 50 per 60s, sliding in 8 segments;"));
     /// # Ok::<(), stormguard_core::SettingsError>(())
     /// ```
-    pub const fn rate_limit(mut self, settings: &'a RateLimitSettings) -> Explain<'a> {
-        self.limit = Some(RateLimit::Gcra(settings));
-        self
+    pub fn limit<R: LimitRule>(self, rule: &'a R) -> Explain<'a> {
+        self.limit_rule(rule.any())
     }
 
-    /// The window-with-cooldown limiter every attempt counts against.
-    pub const fn window_limit(mut self, settings: &'a WindowLimitSettings) -> Explain<'a> {
-        self.limit = Some(RateLimit::Window(settings));
-        self
-    }
-
-    /// The segmented sliding-window limiter every attempt counts against.
-    ///
-    /// ```
-    /// use stormguard_core::{CallSettings, limits::SlidingWindowSettings, policy::Explain};
-    /// let limit = SlidingWindowSettings::defaults("api");
-    /// let text = Explain::new(&CallSettings::DEFAULT).sliding_limit(&limit).to_string();
-    /// assert!(text.contains("- rate limit: 50 per 60s, sliding in 8 segments;"));
-    /// ```
-    pub const fn sliding_limit(mut self, settings: &'a SlidingWindowSettings) -> Explain<'a> {
-        self.limit = Some(RateLimit::Sliding(settings));
+    /// [`Explain::limit`] for a limiter whose rule is erased ([`AnyLimiter::rule`](crate::limits::AnyLimiter::rule)).
+    pub const fn limit_rule(mut self, rule: AnyRule<'a>) -> Explain<'a> {
+        self.limit = Some(rule);
         self
     }
 
@@ -325,20 +306,20 @@ impl fmt::Display for Explain<'_> {
 
         // What admits an attempt besides the breaker.
         match self.limit {
-            Some(RateLimit::Gcra(l)) => writeln!(
+            Some(AnyRule::Gcra(l)) => writeln!(
                 f,
                 "- rate limit: {l}; every attempt (retries and hedges too) takes a cell"
             )?,
-            Some(RateLimit::Window(l)) => writeln!(
+            Some(AnyRule::Window(l)) => writeln!(
                 f,
                 "- rate limit: {l}; every attempt (retries and hedges too) counts"
             )?,
-            Some(RateLimit::Sliding(l)) => writeln!(
+            Some(AnyRule::Sliding(l)) => writeln!(
                 f,
                 "- rate limit: {l}; every attempt (retries and hedges too) counts, a refusal \
                  waits for the oldest segment with calls to leave"
             )?,
-            None => {}
+            Some(AnyRule::Quota(_)) | None => {}
         }
         if let Some(b) = self.bulkhead {
             writeln!(

@@ -30,6 +30,7 @@ use stormguard_core::{
 };
 use stormguard_embassy::{
     Breaker, Budget, Bulkhead, CallError, CallOptions, NoListener, NoRateLimit, Policy, RateLimit,
+    RateLimitedPolicy,
 };
 
 /// lm3s6965evb's core clock under QEMU.
@@ -193,8 +194,8 @@ static UPLINK: RateLimit<Cs, RateLimiter> = RateLimit::new(RateLimiter::new(ok(
     RateLimitSettings::per_second("uplink", 1),
 )));
 static UPLINK_BREAKER: Breaker<Cs, LeanBreaker> = lean(&SENSOR_BREAKER);
-static UPLINK_POLICY: Policy<'static, Cs, NoListener, LeanBreaker, &RateLimit<Cs, RateLimiter>> =
-    Policy::new(&UPLINK_BREAKER, ONE_SHOT).with_rate_limit(&UPLINK);
+static UPLINK_POLICY: RateLimitedPolicy<Cs> =
+    Policy::new(&UPLINK_BREAKER, ONE_SHOT).with_rate_limit(UPLINK.part());
 
 /// Hedging on: a full breaker learns the gateway's p95.
 const HEDGED: CallSettings = ok(CallSettings::builder().hedging(true).build());

@@ -206,7 +206,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// [`RefusalReason::RateLimited`](stormguard_core::RefusalReason) and, as `retry_after`,
     /// the time until the next cell (counted from the end of the pause).
     /// The breaker is asked first, so an open breaker spends no cells. Composed by the core's
-    /// [`RateLimited`].
+    /// [`Parts`](stormguard_core::Parts), in its one order.
     ///
     /// ```
     /// use stormguard_core::{limits::RateLimitSettings, RefusalReason};
@@ -216,7 +216,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
     /// let policy = Policy::builder("search")
     ///     .max_attempts(1)
-    ///     .rate_limit(Limiter::gcra(RateLimitSettings::per_second("search", 1)?))
+    ///     .rate_limit(Limiter::new(RateLimitSettings::per_second("search", 1)?))
     ///     .build()?;
     /// assert_eq!(policy.call(|_| async { Ok::<_, ()>(1) }).await, Ok(1));
     /// let Err(CallError::Rejected { rejection, .. }) =
@@ -227,7 +227,6 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     ///
     /// [`CallError::Rejected`]: crate::CallError::Rejected
-    /// [`RateLimited`]: stormguard_core::limits::RateLimited
     pub fn rate_limit(mut self, limiter: Limiter) -> Self {
         self.limiter = Some(limiter);
         self
@@ -238,8 +237,8 @@ impl<K, L> PolicyBuilder<K, L> {
     /// attempt; with attempts left the call retries it on the throttled curve, and when no
     /// retry fits it is a guarded rejection ([`RefusalReason::BulkheadFull`](stormguard_core::RefusalReason),
     /// `retry_after` zero: a slot frees whenever a call ends). Composed by the core's
-    /// [`Bulkheaded`], itself behind the rate limiter if there is one (a full bulkhead spends
-    /// no cell).
+    /// [`Parts`](stormguard_core::Parts), behind the rate limiter if there is one (a full
+    /// bulkhead spends no cell).
     ///
     /// With a bounded wait in the bulkhead's settings, an async call ([`Policy::call`] and its
     /// forms) that finds the bulkhead full waits for a slot before its first attempt, as the
@@ -270,8 +269,6 @@ impl<K, L> PolicyBuilder<K, L> {
     /// assert_eq!(db.in_flight(), 0);
     /// # Ok(()) }
     /// ```
-    ///
-    /// [`Bulkheaded`]: stormguard_core::limits::Bulkheaded
     pub fn bulkhead(mut self, bulkhead: Bulkhead) -> Self {
         self.bulkhead = Some(bulkhead);
         self
@@ -316,8 +313,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// self-imposed throttle like a full bulkhead's: with attempts left the call retries it on
     /// the throttled curve, and when no retry fits it is a guarded rejection
     /// ([`RefusalReason::ConcurrencyLimited`](stormguard_core::RefusalReason), `retry_after`
-    /// zero). Composed by the core's
-    /// [`AdaptivelyLimited`](stormguard_core::limits::AdaptivelyLimited), behind the bulkhead
+    /// zero). Composed by the core's [`Parts`](stormguard_core::Parts), behind the bulkhead
     /// and the rate limiter if there are any. Callers never wait for its slots.
     ///
     /// ```

@@ -1,29 +1,24 @@
-use stormguard_core::{
-    call::Admission, call::OptionalBreaker, limits::AdaptivelyLimited, limits::Bulkheaded,
-    limits::SharedAdaptiveLimiter, CallError, Duration, Finished, Instant, Name, Permit,
-    SharedBreaker,
-};
+use stormguard_core::call::Gate;
+use stormguard_core::{CallError, Duration, Finished, Instant, Name, Permit};
 
-use super::steps::{BulkheadShared, Slots, Steps};
 use crate::events::{Ended, Listener};
 
 /// Gives an attempt's permit back if the call is dropped before the attempt's outcome is
-/// reported, so a half-open probe slot (and a bulkhead's or adaptive limiter's slot) never leaks. Small on purpose: it
-/// lives in the call's future across every attempt.
-pub(crate) struct PermitGuard<'a> {
-    breaker: Option<&'a SharedBreaker>,
-    bulkhead: Option<&'a BulkheadShared>,
-    adaptive: Option<&'a SharedAdaptiveLimiter>,
+/// reported, so a half-open probe slot (and a bulkhead's or adaptive limiter's slot) never
+/// leaks. Small on purpose: it lives in the call's future across every attempt.
+pub(crate) struct PermitGuard<'a, P: Gate> {
+    parts: &'a P,
+    /// The policy's bulkhead, whose waiter a slot given back wakes.
+    bulkhead: Option<&'a super::steps::BulkheadShared>,
     permit: Option<Permit>,
 }
 
-impl<'a> PermitGuard<'a> {
+impl<'a, P: Gate> PermitGuard<'a, P> {
     #[inline]
-    pub(crate) fn new(steps: Steps<'a>, permit: Permit) -> Self {
+    pub(crate) fn new<K, L>(policy: &'a super::Policy<K, L>, parts: &'a P, permit: Permit) -> Self {
         PermitGuard {
-            breaker: steps.breaker,
-            bulkhead: steps.bulkhead,
-            adaptive: steps.adaptive,
+            parts,
+            bulkhead: policy.bulkhead.as_ref().map(|b| &*b.inner),
             permit: Some(permit),
         }
     }
@@ -46,25 +41,18 @@ impl<'a> PermitGuard<'a> {
     }
 }
 
-impl Drop for PermitGuard<'_> {
+impl<P: Gate> Drop for PermitGuard<'_, P> {
     #[inline]
     fn drop(&mut self) {
         let Some(permit) = self.permit.take() else {
             return;
         };
-        // Released through the core's composition that admitted it (the rate limiter only
-        // forwards a release): the breaker's probe slot and the limiters' slots go back.
-        Bulkheaded::new(
-            AdaptivelyLimited::new(
-                OptionalBreaker::new(self.breaker, Name::new("")),
-                self.adaptive,
-            ),
-            self.bulkhead.map(|bulkhead| Slots {
-                bulkhead,
-                held: None,
-            }),
-        )
-        .release(permit);
+        // Released through the call's parts that admitted it: the breaker's probe slot and the
+        // limiters' slots go back, and a caller waiting for the bulkhead is woken.
+        self.parts.release(permit);
+        if let Some(b) = self.bulkhead {
+            b.wake_if_waiting();
+        }
     }
 }
 

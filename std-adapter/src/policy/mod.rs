@@ -22,8 +22,8 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use stormguard_core::{
-    call::SharedHedgeShare, limits::BulkheadPermit, limits::SharedQuota, policy::Explain, Call,
-    CallError, CallSettings, Event, Finished, Instant, Name, Parts, Step,
+    call::SharedHedgeShare, limits::SharedQuota, policy::Explain, Call, CallError, CallSettings,
+    Event, Finished, Instant, Name, Parts, Step,
 };
 
 use crate::classify::Classify;
@@ -42,8 +42,10 @@ pub(crate) use guard::{Report, Slept};
 pub use options::CallOptions;
 #[cfg(feature = "tokio")]
 use options::DEFAULT_OPTIONS;
+#[cfg(feature = "tokio")]
+use steps::BreakerParts;
+use steps::CallParts;
 pub use steps::{AdaptiveLimit, Bulkhead, Limiter};
-use steps::{CallAdmission, Funds, Steps};
 #[cfg(feature = "tokio")]
 pub use stream::CallStream;
 
@@ -316,58 +318,60 @@ impl<K, L> Policy<K, L> {
         self.saturation.as_ref()
     }
 
-    /// What one call's admission is built from.
+    /// The parts of one call.
     #[inline]
-    pub(crate) fn steps(&self) -> Steps<'_> {
-        Steps {
+    pub(crate) fn parts(&self) -> CallParts<'_> {
+        let breaker = self.breaker.as_ref().map(Breaker::shared);
+        Parts {
+            // Events carry the breaker's name; only a call without a breaker needs the policy's.
+            name: if breaker.is_none() {
+                Some(self.name)
+            } else {
+                None
+            },
+            breaker,
+            budget: self.budget.as_ref().map(Budget::shared),
+            limiter: self.limiter.as_ref().map(Limiter::shared),
+            quota: self.quota.as_deref(),
+            bulkhead: self.bulkhead.as_ref().map(|b| b.inner.slots()),
+            adaptive: self.adaptive.as_ref().map(AdaptiveLimit::shared),
             #[cfg(feature = "tokio")]
             saturation: self.saturation.as_ref().map(crate::SaturationProbe::signal),
             #[cfg(not(feature = "tokio"))]
             saturation: None,
-            name: &self.name,
-            breaker: self.breaker.as_ref().map(Breaker::shared),
-            limiter: self.limiter.as_ref().map(Limiter::cells),
-            bulkhead: self.bulkhead.as_ref().map(|b| &*b.inner),
-            adaptive: self.adaptive.as_ref().map(AdaptiveLimit::shared),
-            quota: self.quota.as_deref(),
         }
     }
 
-    /// The breaker and budget of one call, with the optional steps in front of the breaker;
-    /// `held` is a bulkhead slot the call already won by waiting.
-    #[inline]
-    pub(crate) fn parts<'a>(
-        &'a self,
-        steps: Steps<'a>,
-        held: Option<BulkheadPermit>,
-    ) -> Parts<CallAdmission<'a>, Funds<'a>> {
-        Parts {
-            breaker: steps.admission(held),
-            budget: self.funds(),
-        }
-    }
-
-    /// The steps of a policy that has no optional one (checked by the caller): the breaker
-    /// (or none) and the name, the others known absent, so a call built from them neither
-    /// reads nor keeps them.
+    /// The parts of one call of a policy that has no optional part (checked by the caller):
+    /// the breaker (or none) and the budget (or none), the others known absent, so a call built
+    /// from them neither reads nor keeps them.
     #[cfg(feature = "tokio")]
     #[inline]
-    pub(crate) fn breaker_steps(&self) -> Steps<'_> {
-        Steps {
-            saturation: None,
-            name: &self.name,
-            breaker: self.breaker.as_ref().map(Breaker::shared),
+    pub(crate) fn breaker_parts(&self) -> BreakerParts<'_> {
+        let breaker = self.breaker.as_ref().map(Breaker::shared);
+        Parts {
+            name: if breaker.is_none() {
+                Some(self.name)
+            } else {
+                None
+            },
+            breaker,
+            budget: self.budget.as_ref().map(Budget::shared),
             limiter: None,
+            quota: None,
             bulkhead: None,
             adaptive: None,
-            quota: None,
+            saturation: None,
         }
     }
 
-    /// The budget side of a call.
+    /// Wakes a caller waiting for the policy's bulkhead, if one waits: after an attempt was
+    /// reported or given back (its slot freed).
     #[inline]
-    pub(crate) fn funds(&self) -> Funds<'_> {
-        self.budget.as_ref().map(|b| b.shared())
+    pub(crate) fn wake_bulkhead_waiter(&self) {
+        if let Some(b) = &self.bulkhead {
+            b.inner.wake_if_waiting();
+        }
     }
 
     /// The call driver for a call starting at `now` with `options`' deadline, salted with the
@@ -498,13 +502,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let now = self.clock.now();
         let mut explain = Explain::new(&self.settings).name(&self.name);
         if let Some(l) = self.limiter() {
-            if let Some(gcra) = l.as_gcra() {
-                explain = explain.rate_limit(gcra.settings());
-            } else if let Some(window) = l.as_window() {
-                explain = explain.window_limit(window.settings());
-            } else if let Some(sliding) = l.as_sliding() {
-                explain = explain.sliding_limit(sliding.settings());
-            }
+            explain = explain.limit_rule(l.rule());
         }
         if let Some(b) = self.bulkhead() {
             explain = explain.bulkhead(b.settings());
@@ -647,8 +645,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         F: FnMut(u32) -> Result<T, E>,
         C: Classify<T, E>,
     {
-        let steps = self.steps();
-        let mut parts = self.parts(steps, None);
+        let parts = self.parts();
         let span = crate::events::call_span(&self.name);
         let _in_call = span.enter();
         let mut now = self.clock.now();
@@ -664,9 +661,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             // The core decides what a drain stops; it is told before every step (an attempt
             // cannot be cut short here: one in flight runs to its end).
             blocking::watch_drain(drain, &mut call, now);
-            match call.poll(&mut parts, now, &mut sink) {
+            match call.poll(&parts, now, &mut sink) {
                 Step::Attempt(permit) => {
-                    let guard = PermitGuard::new(steps, permit);
+                    let guard = PermitGuard::new(self, &parts, permit);
                     if blocking::is_cancelled(options) {
                         drop(guard);
                         call.cancel();
@@ -678,16 +675,15 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     now = self.clock.now();
                     // The attempt could not be cut short: the core judges a late answer.
                     let outcome = options.classify.classify(&result);
-                    if let Some(quota) = steps.quota {
+                    if let Some(quota) = parts.quota {
                         quota.on_published(now, options.classify.published(&result));
                     }
                     let (outcome, answered) = call.judge_answer(now, outcome, result.is_ok());
                     crate::events::record_outcome(&attempt, outcome.as_str());
                     last = Some(result);
                     if let Some(permit) = guard.disarm() {
-                        call.complete_attempt(
-                            &mut parts, permit, now, outcome, answered, &mut sink,
-                        );
+                        call.complete_attempt(&parts, permit, now, outcome, answered, &mut sink);
+                        self.wake_bulkhead_waiter();
                     }
                 }
                 Step::Wait(wait) => {

@@ -5,10 +5,10 @@ use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 
 use stormguard_core::{
-    call::{
-        Admission, AttemptLog, Due, HedgedPair, Lane, OptionalBreaker, PairNext, SharedHedgeShare,
-    },
-    limits::{BulkheadEntry, BulkheadPermit, BulkheadTicket, SharedQuota},
+    breaker::FullTable,
+    call::{AttemptLog, Due, Gate, HedgedPair, Lane, PairNext, SharedHedgeShare},
+    limits::BulkheadPermit,
+    limits::{BulkheadEntry, BulkheadTicket, SharedQuota},
     wire::quota::Published,
     Call, Duration, Event, Finished, Instant, Outcome, Parts, Rejection, State, Step,
 };
@@ -16,10 +16,7 @@ use tokio_util::either::Either;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::steps::BulkheadShared;
-use super::{
-    Attempt, CallEnd, CallError, CallOptions, Drain, Funds, PermitGuard, Policy, Report, Slept,
-    Steps,
-};
+use super::{Attempt, CallEnd, CallError, CallOptions, Drain, PermitGuard, Policy, Report, Slept};
 use crate::cache::SuccessCache;
 use crate::classify::Classify;
 use crate::clock::Clock;
@@ -103,15 +100,6 @@ async fn sleep(d: Duration, cancel: Option<&CancellationToken>, drain: Option<&D
         timer.as_mut().poll(cx).map(|()| Slept::Elapsed)
     })
     .await
-}
-
-impl<C> CallOptions<'_, C> {
-    /// Serves a refusal's guarded pause for a call made with these options, ended at once
-    /// by their cancellation token: for a refusal the call loop does not reach (a full
-    /// keyed table's, driven by the keyed policy over the same core driver).
-    pub(crate) async fn serve_pause(&self, pause: Duration) -> Slept {
-        sleep(pause, self.cancel, None).await
-    }
 }
 
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
@@ -438,44 +426,72 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             && self.quota.is_none()
             && self.saturation.is_none()
         {
-            // No optional step: the loop over the breaker (or none) alone, so that a policy
-            // without the steps pays nothing for them (measured: the composition with both
-            // absent costs the plain path a few percent).
-            let admission = |steps: Steps<'s>, _| OptionalBreaker::new(steps.breaker, *steps.name);
-            Either::Left(self.drive(start, options, op, end, Self::breaker_steps, admission))
+            // No optional part: the loop over the breaker (or none) and the budget alone, so
+            // that a policy without the others pays nothing for them (measured: the
+            // composition with them absent costs the plain path a few percent).
+            Either::Left(self.drive(start, options, op, end, Self::breaker_parts, false))
         } else {
-            Either::Right(self.drive(start, options, op, end, Self::steps, Steps::admission))
+            Either::Right(self.drive(start, options, op, end, Self::parts, true))
         }
     }
 
-    /// The loop proper, over the call's admission `A` (built by `admission` from the policy's
-    /// steps and a bulkhead slot the call already won by waiting), for a call that began at
-    /// `start`. `steps_of` reads the steps: all of the policy's, or its breaker alone when
-    /// the caller checked it has no optional step.
+    /// A call refused by a full keyed table before any attempt ([`FullTable`]): the same loop,
+    /// over the table's refusal and the policy's budget, so that it is guarded like any other
+    /// refusal (the `Rejected` event and the call's report to the listener, the pause capped by
+    /// the call's deadline and ended by its cancellation, the `retry_after`).
+    pub(crate) fn run_refused<'s, 'o, 'l, T, E, F, Fut, C>(
+        &'s self,
+        full: FullTable,
+        options: &'o CallOptions<'o, C>,
+        op: F,
+        end: Option<&'o mut CallEnd<'l>>,
+    ) -> impl Future<Output = Result<T, CallError<E>>> + use<'s, 'o, 'l, T, E, F, Fut, C, K, L>
+    where
+        F: FnMut(Attempt) -> Option<Fut>,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classify<T, E>,
+    {
+        let parts_of =
+            move |policy: &'s Self| -> Parts<FullTable, &'s stormguard_core::SharedBudget> {
+                Parts {
+                    name: None,
+                    breaker: Some(full),
+                    budget: policy.budget.as_ref().map(crate::Budget::shared),
+                    limiter: None,
+                    quota: None,
+                    bulkhead: None,
+                    adaptive: None,
+                    saturation: None,
+                }
+            };
+        self.drive(None, options, op, end, parts_of, false)
+    }
+
+    /// The loop proper, over the call's parts `P` (read by `parts_of`: all of the policy's,
+    /// or its breaker and budget alone when the caller checked it has no optional part), for a
+    /// call that began at `start`.
     ///
     /// The call's span ([`call_span`]) is entered where something may log (the event sink, an
     /// attempt's future under its own span), not wrapped around the loop's future: a span
     /// nobody listens to then costs a branch, and the loop's future is not moved once more.
-    // Few, narrow arguments (the options by reference, the steps and the report made
-    // here): an async fn moves its arguments into place when first polled, just after the
-    // caller wrote them, and wide moves of narrow writes stall the processor.
-    #[allow(clippy::too_many_arguments)]
-    async fn drive<'p, 'o, 'l, T, E, F, Fut, C, A, S, M>(
+    // Few, narrow arguments (the options by reference, the parts made here): an async fn
+    // moves its arguments into place when first polled, just after the caller wrote them, and
+    // wide moves of narrow writes stall the processor.
+    async fn drive<'p, 'o, 'l, T, E, F, Fut, C, P, S>(
         &'p self,
         start: Option<Instant>,
         options: &'o CallOptions<'o, C>,
         mut op: F,
         mut end: Option<&'o mut CallEnd<'l>>,
-        steps_of: S,
-        admission: M,
+        parts_of: S,
+        may_queue: bool,
     ) -> Result<T, CallError<E>>
     where
         F: FnMut(Attempt) -> Option<Fut>,
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
-        A: Admission,
-        S: Fn(&'p Self) -> Steps<'p>,
-        M: FnOnce(Steps<'p>, Option<BulkheadPermit>) -> A,
+        P: Gate,
+        S: Fn(&'p Self) -> P,
     {
         // A start read elsewhere (from the inner clock) never lies before a reading the
         // policy already handed out.
@@ -483,9 +499,6 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             Some(at) => self.clock.at_least_latest(at),
             None => self.clock.now(),
         };
-        // Read where used, not kept: the loop's future then keeps no copy of the steps, and
-        // a policy without the optional ones reads them as absent at compile time.
-        let steps = || steps_of(self);
         let span = call_span(&self.name);
         let mut report = Report::new(&self.listener, &self.name, span.clone(), start);
         let cancel = options.cancel;
@@ -508,9 +521,14 @@ impl<K: Clock, L: Listener> Policy<K, L> {
             || self.times_attempts()
             || self.listener.hears_call_durations();
         // A bulkhead with a bounded wait: the call waits for a slot before its first
-        // attempt (the core's `Bulkheaded` never queues; the wait is the adapter's).
-        let mut held = None;
-        if let Some(bulkhead) = steps().bulkhead.filter(|b| b.waits()) {
+        // attempt. The slot it wins is handed straight back and taken again by that attempt,
+        // with no `.await` in between.
+        if let Some(bulkhead) = self
+            .bulkhead
+            .as_ref()
+            .map(|b| &*b.inner)
+            .filter(|b| may_queue && b.waits())
+        {
             let deadline = call.deadline();
             let wait = pin!(wait_for_slot(
                 bulkhead,
@@ -525,7 +543,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     if at > now {
                         report.slot_wait(now, at, true);
                     }
-                    held = Some(permit);
+                    bulkhead.slots().leave(permit);
                     now = at;
                 }
                 // The driver decides: a slot freed since is taken, else the guarded
@@ -539,10 +557,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 }
             }
         }
-        let mut parts = Parts {
-            breaker: admission(steps(), held),
-            budget: self.funds(),
-        };
+        let parts = parts_of(self);
+        // The quota the dependency publishes, read from its answers (for the parts' quota).
+        let quota = self.quota.as_deref();
         let mut sink = |e: Event<'_>| {
             let _in_call = span.enter();
             self.emit_logged(&e, &mut log);
@@ -554,9 +571,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                 // The core decides what the drain stops; it is told before every step.
                 call.on_drain(now, drain.grace());
             }
-            match call.poll(&mut parts, now, &mut sink) {
+            match call.poll(&parts, now, &mut sink) {
                 Step::Attempt(permit) => {
-                    let guard = PermitGuard::new(steps(), permit);
+                    let guard = PermitGuard::new(self, &parts, permit);
                     if cancel.is_some_and(CancellationToken::is_cancelled) {
                         // Cancelled already (before the call, or during an attempt whose
                         // result won the race): nothing more runs. The guard gives the
@@ -586,8 +603,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                         (Some(fut), Some(after)) => {
                             let pair = Pair {
                                 call: &mut call,
-                                parts: &mut parts,
-                                steps: steps(),
+                                parts: &parts,
                                 report: &mut report,
                                 last: &mut last,
                                 sink: &mut sink,
@@ -638,12 +654,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                                 // Re-armed for the clamped attempt deadline.
                                 timer.set(None);
                             };
-                            let judged = classify(
-                                ran,
-                                &options.classify,
-                                &mut last,
-                                steps().quota.is_some(),
-                            );
+                            let judged =
+                                classify(ran, &options.classify, &mut last, quota.is_some());
                             // The attempt's end: read when anything times it, and for a
                             // failure or a probe's success, which are evidence at the time
                             // they ended (a breaker's open mark, a retry's backoff, the
@@ -654,7 +666,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                             {
                                 now = self.clock.now();
                             }
-                            judged.publish(steps().quota, now);
+                            judged.publish(quota, now);
                             record_outcome(&in_attempt, judged.outcome.as_str());
                             (judged.outcome, judged.answered)
                         }
@@ -664,9 +676,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     };
                     succeeded_at = (outcome == Outcome::Success).then_some(now);
                     if let Some(permit) = guard.disarm() {
-                        call.complete_attempt(
-                            &mut parts, permit, now, outcome, answered, &mut sink,
-                        );
+                        call.complete_attempt(&parts, permit, now, outcome, answered, &mut sink);
+                        self.wake_bulkhead_waiter();
                     }
                     // A call the outcome ended is read where it is, not polled once more.
                     if let Some(finished) = call.finished() {
@@ -709,12 +720,12 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     /// other attempt is dropped and reported cancelled, a failure waits for the other.
     /// Returns the time the pair ended and, if one succeeded, that time again.
     #[allow(clippy::too_many_arguments)]
-    async fn hedged<'p, 'g, T, E, F, Fut, C, A, S>(
-        &'p self,
-        pair: Pair<'_, 'p, 'g, T, E, L, A, S>,
+    async fn hedged<'r, 'g, T, E, F, Fut, C, P, S>(
+        &'r self,
+        pair: Pair<'r, 'g, T, E, L, P, S>,
         op: &mut F,
         (first, first_span): (Fut, CallSpan),
-        guard: PermitGuard<'p>,
+        guard: PermitGuard<'r, P>,
         after: Duration,
         mut now: Instant,
         options: &CallOptions<'_, C>,
@@ -723,13 +734,12 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         F: FnMut(Attempt) -> Option<Fut>,
         Fut: Future<Output = Result<T, E>>,
         C: Classify<T, E>,
-        A: Admission,
+        P: Gate,
         S: FnMut(Event<'_>),
     {
         let Pair {
             call,
             parts,
-            steps,
             report,
             last,
             sink,
@@ -743,7 +753,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
         let span_a = first_span;
         let mut span_b = CallSpan::none();
         let mut guard_a = Some(guard);
-        let mut guard_b: Option<PermitGuard<'p>> = None;
+        let mut guard_b: Option<PermitGuard<'r, P>> = None;
         let mut timer = pin!(None::<tokio::time::Sleep>);
         let mut cancelled = pin!(options.cancel.map(CancellationToken::cancelled));
         // A drain that begins during the pair stops the hedge and clamps both attempts to its
@@ -808,7 +818,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                             pair.launch(call, parts, now, &mut *sink, launch)
                         {
                             span_b = hedge_span;
-                            guard_b = Some(PermitGuard::new(steps, permit));
+                            guard_b = Some(PermitGuard::new(self, parts, permit));
                             report.attempt(call.attempts());
                             fut_b.set(Some(fut));
                         }
@@ -845,8 +855,8 @@ impl<K: Clock, L: Listener> Policy<K, L> {
                     &span_a,
                 ),
             };
-            let judged = classify(ran, &options.classify, last, steps.quota.is_some());
-            judged.publish(steps.quota, now);
+            let judged = classify(ran, &options.classify, last, self.quota.is_some());
+            judged.publish(self.quota.as_deref(), now);
             let Judged {
                 outcome, answered, ..
             } = judged;
@@ -886,10 +896,9 @@ impl<K: Clock, L: Listener> Policy<K, L> {
 }
 
 /// What a hedged pair of attempts works on, borrowed from the call loop.
-struct Pair<'r, 'p, 'g, T, E, L: Listener, A, S> {
+struct Pair<'r, 'g, T, E, L: Listener, P, S> {
     call: &'r mut Call,
-    parts: &'r mut Parts<A, Funds<'p>>,
-    steps: Steps<'p>,
+    parts: &'r P,
     report: &'r mut Report<'g, L>,
     last: &'r mut Option<Result<T, E>>,
     /// The call's event sink (tracing, the listener, the attempt log).

@@ -1,134 +1,71 @@
 use std::fmt;
 use std::sync::Arc;
 
-use stormguard_core::{
-    call::OptionalBreaker, limits::saturation::SaturationAware,
-    limits::saturation::SaturationSignal, limits::AdaptiveLimitSettings, limits::AdaptiveSnapshot,
-    limits::AdaptivelyLimited, limits::BulkheadPermit, limits::BulkheadSettings,
-    limits::BulkheadSlots, limits::BulkheadSnapshot, limits::Bulkheaded, limits::Limit,
-    limits::RateLimitSettings, limits::RateLimited, limits::SharedAdaptiveLimiter,
-    limits::SharedBulkhead, limits::SharedQuota, limits::SharedRateLimiter,
-    limits::SharedSlidingWindowLimiter, limits::SharedWindowLimiter, limits::SlidingWindowSettings,
-    limits::WindowLimitSettings, Instant, Name, Refused, SettingsError, SharedBreaker,
-    SharedBudget,
+use stormguard_core::cell::Atomic;
+use stormguard_core::limits::saturation::SaturationSignal;
+use stormguard_core::limits::BulkheadPermit;
+use stormguard_core::limits::{
+    AdaptiveLimitSettings, AdaptiveSnapshot, AnyLimiter, AnyRule, BulkheadSettings,
+    BulkheadSnapshot, LimitRule, SharedAdaptiveLimiter, SharedBulkhead, SharedQuota,
 };
-
-/// The budget side of a policy's calls: its shared budget, or none (the core's `Option`).
-pub(crate) type Funds<'a> = Option<&'a SharedBudget>;
+use stormguard_core::{Instant, Name, Parts, SettingsError, SharedBreaker, SharedBudget};
 
 /// A rate limiter a policy puts in front of its breaker (see [`PolicyBuilder::rate_limit`]):
-/// the core's lock-free [`SharedRateLimiter`] (GCRA), [`SharedWindowLimiter`] (a window with
-/// a cooldown) or [`SharedSlidingWindowLimiter`] (a quota per window sliding in segments) in an
-/// `Arc`, so clones, and every policy given one, share its cells.
+/// one of the core's lock-free limiters, of any rule (GCRA, a window with a cooldown, or a
+/// quota per window sliding in segments), in an `Arc`, so clones, and every policy given one,
+/// share its cells.
 ///
 /// ```
-/// use stormguard_core::{Instant, limits::RateLimitSettings, limits::WindowLimitSettings};
+/// use stormguard_core::{Instant, limits::AnyRule, limits::RateLimitSettings, limits::WindowLimitSettings};
 /// use stormguard_core::limits::SlidingWindowSettings;
 /// use stormguard_std::Limiter;
 ///
-/// let api = Limiter::gcra(RateLimitSettings::per_second("api", 100)?);
-/// let stream = Limiter::window(WindowLimitSettings::defaults("stream")); // 50 a minute
-/// let search = Limiter::sliding(SlidingWindowSettings::defaults("search")); // 50 a minute
+/// let api = Limiter::new(RateLimitSettings::per_second("api", 100)?);
+/// let stream = Limiter::new(WindowLimitSettings::defaults("stream")); // 50 a minute
+/// let search = Limiter::new(SlidingWindowSettings::defaults("search")); // 50 a minute
 /// assert_eq!(api.name().as_str(), "api");
 /// assert_eq!(stream.available_at(Instant::from_secs(1)), 50);
-/// assert!(search.as_sliding().is_some());
+/// assert!(matches!(search.rule(), AnyRule::Sliding(_)));
 /// # Ok::<(), stormguard_std::SettingsError>(())
 /// ```
 ///
 /// [`PolicyBuilder::rate_limit`]: crate::PolicyBuilder::rate_limit
 #[derive(Clone)]
 pub struct Limiter {
-    inner: Arc<LimiterForm>,
-}
-
-enum LimiterForm {
-    Gcra(SharedRateLimiter),
-    Window(SharedWindowLimiter),
-    Sliding(SharedSlidingWindowLimiter),
+    inner: Arc<dyn AnyLimiter + Send + Sync>,
 }
 
 impl Limiter {
-    /// A GCRA limiter with `settings`, full at start.
-    pub fn gcra(settings: RateLimitSettings) -> Limiter {
-        Limiter::from_gcra(SharedRateLimiter::new(settings))
+    /// A shared limiter following `rule` (its validated settings), as good as new.
+    pub fn new<R: LimitRule + Send + Sync + 'static>(rule: R) -> Limiter {
+        Limiter::from_core(stormguard_core::limits::Limiter::<R, Atomic>::new(rule))
     }
 
-    /// A window-with-cooldown limiter with `settings`, empty at start.
-    pub fn window(settings: WindowLimitSettings) -> Limiter {
-        Limiter::from_window(SharedWindowLimiter::new(settings))
-    }
-
-    /// A segmented sliding-window limiter with `settings`, empty at start.
-    pub fn sliding(settings: SlidingWindowSettings) -> Limiter {
-        Limiter::from_sliding(SharedSlidingWindowLimiter::new(settings))
-    }
-
-    /// Takes ownership of a shared sliding-window limiter.
-    pub fn from_sliding(limiter: SharedSlidingWindowLimiter) -> Limiter {
+    /// Takes ownership of one of the core's shared limiters.
+    pub fn from_core<R: LimitRule + Send + Sync + 'static>(
+        limiter: stormguard_core::limits::Limiter<R, Atomic>,
+    ) -> Limiter {
         Limiter {
-            inner: Arc::new(LimiterForm::Sliding(limiter)),
-        }
-    }
-
-    /// Takes ownership of a shared GCRA limiter.
-    pub fn from_gcra(limiter: SharedRateLimiter) -> Limiter {
-        Limiter {
-            inner: Arc::new(LimiterForm::Gcra(limiter)),
-        }
-    }
-
-    /// Takes ownership of a shared window limiter.
-    pub fn from_window(limiter: SharedWindowLimiter) -> Limiter {
-        Limiter {
-            inner: Arc::new(LimiterForm::Window(limiter)),
+            inner: Arc::new(limiter),
         }
     }
 
     /// The limiter's name.
     #[must_use]
     pub fn name(&self) -> &Name {
-        match &*self.inner {
-            LimiterForm::Gcra(l) => l.name(),
-            LimiterForm::Window(l) => l.name(),
-            LimiterForm::Sliding(l) => l.name(),
-        }
+        self.inner.name()
     }
 
     /// Cells that could be taken at `now` (an instant of the policy's clock). Changes nothing.
     #[must_use]
     pub fn available_at(&self, now: Instant) -> u32 {
-        match &*self.inner {
-            LimiterForm::Gcra(l) => l.available(now),
-            LimiterForm::Window(l) => l.available(now),
-            LimiterForm::Sliding(l) => l.available(now),
-        }
+        self.inner.available(now)
     }
 
-    /// The shared GCRA limiter, if this is one.
+    /// The limiter's rule (its settings).
     #[must_use]
-    pub fn as_gcra(&self) -> Option<&SharedRateLimiter> {
-        match &*self.inner {
-            LimiterForm::Gcra(l) => Some(l),
-            LimiterForm::Window(_) | LimiterForm::Sliding(_) => None,
-        }
-    }
-
-    /// The shared window limiter, if this is one.
-    #[must_use]
-    pub fn as_window(&self) -> Option<&SharedWindowLimiter> {
-        match &*self.inner {
-            LimiterForm::Window(l) => Some(l),
-            LimiterForm::Gcra(_) | LimiterForm::Sliding(_) => None,
-        }
-    }
-
-    /// The shared sliding-window limiter, if this is one.
-    #[must_use]
-    pub fn as_sliding(&self) -> Option<&SharedSlidingWindowLimiter> {
-        match &*self.inner {
-            LimiterForm::Sliding(l) => Some(l),
-            LimiterForm::Gcra(_) | LimiterForm::Window(_) => None,
-        }
+    pub fn rule(&self) -> AnyRule<'_> {
+        self.inner.rule()
     }
 
     /// `true` when both handles share one limiter.
@@ -137,53 +74,19 @@ impl Limiter {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    pub(super) fn cells(&self) -> Cells<'_> {
-        match &*self.inner {
-            LimiterForm::Gcra(l) => Cells::Gcra(l),
-            LimiterForm::Window(l) => Cells::Window(l),
-            LimiterForm::Sliding(l) => Cells::Sliding(l),
-        }
+    /// The limiter, as a call's parts take it.
+    #[inline]
+    pub(crate) fn shared(&self) -> &(dyn AnyLimiter + Send + Sync) {
+        &*self.inner
     }
 }
 
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let form = match &*self.inner {
-            LimiterForm::Gcra(_) => "gcra",
-            LimiterForm::Window(_) => "window",
-            LimiterForm::Sliding(_) => "sliding",
-        };
         f.debug_struct("Limiter")
             .field("name", &self.name().as_str())
-            .field("form", &form)
+            .field("rule", &self.rule())
             .finish()
-    }
-}
-
-/// A limiter's cells, as the core's [`RateLimited`] takes them: one per attempt.
-#[derive(Clone, Copy)]
-pub(crate) enum Cells<'a> {
-    Gcra(&'a SharedRateLimiter),
-    Window(&'a SharedWindowLimiter),
-    Sliding(&'a SharedSlidingWindowLimiter),
-}
-
-impl Limit for Cells<'_> {
-    #[inline]
-    fn take(&mut self, now: Instant) -> Result<(), Refused> {
-        match self {
-            Cells::Gcra(l) => Limit::take(l, now),
-            Cells::Window(l) => Limit::take(l, now),
-            Cells::Sliding(l) => Limit::take(l, now),
-        }
-    }
-    #[inline]
-    fn peek(&self, now: Instant) -> Result<(), Refused> {
-        match self {
-            Cells::Gcra(l) => Limit::peek(l, now),
-            Cells::Window(l) => Limit::peek(l, now),
-            Cells::Sliding(l) => Limit::peek(l, now),
-        }
     }
 }
 
@@ -226,7 +129,6 @@ pub(crate) struct BulkheadShared {
 
 impl BulkheadShared {
     /// The core's bulkhead.
-    #[cfg(feature = "tokio")]
     #[inline]
     pub(crate) fn slots(&self) -> &SharedBulkhead {
         &self.slots
@@ -254,6 +156,17 @@ impl BulkheadShared {
             self.freed.notify_one();
         }
         waiting
+    }
+
+    /// Wakes one waiter if callers wait for a slot: after a call reported an attempt (which
+    /// freed its slot), or a dropped call gave one back. A wake-up with no slot free is
+    /// harmless: the waiter looks, and waits again.
+    #[inline]
+    pub(crate) fn wake_if_waiting(&self) {
+        #[cfg(feature = "tokio")]
+        if self.slots.queued() > 0 {
+            self.freed.notify_one();
+        }
     }
 }
 
@@ -433,95 +346,19 @@ impl fmt::Debug for AdaptiveLimit {
     }
 }
 
-/// A bulkhead's slots as the core's [`Bulkheaded`] takes them, holding the slot a caller won
-/// by waiting until its first attempt takes it, and waking a waiter whenever a slot is freed.
-pub(crate) struct Slots<'a> {
-    pub(super) bulkhead: &'a BulkheadShared,
-    pub(super) held: Option<BulkheadPermit>,
-}
-
-impl BulkheadSlots for Slots<'_> {
-    #[inline]
-    fn try_enter(&mut self, now: Instant) -> Result<BulkheadPermit, Refused> {
-        match self.held.take() {
-            Some(permit) => Ok(permit),
-            None => self.bulkhead.slots.try_enter(now),
-        }
-    }
-    #[inline]
-    fn leave(&mut self, permit: BulkheadPermit) -> bool {
-        self.bulkhead.leave(permit)
-    }
-    #[inline]
-    fn check(&self) -> Result<(), Refused> {
-        match self.held {
-            Some(_) => Ok(()),
-            None => self.bulkhead.slots.check(),
-        }
-    }
-}
-
-impl Drop for Slots<'_> {
-    fn drop(&mut self) {
-        // A slot won by waiting that no attempt took (the call was refused or cancelled first).
-        if let Some(permit) = self.held.take() {
-            let _ = self.bulkhead.leave(permit);
-        }
-    }
-}
-
-/// A policy's optional steps, borrowed for one call: what its admission is built from.
-#[derive(Clone, Copy)]
-pub(crate) struct Steps<'a> {
-    pub(super) name: &'a Name,
-    pub(super) breaker: Option<&'a SharedBreaker>,
-    pub(super) limiter: Option<Cells<'a>>,
-    pub(super) bulkhead: Option<&'a BulkheadShared>,
-    pub(super) adaptive: Option<&'a SharedAdaptiveLimiter>,
-    /// The quota the dependency published, kept per policy (per host in a keyed table).
-    pub(super) quota: Option<&'a SharedQuota>,
-    /// The signal of the runtime's saturation, when latencies learned are held during it.
-    pub(super) saturation: Option<&'a SaturationSignal>,
-}
-
-impl<'a> Steps<'a> {
-    /// The admission of one call: the breaker (or none), its outcomes judged against the
-    /// runtime's saturation (when the policy watches it), behind the adaptive limiter, behind
-    /// the bulkhead, behind the rate limiter, behind the published quota, as the core composes
-    /// them. `held` is a slot the call already won by waiting.
-    #[inline]
-    pub(super) fn admission(self, held: Option<BulkheadPermit>) -> CallAdmission<'a> {
-        RateLimited::new(
-            RateLimited::new(
-                Bulkheaded::new(
-                    AdaptivelyLimited::new(
-                        SaturationAware::new(
-                            OptionalBreaker::new(self.breaker, *self.name),
-                            self.saturation,
-                        ),
-                        self.adaptive,
-                    ),
-                    self.bulkhead.map(|bulkhead| Slots { bulkhead, held }),
-                ),
-                self.limiter,
-            ),
-            self.quota,
-        )
-    }
-}
-
-/// The admission side of a call: the breaker with the optional steps in front of it, each one
-/// the core's part that may be absent.
-pub(crate) type CallAdmission<'a> = RateLimited<
-    RateLimited<
-        Bulkheaded<
-            AdaptivelyLimited<
-                SaturationAware<'a, OptionalBreaker<&'a SharedBreaker>>,
-                Option<&'a SharedAdaptiveLimiter>,
-            >,
-            Option<Slots<'a>>,
-        >,
-        Option<Cells<'a>>,
-    >,
-    Option<&'a SharedQuota>,
+/// The parts of one call of a policy with every optional part.
+pub(crate) type CallParts<'a> = Parts<
+    &'a SharedBreaker,
+    &'a SharedBudget,
+    &'a (dyn AnyLimiter + Send + Sync),
+    &'a SharedQuota,
+    &'a SharedBulkhead,
+    &'a SharedAdaptiveLimiter,
+    &'a SaturationSignal,
 >;
+
+/// The parts of one call of a policy with no optional part: the breaker (or none) and the
+/// budget (or none), the others known absent, so a call built from them carries no code for
+/// them.
+#[cfg(feature = "tokio")]
+pub(crate) type BreakerParts<'a> = Parts<&'a SharedBreaker, &'a SharedBudget>;

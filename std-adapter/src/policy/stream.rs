@@ -10,12 +10,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
-use stormguard_core::call::{
-    Lost, OptionalBreaker, StreamRestarts, StreamSettings, StreamSettingsBuilder,
-};
-use stormguard_core::{
-    limits::saturation::SaturationAware, CallError, Duration, Outcome, Parts, SettingsError,
-};
+use stormguard_core::call::{Lost, StreamRestarts, StreamSettings, StreamSettingsBuilder};
+use stormguard_core::limits::saturation::SaturationSignal;
+use stormguard_core::part::Never;
+use stormguard_core::{CallError, Duration, Outcome, Parts, SettingsError};
 
 use super::{next_salt, Attempt, CallOptions, Policy};
 use crate::clock::Clock;
@@ -367,22 +365,28 @@ where
         if policy.drain.as_ref().is_some_and(|d| d.is_draining()) {
             self.restarts.on_drain();
         }
-        let steps = policy.steps();
-        let mut parts = Parts {
-            breaker: SaturationAware::new(
-                OptionalBreaker::new(steps.breaker, *steps.name),
-                steps.saturation,
-            ),
-            budget: policy.funds(),
+        // The breaker alone (no limit in front: a loss is reported, not admitted) and the
+        // budget.
+        let breaker = policy.breaker_parts();
+        let parts: Parts<_, _, Never, Never, Never, Never, &SaturationSignal> = Parts {
+            name: breaker.name,
+            breaker: breaker.breaker,
+            budget: breaker.budget,
+            limiter: None,
+            quota: None,
+            bulkhead: None,
+            adaptive: None,
+            saturation: policy
+                .saturation
+                .as_ref()
+                .map(crate::SaturationProbe::signal),
         };
         // A restart needs a checkpoint it can resume from.
         let resumable = self.checkpoint_of.is_some()
             && self.checkpoint.as_ref().is_some_and(self.resumable_from);
         let lost = self
             .restarts
-            .on_lost(&mut parts, now, outcome, resumable, &mut |e| {
-                policy.emit(&e)
-            });
+            .on_lost(&parts, now, outcome, resumable, &mut |e| policy.emit(&e));
         self.stall.progressed();
         match lost {
             Lost::Restart(wait) => {

@@ -10,6 +10,7 @@
     clippy::panic
 )]
 
+use stormguard_core::limits::AnyRule;
 use stormguard_std::config::{ConfigError, PolicyConfig};
 use stormguard_std::{Duration, Field, Jitter, State};
 
@@ -71,7 +72,9 @@ fn the_example_file_builds_every_policy_from_its_preset_and_overrides() {
         Some(2500)
     );
 
-    let limiter = *search.limiter().unwrap().as_gcra().unwrap().settings();
+    let AnyRule::Gcra(&limiter) = search.limiter().unwrap().rule() else {
+        panic!("a GCRA limiter")
+    };
     assert_eq!(
         (limiter.cells(), limiter.period(), limiter.burst()),
         (20, Duration::from_secs(1), 5)
