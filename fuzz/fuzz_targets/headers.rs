@@ -1,17 +1,19 @@
 //! Every header value the tower layer reads from the network, as the bytes a hostile peer
-//! chooses: `Retry-After` (delay-seconds in the core, an HTTP date by `httpdate` as the std
-//! adapter reads it), the published quota (`RateLimit` with `RateLimit-Policy`, the counts and
-//! resets of `RateLimit-*` and `X-RateLimit-*`), `grpc-timeout`, `grpc-status`,
-//! `grpc-retry-pushback-ms`, the deadline header (`x-stormguard-deadline-ms`) and the
-//! criticality header. The input is split into lines; every parser reads every line (and each
-//! line with the next as its `RateLimit-Policy`), and what the quota parsers read drives a
-//! published quota.
+//! chooses: `Retry-After` (delay-seconds, or an HTTP date counted from the wall clock), the
+//! published quota (`RateLimit` with `RateLimit-Policy`, the counts and resets of `RateLimit-*`
+//! and `X-RateLimit-*`), `grpc-timeout`, `grpc-status`, `grpc-retry-pushback-ms`, the deadline
+//! header (`x-stormguard-deadline-ms`) and the criticality header; and the HTTP status rule fed
+//! each line's hint. The input is split into lines; every parser reads every line (and each line
+//! with the next as its `RateLimit-Policy`), and what the quota parsers read drives a published
+//! quota.
 //!
 //! After every line: nothing panicked; what a parser read is bounded by what its grammar
 //! allows (digits counted, units known, lengths capped); the delay-seconds and deadline parsers
-//! agree with Rust's own `u64` parser; and the quota, whatever it was fed, never refuses for
-//! longer than its longest wait, never for a reason but its own, and never loosens while it
-//! holds.
+//! agree with Rust's own `u64` parser and the HTTP-date parser with the `httpdate` crate; a
+//! `Retry-After` hint is the delay-seconds or else the date counted from the clock; a status
+//! (the line's first two bytes) counts as DESIGN.md says, reading its hint only for 429 and
+//! 503; and the quota, whatever it was fed, never refuses for longer than its longest wait,
+//! never for a reason but its own, and never loosens while it holds.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -19,11 +21,14 @@ use stormguard_core::call::Criticality;
 use stormguard_core::limits::{Quota, QuotaSettings};
 use stormguard_core::part::Limit;
 use stormguard_core::wire::grpc::{parse_pushback, parse_status, parse_timeout, TIMEOUT_DIGITS};
-use stormguard_core::wire::http::{parse_delay_seconds, parse_millis};
+use stormguard_core::wire::http::{
+    parse_delay_seconds, parse_http_date, parse_millis, parse_retry_after, status_outcome,
+    status_outcome_with_retry_after,
+};
 use stormguard_core::wire::quota::{
     parse_count, parse_ratelimit, parse_reset, Published, MAX_VALUE,
 };
-use stormguard_core::{Duration, Instant, RefusalReason};
+use stormguard_core::{Duration, Instant, Outcome, RefusalReason};
 
 /// The largest integer of 15 digits: the quota parsers read no more.
 const MAX_15: u64 = 999_999_999_999_999;
@@ -39,8 +44,41 @@ fn check_line(line: &[u8], next: Option<&[u8]>, unix: Option<u64>) -> Published 
     let seconds = parse_delay_seconds(line);
     assert_eq!(seconds, std_u64(line).map(Duration::from_secs));
     assert_eq!(parse_millis(line), std_u64(line).map(Duration::from_millis));
-    if let Ok(text) = std::str::from_utf8(line) {
-        let _ = httpdate::parse_http_date(text.trim());
+    // An HTTP date: exactly what `httpdate` reads, in whole seconds since the epoch.
+    let date = parse_http_date(line);
+    let reference = std::str::from_utf8(line).ok().and_then(|text| {
+        let at = httpdate::parse_http_date(text.trim()).ok()?;
+        Some(at.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs())
+    });
+    assert_eq!(date, reference);
+    // Retry-After: the delay-seconds, or else the date counted from the clock (`unix`).
+    let clock = unix.map(Duration::from_secs);
+    let hint = parse_retry_after(line, || clock);
+    let from_clock = date.zip(clock).map(|(at, now)| {
+        // In nanoseconds, as far as the clock reaches (it saturates 584 years on): a date
+        // past it leaves a wait that saturates too.
+        let at = u128::from(at) * 1_000_000_000;
+        let left = at - at.min(u128::from(now.as_nanos()));
+        Duration::from_nanos(u64::try_from(left).unwrap_or(u64::MAX))
+    });
+    assert_eq!(hint, seconds.or(from_clock));
+    // The status rule, on a status taken from the line's first two bytes.
+    if let [a, b, ..] = *line {
+        let status = u16::from_be_bytes([a, b]);
+        let mut reads = 0;
+        let outcome = status_outcome_with_retry_after(status, || {
+            reads += 1;
+            hint
+        });
+        let expected = match status {
+            429 => Outcome::Throttled { retry_after: hint },
+            503 if hint.is_some() => Outcome::Throttled { retry_after: hint },
+            408 | 500..=599 => Outcome::Transient,
+            _ => Outcome::Success,
+        };
+        assert_eq!(outcome, expected);
+        assert_eq!(reads, u32::from(matches!(status, 429 | 503)));
+        assert_eq!(status_outcome(status), status_outcome_with_retry_after(status, || None));
     }
 
     // gRPC: at most 8 digits and a known unit; at most 10 digits of status or pushback.

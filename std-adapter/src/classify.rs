@@ -114,6 +114,7 @@ mod grpc_preset {
 #[cfg(feature = "http")]
 mod http_preset {
     use http::{header::RETRY_AFTER, HeaderMap, Response, StatusCode};
+    use stormguard_core::wire::http::{parse_retry_after, status_outcome_with_retry_after};
     use stormguard_core::wire::quota::Published;
     use stormguard_core::wire::quota::{parse_count, parse_ratelimit, parse_reset};
     use stormguard_core::{Duration, Outcome};
@@ -125,13 +126,10 @@ mod http_preset {
     /// `retry_after`; other 4xx are answers (the dependency is healthy and said no to this
     /// request): they are returned to the caller, never retried, and count as successes for the
     /// dependency's health; everything else succeeds. The default classifier of the tower
-    /// layer.
-    ///
-    /// A throttle that asks for no wait (`Retry-After: 0`, or a date already past) is
-    /// classified as throttled here, and the call driver then counts it as a transient failure
-    /// ([`Outcome::effective`](crate::Outcome::effective)): a dependency that keeps
-    /// answering `503, Retry-After: 0` is down, and trips the breaker like any other 5xx, while
-    /// `Retry-After: 30` is honoured and never trips it.
+    /// layer. The rules are the core's
+    /// ([`status_outcome_with_retry_after`](stormguard_core::wire::http::status_outcome_with_retry_after),
+    /// which also says how a throttle asking for no wait, `Retry-After: 0`, counts); this type
+    /// reads a response's status and headers for them.
     ///
     /// ```
     /// use http::{Response, StatusCode};
@@ -205,7 +203,8 @@ mod http_preset {
         }
     }
 
-    /// How a response with `status` and `headers` counts, by the [`Http`] preset's rules.
+    /// How a response with `status` and `headers` counts, by the [`Http`] preset's rules (the
+    /// core's [`status_outcome_with_retry_after`], with [`retry_after`] as the hint).
     ///
     /// ```
     /// use http::{HeaderMap, StatusCode};
@@ -218,31 +217,12 @@ mod http_preset {
     /// ```
     #[must_use]
     pub fn http_outcome(status: StatusCode, headers: &HeaderMap) -> Outcome {
-        let hint = || retry_after(headers);
-        match status {
-            StatusCode::TOO_MANY_REQUESTS => Outcome::Throttled {
-                retry_after: hint(),
-            },
-            // A 503 is the dependency defending itself only when it says for how long; without
-            // a hint that can be read, it is down like any other 5xx.
-            StatusCode::SERVICE_UNAVAILABLE => match hint() {
-                Some(d) => Outcome::Throttled {
-                    retry_after: Some(d),
-                },
-                None => Outcome::Transient,
-            },
-            // The request timed out at the server: nothing was wrong with it, try again.
-            StatusCode::REQUEST_TIMEOUT => Outcome::Transient,
-            s if s.is_server_error() => Outcome::Transient,
-            // Any other 4xx is the dependency answering (the request is wrong, not the
-            // dependency): it goes back to the caller as it is and counts for the dependency's
-            // health as the success it is.
-            _ => Outcome::Success,
-        }
+        status_outcome_with_retry_after(status.as_u16(), || retry_after(headers))
     }
 
     /// The `Retry-After` header as a duration: delay-seconds, or an HTTP date counted from the
-    /// system clock (a date in the past is zero). `None` when absent or unreadable.
+    /// system clock (a date in the past is zero), by the core's [`parse_retry_after`]. `None`
+    /// when absent or unreadable.
     ///
     /// ```
     /// use http::HeaderMap;
@@ -258,14 +238,12 @@ mod http_preset {
     #[must_use]
     pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         let value = headers.get(RETRY_AFTER)?.as_bytes();
-        if let Some(delay) = stormguard_core::wire::http::parse_delay_seconds(value) {
-            return Some(delay);
-        }
-        let at = httpdate::parse_http_date(std::str::from_utf8(value).ok()?.trim()).ok()?;
-        let left = at
-            .duration_since(std::time::SystemTime::now())
-            .unwrap_or_default();
-        Some(Duration::from(left))
+        // A clock set before 1970 reads as 1970: every date is then still ahead of it.
+        let wall_clock = || {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            Some(Duration::from(now.unwrap_or_default()))
+        };
+        parse_retry_after(value, wall_clock)
     }
 
     /// The seconds since the Unix epoch on the system clock, for resets published as a Unix
