@@ -1,5 +1,6 @@
 //! Property tests of the published-quota parsers (`RateLimit`, `RateLimit-Policy`, the counts
-//! and resets of `RateLimit-*` and `X-RateLimit-*`), the HTTP value parsers (`Retry-After`'s
+//! and resets of `RateLimit-*` and `X-RateLimit-*`, and all of them read from a response's
+//! fields), the HTTP value parsers (`Retry-After`'s
 //! seconds, the deadline header) and the quota rule: whatever bytes a peer sends, nothing
 //! panics and what is read is bounded; whatever a server publishes, a known quota only
 //! tightens and no refusal asks for a wait past the longest one.
@@ -16,7 +17,7 @@ use stormguard_core::limits::{Quota, QuotaSettings, SharedQuota};
 use stormguard_core::part::Limit;
 use stormguard_core::wire::http::{parse_delay_seconds, parse_millis};
 use stormguard_core::wire::quota::{
-    parse_count, parse_ratelimit, parse_reset, Published, MAX_VALUE, UNIX_TIME_FROM,
+    parse_count, parse_fields, parse_ratelimit, parse_reset, Published, MAX_VALUE, UNIX_TIME_FROM,
 };
 use stormguard_core::{Duration, Instant, Ratio, RefusalReason};
 
@@ -37,6 +38,40 @@ fn header_bytes() -> impl Strategy<Value = Vec<u8>> {
 /// A well-formed `RateLimit` member with chosen numbers, to check what is read back.
 fn member(name: &str, r: u64, t: u64) -> String {
     format!("\"{name}\";r={r};t={t}")
+}
+
+/// The fields a quota is published in, and one that is not.
+const NAMES: [&str; 9] = [
+    "ratelimit",
+    "ratelimit-policy",
+    "ratelimit-limit",
+    "ratelimit-remaining",
+    "ratelimit-reset",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+    "retry-after",
+];
+
+/// A response's header fields: names from [`NAMES`] (now and then repeated), values biased
+/// towards the parsers' grammar.
+fn fields() -> impl Strategy<Value = Vec<(usize, Vec<u8>)>> {
+    prop::collection::vec((0..NAMES.len(), header_bytes()), 0..12)
+}
+
+/// `fields` as `parse_fields` takes them, each name spelled lower-case or upper-case.
+fn spelled(fields: &[(usize, Vec<u8>)], upper: bool) -> Vec<(Vec<u8>, &[u8])> {
+    fields
+        .iter()
+        .map(|(i, v)| {
+            let name = if upper {
+                NAMES[*i].to_ascii_uppercase()
+            } else {
+                NAMES[*i].to_string()
+            };
+            (name.into_bytes(), v.as_slice())
+        })
+        .collect()
 }
 
 proptest! {
@@ -63,6 +98,48 @@ proptest! {
         }
         let _ = parse_delay_seconds(&value);
         let _ = parse_millis(&value);
+    }
+
+    /// A response's fields read the same in any order and whatever the case of their names;
+    /// what they publish is bounded as each parser's reading is, and the clock is read once
+    /// per reset field present, no more.
+    #[test]
+    fn fields_read_alike_in_any_order_and_any_case(
+        fields in fields(),
+        unix in any::<Option<u64>>(),
+    ) {
+        let mut reads = 0;
+        let lower = spelled(&fields, false);
+        let read = parse_fields(lower.iter().map(|(n, v)| (n.as_slice(), *v)), || {
+            reads += 1;
+            unix
+        });
+        let resets = [4, 7]
+            .iter()
+            .filter(|&&r| fields.iter().filter(|(i, _)| *i == r).count() == 1)
+            .count();
+        prop_assert_eq!(reads, resets);
+        let upper = spelled(&fields, true);
+        let reversed = parse_fields(upper.iter().rev().map(|(n, v)| (n.as_slice(), *v)), || unix);
+        prop_assert_eq!(read, reversed);
+        prop_assert!(read.limit.is_none_or(|l| l <= MAX_15));
+        prop_assert!(read.remaining.is_none_or(|r| r <= MAX_15));
+        prop_assert!(read.reset.is_none_or(|r| r <= Duration::from_secs(MAX_15 + 1)));
+    }
+
+    /// A field given twice is ambiguous: the response reads as if it had not given it.
+    #[test]
+    fn a_repeated_field_reads_as_if_absent(fields in fields(), twice in 0..8usize, value in header_bytes()) {
+        let without: Vec<(usize, Vec<u8>)> =
+            fields.iter().filter(|(i, _)| *i != twice).cloned().collect();
+        let mut with = without.clone();
+        with.push((twice, value.clone()));
+        with.insert(0, (twice, value));
+        let read = |f: &[(usize, Vec<u8>)]| {
+            let s = spelled(f, false);
+            parse_fields(s.iter().map(|(n, v)| (n.as_slice(), *v)), || Some(1_700_000_000))
+        };
+        prop_assert_eq!(read(&with), read(&without));
     }
 
     #[test]

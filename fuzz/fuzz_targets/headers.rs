@@ -4,8 +4,9 @@
 //! and `X-RateLimit-*`), `grpc-timeout`, `grpc-status`, `grpc-retry-pushback-ms`, the deadline
 //! header (`x-stormguard-deadline-ms`) and the criticality header; and the HTTP status rule fed
 //! each line's hint. The input is split into lines; every parser reads every line (and each line
-//! with the next as its `RateLimit-Policy`), and what the quota parsers read drives a published
-//! quota.
+//! with the next as its `RateLimit-Policy`), what the quota parsers read drives a published
+//! quota, and the lines together are one response's quota fields (each line's first byte names
+//! its field), which read the same in any order and any case.
 //!
 //! After every line: nothing panicked; what a parser read is bounded by what its grammar
 //! allows (digits counted, units known, lengths capped); the delay-seconds and deadline parsers
@@ -26,12 +27,25 @@ use stormguard_core::wire::http::{
     status_outcome_with_retry_after,
 };
 use stormguard_core::wire::quota::{
-    parse_count, parse_ratelimit, parse_reset, Published, MAX_VALUE,
+    parse_count, parse_fields, parse_ratelimit, parse_reset, Published, MAX_VALUE,
 };
 use stormguard_core::{Duration, Instant, Outcome, RefusalReason};
 
 /// The largest integer of 15 digits: the quota parsers read no more.
 const MAX_15: u64 = 999_999_999_999_999;
+
+/// The fields a quota is published in, and one that is not: a line's first byte picks its name.
+const NAMES: [&str; 9] = [
+    "ratelimit",
+    "ratelimit-policy",
+    "ratelimit-limit",
+    "ratelimit-remaining",
+    "ratelimit-reset",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+    "retry-after",
+];
 
 /// What Rust's `u64` parser reads from `value` after trimming spaces and tabs.
 fn std_u64(value: &[u8]) -> Option<u64> {
@@ -78,7 +92,10 @@ fn check_line(line: &[u8], next: Option<&[u8]>, unix: Option<u64>) -> Published 
         };
         assert_eq!(outcome, expected);
         assert_eq!(reads, u32::from(matches!(status, 429 | 503)));
-        assert_eq!(status_outcome(status), status_outcome_with_retry_after(status, || None));
+        assert_eq!(
+            status_outcome(status),
+            status_outcome_with_retry_after(status, || None)
+        );
     }
 
     // gRPC: at most 8 digits and a known unit; at most 10 digits of status or pushback.
@@ -125,6 +142,25 @@ fuzz_target!(|data: &[u8]| {
     // The first line, if it is a number, is the wall clock's Unix time.
     let unix = data.split(|&b| b == b'\n').next().and_then(std_u64);
     let lines: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
+    // The lines as one response's fields (the first byte the name, the rest the value): they
+    // read the same in any order and whatever the case of their names.
+    let fields: Vec<(String, &[u8])> = lines
+        .iter()
+        .filter_map(|line| {
+            let (first, value) = line.split_first()?;
+            Some((NAMES[usize::from(*first) % NAMES.len()].to_string(), value))
+        })
+        .collect();
+    let read = parse_fields(fields.iter().map(|(n, v)| (n.as_bytes(), *v)), || unix);
+    let upper: Vec<(String, &[u8])> = fields
+        .iter()
+        .rev()
+        .map(|(n, v)| (n.to_ascii_uppercase(), *v))
+        .collect();
+    assert_eq!(
+        read,
+        parse_fields(upper.iter().map(|(n, v)| (n.as_bytes(), *v)), || unix)
+    );
     let settings = QuotaSettings::DEFAULT;
     let quota = Quota::new(settings);
     let mut now = Instant::from_secs(1);

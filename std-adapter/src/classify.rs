@@ -115,8 +115,7 @@ mod grpc_preset {
 mod http_preset {
     use http::{header::RETRY_AFTER, HeaderMap, Response, StatusCode};
     use stormguard_core::wire::http::{parse_retry_after, status_outcome_with_retry_after};
-    use stormguard_core::wire::quota::Published;
-    use stormguard_core::wire::quota::{parse_count, parse_ratelimit, parse_reset};
+    use stormguard_core::wire::quota::{parse_fields, Published};
     use stormguard_core::{Duration, Outcome};
 
     use super::Classify;
@@ -255,27 +254,13 @@ mod http_preset {
             .map(|d| d.as_secs())
     }
 
-    /// The header names a quota is published in, as [`published_quota`] reads them.
-    const QUOTA_HEADERS: [&str; 8] = [
-        "ratelimit",
-        "ratelimit-policy",
-        "ratelimit-limit",
-        "ratelimit-remaining",
-        "ratelimit-reset",
-        "x-ratelimit-limit",
-        "x-ratelimit-remaining",
-        "x-ratelimit-reset",
-    ];
-
-    /// The quota `headers` publish, every form read by the core's parsers and the tightest
-    /// kept ([`Published::tighter`]): the IETF draft's `RateLimit` with `RateLimit-Policy`
-    /// (structured fields, or the older dictionary), its older `RateLimit-Limit`,
-    /// `RateLimit-Remaining` and `RateLimit-Reset`, and `X-RateLimit-Limit`,
-    /// `X-RateLimit-Remaining` and `X-RateLimit-Reset` (seconds, or a Unix time counted from
-    /// the system clock). A malformed, over-long or repeated value is ignored. What the
+    /// The quota `headers` publish, by the core's
+    /// [`parse_fields`](stormguard_core::wire::quota::parse_fields): the IETF draft's
+    /// `RateLimit` with `RateLimit-Policy`, its older `RateLimit-*` fields and the
+    /// `X-RateLimit-*` ones, the tightest kept; a malformed, over-long or repeated value is
+    /// ignored, and a reset given as a Unix time counts from the system clock. What the
     /// [`Http`] preset hands a policy that keeps published quotas
-    /// ([`PolicyBuilder::published_quotas`](crate::PolicyBuilder::published_quotas)). One pass
-    /// over the headers, no allocation.
+    /// ([`PolicyBuilder::published_quotas`](crate::PolicyBuilder::published_quotas)).
     ///
     /// ```
     /// use http::HeaderMap;
@@ -298,31 +283,10 @@ mod http_preset {
     /// ```
     #[must_use]
     pub fn published_quota(headers: &HeaderMap) -> Published {
-        // Each name's value, or `Err` once repeated.
-        let mut values: [Option<Result<&[u8], ()>>; 8] = [None; 8];
-        for (name, value) in headers {
-            let Some(i) = QUOTA_HEADERS.iter().position(|n| *n == name.as_str()) else {
-                continue;
-            };
-            if let Some(slot) = values.get_mut(i) {
-                *slot = Some(match slot {
-                    None => Ok(value.as_bytes()),
-                    Some(_) => Err(()),
-                });
-            }
-        }
-        let get = |i: usize| values.get(i).copied().flatten().and_then(Result::ok);
-        let structured = get(0)
-            .and_then(|v| parse_ratelimit(v, get(1)))
-            .unwrap_or(Published::NONE);
-        let fields = |[limit, remaining, reset]: [usize; 3]| Published {
-            limit: get(limit).and_then(parse_count),
-            remaining: get(remaining).and_then(parse_count),
-            reset: get(reset).and_then(|v| parse_reset(v, unix_now())),
-        };
-        structured
-            .tighter(fields([2, 3, 4]))
-            .tighter(fields([5, 6, 7]))
+        let fields = headers
+            .iter()
+            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+        parse_fields(fields, unix_now)
     }
 
     #[cfg(test)]

@@ -436,6 +436,74 @@ pub fn parse_ratelimit(ratelimit: &[u8], policy: Option<&[u8]>) -> Option<Publis
     )
 }
 
+/// The header fields a quota is published in, as [`parse_fields`] reads them: the draft's
+/// `RateLimit` and `RateLimit-Policy`, its older three fields, then the `X-` three.
+const FIELDS: [&[u8]; 8] = [
+    b"ratelimit",
+    b"ratelimit-policy",
+    b"ratelimit-limit",
+    b"ratelimit-remaining",
+    b"ratelimit-reset",
+    b"x-ratelimit-limit",
+    b"x-ratelimit-remaining",
+    b"x-ratelimit-reset",
+];
+
+/// The quota one response publishes, from its header fields (name and value, in any order,
+/// names in any case): every form the module lists, each read by its parser and the tightest
+/// kept ([`Published::tighter`]). A field given more than once is ambiguous and ignored, as is
+/// any other field. `unix_now` is the wall clock's Unix time in seconds, for a reset published
+/// as one ([`parse_reset`]): it is called for each reset field present, and only then. One pass
+/// over the fields, no allocation.
+///
+/// ```
+/// use stormguard_core::wire::quota::parse_fields;
+/// use stormguard_core::Duration;
+///
+/// let fields: [(&[u8], &[u8]); 3] = [
+///     (b"RateLimit", br#""default";r=50;t=30"#),
+///     (b"RateLimit-Policy", br#""default";q=100;w=60"#),
+///     (b"X-RateLimit-Remaining", b"20"), // the tighter allowance
+/// ];
+/// let p = parse_fields(fields, || None);
+/// assert_eq!((p.limit, p.remaining), (Some(100), Some(20)));
+/// assert_eq!(p.reset, Some(Duration::from_secs(30)));
+///
+/// let repeated: [(&[u8], &[u8]); 2] = [(b"x-ratelimit-remaining", b"7"), (b"x-ratelimit-remaining", b"70")];
+/// assert!(parse_fields(repeated, || None).is_none());
+/// ```
+#[must_use]
+pub fn parse_fields<'a>(
+    fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    mut unix_now: impl FnMut() -> Option<u64>,
+) -> Published {
+    // Each field's value, or `Err` once repeated.
+    let mut values: [Option<Result<&[u8], ()>>; 8] = [None; 8];
+    for (name, value) in fields {
+        let Some(i) = FIELDS.iter().position(|f| f.eq_ignore_ascii_case(name)) else {
+            continue;
+        };
+        if let Some(slot) = values.get_mut(i) {
+            *slot = Some(match slot {
+                None => Ok(value),
+                Some(_) => Err(()),
+            });
+        }
+    }
+    let get = |i: usize| values.get(i).copied().flatten().and_then(Result::ok);
+    let structured = get(0)
+        .and_then(|v| parse_ratelimit(v, get(1)))
+        .unwrap_or(Published::NONE);
+    let mut fields = |[limit, remaining, reset]: [usize; 3]| Published {
+        limit: get(limit).and_then(parse_count),
+        remaining: get(remaining).and_then(parse_count),
+        reset: get(reset).and_then(|v| parse_reset(v, unix_now())),
+    };
+    structured
+        .tighter(fields([2, 3, 4]))
+        .tighter(fields([5, 6, 7]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,5 +589,59 @@ mod tests {
         );
         assert_eq!(parse_reset(b"1.", None), None);
         assert_eq!(parse_reset(b"+1", None), None);
+    }
+
+    #[test]
+    fn every_form_of_the_fields_is_read_and_the_tightest_kept() {
+        let fields: [(&[u8], &[u8]); 6] = [
+            (b"x-ratelimit-limit", b"5000"),
+            (b"x-ratelimit-remaining", b"4000"),
+            (b"ratelimit-limit", b"100"),
+            (b"ratelimit-remaining", b"90"),
+            (b"ratelimit-reset", b"5"),
+            (b"x-ratelimit-reset", b"1700000060"),
+        ];
+        let p = parse_fields(fields, || Some(1_700_000_000));
+        assert_eq!(p, published(5000, 90, 60));
+    }
+
+    #[test]
+    fn a_repeated_field_is_ignored_and_the_others_still_read() {
+        let fields: [(&[u8], &[u8]); 4] = [
+            (b"x-ratelimit-remaining", b"7"),
+            (b"x-ratelimit-limit", b"60"),
+            (b"x-ratelimit-remaining", b"7"),
+            (b"x-ratelimit-remaining", b"70"),
+        ];
+        let p = parse_fields(fields, || None);
+        assert_eq!((p.limit, p.remaining), (Some(60), None));
+    }
+
+    #[test]
+    fn field_names_match_whatever_their_case_and_no_other_field_counts() {
+        let fields: [(&[u8], &[u8]); 3] = [
+            (b"X-RateLimit-Remaining", b"3"),
+            (b"x-ratelimit-remaining-extra", b"1"),
+            (b"retry-after", b"1"),
+        ];
+        assert_eq!(parse_fields(fields, || None).remaining, Some(3));
+    }
+
+    #[test]
+    fn the_wall_clock_is_read_only_for_each_reset_field_present() {
+        let mut reads = 0;
+        let fields: [(&[u8], &[u8]); 2] = [(b"ratelimit-remaining", b"1"), (b"ratelimit", b"r=1")];
+        let _ = parse_fields(fields, || {
+            reads += 1;
+            None
+        });
+        assert_eq!(reads, 0);
+        let fields: [(&[u8], &[u8]); 2] =
+            [(b"ratelimit-reset", b"1"), (b"x-ratelimit-reset", b"1")];
+        let _ = parse_fields(fields, || {
+            reads += 1;
+            None
+        });
+        assert_eq!(reads, 2);
     }
 }
