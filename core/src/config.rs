@@ -31,12 +31,14 @@ use crate::call::{Backoff, BackoffBuilder, CallSettings, CallSettingsBuilder, Ji
 use crate::error::{Bound, Field, Problems, SettingsError};
 use crate::limits::budget::BudgetSettings;
 use crate::limits::{
-    AdaptiveLimitSettings, BudgetSettingsBuilder, BulkheadSettings, QuotaSettings,
-    RateLimitSettings, SlidingWindowSettings, WindowLimitSettings,
+    AdaptiveLimitSettings, AdaptiveLimitSettingsBuilder, BudgetSettingsBuilder, BulkheadSettings,
+    BulkheadSettingsBuilder, QuotaSettings, RateLimitSettings, RateLimitSettingsBuilder,
+    SlidingWindowSettings, SlidingWindowSettingsBuilder, WindowLimitSettings,
+    WindowLimitSettingsBuilder,
 };
 use crate::name::Name;
 use crate::policy::ChaosSettings;
-use crate::ratio::Multiple;
+use crate::ratio::{Multiple, Ratio};
 use crate::time::Duration;
 
 /// A value that can be turned off: `false` in a document, or the value.
@@ -126,91 +128,178 @@ fn milli(x: f64) -> u32 {
     }
 }
 
-/// Overrides of the relative error-rate rule ([`FailureRate`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FailureRateConfig {
-    /// [`FailureRate::above`]: trip above this multiple of the normal rate.
-    pub multiple: Option<f64>,
-    /// [`FailureRate::floor_ppm`], as a decimal ratio.
-    pub floor: Option<f64>,
-    /// [`FailureRate::minimum_failures`].
-    pub minimum_failures: Option<u64>,
-    /// [`FailureRate::baseline_outcomes`].
-    pub baseline_outcomes: Option<u64>,
+/// A decimal ratio, kept out of range as [`ppm`] keeps it.
+fn ratio(x: f64) -> Ratio {
+    Ratio::from_ppm_const(ppm(x))
 }
 
-impl FailureRateConfig {
-    /// These overrides on `rule`.
-    #[must_use]
-    pub fn apply(&self, rule: FailureRate) -> FailureRate {
-        let mut r = match self.multiple {
-            Some(m) => FailureRate::above_milli(milli(m))
-                .floor_ppm(rule.floor().ppm())
-                .minimum_failures(rule.min_failures())
-                .baseline_outcomes(rule.arming_outcomes()),
-            None => rule,
-        };
-        if let Some(f) = self.floor {
-            r = r.floor_ppm(ppm(f));
+/// A decimal multiple, kept out of range as [`milli`] keeps it.
+fn multiple(x: f64) -> Multiple {
+    Multiple::from_milli(milli(x))
+}
+
+/// `f` of `x`: a key's value through the conversion its declaration gives.
+fn convert<T, U>(x: T, f: impl FnOnce(T) -> U) -> U {
+    f(x)
+}
+
+/// A rule's key: `false` turns it off; a table sets its keys on the rule in force, or on the
+/// rule's defaults when it was off.
+fn rule<C, R>(s: Switch<C>, current: Option<R>, default: R, keys: fn(&C, R) -> R) -> Option<R> {
+    s.into_option()
+        .map(|c| keys(&c, current.unwrap_or(default)))
+}
+
+/// Declares a settings type's overrides once: the keys a document may give, with their docs,
+/// each `key: Type => builder_method(conversion)`, or `=> builder_method` for the value as
+/// read, or no `=>` for a key read by hand (with other keys, or checked first).
+///
+/// It generates the struct (every key an `Option`, unknown keys refused) and the methods
+/// listed after it, each known by its name and signature:
+/// - `fn apply(&self, b: Builder) -> Builder`: sets every key given that has a method, in the
+///   order declared (a conversion may read the builder so far, by the name given here);
+/// - `fn over(self, earlier: Self) -> Self`: these keys over `earlier`'s, a key given here
+///   winning;
+/// - `fn of(from: &Other) -> Self`: the keys of a value that holds them too.
+macro_rules! overrides {
+    (
+        $(#[$doc:meta])*
+        $vis:vis struct $name:ident $keys:tt
+        $(
+            $(#[$fn_doc:meta])*
+            $fn_vis:vis fn $method:ident ($($args:tt)*) -> $ret:ident;
+        )*
+    ) => {
+        overrides!(@struct [$(#[$doc])*] $vis $name $keys);
+        impl $name {
+            $(overrides!(@fn [$(#[$fn_doc])*] $fn_vis $method ($($args)*) -> $ret, $keys);)*
         }
-        if let Some(n) = self.minimum_failures {
-            r = r.minimum_failures(count(n));
+    };
+    (@struct [$($doc:tt)*] $vis:vis $name:ident {
+        $($(#[$key_doc:meta])* $key:ident: $ty:ty $(=> $set:ident $(($conv:expr))?)?),* $(,)?
+    }) => {
+        $($doc)*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        $vis struct $name {
+            $($(#[$key_doc])* pub $key: Option<$ty>,)*
         }
-        if let Some(n) = self.baseline_outcomes {
-            r = r.baseline_outcomes(count(n));
+    };
+    (@fn [$($doc:tt)*] $vis:vis apply (&self, $b:ident: $builder:ty) -> $ret:ident, {
+        $($(#[$key_doc:meta])* $key:ident: $ty:ty $(=> $set:ident $(($conv:expr))?)?),* $(,)?
+    }) => {
+        $($doc)*
+        $vis fn apply(&self, mut $b: $builder) -> $ret {
+            $($(
+                if let Some(value) = self.$key {
+                    $b = $b.$set(overrides!(@convert value $(, $conv)?));
+                }
+            )?)*
+            $b
         }
-        r
+    };
+    (@fn [$($doc:tt)*] $vis:vis over (self, $earlier:ident: Self) -> Self, {
+        $($(#[$key_doc:meta])* $key:ident: $ty:ty $(=> $set:ident $(($conv:expr))?)?),* $(,)?
+    }) => {
+        $($doc)*
+        $vis fn over(self, $earlier: Self) -> Self {
+            Self {
+                $($key: self.$key.or($earlier.$key),)*
+            }
+        }
+    };
+    (@fn [$($doc:tt)*] $vis:vis of ($from:ident: &$other:ty) -> Self, {
+        $($(#[$key_doc:meta])* $key:ident: $ty:ty $(=> $set:ident $(($conv:expr))?)?),* $(,)?
+    }) => {
+        $($doc)*
+        $vis fn of($from: &$other) -> Self {
+            Self {
+                $($key: $from.$key,)*
+            }
+        }
+    };
+    (@convert $value:ident) => {
+        $value
+    };
+    (@convert $value:ident, $conv:expr) => {
+        convert($value, $conv)
+    };
+}
+
+// What a rule's keys set that the rule's own methods set only with its other values: one
+// value changed, the others kept.
+impl FailureRate {
+    const fn with_multiple_milli(self, milli: u32) -> FailureRate {
+        FailureRate::above_milli(milli)
+            .floor_ppm(self.floor().ppm())
+            .minimum_failures(self.min_failures())
+            .baseline_outcomes(self.arming_outcomes())
     }
 }
 
-/// Overrides of the relative slow-call rule ([`SlowCalls`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlowCallsConfig {
-    /// [`SlowCalls::above`]: slow above this multiple of the normal latency.
-    pub multiple: Option<f64>,
-    /// [`SlowCalls::baseline_calls`].
-    pub baseline_calls: Option<u64>,
-}
-
-impl SlowCallsConfig {
-    /// These overrides on `rule`.
-    #[must_use]
-    pub fn apply(&self, rule: SlowCalls) -> SlowCalls {
-        let mut r = match self.multiple {
-            Some(m) => SlowCalls::above_milli(milli(m)).baseline_calls(rule.arming_calls()),
-            None => rule,
-        };
-        if let Some(n) = self.baseline_calls {
-            r = r.baseline_calls(count(n));
-        }
-        r
+impl SlowCalls {
+    const fn with_multiple_milli(self, milli: u32) -> SlowCalls {
+        SlowCalls::above_milli(milli).baseline_calls(self.arming_calls())
     }
 }
 
-/// Overrides of the recovery ramp ([`Recovery`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RecoveryConfig {
-    /// [`Recovery::over`]: the share of the break just served the ramp lasts.
-    pub fraction: Option<f64>,
-    /// The ramp's shortest length ([`Recovery::clamped`]).
-    pub min: Option<Duration>,
-    /// The ramp's longest length ([`Recovery::clamped`]).
-    pub max: Option<Duration>,
+impl Recovery {
+    const fn with_fraction_ppm(self, ppm: u32) -> Recovery {
+        Recovery::over_ppm(ppm).clamped(self.min(), self.max())
+    }
+
+    const fn with_min(self, min: Duration) -> Recovery {
+        self.clamped(min, self.max())
+    }
+
+    const fn with_max(self, max: Duration) -> Recovery {
+        self.clamped(self.min(), max)
+    }
 }
 
-impl RecoveryConfig {
+overrides! {
+    /// Overrides of the relative error-rate rule ([`FailureRate`]).
+    pub struct FailureRateConfig {
+        /// [`FailureRate::above`]: trip above this multiple of the normal rate.
+        multiple: f64 => with_multiple_milli(milli),
+        /// [`FailureRate::floor_ppm`], as a decimal ratio.
+        floor: f64 => floor_ppm(ppm),
+        /// [`FailureRate::minimum_failures`].
+        minimum_failures: u64 => minimum_failures(count),
+        /// [`FailureRate::baseline_outcomes`].
+        baseline_outcomes: u64 => baseline_outcomes(count),
+    }
+    /// These overrides on `rule`.
+    #[must_use]
+    pub fn apply(&self, rule: FailureRate) -> FailureRate;
+}
+
+overrides! {
+    /// Overrides of the relative slow-call rule ([`SlowCalls`]).
+    pub struct SlowCallsConfig {
+        /// [`SlowCalls::above`]: slow above this multiple of the normal latency.
+        multiple: f64 => with_multiple_milli(milli),
+        /// [`SlowCalls::baseline_calls`].
+        baseline_calls: u64 => baseline_calls(count),
+    }
+    /// These overrides on `rule`.
+    #[must_use]
+    pub fn apply(&self, rule: SlowCalls) -> SlowCalls;
+}
+
+overrides! {
+    /// Overrides of the recovery ramp ([`Recovery`]).
+    pub struct RecoveryConfig {
+        /// [`Recovery::over`]: the share of the break just served the ramp lasts.
+        fraction: f64 => with_fraction_ppm(ppm),
+        /// The ramp's shortest length ([`Recovery::clamped`]).
+        min: Duration => with_min,
+        /// The ramp's longest length ([`Recovery::clamped`]).
+        max: Duration => with_max,
+    }
     /// These overrides on `ramp`.
     #[must_use]
-    pub fn apply(&self, ramp: Recovery) -> Recovery {
-        let fraction = self.fraction.map_or(ramp.fraction().ppm(), ppm);
-        Recovery::over_ppm(fraction).clamped(
-            self.min.unwrap_or(ramp.min()),
-            self.max.unwrap_or(ramp.max()),
-        )
-    }
+    pub fn apply(&self, ramp: Recovery) -> Recovery;
 }
 
 /// The defaults a rule that was off starts from when a document turns it on.
@@ -218,154 +307,75 @@ const DEFAULT_FAILURE_RATE: FailureRate = FailureRate::above(5);
 const DEFAULT_SLOW_CALLS: SlowCalls = SlowCalls::above(3);
 const DEFAULT_RECOVERY: Recovery = Recovery::over_ppm(250_000);
 
-/// Overrides of [`BreakerSettings`]: each key is a [`BreakerSettingsBuilder`] method.
-///
-/// ```toml
-/// consecutive_failures = 3
-/// break_duration = "10s"
-/// failure_rate = { multiple = 4.0, floor = 0.1 }
-/// slow_calls = false
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BreakerConfig {
-    /// [`BreakerSettingsBuilder::name`].
-    pub name: Option<Name>,
-    /// [`BreakerSettingsBuilder::consecutive_failures`].
-    pub consecutive_failures: Option<u64>,
-    /// [`BreakerSettingsBuilder::failure_rate`].
-    pub failure_rate: Option<Switch<FailureRateConfig>>,
-    /// [`BreakerSettingsBuilder::failure_ratio`], as a decimal.
-    pub failure_ratio: Option<Switch<f64>>,
-    /// [`BreakerSettingsBuilder::slow_calls`].
-    pub slow_calls: Option<Switch<SlowCallsConfig>>,
-    /// [`BreakerSettingsBuilder::slow_threshold`].
-    pub slow_threshold: Option<Switch<Duration>>,
-    /// [`BreakerSettingsBuilder::slow_ratio`], as a decimal.
-    pub slow_ratio: Option<f64>,
-    /// [`BreakerSettingsBuilder::minimum_calls`].
-    pub minimum_calls: Option<u64>,
-    /// [`BreakerSettingsBuilder::trip_window`].
-    pub trip_window: Option<Duration>,
-    /// [`BreakerSettingsBuilder::baseline_window`].
-    pub baseline_window: Option<Switch<Duration>>,
-    /// [`BreakerSettingsBuilder::break_duration`].
-    pub break_duration: Option<Duration>,
-    /// [`BreakerSettingsBuilder::max_break`].
-    pub max_break: Option<Duration>,
-    /// [`BreakerSettingsBuilder::jitter`].
-    pub jitter: Option<bool>,
-    /// [`BreakerSettingsBuilder::half_open_probes`].
-    pub half_open_probes: Option<u64>,
-    /// [`BreakerSettingsBuilder::probe_successes`].
-    pub probe_successes: Option<u64>,
-    /// [`BreakerSettingsBuilder::recovery`].
-    pub recovery: Option<Switch<RecoveryConfig>>,
-    /// [`BreakerSettingsBuilder::noise_bound`].
-    pub noise_bound: Option<u64>,
-    /// [`BreakerSettingsBuilder::learn`].
-    pub learn: Option<bool>,
-}
-
-impl BreakerConfig {
-    /// Sets every key given on `b`; its `build()` checks them.
-    pub fn apply(&self, mut b: BreakerSettingsBuilder) -> BreakerSettingsBuilder {
-        if let Some(n) = self.name {
-            b = b.name(n);
-        }
-        if let Some(n) = self.consecutive_failures {
-            b = b.consecutive_failures(count(n));
-        }
-        if let Some(s) = self.failure_rate {
-            let rule = s
-                .into_option()
-                .map(|c| c.apply(b.current_failure_rate().unwrap_or(DEFAULT_FAILURE_RATE)));
-            b = b.failure_rate(rule);
-        }
-        if let Some(s) = self.failure_ratio {
-            b = b.failure_ratio(
-                s.into_option()
-                    .map(|x| crate::ratio::Ratio::from_ppm_const(ppm(x))),
-            );
-        }
-        if let Some(s) = self.slow_calls {
-            let rule = s
-                .into_option()
-                .map(|c| c.apply(b.current_slow_calls().unwrap_or(DEFAULT_SLOW_CALLS)));
-            b = b.slow_calls(rule);
-        }
-        if let Some(s) = self.slow_threshold {
-            b = b.slow_threshold(s.into_option());
-        }
-        if let Some(x) = self.slow_ratio {
-            b = b.slow_ratio(crate::ratio::Ratio::from_ppm_const(ppm(x)));
-        }
-        if let Some(n) = self.minimum_calls {
-            b = b.minimum_calls(count(n));
-        }
-        if let Some(d) = self.trip_window {
-            b = b.trip_window(d);
-        }
-        if let Some(s) = self.baseline_window {
-            b = b.baseline_window(s.into_option());
-        }
-        if let Some(d) = self.break_duration {
-            b = b.break_duration(d);
-        }
-        if let Some(d) = self.max_break {
-            b = b.max_break(d);
-        }
-        if let Some(on) = self.jitter {
-            b = b.jitter(on);
-        }
-        if let Some(n) = self.half_open_probes {
-            b = b.half_open_probes(count(n));
-        }
-        if let Some(n) = self.probe_successes {
-            b = b.probe_successes(count(n));
-        }
-        if let Some(s) = self.recovery {
-            let ramp = s
-                .into_option()
-                .map(|c| c.apply(b.current_recovery().unwrap_or(DEFAULT_RECOVERY)));
-            b = b.recovery(ramp);
-        }
-        if let Some(n) = self.noise_bound {
-            b = b.noise_bound(n);
-        }
-        if let Some(on) = self.learn {
-            b = b.learn(on);
-        }
-        b
+overrides! {
+    /// Overrides of [`BreakerSettings`]: each key is a [`BreakerSettingsBuilder`] method.
+    ///
+    /// ```toml
+    /// consecutive_failures = 3
+    /// break_duration = "10s"
+    /// failure_rate = { multiple = 4.0, floor = 0.1 }
+    /// slow_calls = false
+    /// ```
+    pub struct BreakerConfig {
+        /// [`BreakerSettingsBuilder::name`].
+        name: Name => name,
+        /// [`BreakerSettingsBuilder::consecutive_failures`].
+        consecutive_failures: u64 => consecutive_failures(count),
+        /// [`BreakerSettingsBuilder::failure_rate`].
+        failure_rate: Switch<FailureRateConfig> => failure_rate(|s| {
+            rule(s, b.current_failure_rate(), DEFAULT_FAILURE_RATE, FailureRateConfig::apply)
+        }),
+        /// [`BreakerSettingsBuilder::failure_ratio`], as a decimal.
+        failure_ratio: Switch<f64> => failure_ratio(|s| s.into_option().map(ratio)),
+        /// [`BreakerSettingsBuilder::slow_calls`].
+        slow_calls: Switch<SlowCallsConfig> => slow_calls(|s| {
+            rule(s, b.current_slow_calls(), DEFAULT_SLOW_CALLS, SlowCallsConfig::apply)
+        }),
+        /// [`BreakerSettingsBuilder::slow_threshold`].
+        slow_threshold: Switch<Duration> => slow_threshold(Switch::into_option),
+        /// [`BreakerSettingsBuilder::slow_ratio`], as a decimal.
+        slow_ratio: f64 => slow_ratio(ratio),
+        /// [`BreakerSettingsBuilder::minimum_calls`].
+        minimum_calls: u64 => minimum_calls(count),
+        /// [`BreakerSettingsBuilder::trip_window`].
+        trip_window: Duration => trip_window,
+        /// [`BreakerSettingsBuilder::baseline_window`].
+        baseline_window: Switch<Duration> => baseline_window(Switch::into_option),
+        /// [`BreakerSettingsBuilder::break_duration`].
+        break_duration: Duration => break_duration,
+        /// [`BreakerSettingsBuilder::max_break`].
+        max_break: Duration => max_break,
+        /// [`BreakerSettingsBuilder::jitter`].
+        jitter: bool => jitter,
+        /// [`BreakerSettingsBuilder::half_open_probes`].
+        half_open_probes: u64 => half_open_probes(count),
+        /// [`BreakerSettingsBuilder::probe_successes`].
+        probe_successes: u64 => probe_successes(count),
+        /// [`BreakerSettingsBuilder::recovery`].
+        recovery: Switch<RecoveryConfig> => recovery(|s| {
+            rule(s, b.current_recovery(), DEFAULT_RECOVERY, RecoveryConfig::apply)
+        }),
+        /// [`BreakerSettingsBuilder::noise_bound`].
+        noise_bound: u64 => noise_bound,
+        /// [`BreakerSettingsBuilder::learn`].
+        learn: bool => learn,
     }
-}
-
-/// Overrides of [`BudgetSettings`]: each key is a [`BudgetSettingsBuilder`] method.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BudgetConfig {
-    /// [`BudgetSettingsBuilder::name`].
-    pub name: Option<Name>,
-    /// [`BudgetSettingsBuilder::fraction`].
-    pub fraction: Option<f64>,
-    /// [`BudgetSettingsBuilder::floor_per_second`].
-    pub floor_per_second: Option<f64>,
-}
-
-impl BudgetConfig {
     /// Sets every key given on `b`; its `build()` checks them.
-    pub fn apply(&self, mut b: BudgetSettingsBuilder) -> BudgetSettingsBuilder {
-        if let Some(n) = self.name {
-            b = b.name(n);
-        }
-        if let Some(x) = self.fraction {
-            b = b.fraction(x);
-        }
-        if let Some(x) = self.floor_per_second {
-            b = b.floor_per_second(x);
-        }
-        b
+    pub fn apply(&self, b: BreakerSettingsBuilder) -> BreakerSettingsBuilder;
+}
+
+overrides! {
+    /// Overrides of [`BudgetSettings`]: each key is a [`BudgetSettingsBuilder`] method.
+    pub struct BudgetConfig {
+        /// [`BudgetSettingsBuilder::name`].
+        name: Name => name,
+        /// [`BudgetSettingsBuilder::fraction`].
+        fraction: f64 => fraction,
+        /// [`BudgetSettingsBuilder::floor_per_second`].
+        floor_per_second: f64 => floor_per_second,
     }
+    /// Sets every key given on `b`; its `build()` checks them.
+    pub fn apply(&self, b: BudgetSettingsBuilder) -> BudgetSettingsBuilder;
 }
 
 /// A [`Jitter`] by its name (`"none"`, `"full"`, `"equal"`).
@@ -390,90 +400,51 @@ impl From<JitterName> for Jitter {
     }
 }
 
-/// Overrides of a [`Backoff`]: each key is a [`BackoffBuilder`] method.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BackoffConfig {
-    /// [`BackoffBuilder::base`].
-    pub base: Option<Duration>,
-    /// [`BackoffBuilder::throttled_base`].
-    pub throttled_base: Option<Duration>,
-    /// [`BackoffBuilder::factor`], as a decimal.
-    pub factor: Option<f64>,
-    /// [`BackoffBuilder::cap`].
-    pub cap: Option<Duration>,
-    /// [`BackoffBuilder::jitter`].
-    pub jitter: Option<JitterName>,
-}
-
-impl BackoffConfig {
-    /// Sets every key given on `b`; its `build()` checks them.
-    pub fn apply(&self, mut b: BackoffBuilder) -> BackoffBuilder {
-        if let Some(d) = self.base {
-            b = b.base(d);
-        }
-        if let Some(d) = self.throttled_base {
-            b = b.throttled_base(d);
-        }
-        if let Some(x) = self.factor {
-            b = b.factor(Multiple::from_milli(milli(x)));
-        }
-        if let Some(d) = self.cap {
-            b = b.cap(d);
-        }
-        if let Some(j) = self.jitter {
-            b = b.jitter(j.into());
-        }
-        b
+overrides! {
+    /// Overrides of a [`Backoff`]: each key is a [`BackoffBuilder`] method.
+    pub struct BackoffConfig {
+        /// [`BackoffBuilder::base`].
+        base: Duration => base,
+        /// [`BackoffBuilder::throttled_base`].
+        throttled_base: Duration => throttled_base,
+        /// [`BackoffBuilder::factor`], as a decimal.
+        factor: f64 => factor(multiple),
+        /// [`BackoffBuilder::cap`].
+        cap: Duration => cap,
+        /// [`BackoffBuilder::jitter`].
+        jitter: JitterName => jitter(Jitter::from),
     }
+    /// Sets every key given on `b`; its `build()` checks them.
+    pub fn apply(&self, b: BackoffBuilder) -> BackoffBuilder;
 }
 
-/// Overrides of [`CallSettings`]: each key is a [`CallSettingsBuilder`] method; `backoff` is
-/// a table of [`BackoffConfig`] keys.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CallConfig {
-    /// [`CallSettingsBuilder::max_attempts`].
-    pub max_attempts: Option<u64>,
-    /// [`CallSettingsBuilder::deadline`].
-    pub deadline: Option<Switch<Duration>>,
-    /// [`CallSettingsBuilder::attempt_timeout`].
-    pub attempt_timeout: Option<Switch<Duration>>,
-    /// [`CallSettingsBuilder::measured_ceiling`].
-    pub measured_ceiling: Option<bool>,
-    /// [`CallSettingsBuilder::ceiling_floor`].
-    pub ceiling_floor: Option<Duration>,
-    /// [`CallSettingsBuilder::hedging`].
-    pub hedging: Option<bool>,
-    /// [`CallSettingsBuilder::backoff`], key by key.
-    pub backoff: Option<BackoffConfig>,
+overrides! {
+    /// Overrides of [`CallSettings`]: each key is a [`CallSettingsBuilder`] method; `backoff`
+    /// is a table of [`BackoffConfig`] keys.
+    pub struct CallConfig {
+        /// [`CallSettingsBuilder::max_attempts`].
+        max_attempts: u64 => max_attempts(count),
+        /// [`CallSettingsBuilder::deadline`].
+        deadline: Switch<Duration> => deadline(Switch::into_option),
+        /// [`CallSettingsBuilder::attempt_timeout`].
+        attempt_timeout: Switch<Duration> => attempt_timeout(Switch::into_option),
+        /// [`CallSettingsBuilder::measured_ceiling`].
+        measured_ceiling: bool => measured_ceiling,
+        /// [`CallSettingsBuilder::ceiling_floor`].
+        ceiling_floor: Duration => ceiling_floor,
+        /// [`CallSettingsBuilder::hedging`].
+        hedging: bool => hedging,
+        /// [`CallSettingsBuilder::backoff`], key by key.
+        backoff: BackoffConfig,
+    }
+    /// Sets every key given on `b` but the backoff (see [`backoff`](Self::backoff)); its
+    /// `build()` checks them.
+    pub fn apply(&self, b: CallSettingsBuilder) -> CallSettingsBuilder;
+    /// The call keys of a policy's section.
+    fn of(section: &PolicySection) -> Self;
 }
 
 impl CallConfig {
-    /// Sets every key given on `b` but the backoff (see [`backoff`](Self::backoff)); its
-    /// `build()` checks them.
-    pub fn apply(&self, mut b: CallSettingsBuilder) -> CallSettingsBuilder {
-        if let Some(n) = self.max_attempts {
-            b = b.max_attempts(count(n));
-        }
-        if let Some(s) = self.deadline {
-            b = b.deadline(s.into_option());
-        }
-        if let Some(s) = self.attempt_timeout {
-            b = b.attempt_timeout(s.into_option());
-        }
-        if let Some(on) = self.measured_ceiling {
-            b = b.measured_ceiling(on);
-        }
-        if let Some(d) = self.ceiling_floor {
-            b = b.ceiling_floor(d);
-        }
-        if let Some(on) = self.hedging {
-            b = b.hedging(on);
-        }
-        b
-    }
-
     /// The backoff builder these overrides give, starting from the backoff `b` holds: checked
     /// on its own (its problems are the backoff's), then set with
     /// [`CallSettingsBuilder::backoff`].
@@ -535,43 +506,32 @@ impl<'de> Deserialize<'de> for CallSettings {
     }
 }
 
-/// Overrides of a bulkhead's settings ([`BulkheadSettings`]): `max_in_flight`, and a bounded
-/// wait as `max_queue` with `max_wait` (both set by [`BulkheadSettingsBuilder::bounded_wait`];
-/// a queue needs a wait).
-///
-/// [`BulkheadSettingsBuilder::bounded_wait`]: crate::limits::BulkheadSettingsBuilder::bounded_wait
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BulkheadConfig {
-    /// The name (default: the policy's, in a policy section).
-    pub name: Option<Name>,
-    /// Calls admitted at once.
-    pub max_in_flight: Option<u64>,
-    /// Callers that may wait for a slot at once.
-    pub max_queue: Option<u64>,
-    /// The longest a caller waits for a slot.
-    pub max_wait: Option<Duration>,
+overrides! {
+    /// Overrides of a bulkhead's settings ([`BulkheadSettings`]): `max_in_flight`, and a
+    /// bounded wait as `max_queue` with `max_wait` (both set by
+    /// [`BulkheadSettingsBuilder::bounded_wait`]; a queue needs a wait).
+    pub struct BulkheadConfig {
+        /// The name (default: the policy's, in a policy section).
+        name: Name => name,
+        /// Calls admitted at once.
+        max_in_flight: u64 => max_in_flight(count),
+        /// Callers that may wait for a slot at once.
+        max_queue: u64,
+        /// The longest a caller waits for a slot.
+        max_wait: Duration,
+    }
+    /// These keys over `earlier`'s: a key given here wins.
+    #[must_use]
+    pub fn over(self, earlier: Self) -> Self;
+    /// Sets every key given on `b` but the wait's.
+    fn apply(&self, b: BulkheadSettingsBuilder) -> BulkheadSettingsBuilder;
 }
 
 impl BulkheadConfig {
-    /// These keys over `earlier`'s: a key given here wins.
-    #[must_use]
-    pub fn over(self, earlier: BulkheadConfig) -> BulkheadConfig {
-        BulkheadConfig {
-            name: self.name.or(earlier.name),
-            max_in_flight: self.max_in_flight.or(earlier.max_in_flight),
-            max_queue: self.max_queue.or(earlier.max_queue),
-            max_wait: self.max_wait.or(earlier.max_wait),
-        }
-    }
-
     /// The settings of a bulkhead called `name` (unless these keys name it): the defaults
     /// with these keys, checked.
     pub fn build(&self, name: Name) -> Result<BulkheadSettings, SettingsError> {
-        let mut b = BulkheadSettings::builder_named(self.name.unwrap_or(name));
-        if let Some(n) = self.max_in_flight {
-            b = b.max_in_flight(count(n));
-        }
+        let mut b = self.apply(BulkheadSettings::builder_named(name));
         let queue = count(self.max_queue.unwrap_or(0));
         let wait = self.max_wait.unwrap_or(Duration::ZERO);
         if queue > 0 || !wait.is_zero() {
@@ -584,147 +544,108 @@ impl BulkheadConfig {
     }
 }
 
-/// Overrides of a GCRA rate limiter's settings ([`RateLimitSettings`]): `rate` cells per
-/// `period` (default 50 per minute), `burst` (default the rate) and `idle`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RateLimitConfig {
-    /// The name (default: the policy's, in a policy section).
-    pub name: Option<Name>,
-    /// Cells per period.
-    pub rate: Option<u64>,
-    /// The period the rate is counted over.
-    pub period: Option<Duration>,
-    /// Cells that may be taken at once after a quiet spell.
-    pub burst: Option<u64>,
-    /// How long an unused key is kept (keyed limiters).
-    pub idle: Option<Duration>,
+overrides! {
+    /// Overrides of a GCRA rate limiter's settings ([`RateLimitSettings`]): `rate` cells per
+    /// `period` (default 50 per minute), `burst` (default the rate) and `idle`.
+    pub struct RateLimitConfig {
+        /// The name (default: the policy's, in a policy section).
+        name: Name => name,
+        /// Cells per period.
+        rate: u64,
+        /// The period the rate is counted over.
+        period: Duration,
+        /// Cells that may be taken at once after a quiet spell.
+        burst: u64 => burst(count),
+        /// How long an unused key is kept (keyed limiters).
+        idle: Duration => idle,
+    }
+    /// These keys over `earlier`'s: a key given here wins.
+    #[must_use]
+    pub fn over(self, earlier: Self) -> Self;
+    /// Sets every key given on `b` but the rate's.
+    fn apply(&self, b: RateLimitSettingsBuilder) -> RateLimitSettingsBuilder;
 }
 
 impl RateLimitConfig {
-    /// These keys over `earlier`'s: a key given here wins.
-    #[must_use]
-    pub fn over(self, earlier: RateLimitConfig) -> RateLimitConfig {
-        RateLimitConfig {
-            name: self.name.or(earlier.name),
-            rate: self.rate.or(earlier.rate),
-            period: self.period.or(earlier.period),
-            burst: self.burst.or(earlier.burst),
-            idle: self.idle.or(earlier.idle),
-        }
-    }
-
     /// The settings of a limiter called `name` (unless these keys name it): the defaults with
     /// these keys, checked.
     pub fn build(&self, name: Name) -> Result<RateLimitSettings, SettingsError> {
         let defaults = RateLimitSettings::defaults("limit");
-        let mut b = RateLimitSettings::builder_named(self.name.unwrap_or(name)).rate(
-            self.rate.map_or(defaults.cells(), count),
-            self.period.unwrap_or(defaults.period()),
-        );
-        if let Some(n) = self.burst {
-            b = b.burst(count(n));
-        }
-        if let Some(d) = self.idle {
-            b = b.idle(d);
-        }
-        b.build()
+        self.apply(RateLimitSettings::builder_named(name))
+            .rate(
+                self.rate.map_or(defaults.cells(), count),
+                self.period.unwrap_or(defaults.period()),
+            )
+            .build()
     }
 }
 
-/// Overrides of a fixed-window limiter's settings ([`WindowLimitSettings`]): `events` per
-/// `window`, then a `cooldown`; `idle` for keyed limiters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WindowLimitConfig {
-    /// The name (default: the policy's, in a policy section).
-    pub name: Option<Name>,
-    /// Events admitted per window.
-    pub events: Option<u64>,
-    /// The window.
-    pub window: Option<Duration>,
-    /// How long a full window refuses after it filled.
-    pub cooldown: Option<Duration>,
-    /// How long an unused key is kept (keyed limiters).
-    pub idle: Option<Duration>,
+overrides! {
+    /// Overrides of a fixed-window limiter's settings ([`WindowLimitSettings`]): `events` per
+    /// `window`, then a `cooldown`; `idle` for keyed limiters.
+    pub struct WindowLimitConfig {
+        /// The name (default: the policy's, in a policy section).
+        name: Name => name,
+        /// Events admitted per window.
+        events: u64 => events(count),
+        /// The window.
+        window: Duration => window,
+        /// How long a full window refuses after it filled.
+        cooldown: Duration => cooldown,
+        /// How long an unused key is kept (keyed limiters).
+        idle: Duration => idle,
+    }
+    /// These keys over `earlier`'s: a key given here wins.
+    #[must_use]
+    pub fn over(self, earlier: Self) -> Self;
+    /// Sets every key given on `b`.
+    fn apply(&self, b: WindowLimitSettingsBuilder) -> WindowLimitSettingsBuilder;
 }
 
 impl WindowLimitConfig {
-    /// These keys over `earlier`'s: a key given here wins.
-    #[must_use]
-    pub fn over(self, earlier: WindowLimitConfig) -> WindowLimitConfig {
-        WindowLimitConfig {
-            name: self.name.or(earlier.name),
-            events: self.events.or(earlier.events),
-            window: self.window.or(earlier.window),
-            cooldown: self.cooldown.or(earlier.cooldown),
-            idle: self.idle.or(earlier.idle),
-        }
-    }
-
     /// The settings of a limiter called `name` (unless these keys name it): the defaults with
     /// these keys, checked.
     pub fn build(&self, name: Name) -> Result<WindowLimitSettings, SettingsError> {
-        let mut b = WindowLimitSettings::builder_named(self.name.unwrap_or(name));
-        if let Some(n) = self.events {
-            b = b.events(count(n));
-        }
-        if let Some(d) = self.window {
-            b = b.window(d);
-        }
-        if let Some(d) = self.cooldown {
-            b = b.cooldown(d);
-        }
-        if let Some(d) = self.idle {
-            b = b.idle(d);
-        }
-        b.build()
+        self.apply(WindowLimitSettings::builder_named(name)).build()
     }
 }
 
-/// Overrides of a segmented sliding-window limiter's settings ([`SlidingWindowSettings`]):
-/// `quota` calls per `window`, the window sliding in `segments`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlidingWindowConfig {
-    /// The name (default: the policy's, in a policy section).
-    pub name: Option<Name>,
-    /// Calls admitted per window.
-    pub quota: Option<u64>,
-    /// The window.
-    pub window: Option<Duration>,
-    /// The segments the window slides in.
-    pub segments: Option<u64>,
+overrides! {
+    /// Overrides of a segmented sliding-window limiter's settings ([`SlidingWindowSettings`]):
+    /// `quota` calls per `window`, the window sliding in `segments`.
+    pub struct SlidingWindowConfig {
+        /// The name (default: the policy's, in a policy section).
+        name: Name => name,
+        /// Calls admitted per window.
+        quota: u64 => quota(count),
+        /// The window.
+        window: Duration => window,
+        /// The segments the window slides in.
+        segments: u64 => segments(count),
+    }
+    /// Sets every key given on `b`.
+    fn apply(&self, b: SlidingWindowSettingsBuilder) -> SlidingWindowSettingsBuilder;
 }
 
 impl SlidingWindowConfig {
     /// The settings of a limiter called `name` (unless these keys name it): the defaults with
     /// these keys, checked.
     pub fn build(&self, name: Name) -> Result<SlidingWindowSettings, SettingsError> {
-        let mut b = SlidingWindowSettings::builder_named(self.name.unwrap_or(name));
-        if let Some(n) = self.quota {
-            b = b.quota(count(n));
-        }
-        if let Some(d) = self.window {
-            b = b.window(d);
-        }
-        if let Some(n) = self.segments {
-            b = b.segments(count(n));
-        }
-        b.build()
+        self.apply(SlidingWindowSettings::builder_named(name))
+            .build()
     }
 }
 
-/// The settings of kept published quotas ([`QuotaSettings`]): `reserve` (a decimal share of
-/// the published limit kept untouched) and `max_wait` (the longest a reading may keep a
-/// caller waiting).
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QuotaConfig {
-    /// The share of the limit kept untouched, as a decimal below 1.
-    pub reserve: Option<f64>,
-    /// The longest a reading may keep a caller waiting.
-    pub max_wait: Option<Duration>,
+overrides! {
+    /// The settings of kept published quotas ([`QuotaSettings`]): `reserve` (a decimal share
+    /// of the published limit kept untouched) and `max_wait` (the longest a reading may keep a
+    /// caller waiting).
+    pub struct QuotaConfig {
+        /// The share of the limit kept untouched, as a decimal below 1.
+        reserve: f64,
+        /// The longest a reading may keep a caller waiting.
+        max_wait: Duration,
+    }
 }
 
 impl QuotaConfig {
@@ -735,7 +656,7 @@ impl QuotaConfig {
             Some(x) if x.is_nan() || x < 0.0 => {
                 return Err(SettingsError::new(Field::QuotaReserve, Bound::BelowOne))
             }
-            Some(x) => crate::ratio::Ratio::from_ppm_const(ppm(x).min(1_000_000)),
+            Some(x) => Ratio::from_ppm_const(ppm(x).min(1_000_000)),
             None => QuotaSettings::DEFAULT.reserve(),
         };
         QuotaSettings::new(
@@ -754,82 +675,63 @@ impl<'de> Deserialize<'de> for QuotaSettings {
     }
 }
 
-/// Overrides of an adaptive concurrency limiter's settings ([`AdaptiveLimitSettings`]):
-/// `min_limit` and `max_limit` (set together by its builder's `limits`), `initial_limit`,
-/// `latency_tolerance` (a decimal multiple), `decrease` (a decimal ratio) and
-/// `baseline_window`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AdaptiveLimitConfig {
-    /// The name (default: the policy's, in a policy section).
-    pub name: Option<Name>,
-    /// The lowest limit.
-    pub min_limit: Option<u64>,
-    /// The highest limit.
-    pub max_limit: Option<u64>,
-    /// The limit before the first round ends.
-    pub initial_limit: Option<u64>,
-    /// A round is slow when its fastest call took more than this times the baseline.
-    pub latency_tolerance: Option<f64>,
-    /// What a slow round multiplies the limit by.
-    pub decrease: Option<f64>,
-    /// How far back the baseline's latencies reach.
-    pub baseline_window: Option<Duration>,
+overrides! {
+    /// Overrides of an adaptive concurrency limiter's settings ([`AdaptiveLimitSettings`]):
+    /// `min_limit` and `max_limit` (set together by its builder's `limits`), `initial_limit`,
+    /// `latency_tolerance` (a decimal multiple), `decrease` (a decimal ratio) and
+    /// `baseline_window`.
+    pub struct AdaptiveLimitConfig {
+        /// The name (default: the policy's, in a policy section).
+        name: Name => name,
+        /// The lowest limit.
+        min_limit: u64,
+        /// The highest limit.
+        max_limit: u64,
+        /// The limit before the first round ends.
+        initial_limit: u64 => initial_limit(count),
+        /// A round is slow when its fastest call took more than this times the baseline.
+        latency_tolerance: f64 => latency_tolerance(multiple),
+        /// What a slow round multiplies the limit by.
+        decrease: f64 => decrease(ratio),
+        /// How far back the baseline's latencies reach.
+        baseline_window: Duration => baseline_window,
+    }
+    /// These keys over `earlier`'s: a key given here wins.
+    #[must_use]
+    pub fn over(self, earlier: Self) -> Self;
+    /// Sets every key given on `b` but the limits'.
+    fn apply(&self, b: AdaptiveLimitSettingsBuilder) -> AdaptiveLimitSettingsBuilder;
 }
 
 impl AdaptiveLimitConfig {
-    /// These keys over `earlier`'s: a key given here wins.
-    #[must_use]
-    pub fn over(self, earlier: AdaptiveLimitConfig) -> AdaptiveLimitConfig {
-        AdaptiveLimitConfig {
-            name: self.name.or(earlier.name),
-            min_limit: self.min_limit.or(earlier.min_limit),
-            max_limit: self.max_limit.or(earlier.max_limit),
-            initial_limit: self.initial_limit.or(earlier.initial_limit),
-            latency_tolerance: self.latency_tolerance.or(earlier.latency_tolerance),
-            decrease: self.decrease.or(earlier.decrease),
-            baseline_window: self.baseline_window.or(earlier.baseline_window),
-        }
-    }
-
     /// The settings of a limiter called `name` (unless these keys name it): the defaults with
     /// these keys, checked.
     pub fn build(&self, name: Name) -> Result<AdaptiveLimitSettings, SettingsError> {
-        let mut b = AdaptiveLimitSettings::builder_named(self.name.unwrap_or(name)).limits(
-            self.min_limit
-                .map_or(AdaptiveLimitSettings::DEFAULT_MIN_LIMIT, count),
-            self.max_limit
-                .map_or(AdaptiveLimitSettings::DEFAULT_MAX_LIMIT, count),
-        );
-        if let Some(n) = self.initial_limit {
-            b = b.initial_limit(count(n));
-        }
-        if let Some(x) = self.latency_tolerance {
-            b = b.latency_tolerance(Multiple::from_milli(milli(x)));
-        }
-        if let Some(x) = self.decrease {
-            b = b.decrease(crate::ratio::Ratio::from_ppm_const(ppm(x)));
-        }
-        if let Some(d) = self.baseline_window {
-            b = b.baseline_window(d);
-        }
-        b.build()
+        self.apply(AdaptiveLimitSettings::builder_named(name))
+            .limits(
+                self.min_limit
+                    .map_or(AdaptiveLimitSettings::DEFAULT_MIN_LIMIT, count),
+                self.max_limit
+                    .map_or(AdaptiveLimitSettings::DEFAULT_MAX_LIMIT, count),
+            )
+            .build()
     }
 }
 
-/// Fault injection's settings ([`ChaosSettings`]): `faults` (the share of attempts failed),
-/// `slowed` and `latency` (the share held back, and by how long: given together), `seed`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChaosConfig {
-    /// The share of attempts failed, as a decimal.
-    pub faults: Option<f64>,
-    /// The share of attempts held back, as a decimal.
-    pub slowed: Option<f64>,
-    /// How long a slowed attempt is held back.
-    pub latency: Option<Duration>,
-    /// The seed the rolls are drawn from.
-    pub seed: Option<u64>,
+overrides! {
+    /// Fault injection's settings ([`ChaosSettings`]): `faults` (the share of attempts
+    /// failed), `slowed` and `latency` (the share held back, and by how long: given together),
+    /// `seed`.
+    pub struct ChaosConfig {
+        /// The share of attempts failed, as a decimal.
+        faults: f64,
+        /// The share of attempts held back, as a decimal.
+        slowed: f64,
+        /// How long a slowed attempt is held back.
+        latency: Duration,
+        /// The seed the rolls are drawn from.
+        seed: u64,
+    }
 }
 
 impl ChaosConfig {
@@ -887,51 +789,51 @@ impl<'de> Deserialize<'de> for ChaosSettings {
     }
 }
 
-/// One policy's section of a configuration document: the call settings' keys (as
-/// [`CallConfig`]'s), `retries_when_nested`, and `breaker` and `budget` tables (or `false`
-/// for none). The format the std adapter's policy documents and the simulator's scenario
-/// files share.
-///
-/// ```toml
-/// max_attempts = 3
-/// deadline = "2s"
-/// backoff = { base = "50ms", cap = "1s" }
-/// breaker = { consecutive_failures = 3, slow_calls = false }
-/// budget = { fraction = 0.2 }
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PolicySection {
-    /// The preset this section starts from, where the document has presets.
-    pub preset: Option<Name>,
-    /// [`CallSettingsBuilder::max_attempts`].
-    pub max_attempts: Option<u64>,
-    /// [`CallSettingsBuilder::deadline`].
-    pub deadline: Option<Switch<Duration>>,
-    /// [`CallSettingsBuilder::attempt_timeout`].
-    pub attempt_timeout: Option<Switch<Duration>>,
-    /// [`CallSettingsBuilder::measured_ceiling`].
-    pub measured_ceiling: Option<bool>,
-    /// [`CallSettingsBuilder::ceiling_floor`].
-    pub ceiling_floor: Option<Duration>,
-    /// [`CallSettingsBuilder::hedging`].
-    pub hedging: Option<bool>,
-    /// Whether calls made while serving a caller's retry may retry (default `true`).
-    pub retries_when_nested: Option<bool>,
-    /// The backoff, key by key.
-    pub backoff: Option<BackoffConfig>,
-    /// The breaker's keys, or `false` for no breaker (default: a breaker with the defaults).
-    pub breaker: Option<Switch<BreakerConfig>>,
-    /// The budget's keys, or `false` for no budget (default: a budget with the defaults).
-    pub budget: Option<Switch<BudgetConfig>>,
-    /// A GCRA rate limiter's keys, or `false` for none (default none).
-    pub rate_limit: Option<Switch<RateLimitConfig>>,
-    /// A bulkhead's keys, or `false` for none (default none).
-    pub bulkhead: Option<Switch<BulkheadConfig>>,
-    /// An adaptive concurrency limiter's keys, or `false` for none (default none).
-    pub adaptive_limit: Option<Switch<AdaptiveLimitConfig>>,
+overrides! {
+    /// One policy's section of a configuration document: the call settings' keys (as
+    /// [`CallConfig`]'s), `retries_when_nested`, and `breaker` and `budget` tables (or `false`
+    /// for none). The format the std adapter's policy documents and the simulator's scenario
+    /// files share.
+    ///
+    /// ```toml
+    /// max_attempts = 3
+    /// deadline = "2s"
+    /// backoff = { base = "50ms", cap = "1s" }
+    /// breaker = { consecutive_failures = 3, slow_calls = false }
+    /// budget = { fraction = 0.2 }
+    /// ```
+    pub struct PolicySection {
+        /// The preset this section starts from, where the document has presets.
+        preset: Name,
+        /// [`CallSettingsBuilder::max_attempts`].
+        max_attempts: u64,
+        /// [`CallSettingsBuilder::deadline`].
+        deadline: Switch<Duration>,
+        /// [`CallSettingsBuilder::attempt_timeout`].
+        attempt_timeout: Switch<Duration>,
+        /// [`CallSettingsBuilder::measured_ceiling`].
+        measured_ceiling: bool,
+        /// [`CallSettingsBuilder::ceiling_floor`].
+        ceiling_floor: Duration,
+        /// [`CallSettingsBuilder::hedging`].
+        hedging: bool,
+        /// Whether calls made while serving a caller's retry may retry (default `true`).
+        retries_when_nested: bool,
+        /// The backoff, key by key.
+        backoff: BackoffConfig,
+        /// The breaker's keys, or `false` for no breaker (default: a breaker with the
+        /// defaults).
+        breaker: Switch<BreakerConfig>,
+        /// The budget's keys, or `false` for no budget (default: a budget with the defaults).
+        budget: Switch<BudgetConfig>,
+        /// A GCRA rate limiter's keys, or `false` for none (default none).
+        rate_limit: Switch<RateLimitConfig>,
+        /// A bulkhead's keys, or `false` for none (default none).
+        bulkhead: Switch<BulkheadConfig>,
+        /// An adaptive concurrency limiter's keys, or `false` for none (default none).
+        adaptive_limit: Switch<AdaptiveLimitConfig>,
+    }
 }
-
 /// A policy's settings from its sections, every one checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PolicyParts {
@@ -976,15 +878,7 @@ impl PolicySection {
     /// The call keys of this section.
     #[must_use]
     pub fn call(&self) -> CallConfig {
-        CallConfig {
-            max_attempts: self.max_attempts,
-            deadline: self.deadline,
-            attempt_timeout: self.attempt_timeout,
-            measured_ceiling: self.measured_ceiling,
-            ceiling_floor: self.ceiling_floor,
-            hedging: self.hedging,
-            backoff: self.backoff,
-        }
+        CallConfig::of(self)
     }
 
     /// The settings of a policy called `name` whose sections are `layers`, each applied over
