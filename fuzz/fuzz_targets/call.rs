@@ -30,7 +30,7 @@ use stormguard_core::{
     call::Gate, limits::AnyLimiter, limits::AnyRule, limits::Bulkhead, limits::BulkheadSettings,
     limits::RateLimitSettings, limits::RateLimiter, limits::SharedBulkhead,
     limits::SharedRateLimiter, limits::SharedWindowLimiter, limits::WindowLimitSettings,
-    limits::WindowLimiter, part::Funding, Backoff, Call, CallSettings, Duration, Finished, Instant,
+    limits::WindowLimiter, part::Funding, part::Never, Backoff, Call, CallSettings, Duration, Finished, Instant,
     Jitter, Multiple, Outcome, Parts, Permit, Refused, State, Step, GUARD_PAUSE,
 };
 use stormguard_fuzz::{
@@ -210,26 +210,36 @@ impl World {
     /// stand in front of the breaker (every combination is one type: a guard that is not there
     /// is `None`).
     fn local(&self) -> impl Gate + '_ {
-        Parts::new()
-            .breaker(&self.pair.local)
-            .budget(Counted {
+        Parts::<_, _, &dyn AnyLimiter, Never, &Bulkhead, Never, Never> {
+            name: None,
+            breaker: Some(&self.pair.local),
+            budget: Some(Counted {
                 inner: &self.pair.budget,
                 withdrawn: &self.withdrawn[0],
-            })
-            .limiter::<&dyn AnyLimiter>(self.limit.as_ref().map(|l| &*l.0))
-            .bulkhead::<&Bulkhead>(self.bulkhead.as_ref().map(|b| &b.0))
+            }),
+            limiter: self.limit.as_ref().map(|l| &*l.0),
+            quota: None,
+            bulkhead: self.bulkhead.as_ref().map(|b| &b.0),
+            adaptive: None,
+            saturation: None,
+        }
     }
 
     /// The shared form's parts, likewise.
     fn shared(&self) -> impl Gate + '_ {
-        Parts::new()
-            .breaker(&self.pair.shared)
-            .budget(Counted {
+        Parts::<_, _, &dyn AnyLimiter, Never, &SharedBulkhead, Never, Never> {
+            name: None,
+            breaker: Some(&self.pair.shared),
+            budget: Some(Counted {
                 inner: &self.pair.shared_budget,
                 withdrawn: &self.withdrawn[1],
-            })
-            .limiter::<&dyn AnyLimiter>(self.limit.as_ref().map(|l| &*l.1))
-            .bulkhead::<&SharedBulkhead>(self.bulkhead.as_ref().map(|b| &b.1))
+            }),
+            limiter: self.limit.as_ref().map(|l| &*l.1),
+            quota: None,
+            bulkhead: self.bulkhead.as_ref().map(|b| &b.1),
+            adaptive: None,
+            saturation: None,
+        }
     }
 
     /// The withdrawals the single-threaded form's budget made; the shared form's agree.
