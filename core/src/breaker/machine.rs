@@ -208,8 +208,11 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
 
     /// Stores the mark a committed transition set: after the control word, tagged with its
     /// epoch; a later probe deadline in the same period only ever moves it later.
-    fn commit_mark(&self, before: &Control, after: &Control) {
-        let unchanged = after.mark == before.mark && after.epoch == before.epoch;
+    ///
+    /// `before` is the mark and epoch read with the control word (not the whole `Control`: a
+    /// copy of it is, on a Cortex-M, a call to `memcpy`, which then costs every image ~730 B).
+    fn commit_mark(&self, before: (Mark, u8), after: &Control) {
+        let unchanged = after.mark == before.0 && after.epoch == before.1;
         if unchanged || after.mark == Mark::PENDING || after.phase == Phase::Closed {
             return;
         }
@@ -324,8 +327,8 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Permit, Refused> {
         loop {
-            let (raw, c0, r) = self.load();
-            let mut c = c0;
+            let (raw, mut c, r) = self.load();
+            let before = (c.mark, c.epoch);
             let mut n = Notes::default();
             let decision = admit::<M>(
                 &mut c,
@@ -342,7 +345,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             if new != raw && !self.control.cas(raw, new) {
                 continue;
             }
-            self.commit_mark(&c0, &c);
+            self.commit_mark(before, &c);
             let result = match decision {
                 Ok(Admit::Grant(kind)) => Ok(kind),
                 Ok(Admit::Ramp) => {
@@ -587,8 +590,8 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             _ => None,
         };
         let n = loop {
-            let (raw, c0, r) = self.load();
-            let mut c = c0;
+            let (raw, mut c, r) = self.load();
+            let before = (c.mark, c.epoch);
             let mut n = Notes::default();
             let evidence = complete::<M>(
                 &mut c,
@@ -608,7 +611,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
             if new != raw && !self.control.cas(raw, new) {
                 continue;
             }
-            self.commit_mark(&c0, &c);
+            self.commit_mark(before, &c);
             if let Some(sample) = evidence {
                 let (old, new) = self.ramp.update(|w| {
                     let mut r = Ramp::current(w, c.epoch);
@@ -633,11 +636,11 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     /// it meanwhile).
     fn withdraw_ramp(&self, now: Instant, epoch: u8, n: &mut Notes) {
         loop {
-            let (raw, c0, r) = self.load();
-            if c0.phase != Phase::Recovering || c0.epoch != epoch {
+            let (raw, mut c, r) = self.load();
+            if c.phase != Phase::Recovering || c.epoch != epoch {
                 return;
             }
-            let mut c = c0;
+            let before = (c.mark, c.epoch);
             let mut step = Notes::default();
             c.count = 1;
             open::<M>(
@@ -650,7 +653,7 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
                 &mut step,
             );
             if self.control.cas(raw, c.pack()) {
-                self.commit_mark(&c0, &c);
+                self.commit_mark(before, &c);
                 for ch in step.changes.iter().flatten() {
                     n.change(*ch);
                 }
@@ -662,11 +665,11 @@ impl<W: Word, M: Measure, S: SettingsRef> Core<W, M, S> {
     /// Applies the transitions time alone makes, until one sticks.
     fn realise(&self, now: Instant, n: &mut Notes) {
         loop {
-            let (raw, c0, r) = self.load();
-            let mut c = c0;
+            let (raw, mut c, r) = self.load();
+            let mark = c.mark;
             let mut step = Notes::default();
             advance::<M>(&mut c, &r, self.s(), self.seed, now, &mut step);
-            if c == c0 {
+            if c.pack() == raw && c.mark == mark {
                 return;
             }
             if self.control.cas(raw, c.pack()) {
