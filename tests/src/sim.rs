@@ -608,7 +608,7 @@ impl Sim<'_> {
     /// Polls a frame's call and does what it says.
     fn drive(&mut self, f: usize) {
         let now = Instant::from_nanos(self.now);
-        let (step, client, dep, layer, closed, open, attempts, deadline, hedge_after) = {
+        let (step, client, dep, layer, closed, open, attempts, deadline) = {
             let Sim {
                 frames,
                 clients,
@@ -619,20 +619,13 @@ impl Sim<'_> {
             let Some(frame) = frames[f].as_mut() else {
                 return;
             };
-            // The bottom layer hedges as the core says (a higher layer's attempt is a call).
-            let stack = &mut clients[frame.client as usize].stacks[frame.dep];
-            let bottom = frame.layer + 1 == stack.len();
-            let ls = &mut stack[frame.layer];
+            let ls = &mut clients[frame.client as usize].stacks[frame.dep][frame.layer];
             let state = ls.breaker.as_ref().map(|b| b.state(now));
             let closed = state == Some(State::Closed);
             let open = matches!(state, Some(State::Open | State::HalfOpen));
             let parts = ls.parts();
             let mut seen = Vec::new();
             let step = frame.call.poll(&parts, now, &mut |e| collect(e, &mut seen));
-            let hedge_after = match step {
-                Step::Attempt(_) if bottom => frame.call.hedge_delay(&parts, now),
-                _ => None,
-            };
             record_trips(ls, tally, *first_impairment, now.as_nanos(), &seen);
             (
                 step,
@@ -643,7 +636,6 @@ impl Sim<'_> {
                 open,
                 frame.call.attempts(),
                 frame.call.attempt_deadline(),
-                hedge_after,
             )
         };
         match step {
@@ -672,7 +664,7 @@ impl Sim<'_> {
                         deadline,
                     );
                     self.drive(child);
-                } else if let Some(after) = hedge_after {
+                } else if let Some(after) = self.hedge_delay(f, now) {
                     // The pair's timer watches the deadlines (and the hedge's launch).
                     if let Some(frame) = self.frames[f].as_mut() {
                         frame.pair = Some(HedgedPair::begin(&frame.call, now, Some(after)));
@@ -821,6 +813,14 @@ impl Sim<'_> {
             record_trips(ls, tally, *first_impairment, now.as_nanos(), &seen);
         }
         self.drive(f);
+    }
+
+    /// When the attempt frame `f` was just granted should be hedged, as the core says (only
+    /// the bottom layer's attempts are hedged: a higher layer's attempt is a call).
+    fn hedge_delay(&self, f: usize, now: Instant) -> Option<Duration> {
+        let frame = self.frames[f].as_ref()?;
+        let ls = &self.clients[frame.client as usize].stacks[frame.dep][frame.layer];
+        frame.call.hedge_delay(&ls.parts(), now)
     }
 
     /// Arms the timer of frame `f`'s hedged pair for what it waits for next.
