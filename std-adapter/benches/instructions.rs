@@ -24,7 +24,8 @@ use stormguard_core::{
     Budget as CoreBudget, BudgetSettings, Call, CallSettings, Duration, Instant, Outcome, Parts,
     SharedBreaker, SharedBudget, Step,
 };
-use stormguard_std::{Breaker, Bulkhead, Limiter, ManualClock, Policy, QuantaClock, TokioClock};
+use stormguard_std::clock::{QuantaClock, TokioClock};
+use stormguard_std::{Breaker, Bulkhead, Limiter, ManualClock, Policy};
 
 /// Polls a future once with a no-op waker; the futures run here are always ready.
 fn poll_once<F: Future>(fut: F) -> Option<F::Output> {

@@ -39,10 +39,8 @@ use stormguard_core::{
     BreakerSettings, BudgetSettings, Call, CallSettings, Duration, Instant, Outcome, Parts,
     SharedBreaker, SharedBudget, Step,
 };
-use stormguard_std::{
-    Breaker, Budget, Clock, CoarseClock, ManualClock, MonotonicClock, Policy, QuantaClock,
-    TokioClock,
-};
+use stormguard_std::clock::{CoarseClock, MonotonicClock, QuantaClock, TokioClock};
+use stormguard_std::{Breaker, Budget, Clock, ManualClock, Policy};
 use tower::retry::budget::Budget as _;
 
 /// Polls a future once with a no-op waker; the futures measured here are always ready.
@@ -384,7 +382,7 @@ fn layer(c: &mut Criterion) {
     );
     let keeping = Policy::builder("bench")
         .clock(QuantaClock::global())
-        .published_quotas(stormguard_std::Ratio::from_percent(10).unwrap())
+        .published_quotas(stormguard_core::Ratio::from_percent(10).unwrap())
         .build()
         .unwrap();
     run(

@@ -42,7 +42,8 @@ use criterion::{
 };
 use failsafe::futures::CircuitBreaker as _;
 use stormguard_core::BreakerSettings;
-use stormguard_std::{Breaker, Clock, Policy, QuantaClock};
+use stormguard_std::clock::QuantaClock;
+use stormguard_std::{Breaker, Clock, Policy};
 use tokio::runtime::Runtime;
 
 /// How many tasks share the breaker.
@@ -158,7 +159,7 @@ fn shared_breaker(c: &mut Criterion) {
         policy_calls,
     );
     let tokio_clock = Policy::builder("bench")
-        .clock(stormguard_std::TokioClock::global())
+        .clock(stormguard_std::clock::TokioClock::global())
         .build()
         .unwrap();
     at_each_count(

@@ -7,7 +7,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use stormguard_core::policy::{ChaosCounts, ChaosSettings, Roll, SharedChaos};
+pub use stormguard_core::policy::ChaosSettings;
+use stormguard_core::policy::{ChaosCounts, Roll, SharedChaos};
 
 /// Which attempts may be injected into: asked before each roll.
 type Gate = Arc<dyn Fn() -> bool + Send + Sync>;
@@ -17,7 +18,8 @@ type Gate = Arc<dyn Fn() -> bool + Send + Sync>;
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use stormguard_std::{ChaosSettings, Ratio};
+/// use stormguard_std::chaos::ChaosSettings;
+/// use stormguard_std::stormguard_core::Ratio;
 /// use stormguard_std::{CallError, Chaos, Policy};
 ///
 /// #[derive(Debug, PartialEq)]
@@ -157,8 +159,11 @@ mod layer {
     /// type's `Default`) and the [`INJECTED_HEADER`]; the request never reaches the service.
     ///
     /// ```
-    /// use stormguard_std::{ChaosSettings, Duration, Ratio};
-    /// use stormguard_std::{Chaos, ChaosLayer};
+    /// use stormguard_std::chaos::ChaosSettings;
+    /// use stormguard_std::Duration;
+    /// use stormguard_std::stormguard_core::Ratio;
+    /// use stormguard_std::Chaos;
+    /// use stormguard_std::chaos::ChaosLayer;
     ///
     /// let chaos = Chaos::new(
     ///     ChaosSettings::builder()

@@ -42,9 +42,9 @@ mod grpc_preset {
     /// use http::HeaderMap;
     /// let mut h = HeaderMap::new();
     /// h.insert("content-type", "application/grpc+proto".parse().unwrap());
-    /// assert!(stormguard_std::is_grpc(&h));
+    /// assert!(stormguard_std::classify::is_grpc(&h));
     /// h.insert("content-type", "application/grpc-web".parse().unwrap());
-    /// assert!(!stormguard_std::is_grpc(&h));
+    /// assert!(!stormguard_std::classify::is_grpc(&h));
     /// ```
     #[must_use]
     pub fn is_grpc(headers: &HeaderMap) -> bool {
@@ -68,7 +68,8 @@ mod grpc_preset {
     ///
     /// ```
     /// use http::{HeaderMap, StatusCode};
-    /// use stormguard_std::{grpc_outcome, GrpcBodyEnd, Outcome};
+    /// use stormguard_std::classify::{grpc_outcome, GrpcBodyEnd};
+    /// use stormguard_std::Outcome;
     ///
     /// let mut headers = HeaderMap::new();
     /// headers.insert("content-type", "application/grpc".parse().unwrap());
@@ -210,7 +211,7 @@ mod http_preset {
     /// use stormguard_std::Outcome;
     /// // 503 without Retry-After: the server is failing, not defending itself.
     /// assert_eq!(
-    ///     stormguard_std::http_outcome(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new()),
+    ///     stormguard_std::classify::http_outcome(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new()),
     ///     Outcome::Transient
     /// );
     /// ```
@@ -228,11 +229,11 @@ mod http_preset {
     /// use stormguard_std::Duration;
     /// let mut h = HeaderMap::new();
     /// h.insert("retry-after", "120".parse().unwrap());
-    /// assert_eq!(stormguard_std::retry_after(&h), Some(Duration::from_secs(120)));
+    /// assert_eq!(stormguard_std::classify::retry_after(&h), Some(Duration::from_secs(120)));
     /// h.insert("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
-    /// assert_eq!(stormguard_std::retry_after(&h), Some(Duration::ZERO));
+    /// assert_eq!(stormguard_std::classify::retry_after(&h), Some(Duration::ZERO));
     /// h.insert("retry-after", "soon".parse().unwrap());
-    /// assert_eq!(stormguard_std::retry_after(&h), None);
+    /// assert_eq!(stormguard_std::classify::retry_after(&h), None);
     /// ```
     #[must_use]
     pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
@@ -264,7 +265,8 @@ mod http_preset {
     ///
     /// ```
     /// use http::HeaderMap;
-    /// use stormguard_std::{published_quota, Duration};
+    /// use stormguard_std::classify::published_quota;
+    /// use stormguard_std::Duration;
     ///
     /// let mut h = HeaderMap::new();
     /// h.insert("ratelimit", r#""default";r=50;t=30"#.parse().unwrap());

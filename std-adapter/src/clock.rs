@@ -5,6 +5,13 @@ use std::sync::{Arc, OnceLock};
 
 use stormguard_core::{Duration, Instant};
 
+#[cfg(feature = "quanta")]
+#[cfg_attr(docsrs, doc(cfg(feature = "quanta")))]
+pub use crate::quanta::{CoarseClock, QuantaClock};
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use crate::tokio::TokioClock;
+
 /// A source of the current time in the core's terms.
 ///
 /// Adapters read the clock twice per attempt (before and after) and hand the readings to the core;
@@ -77,7 +84,8 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 ///
 /// ```
 /// use stormguard_std::{Duration, Instant};
-/// use stormguard_std::{Clock, ManualClock, SteadyClock};
+/// use stormguard_std::{Clock, ManualClock};
+/// use stormguard_std::clock::SteadyClock;
 ///
 /// let raw = ManualClock::starting_at(Instant::from_secs(7_200));
 /// let clock = SteadyClock::new(raw.clone());
@@ -218,7 +226,8 @@ static PROCESS_EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
 /// registry agree without passing a clock around.
 ///
 /// ```
-/// use stormguard_std::{process_epoch, Clock, MonotonicClock};
+/// use stormguard_std::clock::{process_epoch, MonotonicClock};
+/// use stormguard_std::Clock;
 ///
 /// assert_eq!(process_epoch(), process_epoch());
 /// assert_eq!(MonotonicClock::global().epoch(), process_epoch());
@@ -232,16 +241,16 @@ pub fn process_epoch() -> std::time::Instant {
 }
 
 /// The clock a [`Policy`](crate::Policy) reads unless told otherwise, and that the handles'
-/// methods without a `now` read: [`QuantaClock`](crate::QuantaClock) (a calibrated TSC read,
+/// methods without a `now` read: [`QuantaClock`] (a calibrated TSC read,
 /// under half the cost of `std::time::Instant::now()`), or, where it is made inside a tokio
-/// runtime whose time is paused, [`TokioClock`](crate::TokioClock), so that paused-time tests
+/// runtime whose time is paused, [`TokioClock`], so that paused-time tests
 /// drive every reading (`#[tokio::test(start_paused = true)]`, `tokio::time::pause()`, then
 /// `advance`). Both count from [`process_epoch`].
 ///
 /// The choice is made when the clock is made ([`DefaultClock::global`]: when a policy's
 /// builder, a health registry or a subscription is made, and at each of the handles' methods
 /// without a `now`): a policy built before its test pauses tokio's time keeps reading the real
-/// clock. Pause first (or give the policy [`TokioClock::global`](crate::TokioClock::global)).
+/// clock. Pause first (or give the policy [`TokioClock::global`](crate::clock::TokioClock::global)).
 /// Made outside any runtime, it reads the TSC.
 ///
 /// ```
@@ -267,8 +276,8 @@ pub struct DefaultClock {
 #[cfg(feature = "tokio")]
 #[derive(Clone, Debug)]
 enum Source {
-    Tsc(crate::QuantaClock),
-    Tokio(crate::TokioClock),
+    Tsc(crate::clock::QuantaClock),
+    Tokio(crate::clock::TokioClock),
 }
 
 #[cfg(feature = "tokio")]
@@ -279,7 +288,7 @@ impl DefaultClock {
     pub fn global() -> Self {
         // Miri cannot read the TSC; tokio's clock is right everywhere, only dearer.
         let source = if cfg!(miri) || tokio_time_paused() {
-            Source::Tokio(crate::TokioClock::global())
+            Source::Tokio(crate::clock::TokioClock::global())
         } else {
             Source::Tsc(process_tsc().clone())
         };
@@ -308,9 +317,9 @@ impl Clock for DefaultClock {
 /// every other to the nanosecond (clocks anchored apart would differ by the calibration's
 /// drift over the time between them).
 #[cfg(feature = "tokio")]
-fn process_tsc() -> &'static crate::QuantaClock {
-    static TSC: OnceLock<crate::QuantaClock> = OnceLock::new();
-    TSC.get_or_init(crate::QuantaClock::global)
+fn process_tsc() -> &'static crate::clock::QuantaClock {
+    static TSC: OnceLock<crate::clock::QuantaClock> = OnceLock::new();
+    TSC.get_or_init(crate::clock::QuantaClock::global)
 }
 
 /// Whether this thread runs inside a tokio runtime whose time is paused: tokio's clock stands
@@ -360,7 +369,8 @@ pub(crate) fn default_clock() -> DefaultClock {
 /// (about 584 years after the epoch). Cloning keeps the epoch, so clones agree.
 ///
 /// ```
-/// use stormguard_std::{Clock, MonotonicClock};
+/// use stormguard_std::Clock;
+/// use stormguard_std::clock::MonotonicClock;
 ///
 /// let clock = MonotonicClock::new();
 /// let a = clock.now();
@@ -389,7 +399,8 @@ impl MonotonicClock {
     /// breaker and budget handles and the health registry.
     ///
     /// ```
-    /// use stormguard_std::{Clock, MonotonicClock};
+    /// use stormguard_std::Clock;
+    /// use stormguard_std::clock::MonotonicClock;
     ///
     /// let a = MonotonicClock::global();
     /// let b = MonotonicClock::global();
@@ -412,7 +423,7 @@ impl MonotonicClock {
     ///
     /// ```
     /// use stormguard_std::{Duration, Instant};
-    /// use stormguard_std::MonotonicClock;
+    /// use stormguard_std::clock::MonotonicClock;
     ///
     /// let clock = MonotonicClock::new();
     /// let later = clock.epoch() + std::time::Duration::from_millis(40);
@@ -428,7 +439,7 @@ impl MonotonicClock {
     ///
     /// ```
     /// use stormguard_std::{Duration, Instant};
-    /// use stormguard_std::MonotonicClock;
+    /// use stormguard_std::clock::MonotonicClock;
     ///
     /// let clock = MonotonicClock::new();
     /// let deadline = Instant::ZERO + Duration::from_secs(2);

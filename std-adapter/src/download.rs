@@ -69,7 +69,8 @@ impl std::error::Error for DownloadError {
 /// sent again.
 ///
 /// ```
-/// use stormguard_std::{download_outcome, DownloadError, Duration, Outcome};
+/// use stormguard_std::download::download_outcome;
+/// use stormguard_std::{DownloadError, Duration, Outcome};
 /// use http::StatusCode;
 ///
 /// let busy = |retry_after| DownloadError::Status { status: StatusCode::SERVICE_UNAVAILABLE, retry_after };

@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+pub use stormguard_core::policy::PolicyVerdict;
 use stormguard_core::{
     policy::AddPolicyError, policy::DecisionTrail, policy::PolicyEvaluation, policy::PolicyMatch,
     policy::PolicyRule as Rule, Bound, Field, Name, SettingsError,
@@ -37,7 +38,7 @@ const CHUNK: usize = 32;
 /// let d = engine.evaluate(&50);
 /// assert_eq!(d.trail.to_string(), "small: not matched, any: matched");
 /// assert_eq!(d.trail.len(), 2);
-/// # Ok::<(), stormguard_std::AddError<u32, &str, ()>>(())
+/// # Ok::<(), stormguard_std::engine::AddError<u32, &str, ()>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Trail<'a, E> {
@@ -118,14 +119,14 @@ impl<E> fmt::Display for Trail<'_, E> {
 /// The outcome of one evaluation: the first match, if any, and every evaluation that ran.
 ///
 /// ```
-/// use stormguard_std::PolicyVerdict;
+/// use stormguard_std::engine::PolicyVerdict;
 /// use stormguard_std::PolicyEngine;
 /// let mut engine: PolicyEngine<u32, &str, ()> = PolicyEngine::new();
 /// engine.add("small", |n: &u32| Ok(*n < 10), "inline")?;
 /// let d = engine.evaluate(&50);
 /// assert_eq!(d.config(), None); // no match...
 /// assert_eq!(d.trail.entries()[0].verdict, PolicyVerdict::NotMatched); // ...and why
-/// # Ok::<(), stormguard_std::AddError<u32, &str, ()>>(())
+/// # Ok::<(), stormguard_std::engine::AddError<u32, &str, ()>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision<'a, T, E> {
@@ -159,7 +160,7 @@ pub type AddError<C, T, E> = AddPolicyError<C, T, E, Predicate<C, E>>;
 /// exactly its semantics. Evaluation runs in insertion order; the first policy whose predicate
 /// matches gives its configuration; every evaluation (matched, not matched, or failed) is
 /// recorded in the trail; a predicate that fails (`Err(e)`) is recorded as
-/// [`PolicyVerdict::Failed`](stormguard_core::policy::PolicyVerdict::Failed) and evaluation goes on.
+/// [`PolicyVerdict::Failed`] and evaluation goes on.
 /// Names are unique, so trail entries tell policies apart.
 ///
 /// Predicates are boxed closures (`Fn(&C) -> Result<bool, E> + Send + Sync`), so they may
@@ -168,7 +169,7 @@ pub type AddError<C, T, E> = AddPolicyError<C, T, E, Predicate<C, E>>;
 /// one and swap it in (e.g. with `arc_swap`).
 ///
 /// ```
-/// use stormguard_std::PolicyVerdict;
+/// use stormguard_std::engine::PolicyVerdict;
 /// use stormguard_std::PolicyEngine;
 ///
 /// struct Message { topic: String, bytes: usize }
@@ -197,7 +198,7 @@ pub type AddError<C, T, E> = AddPolicyError<C, T, E, Predicate<C, E>>;
 /// let d = engine.evaluate(&Message { topic: "heartbeat".into(), bytes: 10 });
 /// assert_eq!(d.policy().map(|n| n.as_str()), Some("default"));
 /// assert!(matches!(d.trail.entries()[1].verdict, PolicyVerdict::Failed(_)));
-/// # Ok::<(), stormguard_std::AddError<Message, Route, String>>(())
+/// # Ok::<(), stormguard_std::engine::AddError<Message, Route, String>>(())
 /// ```
 pub struct PolicyEngine<C, T, E> {
     policies: Vec<EnginePolicy<C, T, E>>,
@@ -227,7 +228,7 @@ impl<C, T, E> PolicyEngine<C, T, E> {
     /// [`MAX_RESERVED`](PolicyEngine::MAX_RESERVED).
     ///
     /// ```
-    /// use stormguard_std::{Bound, Field};
+    /// use stormguard_std::stormguard_core::{Bound, Field};
     /// use stormguard_std::PolicyEngine;
     /// let e = PolicyEngine::<(), u8, ()>::with_capacity(1 << 40).unwrap_err();
     /// assert_eq!((e.field, e.bound), (Field::Capacity, Bound::AtMost(1 << 16)));
@@ -256,7 +257,7 @@ impl<C, T, E> PolicyEngine<C, T, E> {
     /// let err = engine.add("only", |_: &()| Ok(true), 2).unwrap_err();
     /// assert_eq!(err.to_string(), "policy `only` not added: the name is taken");
     /// assert_eq!(*err.into_policy().config(), 2);
-    /// # Ok::<(), stormguard_std::AddError<(), u8, ()>>(())
+    /// # Ok::<(), stormguard_std::engine::AddError<(), u8, ()>>(())
     /// ```
     pub fn add<F>(
         &mut self,
@@ -334,7 +335,8 @@ impl<C, T, E: Clone> PolicyEngine<C, T, E> {
     /// those of another engine the same context went through).
     ///
     /// ```
-    /// use stormguard_std::{PolicyEngine, Trail};
+    /// use stormguard_std::PolicyEngine;
+    /// use stormguard_std::engine::Trail;
     /// let mut tenants: PolicyEngine<u32, &str, ()> = PolicyEngine::new();
     /// tenants.add("vip", |t: &u32| Ok(*t == 1), "fast")?;
     /// let mut sizes: PolicyEngine<u32, &str, ()> = PolicyEngine::new();
@@ -343,7 +345,7 @@ impl<C, T, E: Clone> PolicyEngine<C, T, E> {
     /// let m = tenants.evaluate_into(&7, &mut trail).or(sizes.evaluate_into(&7, &mut trail));
     /// assert_eq!(m.map(|m| *m.config), Some("normal"));
     /// assert_eq!(trail.to_string(), "vip: not matched, any: matched");
-    /// # Ok::<(), stormguard_std::AddError<u32, &str, ()>>(())
+    /// # Ok::<(), stormguard_std::engine::AddError<u32, &str, ()>>(())
     /// ```
     pub fn evaluate_into<'a>(
         &'a self,

@@ -66,7 +66,8 @@ impl<E> From<&CallError<E>> for Ended {
     /// How a call that returned this error ended.
     ///
     /// ```
-    /// use stormguard_std::{CallError, Ended};
+    /// use stormguard_std::CallError;
+    /// use stormguard_std::events::Ended;
     /// assert_eq!(Ended::from(&CallError::<()>::Cancelled), Ended::Cancelled);
     /// ```
     fn from(e: &CallError<E>) -> Ended {
@@ -92,7 +93,7 @@ impl From<Finished> for Ended {
     ///
     /// ```
     /// use stormguard_std::{Finished, Outcome};
-    /// use stormguard_std::Ended;
+    /// use stormguard_std::events::Ended;
     /// assert_eq!(Ended::from(Finished::Failed(Outcome::Transient)), Ended::Failed);
     /// assert_eq!(Ended::from(Finished::Failed(Outcome::TimedOut)), Ended::TimedOut);
     /// ```
@@ -113,7 +114,7 @@ impl Ended {
     /// A stable, lower-case name for logs and metrics labels.
     ///
     /// ```
-    /// assert_eq!(stormguard_std::Ended::DeadlineExceeded.as_str(), "deadline_exceeded");
+    /// assert_eq!(stormguard_std::events::Ended::DeadlineExceeded.as_str(), "deadline_exceeded");
     /// ```
     #[must_use]
     pub const fn as_str(self) -> &'static str {
@@ -139,7 +140,8 @@ impl Ended {
 /// ```
 /// use std::sync::atomic::{AtomicU32, Ordering};
 /// use stormguard_std::Event;
-/// use stormguard_std::{Ended, Listener};
+/// use stormguard_std::events::Ended;
+/// use stormguard_std::Listener;
 ///
 /// #[derive(Default)]
 /// struct Opens(AtomicU32);
@@ -204,7 +206,7 @@ pub trait Listener {
         let _ = (name, waited, entered);
     }
 
-    /// The runtime a [`SaturationProbe`](crate::SaturationProbe) watches is saturated: told
+    /// The runtime a [`SaturationProbe`](crate::saturation::SaturationProbe) watches is saturated: told
     /// once per episode, to the listener the probe was spawned with.
     fn on_saturation(&self, detected: &stormguard_core::limits::saturation::SaturationDetected) {
         let _ = detected;
@@ -616,9 +618,9 @@ static WARN_SLOTS: [WarnSlot; 256] = [const {
 /// [`DefaultClock`]: crate::DefaultClock
 fn warning_clock_now() -> Instant {
     #[cfg(feature = "tokio")]
-    return crate::TokioClock::global().now();
+    return crate::clock::TokioClock::global().now();
     #[cfg(not(feature = "tokio"))]
-    crate::MonotonicClock::global().now()
+    crate::clock::MonotonicClock::global().now()
 }
 
 /// Whether a rejection by `breaker` at `now` gets a WARN line: `Some(n)`, with `n` the

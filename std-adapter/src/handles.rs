@@ -16,7 +16,7 @@ use crate::events;
 /// fleet's breakers do not re-probe in step.
 ///
 /// ```
-/// assert_ne!(stormguard_std::entropy_seed(), stormguard_std::entropy_seed());
+/// assert_ne!(stormguard_std::handles::entropy_seed(), stormguard_std::handles::entropy_seed());
 /// ```
 #[must_use]
 pub fn entropy_seed() -> u64 {
@@ -35,9 +35,9 @@ pub fn entropy_seed() -> u64 {
 /// no more of them than lanes. [`Breaker::new`] sets it on every breaker it builds.
 ///
 /// ```
-/// let here = stormguard_std::lane_hint();
-/// assert_eq!(here, stormguard_std::lane_hint(), "a thread keeps its lane");
-/// let there = std::thread::spawn(stormguard_std::lane_hint).join().unwrap();
+/// let here = stormguard_std::handles::lane_hint();
+/// assert_eq!(here, stormguard_std::handles::lane_hint(), "a thread keeps its lane");
+/// let there = std::thread::spawn(stormguard_std::handles::lane_hint).join().unwrap();
 /// assert_ne!(here, there);
 /// ```
 #[must_use]
@@ -64,7 +64,7 @@ pub fn lane_hint() -> usize {
 /// [`Breaker::new`] seeds the break jitter from [`entropy_seed`], so a fleet's breaks do not
 /// line up, and gives each thread its own lane of the breaker's counters ([`lane_hint`]), so
 /// that the threads of a runtime do not all write the same words on every call. Methods without a `now` read the process-wide clock (`TokioClock::global()`, or
-/// [`MonotonicClock::global`](crate::MonotonicClock::global) without the `tokio` feature),
+/// [`MonotonicClock::global`](crate::clock::MonotonicClock::global) without the `tokio` feature),
 /// which is the clock policies read by default; with a policy on another clock, use the `_at`
 /// forms with that clock's readings.
 ///
@@ -113,10 +113,11 @@ impl Breaker {
     }
 
     /// Wraps a breaker built elsewhere (its seed and lane hint are kept as they are: without
-    /// `.with_lane_hint(stormguard_std::lane_hint)`, every thread writes the same lane).
+    /// `.with_lane_hint(stormguard_std::handles::lane_hint)`, every thread writes the same lane).
     ///
     /// ```
-    /// use stormguard_std::{BreakerSettings, SharedBreaker};
+    /// use stormguard_std::BreakerSettings;
+    /// use stormguard_std::stormguard_core::SharedBreaker;
     /// let breaker = stormguard_std::Breaker::from_shared(
     ///     SharedBreaker::new(BreakerSettings::defaults("search")).with_seed(7),
     /// );
@@ -381,7 +382,8 @@ impl Budget {
     /// Wraps a budget built elsewhere.
     ///
     /// ```
-    /// use stormguard_std::{BudgetSettings, SharedBudget};
+    /// use stormguard_std::BudgetSettings;
+    /// use stormguard_std::stormguard_core::SharedBudget;
     /// let b = stormguard_std::Budget::from_shared(SharedBudget::new(BudgetSettings::defaults("db")));
     /// assert_eq!(b.name().as_str(), "db");
     /// ```

@@ -9,9 +9,8 @@
 
 use std::sync::{Arc, RwLock};
 
-use stormguard_core::{
-    limits::AdaptiveSnapshot, limits::BudgetSnapshot, Health, Instant, Snapshot,
-};
+use stormguard_core::{limits::AdaptiveSnapshot, limits::BudgetSnapshot, Instant};
+pub use stormguard_core::{Health, Snapshot};
 
 use crate::clock::{default_clock, Clock, DefaultClock, SteadyClock};
 use crate::{AdaptiveLimit, Breaker, Budget};

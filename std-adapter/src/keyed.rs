@@ -3,7 +3,7 @@
 //!
 //! The rules are the core's ([`Member::is_idle`], [`Member::to_evict`], DESIGN.md "Keyed
 //! scope"): a key is idle when no call of it is in flight and it has been quiet long enough: a
-//! trip window if its breaker is closed, [`STALE_BREAKS`](stormguard_core::breaker::STALE_BREAKS) (4)
+//! trip window if its breaker is closed, [`STALE_BREAKS`] (4)
 //! times the breaker's longest break if it is open, half-open or recovering (so an open breaker
 //! still asked for is never evicted, and keys nobody asks for do not hold the table for good);
 //! an isolated breaker only leaves by [`KeyedPolicy::remove`]. A new key in a full table evicts
@@ -100,9 +100,10 @@ use std::future::Future;
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::Arc;
 
+pub use stormguard_core::breaker::{KeyedRefusal, STALE_BREAKS};
 use stormguard_core::{
-    breaker::FullTable, breaker::KeyedRefusal, breaker::Member, call::AttemptLog, BreakerSettings,
-    Duration, Instant, Name, RefusalReason, Rejection, SettingsError, Snapshot, State,
+    breaker::FullTable, breaker::Member, call::AttemptLog, BreakerSettings, Duration, Instant,
+    Name, RefusalReason, Rejection, SettingsError, Snapshot, State,
 };
 
 use crate::classify::Classify;
@@ -222,7 +223,8 @@ impl<E> KeyedError<E> {
     /// The core's keyed refusal, when the table refused the key.
     ///
     /// ```
-    /// use stormguard_std::{Duration, KeyedRefusal, RefusalReason, Rejection};
+    /// use stormguard_std::{Duration, RefusalReason, Rejection};
+    /// use stormguard_std::keyed::KeyedRefusal;
     /// let rejection = Rejection {
     ///     reason: RefusalReason::KeyedFull,
     ///     retry_after: Duration::from_secs(30),
@@ -437,7 +439,8 @@ where
     /// template's name.
     ///
     /// ```
-    /// use stormguard_std::{KeyedPolicy, KeyedSetupError, Policy};
+    /// use stormguard_std::{KeyedPolicy, Policy};
+    /// use stormguard_std::keyed::KeyedSetupError;
     /// let no_breaker = Policy::builder("hosts").no_breaker().build()?;
     /// let e = KeyedPolicy::<u32>::new(no_breaker, 8).unwrap_err();
     /// assert_eq!(e, KeyedSetupError::NoBreaker);

@@ -42,43 +42,40 @@
 //! ```
 //!
 //! ## What is here
-//! - Clocks: [`Clock`], [`DefaultClock`] (the TSC through [`QuantaClock`], or, made in a
-//!   tokio runtime whose time is paused, [`TokioClock`], which follows it), [`MonotonicClock`],
-//!   [`CoarseClock`] (feature `quanta`, implied by `tokio`), [`ManualClock`] for tests. The global clocks share one [`process_epoch`], so every breaker, budget and call
-//!   agrees on time. A policy reads its clock through a [`SteadyClock`], so a custom clock that
-//!   steps back holds no call past its deadline and no breaker past its break.
-//! - Handles: [`Breaker`] and [`Budget`], cloneable `Send + Sync` `Arc`s around the core's
-//!   [`SharedBreaker`] and [`SharedBudget`]: no `Mutex`, `RwLock` or spin lock on the call
-//!   path. Breakers are seeded from the process's entropy ([`entropy_seed`]).
-//! - [`Policy`]: `policy.call(|attempt| async { ... }).await`, [`Policy::call_with`] and
-//!   [`CallOptions`] (classifier, [`CancellationToken`](tokio_util::sync::CancellationToken),
-//!   deadline), [`Policy::call_or`] (fallback for refusals), [`Policy::call_cached`]
-//!   ([`SuccessCache`], [`CacheRule`]), [`Policy::call_blocking`] (no runtime). Errors are a
-//!   [`CallError`] saying exactly what happened.
-//! - Streams: [`Policy::call_stream`] and [`Policy::call_stream_resumable`] ([`CallStream`]:
-//!   retried until the first element, restarted from a checkpoint after a failure mid-stream,
-//!   an optional stall bound); `download` (feature `reqwest`: a response body resumed with
-//!   `Range` against a strong `ETag`).
-//! - Classifiers: [`Classify`], [`EveryErrorTransient`] (default), [`Http`] (feature `http`).
-//! - Observability: [`events`] (every core event to `tracing`, with care for levels),
-//!   [`Listener`], [`Metrics`] (counters under stable names), [`health`] (a registry of
-//!   named breakers and budgets, `serde`-serializable reports).
-//! - [`tower`] (feature `tower`): a `Layer`/`Service` applying a policy to any service (with
-//!   feature `tonic`, a tonic client's or server's, by gRPC's rules).
-//! - [`KeyedPolicy`]: a breaker per key (host, service) from one policy template, fixed capacity,
-//!   idle keys evicted by the core's keyed rule; [`Subscription`]: keeps a subscription
-//!   established on the core's capped schedule; [`PolicyEngine`]: the core's policy engine,
-//!   growable.
+//! The root holds what an ordinary program names; each module holds the rest of its subject.
+//! - [`Policy`] (built by [`PolicyBuilder`]): `policy.call(|attempt| async { ... }).await`,
+//!   [`Policy::call_with`] and [`CallOptions`] (classifier,
+//!   [`CancellationToken`](tokio_util::sync::CancellationToken), deadline),
+//!   [`Policy::call_or`] (fallback for refusals), [`Policy::call_cached`] ([`SuccessCache`]),
+//!   [`Policy::call_blocking`] (no runtime), [`Policy::call_stream`] ([`CallStream`]: retried
+//!   until the first element, resumed from a checkpoint). Errors are a [`CallError`] saying
+//!   exactly what happened.
+//! - The parts a policy composes: [`Breaker`] and [`Budget`] (cloneable `Send + Sync` handles
+//!   on the core's lock-free breaker and budget: no `Mutex` on the call path), [`Bulkhead`],
+//!   [`Limiter`], [`AdaptiveLimit`]; their settings ([`BreakerSettings`], [`BudgetSettings`],
+//!   ...).
+//! - [`clock`]: [`Clock`], [`DefaultClock`] (the TSC, or tokio's paused time in a test),
+//!   [`ManualClock`] for tests, and the others.
+//! - [`classify`]: how a result counts ([`Classify`]; the HTTP and gRPC rules with features
+//!   `http` and `tonic`).
+//! - Observability: [`events`] (every core event to `tracing`), [`Listener`], [`metrics`]
+//!   ([`Metrics`], counters under stable names), [`health`] (a registry, one report).
+//! - `tower` (feature `tower`): a `Layer`/`Service` applying a policy to any service, per host
+//!   by default (with feature `tonic`, a tonic client's or server's, by gRPC's rules);
+//!   `server` and [`nested`] for the receiving side.
+//! - [`keyed`] ([`KeyedPolicy`]: a breaker per key from one template, fixed capacity),
+//!   [`subscription`] (kept established on a capped schedule), [`engine`] ([`PolicyEngine`]),
+//!   [`chaos`] (fault injection), [`cache`], `download` (feature `reqwest`), [`testing`].
 //!
 //! ## Only this crate
-//! The core types this crate's API takes and returns are re-exported here (settings and their
-//! builders, [`Outcome`], [`State`], [`Snapshot`], [`RefusalReason`], [`Rejection`],
-//! [`SettingsError`], [`Duration`], ...), so `stormguard-std` is the only dependency a host
-//! user adds. Every duration this crate's own API takes is an `impl Into<Duration>`, so a
-//! `std::time::Duration` goes in as it is. The core's settings builders stay `const fn` (a
-//! firmware `static` is built with them), so they take the core's [`Duration`]: convert a
-//! `std::time::Duration` with `.into()`, or build one with [`Duration::from_secs`] and its
-//! siblings.
+//! The core types this crate's API takes and returns are re-exported here ([`Outcome`],
+//! [`State`], [`RefusalReason`], [`Rejection`], [`SettingsError`], [`Duration`], the settings,
+//! ...), and the core itself as [`stormguard_core`] for the rest, so `stormguard-std` is the
+//! only dependency a host user adds. Every duration this crate's own API takes is an
+//! `impl Into<Duration>`, so a `std::time::Duration` goes in as it is. The core's settings
+//! builders stay `const fn` (a firmware `static` is built with them), so they take the core's
+//! [`Duration`]: convert a `std::time::Duration` with `.into()`, or build one with
+//! [`Duration::from_secs`] and its siblings.
 //!
 //! ```
 //! use std::time::Duration as StdDuration;
@@ -98,18 +95,18 @@
 //! ```
 //!
 //! ## Features
-//! - `tokio` (default): [`TokioClock`], the async calls, cancellation tokens.
-//! - `quanta`: [`QuantaClock`] and [`CoarseClock`].
-//! - `http`: the [`Http`] classifier.
-//! - `tower`: the [`tower`] layer (implies `tokio` and `http`).
-//! - `reqwest`: the layer's rules for a `reqwest::Client` (implies `tower`).
-//! - `tonic`: gRPC through the layer, `tower::GrpcLayer`, and the gRPC rules in [`Http`]
+//! - `tokio` (default): the async calls, cancellation tokens, `clock::TokioClock`.
+//! - `quanta`: `clock::QuantaClock` and `clock::CoarseClock`.
+//! - `http`: the `Http` classifier.
+//! - `tower`: the `tower` layer (implies `tokio` and `http`).
+//! - `reqwest`: the layer's rules for a `reqwest::Client`, and `download` (implies `tower`).
+//! - `tonic`: gRPC through the layer, `tower::GrpcLayer`, and the gRPC rules in `Http`
 //!   (implies `tower`).
 //! - `serde`: `Serialize` on health reports and metrics snapshots.
-//! - `metrics`: [`MetricsFacade`], the metrics through the `metrics` crate's facade, with
+//! - `metrics`: `MetricsFacade`, the metrics through the `metrics` crate's facade, with
 //!   histograms of call, attempt, slot-wait and lease durations.
-//! - `config`: [`config`], named policies from a TOML or JSON document, environment
-//!   variables and reloads (implies `serde`).
+//! - `config`: `config`, named policies from a TOML or JSON document, environment variables
+//!   and reloads (implies `serde`).
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
@@ -123,26 +120,29 @@
     )
 )]
 
-mod cache;
-mod chaos;
-mod classify;
-mod clock;
+pub mod cache;
+pub mod chaos;
+pub mod classify;
+pub mod clock;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
 #[cfg(feature = "reqwest")]
-mod download;
-mod engine;
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod download;
+pub mod engine;
 pub mod events;
-mod handles;
+pub mod handles;
 pub mod health;
 #[cfg(feature = "tokio")]
-mod keyed;
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod keyed;
 #[cfg(any(feature = "tokio", loom))]
 mod loom;
-mod metrics;
+pub mod metrics;
 #[cfg(feature = "tokio")]
-mod nested;
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod nested;
 mod policy;
 #[cfg(feature = "quanta")]
 mod quanta;
@@ -160,7 +160,8 @@ mod stall;
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 mod slots;
 #[cfg(feature = "tokio")]
-mod subscription;
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod subscription;
 pub mod testing;
 #[cfg(feature = "tokio")]
 mod tokio;
@@ -168,63 +169,44 @@ mod tokio;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
-#[cfg(feature = "quanta")]
-#[cfg_attr(docsrs, doc(cfg(feature = "quanta")))]
-pub use self::quanta::{CoarseClock, QuantaClock};
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use self::tokio::TokioClock;
-pub use cache::{CacheRule, SuccessCache, ZeroTtl};
+// The root holds what an ordinary host program names; the rest is in the modules that own it
+// (`clock`, `classify`, `keyed`, `engine`, ...) or, for the core's less common types, in
+// `stormguard_core`, re-exported whole.
+pub use cache::SuccessCache;
 pub use chaos::Chaos;
-#[cfg(feature = "tower")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
-pub use chaos::{ChaosLayer, ChaosService, INJECTED_HEADER};
-#[cfg(feature = "tonic")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
-pub use classify::{grpc_outcome, is_grpc, GrpcBodyEnd};
+pub use classify::Classify;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-pub use classify::{http_outcome, published_quota, retry_after, Http};
-pub use classify::{Classify, EveryErrorTransient};
-pub use clock::{process_epoch, Clock, DefaultClock, ManualClock, MonotonicClock, SteadyClock};
+pub use classify::Http;
+pub use clock::{Clock, DefaultClock, ManualClock};
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
-pub use download::{download, download_outcome, Chunks, Download, DownloadError, Opening};
-pub use engine::{AddError, Decision, EnginePolicy, PolicyEngine, Predicate, Trail};
-pub use events::{Both, Ended, Listener, NoListener};
-pub use handles::{entropy_seed, lane_hint, Breaker, BreakerPermit, Budget};
+pub use download::{download, Download, DownloadError};
+pub use engine::PolicyEngine;
+pub use events::{Both, Listener, NoListener};
+pub use handles::{Breaker, BreakerPermit, Budget};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use keyed::{KeyedError, KeyedPolicy, KeyedSetupError, MAX_KEYS};
+pub use keyed::{KeyedError, KeyedPolicy};
+pub use metrics::Metrics;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics::MetricsFacade;
-pub use metrics::{Metrics, MetricsSnapshot};
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use nested::{inbound_criticality, inbound_retry};
 pub use policy::{AdaptiveLimit, Bulkhead, CallOptions, Limiter, Logged, Policy, PolicyBuilder};
 #[cfg(feature = "tokio")]
 pub use policy::{CallStream, Drain};
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use saturation::SaturationProbe;
-pub use stormguard_core::CallError;
-// The core vocabulary this crate's API takes and returns, so a host user needs only this crate.
+/// The core crate, whole: its less common types (settings builders, snapshots, attempt logs,
+/// the shared breaker and budget) are reached through it, so `stormguard-std` stays the only
+/// dependency a host program needs.
+pub use stormguard_core;
+// The core vocabulary this crate's API takes and returns.
 pub use stormguard_core::{
-    breaker::BreakerSettingsBuilder, breaker::KeyedRefusal, breaker::STALE_BREAKS,
-    call::AttemptLog, call::AttemptRecord, call::BackoffBuilder, call::CallSettingsBuilder,
-    call::Criticality, call::StreamSettings, event::AttemptEnd, limits::AdaptiveLimitSettings,
-    limits::AdaptiveLimitSettingsBuilder, limits::AdaptiveSnapshot, limits::BudgetSettingsBuilder,
-    limits::BudgetSnapshot, limits::BulkheadSettings, limits::BulkheadSettingsBuilder,
-    limits::BulkheadSnapshot, limits::RateLimitSettings, limits::RateLimitSettingsBuilder,
-    limits::WindowLimitSettings, limits::WindowLimitSettingsBuilder, name::NameError,
-    policy::ChaosSettings, policy::PolicyVerdict, policy::SubscriptionRetry,
-    policy::SubscriptionStatus, Backoff, Bound, BreakerSettings, BudgetSettings, CallSettings,
-    Duration, Event, FailureRate, Field, Finished, Health, Instant, Jitter, Multiple, Name,
-    Outcome, Ratio, Recovery, RefusalReason, Refused, Rejection, SettingsError, SharedBreaker,
-    SharedBudget, SlowCalls, Snapshot, State, TripReason, GUARD_PAUSE,
+    call::Criticality, limits::AdaptiveLimitSettings, limits::BulkheadSettings,
+    limits::RateLimitSettings, limits::WindowLimitSettings, Backoff, BreakerSettings,
+    BudgetSettings, CallError, CallSettings, Duration, Event, FailureRate, Finished, Instant,
+    Jitter, Multiple, Name, Outcome, Recovery, RefusalReason, Refused, Rejection, SettingsError,
+    SlowCalls, State, TripReason,
 };
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use subscription::{subscribe, Subscription, SubscriptionCancelled, SubscriptionEvent};
+pub use subscription::{subscribe, Subscription};

@@ -38,7 +38,7 @@ tokio::task_local! {
 }
 
 /// The criticality of the inbound request this task is serving, as its caller labelled it on
-/// [`CRITICALITY_HEADER`](crate::tower::CRITICALITY_HEADER) and capped at the level the
+/// [`CRITICALITY_HEADER`] and capped at the level the
 /// server's `NestedRetryLayer` allows (feature `tower`); `None` when the request carried no
 /// readable label. The tower layer labels the calls made while serving it the same way, so
 /// the label travels down a chain of services. Like [`inbound_retry`], it lives in the
@@ -47,7 +47,7 @@ tokio::task_local! {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// assert_eq!(stormguard_std::inbound_criticality(), None);
+/// assert_eq!(stormguard_std::nested::inbound_criticality(), None);
 /// # }
 /// ```
 #[must_use]
@@ -76,7 +76,7 @@ pub(crate) fn criticality_in(headers: &HeaderMap, max: Criticality) -> Option<Cr
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// assert_eq!(stormguard_std::inbound_retry(), None);
+/// assert_eq!(stormguard_std::nested::inbound_retry(), None);
 /// # }
 /// ```
 #[must_use]
@@ -135,7 +135,7 @@ mod layer {
     /// [`ATTEMPT_HEADER`] from each inbound request; a caller's retry raises the
     /// [`NestedRetry`](Event::NestedRetry) event (to `tracing` and the listener, e.g.
     /// [`Metrics`](crate::Metrics)); and the request is served with its attempt number in
-    /// scope ([`inbound_retry`](crate::inbound_retry)), which a policy built with
+    /// scope ([`inbound_retry`](crate::nested::inbound_retry)), which a policy built with
     /// [`retries_when_nested(false)`](crate::PolicyBuilder::retries_when_nested) reads to make
     /// one attempt. Reporting costs nothing a request without the header would notice; denying
     /// is each policy's choice.
@@ -152,7 +152,7 @@ mod layer {
     ///     .listener(metrics.clone())
     ///     .layer(service_fn(|_req: http::Request<()>| async {
     ///         // A policy here, built with `.retries_when_nested(false)`, makes one attempt.
-    ///         Ok::<_, std::convert::Infallible>(stormguard_std::inbound_retry())
+    ///         Ok::<_, std::convert::Infallible>(stormguard_std::nested::inbound_retry())
     ///     }));
     /// let retry = http::Request::get("/orders").header(ATTEMPT_HEADER, "2").body(())?;
     /// assert_eq!(server.oneshot(retry).await?, Some(2));
@@ -199,7 +199,7 @@ mod layer {
         /// [`Criticality::Default`]: a caller may lower its work to sheddable, not raise it to
         /// critical). A higher label is lowered to this one. The label, capped, is put in the
         /// request's extensions and served in scope
-        /// ([`inbound_criticality`](crate::inbound_criticality)), so the calls the handler
+        /// ([`inbound_criticality`](crate::nested::inbound_criticality)), so the calls the handler
         /// makes through the tower layer carry it on.
         ///
         /// ```

@@ -13,14 +13,15 @@ use crate::Clock;
 /// Reading it costs about half of `std::time::Instant::now()` on x86-64 (see the crate's
 /// benchmark), which matters because a policy reads its clock twice per attempt. It does **not**
 /// follow tokio's paused time; the [`DefaultClock`](crate::DefaultClock) reads it outside
-/// paused time and [`TokioClock`](crate::TokioClock) within it.
+/// paused time and [`TokioClock`](crate::clock::TokioClock) within it.
 ///
-/// [`QuantaClock::global`] is aligned with [`process_epoch`](crate::process_epoch) when it is
+/// [`QuantaClock::global`] is aligned with [`process_epoch`](crate::clock::process_epoch) when it is
 /// built, so it agrees with the other global clocks (to within the TSC calibration's drift,
 /// microseconds per hour).
 ///
 /// ```
-/// use stormguard_std::{Clock, MonotonicClock, QuantaClock};
+/// use stormguard_std::Clock;
+/// use stormguard_std::clock::{MonotonicClock, QuantaClock};
 ///
 /// let quanta = QuantaClock::global();
 /// let std = MonotonicClock::global();
@@ -86,10 +87,10 @@ impl<R: Reading> Anchor<R> {
     }
 }
 
-/// An anchor at `reading` (taken now) at [`process_epoch`](crate::process_epoch)'s time, as
+/// An anchor at `reading` (taken now) at [`process_epoch`](crate::clock::process_epoch)'s time, as
 /// the other global clocks read it now.
 fn process_anchor<R>(reading: R) -> Anchor<R> {
-    let since = std::time::Instant::now().saturating_duration_since(crate::process_epoch());
+    let since = std::time::Instant::now().saturating_duration_since(crate::clock::process_epoch());
     Anchor::new(reading, since)
 }
 
@@ -102,7 +103,7 @@ impl QuantaClock {
         QuantaClock { clock, anchor }
     }
 
-    /// A clock whose epoch is [`process_epoch`](crate::process_epoch), like the other global
+    /// A clock whose epoch is [`process_epoch`](crate::clock::process_epoch), like the other global
     /// clocks, however long the host has been up.
     #[must_use]
     pub fn global() -> Self {
@@ -138,14 +139,15 @@ impl Clock for QuantaClock {
 /// floor in whole milliseconds, and break durations and the rejection pause are 100 ms and more,
 /// so a budget or a consecutive-failure breaker loses nothing to it. What measures latency does:
 /// an attempt shorter than the resolution reads as taking 0 or 1 ms, so the slow-call rule and
-/// the learned median need [`QuantaClock`] or [`MonotonicClock`](crate::MonotonicClock).
+/// the learned median need [`QuantaClock`] or [`MonotonicClock`](crate::clock::MonotonicClock).
 ///
 /// The update thread (named `quanta-upkeep`) is process-wide; [`CoarseClock::start`] starts it
 /// once and keeps it running. If another part of the program already started `quanta`'s upkeep
 /// thread, this clock reads that one, at that one's interval.
 ///
 /// ```
-/// use stormguard_std::{Budget, Clock, CoarseClock};
+/// use stormguard_std::{Budget, Clock};
+/// use stormguard_std::clock::CoarseClock;
 ///
 /// let clock = CoarseClock::start()?;
 /// let budget = Budget::defaults("payments");
@@ -245,7 +247,7 @@ mod tests {
         let quanta = QuantaClock::global();
         std::thread::sleep(std::time::Duration::from_millis(20));
         let a = quanta.now();
-        let b = crate::MonotonicClock::global().now();
+        let b = crate::clock::MonotonicClock::global().now();
         let apart = if a > b { a - b } else { b - a };
         assert!(apart < Duration::from_millis(20), "{a} vs {b}");
     }

@@ -29,7 +29,8 @@ use crate::{Clock, DefaultClock, Listener, NoListener};
 /// the last handle is dropped.
 ///
 /// ```
-/// use stormguard_std::{Policy, SaturationProbe};
+/// use stormguard_std::Policy;
+/// use stormguard_std::saturation::SaturationProbe;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
@@ -78,7 +79,8 @@ impl SaturationProbe {
     /// use std::sync::atomic::{AtomicU32, Ordering};
     /// use std::sync::Arc;
     /// use stormguard_std::saturation::SaturationDetected;
-    /// use stormguard_std::{DefaultClock, Listener, SaturationProbe};
+    /// use stormguard_std::{DefaultClock, Listener};
+    /// use stormguard_std::saturation::SaturationProbe;
     ///
     /// #[derive(Clone, Default)]
     /// struct Episodes(Arc<AtomicU32>);

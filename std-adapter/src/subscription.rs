@@ -10,13 +10,12 @@ use std::ops::ControlFlow;
 use std::pin::pin;
 use std::task::Poll;
 
-use stormguard_core::{
-    policy::SubscriptionRetry, policy::SubscriptionStatus, Backoff, Duration, Name,
-};
+pub use stormguard_core::policy::{SubscriptionRetry, SubscriptionStatus};
+use stormguard_core::{Backoff, Duration, Name};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{default_clock, Clock, DefaultClock, SteadyClock};
-use crate::entropy_seed;
+use crate::handles::entropy_seed;
 
 /// What happened to a subscription, as [`Subscription::on_event`] hears it (and `tracing`,
 /// target `stormguard`, with the subscription's name in the `subscription` field).
@@ -54,7 +53,7 @@ impl SubscriptionEvent<'_> {
     ///
     /// ```
     /// use stormguard_std::Name;
-    /// use stormguard_std::SubscriptionEvent;
+    /// use stormguard_std::subscription::SubscriptionEvent;
     /// let name = Name::new("feed");
     /// assert_eq!(SubscriptionEvent::Lost { name: &name }.kind(), "lost");
     /// ```
@@ -275,7 +274,8 @@ impl<K> Subscription<K> {
     /// keep it cheap.
     ///
     /// ```
-    /// use stormguard_std::{Subscription, SubscriptionEvent};
+    /// use stormguard_std::Subscription;
+    /// use stormguard_std::subscription::SubscriptionEvent;
     /// let feed = Subscription::new("feed").on_event(|e: &SubscriptionEvent<'_>| {
     ///     if let SubscriptionEvent::AttemptFailed { attempt, retry_in, .. } = e {
     ///         eprintln!("attempt {attempt} failed; next in {retry_in}");

@@ -19,7 +19,7 @@
 //! assert_eq!(policy.call(|_| script.next()).await, Ok(42));
 //! assert_eq!(script.calls(), 3);
 //! assert_eq!(recorder.count("retry"), 2);
-//! assert_eq!(recorder.calls(), [(3, stormguard_std::Ended::Succeeded)]);
+//! assert_eq!(recorder.calls(), [(3, stormguard_std::events::Ended::Succeeded)]);
 //! # Ok(())
 //! # }
 //! ```

@@ -10,11 +10,12 @@ use crate::Clock;
 /// Because it reads `tokio::time::Instant::now()`, a test that pauses tokio's time
 /// (`#[tokio::test(start_paused = true)]`, then `tokio::time::advance`) moves this clock too, and
 /// with it everything the core decides. Outside a paused runtime it reads the system's monotonic
-/// clock, like [`MonotonicClock`](crate::MonotonicClock). Readings saturate at [`Instant::MAX`].
+/// clock, like [`MonotonicClock`](crate::clock::MonotonicClock). Readings saturate at [`Instant::MAX`].
 ///
 /// ```
 /// use stormguard_std::{Duration, Instant};
-/// use stormguard_std::{Clock, TokioClock};
+/// use stormguard_std::Clock;
+/// use stormguard_std::clock::TokioClock;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -41,9 +42,9 @@ impl TokioClock {
         TokioClock { epoch }
     }
 
-    /// The process-wide tokio clock: its epoch is [`process_epoch`](crate::process_epoch)
+    /// The process-wide tokio clock: its epoch is [`process_epoch`](crate::clock::process_epoch)
     /// (an hour before the first reading), shared with
-    /// [`MonotonicClock::global`](crate::MonotonicClock::global), the breaker and budget handles
+    /// [`MonotonicClock::global`](crate::clock::MonotonicClock::global), the breaker and budget handles
     /// and the health registry. A [`DefaultClock`](crate::DefaultClock) made in a runtime whose
     /// time is paused reads this clock.
     ///
@@ -51,7 +52,8 @@ impl TokioClock {
     /// time it was created, so it reads after the epoch.
     ///
     /// ```
-    /// use stormguard_std::{Clock, TokioClock};
+    /// use stormguard_std::Clock;
+    /// use stormguard_std::clock::TokioClock;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -63,7 +65,7 @@ impl TokioClock {
     /// ```
     #[must_use]
     pub fn global() -> Self {
-        TokioClock::with_epoch(tokio::time::Instant::from_std(crate::process_epoch()))
+        TokioClock::with_epoch(tokio::time::Instant::from_std(crate::clock::process_epoch()))
     }
 
     /// The tokio instant this clock counts from.

@@ -234,7 +234,7 @@ pub trait Requests<Req> {
 
     /// How much the call for `req` matters, if labelled. By default none; [`HttpRequests`]
     /// reads a [`Criticality`] in the request's extensions, else the label of the inbound
-    /// request being served ([`inbound_criticality`](crate::inbound_criticality)), so a label
+    /// request being served ([`inbound_criticality`](crate::nested::inbound_criticality)), so a label
     /// travels down a chain of services.
     fn criticality(&self, req: &Req) -> Option<Criticality> {
         let _ = req;
@@ -683,7 +683,7 @@ fn request_criticality(extensions: &http::Extensions) -> Option<Criticality> {
     extensions
         .get::<Criticality>()
         .copied()
-        .or_else(crate::inbound_criticality)
+        .or_else(crate::nested::inbound_criticality)
 }
 
 /// Writes a call's label into [`CRITICALITY_HEADER`], for the receiving side's layer.
@@ -765,10 +765,10 @@ impl Requests<reqwest::Request> for HttpRequests {
         mark_attempt(req.headers_mut(), number);
     }
 
-    /// The label of the inbound request being served ([`inbound_criticality`](crate::inbound_criticality)):
+    /// The label of the inbound request being served ([`inbound_criticality`](crate::nested::inbound_criticality)):
     /// reqwest keeps a request's extensions to itself, so a label cannot ride on one.
     fn criticality(&self, _: &reqwest::Request) -> Option<Criticality> {
-        crate::inbound_criticality()
+        crate::nested::inbound_criticality()
     }
 
     fn set_criticality(&self, req: &mut reqwest::Request, criticality: Criticality) {
@@ -1067,7 +1067,7 @@ impl<K: Clock + Clone, L: Listener + Clone, C, R> PolicyLayer<K, L, C, R> {
     }
 
     /// [`PolicyLayer::per_host`] with room for `capacity` hosts (1 to
-    /// [`MAX_KEYS`](crate::MAX_KEYS)).
+    /// [`MAX_KEYS`](crate::keyed::MAX_KEYS)).
     pub fn per_host_capacity(mut self, capacity: usize) -> Result<Self, KeyedSetupError> {
         self.hosts = Hosts::Made(KeyedPolicy::new((*self.policy).clone(), capacity)?);
         Ok(self)

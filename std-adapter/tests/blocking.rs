@@ -11,7 +11,8 @@
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use stormguard_core::{Backoff, Duration, Jitter, Outcome, RefusalReason, State};
-use stormguard_std::{CallError, CallOptions, MonotonicClock, Policy};
+use stormguard_std::clock::MonotonicClock;
+use stormguard_std::{CallError, CallOptions, Policy};
 
 fn quick_backoff() -> Backoff {
     Backoff::builder()

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use stormguard_core::{policy::PolicyVerdict, Name};
-use stormguard_std::{AddError, PolicyEngine, Trail};
+use stormguard_std::engine::{AddError, Trail};
+use stormguard_std::PolicyEngine;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Missing(&'static str);

@@ -17,9 +17,10 @@ use std::sync::{Arc, Mutex};
 use stormguard_core::{
     breaker::KeyedRefusal, BreakerSettings, BudgetSettings, Duration, Event, RefusalReason, State,
 };
+use stormguard_std::keyed::KeyedSetupError;
 use stormguard_std::{
-    Both, Breaker, Budget, CallError, CallOptions, Clock, KeyedError, KeyedPolicy, KeyedSetupError,
-    Listener, ManualClock, Metrics, Policy,
+    Both, Breaker, Budget, CallError, CallOptions, Clock, KeyedError, KeyedPolicy, Listener,
+    ManualClock, Metrics, Policy,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;

@@ -18,9 +18,10 @@ use stormguard_core::{
     Backoff, BreakerSettings, BudgetSettings, Duration, Event, Jitter, Outcome, RefusalReason,
     State, GUARD_PAUSE,
 };
+use stormguard_std::clock::TokioClock;
+use stormguard_std::events::Ended;
 use stormguard_std::{
-    Breaker, Budget, CallError, CallOptions, Clock, Ended, Listener, Metrics, Policy, SuccessCache,
-    TokioClock,
+    Breaker, Budget, CallError, CallOptions, Clock, Listener, Metrics, Policy, SuccessCache,
 };
 use tokio::time::Instant as TokioInstant;
 use tokio_util::sync::CancellationToken;

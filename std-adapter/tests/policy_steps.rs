@@ -19,9 +19,9 @@ use stormguard_core::{
     limits::WindowLimitSettings, Bound, BreakerSettings, Duration, Event, Field, Instant,
     RefusalReason, State, GUARD_PAUSE,
 };
+use stormguard_std::clock::TokioClock;
 use stormguard_std::{
     Both, Bulkhead, CallError, CallOptions, Clock, Limiter, ManualClock, Metrics, Policy,
-    TokioClock,
 };
 use tokio::time::{sleep, Instant as TokioInstant};
 use tokio_util::sync::CancellationToken;
@@ -1233,7 +1233,8 @@ fn a_hedged_policy_refuses_a_handed_in_breaker_that_learns_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn the_attempt_log_tells_a_local_limiters_refusal_from_the_dependencys_429() {
-    use stormguard_std::{AttemptEnd, Outcome};
+    use stormguard_core::event::AttemptEnd;
+    use stormguard_std::Outcome;
     let limiter = Limiter::new(RateLimitSettings::per_second("api", 1).unwrap());
     let policy = Policy::builder("api")
         .rate_limit(limiter)
@@ -1300,7 +1301,8 @@ async fn the_attempt_log_tells_a_local_limiters_refusal_from_the_dependencys_429
 
 #[tokio::test(start_paused = true)]
 async fn the_attempt_log_shows_the_hedge_that_won_and_the_attempt_it_replaced() {
-    use stormguard_std::{AttemptEnd, Outcome};
+    use stormguard_core::event::AttemptEnd;
+    use stormguard_std::Outcome;
     let (policy, _, _) = warm_hedging("hedge-log").await;
     let logged = policy
         .call_logged(CallOptions::new(), |attempt| async move {
@@ -1411,7 +1413,7 @@ async fn of_two_listeners_only_the_one_that_hears_attempts_is_sent_them() {
 /// The durations a listener was told: each call's end and duration, each slot wait.
 #[derive(Clone, Default)]
 struct Timings {
-    calls: Arc<Mutex<Vec<(stormguard_std::Ended, Duration)>>>,
+    calls: Arc<Mutex<Vec<(stormguard_std::events::Ended, Duration)>>>,
     waits: Arc<Mutex<Vec<(Duration, bool)>>>,
 }
 
@@ -1419,7 +1421,7 @@ impl stormguard_std::Listener for Timings {
     fn on_call_duration(
         &self,
         _: &stormguard_std::Name,
-        ended: stormguard_std::Ended,
+        ended: stormguard_std::events::Ended,
         took: Duration,
     ) {
         self.calls.lock().unwrap().push((ended, took));
@@ -1431,7 +1433,7 @@ impl stormguard_std::Listener for Timings {
 
 #[tokio::test(start_paused = true)]
 async fn a_listener_is_told_each_calls_duration_backoff_and_rejection_pause_included() {
-    use stormguard_std::Ended;
+    use stormguard_std::events::Ended;
     let timings = Timings::default();
     let policy = Policy::builder("timed")
         .backoff(no_jitter())

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stormguard_core::{policy::SubscriptionStatus, Backoff};
-use stormguard_std::{Subscription, SubscriptionCancelled, SubscriptionEvent};
+use stormguard_std::subscription::{SubscriptionCancelled, SubscriptionEvent};
+use stormguard_std::Subscription;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

@@ -17,8 +17,9 @@ use std::time::Duration as StdDuration;
 
 use http::{Method, Request, Response, StatusCode};
 use stormguard_core::{Backoff, Jitter, State};
+use stormguard_std::clock::TokioClock;
 use stormguard_std::tower::{Idempotent, PolicyLayer, Requests, DEADLINE_HEADER, IDEMPOTENCY_KEY};
-use stormguard_std::{Bulkhead, CallError, Clock, Metrics, Policy, TokioClock};
+use stormguard_std::{Bulkhead, CallError, Clock, Metrics, Policy};
 use tokio::time::{sleep, Instant as TokioInstant};
 use tower::{service_fn, Layer, ServiceExt};
 
@@ -178,7 +179,7 @@ fn spent_budget() -> Policy {
     );
     budget
         .shared()
-        .try_withdraw(stormguard_std::TokioClock::global().now())
+        .try_withdraw(stormguard_std::clock::TokioClock::global().now())
         .unwrap();
     Policy::builder("api")
         .backoff(Backoff::builder().jitter(Jitter::None).build().unwrap())

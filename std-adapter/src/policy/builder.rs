@@ -64,7 +64,7 @@ pub struct PolicyBuilder<K = DefaultClock, L = NoListener> {
     #[cfg(feature = "tokio")]
     pub(super) drain: Option<super::Drain>,
     #[cfg(feature = "tokio")]
-    pub(super) saturation: Option<crate::SaturationProbe>,
+    pub(super) saturation: Option<crate::saturation::SaturationProbe>,
     pub(super) clock: K,
     pub(super) listener: L,
 }
@@ -82,7 +82,8 @@ impl<K, L> PolicyBuilder<K, L> {
     /// [`Breaker`] handle given with [`breaker`](PolicyBuilder::breaker) keeps its own name.
     ///
     /// ```
-    /// use stormguard_std::{Bound, BreakerSettings, Field};
+    /// use stormguard_std::stormguard_core::{Bound, Field};
+    /// use stormguard_std::BreakerSettings;
     /// let p = stormguard_std::Policy::builder("db")
     ///     .breaker_settings(BreakerSettings::consecutive_only("db", 3)?)
     ///     .build()?;
@@ -105,7 +106,8 @@ impl<K, L> PolicyBuilder<K, L> {
     /// reported by [`build`](PolicyBuilder::build).
     ///
     /// ```
-    /// use stormguard_std::{Duration, Field, Policy};
+    /// use stormguard_std::{Duration, Policy};
+    /// use stormguard_std::stormguard_core::Field;
     /// let p = Policy::builder("payments")
     ///     .breaker_with(|b| b.consecutive_failures(3).break_duration(Duration::from_secs(10)))
     ///     .build()?;
@@ -291,7 +293,8 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ([`Field::QuotaReserve`]).
     ///
     /// ```
-    /// use stormguard_std::{Field, Policy, Ratio};
+    /// use stormguard_std::stormguard_core::{Field, Ratio};
+    /// use stormguard_std::Policy;
     /// let p = Policy::builder("api").published_quotas(Ratio::from_percent(10).unwrap()).build()?;
     /// assert!(p.quota().is_some());
     /// let e = Policy::builder("api").published_quotas(Ratio::ONE).build().err().unwrap();
@@ -408,7 +411,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// Whether this policy retries while it serves a request that was itself a caller's retry
     /// (default `true`). With `false`, a call made while serving such a request (one that
     /// arrived through a [`NestedRetryLayer`](crate::tower::NestedRetryLayer) carrying an
-    /// attempt number of 2 or more; see [`inbound_retry`](crate::inbound_retry)) makes a
+    /// attempt number of 2 or more; see [`inbound_retry`](crate::nested::inbound_retry)) makes a
     /// single attempt: the caller that retried already multiplies the load, and this layer
     /// leaves the retrying to it. Calls serving a first attempt, and calls outside any
     /// request, retry as configured.
@@ -446,12 +449,12 @@ impl<K, L> PolicyBuilder<K, L> {
     /// successes and failures count, but the breaker teaches their latencies neither to its
     /// baseline (the median and p95 behind the measured ceiling, the measured backoff base and
     /// the hedge delay) nor to its slow-call rule, and takes their timeouts as the caller's
-    /// (the call still retries them). See [`SaturationProbe`](crate::SaturationProbe).
+    /// (the call still retries them). See [`SaturationProbe`](crate::saturation::SaturationProbe).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), stormguard_std::SettingsError> {
-    /// let probe = stormguard_std::SaturationProbe::spawn(Default::default());
+    /// let probe = stormguard_std::saturation::SaturationProbe::spawn(Default::default());
     /// let p = stormguard_std::Policy::builder("inventory").saturation(&probe).build()?;
     /// assert!(p.saturation().is_some());
     /// # Ok(())
@@ -459,7 +462,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// ```
     #[cfg(feature = "tokio")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-    pub fn saturation(mut self, probe: &crate::SaturationProbe) -> Self {
+    pub fn saturation(mut self, probe: &crate::saturation::SaturationProbe) -> Self {
         self.saturation = Some(probe.clone());
         self
     }
@@ -556,7 +559,7 @@ impl<K, L> PolicyBuilder<K, L> {
     }
 
     /// The jitter seed (default: from the process's entropy, see
-    /// [`entropy_seed`](crate::entropy_seed)). Fix it for reproducible tests.
+    /// [`entropy_seed`](crate::handles::entropy_seed)). Fix it for reproducible tests.
     ///
     /// ```
     /// let p = stormguard_std::Policy::builder("db").seed(42).build()?;
@@ -635,7 +638,7 @@ impl<K, L> PolicyBuilder<K, L> {
     /// Validates every setting and builds the policy.
     ///
     /// ```
-    /// use stormguard_std::Field;
+    /// use stormguard_std::stormguard_core::Field;
     /// let e = stormguard_std::Policy::builder("db").max_attempts(0).build().err().unwrap();
     /// assert_eq!(e.field, Field::MaxAttempts);
     /// ```

@@ -29,7 +29,8 @@ use stormguard_core::{
 use crate::classify::Classify;
 use crate::clock::{default_clock, Clock, DefaultClock, SteadyClock};
 use crate::events::{self, Listener, NoListener};
-use crate::{entropy_seed, Breaker, Budget};
+use crate::handles::entropy_seed;
+use crate::{Breaker, Budget};
 
 use builder::Choice;
 pub use builder::PolicyBuilder;
@@ -113,7 +114,7 @@ pub struct Policy<K = DefaultClock, L = NoListener> {
     drain: Option<Drain>,
     /// The probe whose episodes hold latency learning ([`PolicyBuilder::saturation`]), if any.
     #[cfg(feature = "tokio")]
-    saturation: Option<crate::SaturationProbe>,
+    saturation: Option<crate::saturation::SaturationProbe>,
     /// Whether a part reads how long an attempt took ([`Policy::parts_time_attempts`]), kept
     /// so that a call reads one flag.
     #[cfg(feature = "tokio")]
@@ -314,7 +315,7 @@ impl<K, L> Policy<K, L> {
     /// any.
     #[cfg(feature = "tokio")]
     #[must_use]
-    pub fn saturation(&self) -> Option<&crate::SaturationProbe> {
+    pub fn saturation(&self) -> Option<&crate::saturation::SaturationProbe> {
         self.saturation.as_ref()
     }
 
@@ -336,7 +337,10 @@ impl<K, L> Policy<K, L> {
             bulkhead: self.bulkhead.as_ref().map(|b| b.inner.slots()),
             adaptive: self.adaptive.as_ref().map(AdaptiveLimit::shared),
             #[cfg(feature = "tokio")]
-            saturation: self.saturation.as_ref().map(crate::SaturationProbe::signal),
+            saturation: self
+                .saturation
+                .as_ref()
+                .map(crate::saturation::SaturationProbe::signal),
             #[cfg(not(feature = "tokio"))]
             saturation: None,
         }

@@ -157,7 +157,8 @@ impl<'a, C> CallOptions<'a, C> {
     /// propagated from the caller); a later one than the policy's own deadline changes nothing.
     ///
     /// ```
-    /// use stormguard_std::{Clock, TokioClock};
+    /// use stormguard_std::Clock;
+    /// use stormguard_std::clock::TokioClock;
     /// let at = TokioClock::global().now() + stormguard_std::Duration::from_secs(2);
     /// let o = stormguard_std::CallOptions::new().deadline(at);
     /// # let _ = o;

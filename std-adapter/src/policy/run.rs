@@ -305,7 +305,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     /// dependency clears the cache. Errors, rejections and fallback values are never cached.
     /// Concurrent callers of an empty entry share one call: one runs the operation, the
     /// others wait and are served its value (if it failed, the next waiter calls). The rule
-    /// is [`CacheRule`](crate::CacheRule).
+    /// is [`CacheRule`](crate::cache::CacheRule).
     ///
     /// ```
     /// use std::sync::atomic::{AtomicU32, Ordering};

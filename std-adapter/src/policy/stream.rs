@@ -103,7 +103,7 @@ impl<K: Clock, L: Listener> Policy<K, L> {
     /// Calls `open` for a stream of `Result<T, E>` and hands its elements on as a
     /// [`CallStream`]: the connection is retried until the first element arrives, and a
     /// failure after it ends the stream (see [`Policy::call_stream_resumable`] to restart
-    /// instead). Refused for a hedged policy ([`Field::Hedging`](crate::Field)).
+    /// instead). Refused for a hedged policy ([`Field::Hedging`](stormguard_core::Field)).
     ///
     /// ```
     /// use futures_util::StreamExt;
@@ -379,7 +379,7 @@ where
             saturation: policy
                 .saturation
                 .as_ref()
-                .map(crate::SaturationProbe::signal),
+                .map(crate::saturation::SaturationProbe::signal),
         };
         // A restart needs a checkpoint it can resume from.
         let resumable = self.checkpoint_of.is_some()

@@ -24,7 +24,8 @@ use super::{PolicyLayer, PolicyService, Requests};
 use crate::classify::{is_grpc, GrpcBodyEnd, Http};
 use crate::clock::{Clock, DefaultClock};
 use crate::events::{Listener, NoListener};
-use crate::{KeyedPolicy, KeyedSetupError, Policy};
+use crate::keyed::KeyedSetupError;
+use crate::{KeyedPolicy, Policy};
 
 /// What a body's error becomes once held (tonic's own body takes any such error).
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -460,7 +461,7 @@ where
 /// A `tower::Layer` applying a [`Policy`] to a tonic client's channel (or to a tonic server's
 /// services): [`PolicyLayer`] with the gRPC rules, [`GrpcRequests`] to replay unary calls and
 /// carry deadlines, and the [`Http`] classifier, which reads a gRPC response by gRPC's rules
-/// ([`grpc_outcome`](crate::grpc_outcome)) from the status in its headers or, through
+/// ([`grpc_outcome`](crate::classify::grpc_outcome)) from the status in its headers or, through
 /// [`ReadUnary`], in its trailers.
 ///
 /// ```

@@ -22,8 +22,9 @@ use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use stormguard_core::Field;
 use stormguard_std::tower::{BodyStalled, PolicyLayer, StallBody, StallLayer};
-use stormguard_std::{Duration, Field, Policy};
+use stormguard_std::{Duration, Policy};
 use tower::{ServiceBuilder, ServiceExt};
 
 /// A body that sends `first` and then nothing.

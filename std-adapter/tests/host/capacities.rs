@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use stormguard_core::{Bound, Field, SettingsError};
-use stormguard_std::{KeyedPolicy, KeyedSetupError, ManualClock, Policy, PolicyEngine, MAX_KEYS};
+use stormguard_std::keyed::{KeyedSetupError, MAX_KEYS};
+use stormguard_std::{KeyedPolicy, ManualClock, Policy, PolicyEngine};
 
 fn template() -> Policy<ManualClock> {
     Policy::builder("hosts")

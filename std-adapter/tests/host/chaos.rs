@@ -156,8 +156,8 @@ mod layer {
     use std::sync::Arc;
 
     use http::{Request, Response, StatusCode};
+    use stormguard_std::chaos::{ChaosLayer, INJECTED_HEADER};
     use stormguard_std::tower::PolicyLayer;
-    use stormguard_std::{ChaosLayer, INJECTED_HEADER};
     use tower::{service_fn, Layer, ServiceExt};
 
     use super::*;

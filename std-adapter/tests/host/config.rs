@@ -11,8 +11,9 @@
 )]
 
 use stormguard_core::limits::AnyRule;
+use stormguard_core::Field;
 use stormguard_std::config::{ConfigError, PolicyConfig};
-use stormguard_std::{Duration, Field, Jitter, State};
+use stormguard_std::{Duration, Jitter, State};
 
 use crate::support::Seeded;
 

@@ -22,10 +22,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use stormguard_core::BudgetSettings;
+use stormguard_std::nested::inbound_criticality;
 use stormguard_std::tower::{NestedRetryLayer, PolicyLayer, CRITICALITY_HEADER};
-use stormguard_std::{
-    inbound_criticality, Backoff, CallError, CallOptions, Criticality, Policy, RefusalReason,
-};
+use stormguard_std::{Backoff, CallError, CallOptions, Criticality, Policy, RefusalReason};
 use tower::{Layer, ServiceExt};
 
 type Hyper = Client<HttpConnector, Full<Bytes>>;

@@ -44,9 +44,10 @@ async fn a_rejection_before_any_attempt_has_no_source() {
 #[tokio::test(start_paused = true)]
 async fn a_host_user_builds_and_reads_a_policy_with_this_crate_alone() {
     use std::time::Duration as StdDuration;
+    use stormguard_std::health::Snapshot;
     use stormguard_std::{
         Backoff, BreakerSettings, BudgetSettings, Duration, FailureRate, Jitter, RefusalReason,
-        Rejection, SettingsError, SlowCalls, Snapshot, State,
+        Rejection, SettingsError, SlowCalls, State,
     };
 
     let breaker = BreakerSettings::builder("payments")
@@ -91,7 +92,8 @@ async fn a_host_user_builds_and_reads_a_policy_with_this_crate_alone() {
 
 #[test]
 fn settings_named_for_another_dependency_are_refused_by_the_policy() {
-    use stormguard_std::{Bound, Breaker, BreakerSettings, BudgetSettings, Field};
+    use stormguard_core::{Bound, Field};
+    use stormguard_std::{Breaker, BreakerSettings, BudgetSettings};
 
     let breaker = BreakerSettings::builder("cache").build().unwrap();
     let e = Policy::builder("payments")

@@ -21,13 +21,13 @@ use std::time::{Duration as StdDuration, SystemTime};
 use http::header::RETRY_AFTER;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use stormguard_core::{rng::JitterRng, Backoff, Duration, Outcome};
+use stormguard_std::classify::{http_outcome, retry_after};
+use stormguard_std::nested::{inbound_criticality, inbound_retry};
 use stormguard_std::tower::{
     HttpRequests, NestedRetryLayer, PolicyLayer, Requests, ATTEMPT_HEADER, CRITICALITY_HEADER,
     DEADLINE_HEADER,
 };
-use stormguard_std::{
-    http_outcome, inbound_criticality, inbound_retry, retry_after, CallError, Criticality, Policy,
-};
+use stormguard_std::{CallError, Criticality, Policy};
 use tower::{Layer, ServiceExt};
 
 use crate::support::Seeded;

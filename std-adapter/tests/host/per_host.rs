@@ -250,9 +250,9 @@ async fn a_layers_clones_and_their_services_share_one_table_made_on_first_use() 
 fn a_per_host_layer_needs_a_breaker_and_room_for_a_host() {
     let no_breaker = Policy::builder("upstreams").no_breaker().build().unwrap();
     let e = PolicyLayer::new(no_breaker).per_host().unwrap_err();
-    assert_eq!(e, stormguard_std::KeyedSetupError::NoBreaker);
+    assert_eq!(e, stormguard_std::keyed::KeyedSetupError::NoBreaker);
     let e = PolicyLayer::new(policy()).per_host_capacity(0).unwrap_err();
-    assert_eq!(e, stormguard_std::KeyedSetupError::ZeroCapacity);
+    assert_eq!(e, stormguard_std::keyed::KeyedSetupError::ZeroCapacity);
     assert!(PolicyLayer::new(policy())
         .per_host_capacity(DEFAULT_HOSTS)
         .is_ok());

@@ -27,10 +27,10 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use stormguard_core::Ratio;
 use stormguard_std::tower::PolicyLayer;
 use stormguard_std::{
-    Backoff, CallError, Duration, Event, Jitter, Listener, Outcome, Policy, Ratio, RefusalReason,
-    State,
+    Backoff, CallError, Duration, Event, Jitter, Listener, Outcome, Policy, RefusalReason, State,
 };
 use tower::{service_fn, Layer, ServiceExt};
 

@@ -16,8 +16,9 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
+use stormguard_std::saturation::SaturationProbe;
 use stormguard_std::saturation::{SaturationDetected, SaturationSettings};
-use stormguard_std::{DefaultClock, Duration, Listener, Policy, SaturationProbe, State};
+use stormguard_std::{DefaultClock, Duration, Listener, Policy, State};
 
 #[derive(Clone, Default)]
 struct Episodes(Arc<AtomicU32>);
@@ -53,7 +54,7 @@ async fn calls(policy: &Policy, n: usize, took: u64, started: &Arc<AtomicUsize>)
     }
 }
 
-fn snapshot(policy: &Policy) -> stormguard_std::Snapshot {
+fn snapshot(policy: &Policy) -> stormguard_std::health::Snapshot {
     policy.breaker().unwrap().snapshot()
 }
 

@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use stormguard_core::{Backoff, BreakerSettings, Duration, Instant, Jitter};
-use stormguard_std::{Breaker, CallError, Clock, ManualClock, Policy, TokioClock};
+use stormguard_std::clock::TokioClock;
+use stormguard_std::{Breaker, CallError, Clock, ManualClock, Policy};
 
 const HOUR: Duration = Duration::from_secs(3_600);
 

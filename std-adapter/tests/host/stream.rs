@@ -15,9 +15,10 @@
 use std::sync::{Arc, Mutex};
 
 use futures_util::{stream, Stream, StreamExt};
+use stormguard_core::{Bound, Field};
 use stormguard_std::{
-    Bound, BreakerSettings, BudgetSettings, CallError, Drain, Event, Field, Metrics, Outcome,
-    Policy, RefusalReason, State,
+    BreakerSettings, BudgetSettings, CallError, Drain, Event, Metrics, Outcome, Policy,
+    RefusalReason, State,
 };
 use tokio::time::Instant as TokioInstant;
 
