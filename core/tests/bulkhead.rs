@@ -279,10 +279,7 @@ fn names_can_come_from_configuration() {
     let s = BulkheadSettings::builder_named(Name::try_from_str("radio").unwrap())
         .build()
         .unwrap();
-    assert_eq!(
-        SharedBulkhead::new(s).to_string(),
-        "shared bulkhead `radio`"
-    );
+    assert_eq!(SharedBulkhead::new(s).to_string(), "bulkhead `radio`");
 }
 
 #[test]

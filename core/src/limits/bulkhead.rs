@@ -855,7 +855,7 @@ impl fmt::Display for Bulkhead {
 
 impl fmt::Display for SharedBulkhead {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "shared bulkhead `{}`", self.name())
+        write!(f, "bulkhead `{}`", self.name())
     }
 }
 
@@ -869,7 +869,7 @@ impl defmt::Format for Bulkhead {
 #[cfg(feature = "defmt")]
 impl defmt::Format for SharedBulkhead {
     fn format(&self, f: defmt::Formatter<'_>) {
-        defmt::write!(f, "SharedBulkhead({})", self.name());
+        defmt::write!(f, "Bulkhead({})", self.name());
     }
 }
 
