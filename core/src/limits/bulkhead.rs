@@ -2,12 +2,10 @@
 //! a slot; its refusal is guarded like any other. See [`Bulkhead`] and [`SharedBulkhead`]; a
 //! call takes a slot per attempt through its [`Parts`](crate::Parts).
 
-use core::cell::Cell;
 use core::fmt;
 
-use crate::cell::{const_unless_loom, field, put, word, Word};
+use crate::cell::{const_unless_loom, field, put, sealed, word, Atomic, Local, Storage, Word};
 use crate::error::{Bound, Field, RefusalReason, Refused, SettingsError};
-use crate::loom::AtomicU64;
 use crate::name::Name;
 use crate::part::BulkheadSlots;
 use crate::time::{Duration, Instant};
@@ -472,7 +470,9 @@ impl<W: Word> BulkheadCore<W> {
     }
 }
 
-/// A bulkhead, single-threaded (`Send`, not `Sync`): at most `max_in_flight` calls at once.
+/// A bulkhead: at most `max_in_flight` calls at once, its state in a `Cell` ([`Bulkhead`], for
+/// one thread: `Send`, not `Sync`) or an atomic ([`SharedBulkhead`], lock-free, usable in a
+/// `static`); one set of methods and one set of rules for both (see [`Storage`]).
 ///
 /// Call order: [`try_enter`](Bulkhead::try_enter) (or
 /// [`try_enter_or_queue`](Bulkhead::try_enter_or_queue) for a bounded wait) before the call;
@@ -549,29 +549,57 @@ impl<W: Word> BulkheadCore<W> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
-pub struct Bulkhead {
-    core: BulkheadCore<Cell<u64>>,
+pub struct BulkheadIn<C: Storage = Local> {
+    core: BulkheadCore<<C as sealed::Storage>::Word>,
 }
 
-impl Bulkhead {
+/// A bulkhead for one thread (`Send`, not `Sync`): see [`BulkheadIn`].
+pub type Bulkhead = BulkheadIn<Local>;
+
+/// A bulkhead shared by many threads through `&self`, lock-free: one atomic word (calls in
+/// flight, callers waiting) driven by the rules of [`Bulkhead`]. Every count is exact: there is
+/// only one word, so a snapshot is consistent.
+///
+/// On a chip without 64-bit compare-and-swap, prefer a [`Bulkhead`] behind the embassy mutex
+/// (see the crate docs on atomics).
+///
+/// ```
+/// use stormguard_core::{limits::BulkheadSettings, Instant, limits::SharedBulkhead};
+///
+/// static DB: SharedBulkhead = SharedBulkhead::new(match BulkheadSettings::builder("db").max_in_flight(4).build() {
+///     Ok(s) => s,
+///     Err(_) => panic!(),
+/// });
+///
+/// let now = Instant::from_secs(1);
+/// {
+///     let _slot = DB.try_enter_guarded(now)?;
+///     assert_eq!(DB.in_flight(), 1);
+/// } // dropped: the slot is free again
+/// assert_eq!(DB.in_flight(), 0);
+/// # Ok::<(), stormguard_core::Refused>(())
+/// ```
+pub type SharedBulkhead = BulkheadIn<Atomic>;
+
+impl<C: Storage> BulkheadIn<C> {
     const_unless_loom! {
-        /// An empty bulkhead with validated `settings`.
+        /// An empty bulkhead with validated `settings`; usable in a `static`.
         #[must_use]
-        pub fn new(settings: BulkheadSettings) -> Bulkhead {
-            Bulkhead { core: BulkheadCore::new(settings) }
+        pub fn new(settings: BulkheadSettings) -> Self {
+            BulkheadIn { core: BulkheadCore::new(settings) }
         }
     }
 
     /// A bulkhead called `name` admitting `max_in_flight` calls at once, with no waiting.
-    pub fn of(max_in_flight: u32, name: &'static str) -> Result<Bulkhead, SettingsError> {
+    pub fn of(max_in_flight: u32, name: &'static str) -> Result<Self, SettingsError> {
         BulkheadSettings::builder(name)
             .max_in_flight(max_in_flight)
             .build()
-            .map(Bulkhead::new)
+            .map(Self::new)
     }
 
     /// Admits a call at `now`, or refuses with [`RefusalReason::BulkheadFull`] and a zero
-    /// `retry_after` (see [`Bulkhead`] on why zero). Never queues.
+    /// `retry_after` (see [`BulkheadIn`] on why zero). Never queues.
     pub fn try_enter(&self, now: Instant) -> Result<BulkheadPermit, Refused> {
         self.core.try_enter(now)
     }
@@ -626,7 +654,7 @@ impl Bulkhead {
         self.core.counts().queued
     }
 
-    /// Counts and limits, for health endpoints and metrics.
+    /// Counts and limits, read from one word (consistent), for health endpoints and metrics.
     #[must_use]
     pub fn snapshot(&self) -> BulkheadSnapshot {
         self.core.snapshot()
@@ -645,49 +673,8 @@ impl Bulkhead {
     }
 }
 
-/// A bulkhead shared by many threads through `&self`, lock-free: one atomic word (calls in
-/// flight, callers waiting) driven by the rules of [`Bulkhead`]. Every count is exact: there is
-/// only one word, so a snapshot is consistent.
-///
-/// On a chip without 64-bit compare-and-swap, prefer a [`Bulkhead`] behind the embassy mutex
-/// (see the crate docs on atomics).
-///
-/// ```
-/// use stormguard_core::{limits::BulkheadSettings, Instant, limits::SharedBulkhead};
-///
-/// static DB: SharedBulkhead = SharedBulkhead::new(match BulkheadSettings::builder("db").max_in_flight(4).build() {
-///     Ok(s) => s,
-///     Err(_) => panic!(),
-/// });
-///
-/// let now = Instant::from_secs(1);
-/// {
-///     let _slot = DB.try_enter_guarded(now)?;
-///     assert_eq!(DB.in_flight(), 1);
-/// } // dropped: the slot is free again
-/// assert_eq!(DB.in_flight(), 0);
-/// # Ok::<(), stormguard_core::Refused>(())
-/// ```
-#[derive(Debug)]
-pub struct SharedBulkhead {
-    core: BulkheadCore<AtomicU64>,
-}
-
 impl SharedBulkhead {
-    const_unless_loom! {
-        /// An empty bulkhead with validated `settings`; usable in a `static`.
-        #[must_use]
-        pub fn new(settings: BulkheadSettings) -> SharedBulkhead {
-            SharedBulkhead { core: BulkheadCore::new(settings) }
-        }
-    }
-
-    /// See [`Bulkhead::try_enter`].
-    pub fn try_enter(&self, now: Instant) -> Result<BulkheadPermit, Refused> {
-        self.core.try_enter(now)
-    }
-
-    /// Like [`SharedBulkhead::try_enter`], returning a guard that leaves when dropped.
+    /// Like [`try_enter`](BulkheadIn::try_enter), returning a guard that leaves when dropped.
     pub fn try_enter_guarded(&self, now: Instant) -> Result<BulkheadGuard<'_>, Refused> {
         self.core.try_enter(now).map(|p| self.guard(p))
     }
@@ -698,69 +685,6 @@ impl SharedBulkhead {
             bulkhead: self,
             permit: Some(permit),
         }
-    }
-
-    /// See [`Bulkhead::try_enter_or_queue`].
-    pub fn try_enter_or_queue(
-        &self,
-        now: Instant,
-        max_wait: Duration,
-    ) -> Result<BulkheadEntry, Refused> {
-        self.core.try_enter_or_queue(now, max_wait)
-    }
-
-    /// See [`Bulkhead::on_slot_free`].
-    pub fn on_slot_free(
-        &self,
-        now: Instant,
-        ticket: BulkheadTicket,
-    ) -> Result<BulkheadEntry, Refused> {
-        self.core.on_slot_free(now, ticket)
-    }
-
-    /// See [`Bulkhead::abandon`].
-    pub fn abandon(&self, ticket: BulkheadTicket) {
-        self.core.abandon(ticket);
-    }
-
-    /// See [`Bulkhead::leave`]: `true` when callers are waiting (wake one).
-    pub fn leave(&self, permit: BulkheadPermit) -> bool {
-        self.core.leave(permit)
-    }
-
-    /// Would a call be admitted now? Changes nothing.
-    pub fn check(&self) -> Result<(), Refused> {
-        self.core.check()
-    }
-
-    /// Calls in flight.
-    #[must_use]
-    pub fn in_flight(&self) -> u32 {
-        self.core.counts().in_flight
-    }
-
-    /// Callers waiting for a slot.
-    #[must_use]
-    pub fn queued(&self) -> u32 {
-        self.core.counts().queued
-    }
-
-    /// Counts and limits, read from one word.
-    #[must_use]
-    pub fn snapshot(&self) -> BulkheadSnapshot {
-        self.core.snapshot()
-    }
-
-    /// The settings the bulkhead was built with.
-    #[must_use]
-    pub const fn settings(&self) -> &BulkheadSettings {
-        &self.core.settings
-    }
-
-    /// The bulkhead's name.
-    #[must_use]
-    pub const fn name(&self) -> &Name {
-        &self.core.settings.name
     }
 }
 
@@ -814,7 +738,7 @@ impl Drop for BulkheadGuard<'_> {
 }
 
 /// The call driver's bulkhead: a slot per attempt.
-impl BulkheadSlots for Bulkhead {
+impl<C: Storage> BulkheadSlots for BulkheadIn<C> {
     #[inline]
     fn try_enter(&self, now: Instant) -> Result<(), Refused> {
         self.core.try_enter(now).map(|BulkheadPermit { .. }| ())
@@ -830,44 +754,14 @@ impl BulkheadSlots for Bulkhead {
     }
 }
 
-/// The call driver's bulkhead: a slot per attempt.
-impl BulkheadSlots for SharedBulkhead {
-    #[inline]
-    fn try_enter(&self, now: Instant) -> Result<(), Refused> {
-        self.core.try_enter(now).map(|BulkheadPermit { .. }| ())
-    }
-    #[inline]
-    fn leave(&self) -> bool {
-        self.core.leave(BulkheadPermit {
-            entered: Instant::ZERO,
-        })
-    }
-    fn check(&self) -> Result<(), Refused> {
-        self.core.check()
-    }
-}
-
-impl fmt::Display for Bulkhead {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "bulkhead `{}`", self.name())
-    }
-}
-
-impl fmt::Display for SharedBulkhead {
+impl<C: Storage> fmt::Display for BulkheadIn<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "bulkhead `{}`", self.name())
     }
 }
 
 #[cfg(feature = "defmt")]
-impl defmt::Format for Bulkhead {
-    fn format(&self, f: defmt::Formatter<'_>) {
-        defmt::write!(f, "Bulkhead({})", self.name());
-    }
-}
-
-#[cfg(feature = "defmt")]
-impl defmt::Format for SharedBulkhead {
+impl<C: Storage> defmt::Format for BulkheadIn<C> {
     fn format(&self, f: defmt::Formatter<'_>) {
         defmt::write!(f, "Bulkhead({})", self.name());
     }

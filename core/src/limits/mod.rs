@@ -70,7 +70,7 @@ pub use self::budget::{
     Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot, SharedBudget,
 };
 pub use self::bulkhead::{
-    Bulkhead, BulkheadEntry, BulkheadGuard, BulkheadPermit, BulkheadSettings,
+    Bulkhead, BulkheadEntry, BulkheadGuard, BulkheadIn, BulkheadPermit, BulkheadSettings,
     BulkheadSettingsBuilder, BulkheadSnapshot, BulkheadTicket, SharedBulkhead,
 };
 pub use self::gcra::{RateLimitSettings, RateLimitSettingsBuilder};
