@@ -26,12 +26,10 @@
 //! days (2^31 ms) is no time passed. Further back it cannot be told from that much idle time:
 //! it counts as time passed, and may refill the budget to its capacity, never beyond.
 
-use core::cell::Cell;
 use core::fmt;
 
-use crate::cell::{const_unless_loom, word, Word};
+use crate::cell::{const_unless_loom, sealed, word, Atomic, Local, Storage, Word};
 use crate::error::{Bound, Field, Problems, RefusalReason, Refused, SettingsError};
-use crate::loom::AtomicU64;
 use crate::name::Name;
 use crate::outcome::Outcome;
 use crate::part::Funding;
@@ -634,13 +632,15 @@ impl<W: Word> BudgetCore<W> {
     }
 }
 
-/// A retry budget, single-threaded (`&mut self`): ask it before every retry, tell it every
-/// outcome.
+/// A retry budget: ask it before every retry, tell it every outcome. Its state is one word, in
+/// a `Cell` ([`Budget`], for one thread: `Send`, not `Sync`; cloning copies it) or an atomic
+/// ([`SharedBudget`], lock-free, usable in a `static`); one set of methods and one set of rules
+/// for both (see [`Storage`]).
 ///
-/// Call order: [`try_withdraw`](Budget::try_withdraw) before each retry (never before a call's
-/// first attempt); [`on_outcome`](Budget::on_outcome) after every attempt, first attempts
-/// included, since successes fund retries. Reading ([`available`](Budget::available),
-/// [`utilization`](Budget::utilization), [`snapshot`](Budget::snapshot)) changes nothing.
+/// Call order: [`try_withdraw`](BudgetIn::try_withdraw) before each retry (never before a
+/// call's first attempt); [`on_outcome`](BudgetIn::on_outcome) after every attempt, first
+/// attempts included, since successes fund retries. Reading ([`available`](BudgetIn::available),
+/// [`utilization`](BudgetIn::utilization), [`snapshot`](BudgetIn::snapshot)) changes nothing.
 ///
 /// ```
 /// use stormguard_core::{Budget, BudgetSettings, Instant, Duration, Outcome, RefusalReason};
@@ -660,9 +660,20 @@ impl<W: Word> BudgetCore<W> {
 /// assert_eq!(budget.available(now), 1);
 /// # Ok::<(), stormguard_core::Refused>(())
 /// ```
-#[derive(Clone, Debug)]
-pub struct Budget {
-    core: BudgetCore<Cell<u64>>,
+#[derive(Debug)]
+pub struct BudgetIn<C: Storage = Local> {
+    core: BudgetCore<<C as sealed::Storage>::Word>,
+}
+
+/// A retry budget for one thread: see [`BudgetIn`].
+pub type Budget = BudgetIn<Local>;
+
+impl Clone for Budget {
+    fn clone(&self) -> Self {
+        BudgetIn {
+            core: self.core.clone(),
+        }
+    }
 }
 
 #[cfg(feature = "defmt")]
@@ -672,13 +683,13 @@ impl defmt::Format for Budget {
     }
 }
 
-impl Budget {
+impl<C: Storage> BudgetIn<C> {
     const_unless_loom! {
-        /// A full budget. It needs no clock reading: the floor starts counting at the first
-        /// `now` it is given.
+        /// A full budget; usable in a `static`. It needs no clock reading: the floor starts
+        /// counting at the first `now` it is given.
         #[must_use]
-        pub fn new(settings: BudgetSettings) -> Budget {
-            Budget { core: BudgetCore::new(settings) }
+        pub fn new(settings: BudgetSettings) -> Self {
+            BudgetIn { core: BudgetCore::new(settings) }
         }
     }
 
@@ -701,12 +712,6 @@ impl Budget {
         self.core.deposit(now);
     }
 
-    /// Gives back one whole retry taken at `now` for an attempt that never started (the call
-    /// driver's [`Funding::refund_retry`](crate::part::Funding::refund_retry)).
-    pub(crate) fn refund(&self, now: Instant) {
-        self.core.refund(now);
-    }
-
     /// Whole retries the budget would fund at `now`.
     #[must_use]
     pub fn available(&self, now: Instant) -> u32 {
@@ -716,7 +721,7 @@ impl Budget {
     /// Whether work labelled [sheddable](crate::call::Criticality::Sheddable) may retry at
     /// `now`: refused with [`RefusalReason::Shed`] once more than half of the budget is spent,
     /// with the floor's time to refill it to half. Changes nothing; the retry itself is still
-    /// funded by [`Budget::try_withdraw`].
+    /// funded by [`try_withdraw`](BudgetIn::try_withdraw).
     ///
     /// ```
     /// use stormguard_core::{Budget, BudgetSettings, Instant, RefusalReason};
@@ -778,95 +783,7 @@ pub struct BudgetSnapshot {
     pub utilization: Ratio,
 }
 
-impl Funding for Budget {
-    #[inline]
-    fn try_fund_retry(&self, now: Instant) -> Result<(), Refused> {
-        self.try_withdraw(now)
-    }
-    fn check_shed(&self, now: Instant) -> Result<(), Refused> {
-        self.core.check_shed(now)
-    }
-    fn refund_retry(&self, now: Instant) {
-        self.refund(now);
-    }
-    #[inline]
-    fn on_outcome(&self, now: Instant, outcome: Outcome) {
-        Budget::on_outcome(self, now, outcome);
-    }
-}
-
-/// A retry budget shared by many threads through `&self`, lock-free: one atomic word driven by
-/// the rules of [`Budget`](crate::Budget).
-///
-/// ```
-/// use stormguard_core::{BudgetSettings, Instant, Outcome, SharedBudget};
-///
-/// static RETRIES: SharedBudget = SharedBudget::new(BudgetSettings::defaults("payments"));
-/// let now = Instant::from_secs(1);
-/// assert!(RETRIES.try_withdraw(now).is_ok());
-/// RETRIES.on_outcome(now, Outcome::Success);
-/// assert_eq!(RETRIES.available(now), 29);
-/// ```
-#[derive(Debug)]
-pub struct SharedBudget {
-    core: BudgetCore<AtomicU64>,
-}
-
-impl SharedBudget {
-    const_unless_loom! {
-        /// A full budget; usable in a `static`.
-        #[must_use]
-        pub fn new(settings: BudgetSettings) -> SharedBudget {
-            SharedBudget { core: BudgetCore::new(settings) }
-        }
-    }
-
-    /// Spends one retry, or refuses with the time the floor needs to accrue one.
-    pub fn try_withdraw(&self, now: Instant) -> Result<(), Refused> {
-        self.core.try_withdraw(now)
-    }
-
-    /// Records an attempt's outcome (successes fund retries).
-    pub fn on_outcome(&self, now: Instant, outcome: Outcome) {
-        self.core.on_outcome(now, outcome);
-    }
-
-    /// Funds a success's fraction of a retry.
-    pub fn deposit(&self, now: Instant) {
-        self.core.deposit(now);
-    }
-
-    /// Whole retries available at `now`.
-    #[must_use]
-    pub fn available(&self, now: Instant) -> u32 {
-        self.core.available(now)
-    }
-
-    /// Whether sheddable work may retry at `now` (see [`Budget::check_shed`](crate::Budget::check_shed)).
-    pub fn check_shed(&self, now: Instant) -> Result<(), Refused> {
-        self.core.check_shed(now)
-    }
-
-    /// How much of the budget is spent: 0 full, 1 empty.
-    #[must_use]
-    pub fn utilization(&self, now: Instant) -> Ratio {
-        self.core.utilization(now)
-    }
-
-    /// Name, contents and utilization at `now`.
-    #[must_use]
-    pub fn snapshot(&self, now: Instant) -> BudgetSnapshot {
-        self.core.snapshot(now)
-    }
-
-    /// The settings the budget was built with.
-    #[must_use]
-    pub const fn settings(&self) -> &BudgetSettings {
-        self.core.settings()
-    }
-}
-
-impl Funding for SharedBudget {
+impl<C: Storage> Funding for BudgetIn<C> {
     #[inline]
     fn try_fund_retry(&self, now: Instant) -> Result<(), Refused> {
         self.core.try_withdraw(now)
@@ -882,6 +799,20 @@ impl Funding for SharedBudget {
         self.core.on_outcome(now, outcome);
     }
 }
+
+/// A retry budget shared by many threads through `&self`, lock-free: one atomic word driven by
+/// the rules of [`Budget`](crate::Budget).
+///
+/// ```
+/// use stormguard_core::{BudgetSettings, Instant, Outcome, SharedBudget};
+///
+/// static RETRIES: SharedBudget = SharedBudget::new(BudgetSettings::defaults("payments"));
+/// let now = Instant::from_secs(1);
+/// assert!(RETRIES.try_withdraw(now).is_ok());
+/// RETRIES.on_outcome(now, Outcome::Success);
+/// assert_eq!(RETRIES.available(now), 29);
+/// ```
+pub type SharedBudget = BudgetIn<Atomic>;
 
 #[cfg(feature = "defmt")]
 impl defmt::Format for SharedBudget {

@@ -67,7 +67,7 @@ pub use self::adaptive::{
     AdaptiveSnapshot, ConcurrencyLimiter, LimitChange, SharedAdaptiveLimiter, MAX_ADAPTIVE_LIMIT,
 };
 pub use self::budget::{
-    Budget, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot, SharedBudget,
+    Budget, BudgetIn, BudgetSettings, BudgetSettingsBuilder, BudgetSnapshot, SharedBudget,
 };
 pub use self::bulkhead::{
     Bulkhead, BulkheadEntry, BulkheadGuard, BulkheadIn, BulkheadPermit, BulkheadSettings,
