@@ -521,9 +521,71 @@ pub(crate) struct Ran {
 
 /// One call in progress: plain data, holding no borrow between steps, reading no clock.
 ///
-/// Call order: [`Call::begin`], then [`Call::poll`] until it returns [`Step::Done`] or
-/// [`Step::Reject`]; after every [`Step::Attempt`], [`Call::complete`] with its permit (or
-/// [`Call::complete_attempt`] when the dependency answered the attempt).
+/// The call decides; the adapter that drives it reads the clock, sleeps, runs the operation
+/// and hands back what happened. Every method takes the `now` the adapter read, and the parts
+/// the call passes through ([`Parts`], any [`Gate`]) are handed in at each step,
+/// not kept: the same call can be driven over parts behind a lock, in a table or in a
+/// `static`.
+///
+/// # Call order
+/// 1. **Begin.** [`Call::begin`] (or [`Call::begin_salted`] when many calls may begin at the
+///    same instant). Before the first poll, optionally: [`Call::tighten_deadline`] (a
+///    caller's own deadline), [`Call::set_criticality`] (sheddable work retries less and is
+///    never hedged), [`Call::set_attempt_events`] (an event at each attempt's end).
+/// 2. **Poll.** [`Call::poll`] says what to do next, as a [`Step`]:
+///    - [`Step::Attempt`]: run the operation once, bounded by [`Call::attempt_deadline`],
+///      holding the [`Permit`]; then step 3.
+///    - [`Step::Wait`]: sleep that long (cancellably), then poll again.
+///    - [`Step::Reject`]: serve the rejection's `pause` (cancellably), then poll again: the
+///      call then ends as [`Finished::Rejected`].
+///    - [`Step::Done`]: the call is over; [`Finished`] says how (and with which outcome).
+/// 3. **Complete.** Every permit is handed back exactly once: [`Call::complete`] with the
+///    attempt's [`Outcome`], or [`Call::complete_attempt`] when the dependency answered (so
+///    an answer that says "failed" ends the call with that answer rather than a rejection).
+///    A timed-out attempt is [`Outcome::TimedOut`]; one the caller abandoned is
+///    [`Outcome::Cancelled`]. Then poll again (step 2).
+/// 4. **Hedge** (optional, with hedging on). Right after an attempt starts,
+///    [`Call::hedge_delay`] says how long to let it run alone; a [`HedgedPair`] then keeps
+///    the pair's bookkeeping: one timer ([`HedgedPair::wake_at`]), what it was armed for
+///    ([`HedgedPair::due`]: a launch or an attempt's deadline), the second attempt granted
+///    before the operation is invoked ([`HedgedPair::launch`]), which lane's answer stands
+///    and which is dropped ([`HedgedPair::finished`]). A driver without a pair calls
+///    [`Call::hedge`] / [`Call::hedge_with`] itself and completes both permits.
+/// 5. **Cancel.** A caller that gives up while the call waits calls [`Call::cancel`]; an
+///    attempt in flight is completed with [`Outcome::Cancelled`] instead (its slot and probe
+///    are given back). A hedged pair given up is [`HedgedPair::abandon`]ed.
+/// 6. **Drain.** When the program shuts down, [`Call::on_drain`] (or
+///    [`HedgedPair::on_drain`] for a pair) stops new attempts and retries and clamps the
+///    attempt in flight to the grace; the call then ends as [`Finished::Drained`].
+///
+/// Reading changes nothing: [`Call::attempts`], [`Call::deadline`],
+/// [`Call::attempt_deadline`], [`Call::last_outcome`], [`Call::finished`], [`Call::is_over`].
+///
+/// ```
+/// use stormguard_core::{Breaker, Call, CallSettings, Duration, Finished, Instant, Outcome};
+/// use stormguard_core::{Parts, Step};
+///
+/// let breaker = Breaker::of(5, "db")?;
+/// let parts = Parts::new().breaker(&breaker);
+/// let mut now = Instant::from_secs(1);
+/// let mut call = Call::begin(&CallSettings::DEFAULT, now);
+/// let mut answers = [Outcome::Transient, Outcome::Success].into_iter();
+/// let finished = loop {
+///     match call.poll(&parts, now, &mut |_| {}) {
+///         Step::Attempt(permit) => {
+///             now += Duration::from_millis(3); // the operation runs
+///             let outcome = answers.next().unwrap_or(Outcome::Success);
+///             call.complete(&parts, permit, now, outcome, &mut |_| {});
+///         }
+///         Step::Wait(d) => now += d,               // a backoff: sleep, then poll again
+///         Step::Reject(r) => now += r.pause,       // the guarded pause, then poll again
+///         Step::Done(finished) => break finished,
+///     }
+/// };
+/// assert!(matches!(finished, Finished::Succeeded));
+/// assert_eq!(call.attempts(), 2); // the first failed, the retry succeeded
+/// # Ok::<(), stormguard_core::SettingsError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Call {
     /// The settings a call reads after it began (not the deadline nor the seed, used up by
