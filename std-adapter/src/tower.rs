@@ -259,9 +259,10 @@ pub trait Requests<Req> {
 
     /// The key of the scope `req` belongs to, for a layer with a breaker per scope
     /// ([`PolicyLayer::per_host`]); a request without one is judged by the layer's policy
-    /// itself. By default none; [`HttpRequests`] answers the request's authority (`host:port`,
-    /// lower-cased), the gRPC rules the call's service, and [`PolicyLayer::scope_by`] any
-    /// function of the request.
+    /// itself. By default none; [`HttpRequests`] answers the request's host and port
+    /// (`host:port`, one key for every spelling of them, never the user information), the
+    /// gRPC rules the call's service, and [`PolicyLayer::scope_by`] any function of the
+    /// request.
     fn scope(&self, req: &Req) -> Option<String> {
         let _ = req;
         None
@@ -640,9 +641,8 @@ impl<B: Send + 'static> Requests<Request<B>> for HttpRequests {
     }
 
     fn scope(&self, req: &Request<B>) -> Option<String> {
-        req.uri()
-            .authority()
-            .map(|a| a.as_str().to_ascii_lowercase())
+        let uri = req.uri();
+        host_key(uri.scheme_str(), uri.host()?, uri.port_u16())
     }
 
     #[cfg(feature = "spans")]
@@ -679,6 +679,31 @@ impl HttpRequests {
 
 /// A call's label as the request rules read it: a [`Criticality`] in the request's
 /// extensions, else the label of the inbound request being served.
+/// The per-host key of a request to `host` on `port` over `scheme`: one key for every
+/// spelling of one host and port, and nothing else of the request's authority. The host is
+/// lower-cased, without the trailing dot of a fully qualified name, and followed by the port,
+/// the scheme's default when none is written (80 for `http`/`ws`, 443 for `https`/`wss`): so
+/// `http://Down.example.`, `http://down.example:80` and `http://user:secret@down.example` are
+/// all `down.example:80`, the same key the `reqwest` rules give. User information never
+/// reaches it (the caller hands the host alone), so no credential is kept in the table or
+/// listed by its snapshots. `None` for an empty host.
+fn host_key(scheme: Option<&str>, host: &str, port: Option<u16>) -> Option<String> {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if host.is_empty() {
+        return None;
+    }
+    let port = port.or(match scheme.map(str::to_ascii_lowercase).as_deref() {
+        Some("http" | "ws") => Some(80),
+        Some("https" | "wss") => Some(443),
+        _ => None,
+    });
+    let host = host.to_ascii_lowercase();
+    Some(match port {
+        Some(port) => format!("{host}:{port}"),
+        None => host,
+    })
+}
+
 fn request_criticality(extensions: &http::Extensions) -> Option<Criticality> {
     extensions
         .get::<Criticality>()
@@ -777,11 +802,11 @@ impl Requests<reqwest::Request> for HttpRequests {
 
     fn scope(&self, req: &reqwest::Request) -> Option<String> {
         let url = req.url();
-        let host = url.host_str()?.to_ascii_lowercase();
-        Some(match url.port_or_known_default() {
-            Some(port) => format!("{host}:{port}"),
-            None => host,
-        })
+        host_key(
+            Some(url.scheme()),
+            url.host_str()?,
+            url.port_or_known_default(),
+        )
     }
 
     #[cfg(feature = "spans")]
@@ -1030,8 +1055,8 @@ impl<K, L, C, R> PolicyLayer<K, L, C, R> {
 
 impl<K: Clock + Clone, L: Listener + Clone, C, R> PolicyLayer<K, L, C, R> {
     /// A breaker per host (on by default since [`PolicyLayer::new`]; this makes a new table,
-    /// or one after [`PolicyLayer::single_scope`]): each request's host (its authority,
-    /// `host:port`; or the scope [`PolicyLayer::scope_by`] names; a request with none is judged
+    /// or one after [`PolicyLayer::single_scope`]): each request's host (`host:port`, one key
+    /// for every spelling; or the scope [`PolicyLayer::scope_by`] names; a request with none is judged
     /// by the policy's own breaker) gets its own policy, a copy of this one with its own
     /// breaker, in a table of [`DEFAULT_HOSTS`], made when a request first names a host or
     /// [`PolicyLayer::hosts`] asks for it (a [`KeyedPolicy`]: the least recently used
@@ -1248,5 +1273,82 @@ where
         #[cfg(feature = "spans")]
         let call = call.instrument(span);
         Box::pin(call)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator: the same cases on every run.
+    struct Cases(u64);
+
+    impl Cases {
+        fn next(&mut self, below: usize) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((self.0 >> 33) as usize) % below
+        }
+    }
+
+    fn scope_of(uri: &str) -> Option<String> {
+        let req = Request::get(uri).body(()).unwrap();
+        <HttpRequests as Requests<Request<()>>>::scope(&HttpRequests::default(), &req)
+    }
+
+    #[test]
+    fn every_spelling_of_a_host_and_port_reads_as_one_key_without_user_information() {
+        let mut cases = Cases(7);
+        let labels = ["down", "api", "x1", "eu-west", "a-b-c"];
+        let tlds = ["example", "internal", "io"];
+        for _ in 0..10_000 {
+            let host = format!(
+                "{}.{}",
+                labels[cases.next(labels.len())],
+                tlds[cases.next(tlds.len())]
+            );
+            let (scheme, default) = [("http", 80), ("https", 443)][cases.next(2)];
+            let port = [None, Some(default), Some(8080)][cases.next(3)];
+            // The spelling: each letter's case, a trailing dot, user information.
+            let spelled: String = host
+                .chars()
+                .map(|c| {
+                    if cases.next(2) == 0 {
+                        c.to_ascii_uppercase()
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            let dot = ["", "."][cases.next(2)];
+            let user = ["", "user@", "user:s3cret@", "a%40b:p%3Aw@", ":@"][cases.next(5)];
+            let written = port.map_or(String::new(), |p| format!(":{p}"));
+            let uri = format!("{scheme}://{user}{spelled}{dot}{written}/path?q=1");
+            let key = scope_of(&uri).unwrap();
+            assert_eq!(key, format!("{host}:{}", port.unwrap_or(default)), "{uri}");
+            assert!(
+                !key.contains('@') && !key.contains("s3cret"),
+                "{uri}: {key}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_naming_no_host_has_no_key() {
+        assert_eq!(scope_of("/relative/path"), None);
+        assert_eq!(scope_of("*"), None);
+    }
+
+    #[test]
+    fn an_ip_literal_keeps_its_brackets_and_an_unknown_scheme_its_written_port_only() {
+        assert_eq!(scope_of("http://[::1]:80/").as_deref(), Some("[::1]:80"));
+        assert_eq!(scope_of("http://[::1]/").as_deref(), Some("[::1]:80"));
+        assert_eq!(
+            host_key(Some("ftp"), "Files.Example", None).as_deref(),
+            Some("files.example")
+        );
+        assert_eq!(host_key(Some("http"), ".", None), None);
     }
 }

@@ -101,13 +101,90 @@ async fn a_failing_host_opens_its_own_breaker_and_other_hosts_are_still_served()
     assert_eq!(
         states,
         [
-            ("down.example", State::Open),
+            ("down.example:80", State::Open),
             ("down.example:8080", State::Closed),
-            ("up.example", State::Closed),
+            ("up.example:80", State::Closed),
         ]
     );
     // The template's own breaker judged none of it.
     assert_eq!(layer.policy().breaker().unwrap().state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_spelling_of_a_host_is_one_breaker_and_no_key_holds_credentials() {
+    let hits = Arc::new(AtomicU32::new(0));
+    let layer = PolicyLayer::new(policy()).per_host().unwrap();
+    let svc = layer.layer(hosts_service(hits.clone()));
+    for _ in 0..2 {
+        let r = svc.clone().oneshot(get_from("http://down.example/a")).await;
+        assert_eq!(r.unwrap().status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    // 100 spellings of the same host and port: case, a fully qualified name's trailing dot,
+    // the default port written out, user information with and without a password.
+    let hosts = [
+        "down.example",
+        "DOWN.example",
+        "Down.Example.",
+        "down.example.",
+    ];
+    let ports = ["", ":80"];
+    let users = ["", "user@", "user:s3cret@", "a%40b:p@", "admin:@"];
+    let mut spellings = Vec::new();
+    for host in hosts {
+        for port in ports {
+            for user in users {
+                spellings.push(format!("http://{user}{host}{port}/a"));
+            }
+        }
+    }
+    for i in 0..60 {
+        spellings.push(format!("http://u{i}:s3cret{i}@DoWn.ExAmPlE.:80/a"));
+    }
+    assert_eq!(spellings.len(), 100);
+    // All at once: each refusal serves its guarded pause, and 100 of them one after another
+    // would outlast the break.
+    let calls = spellings
+        .iter()
+        .map(|uri| svc.clone().oneshot(get_from(uri)));
+    for (uri, refused) in spellings
+        .iter()
+        .zip(futures_util::future::join_all(calls).await)
+    {
+        assert!(
+            matches!(&refused, Err(CallError::Rejected { rejection, .. }) if rejection.reason == RefusalReason::BreakerOpen),
+            "{uri}: {refused:?}"
+        );
+    }
+    assert_eq!(
+        hits.load(Ordering::Relaxed),
+        2,
+        "the open host got no request"
+    );
+
+    let keys: Vec<String> = layer
+        .hosts()
+        .unwrap()
+        .snapshots()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(keys, ["down.example:80"]);
+    // An https request to the same name is another port: its own breaker.
+    let r = svc
+        .clone()
+        .oneshot(get_from("https://down.example/a"))
+        .await;
+    assert_eq!(r.unwrap().status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let mut keys: Vec<String> = layer
+        .hosts()
+        .unwrap()
+        .snapshots()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["down.example:443", "down.example:80"]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -121,7 +198,10 @@ async fn per_host_is_on_by_default_a_request_naming_no_host_uses_the_policys_own
     }
     let hosts = layer.hosts().expect("a table by default");
     assert_eq!(
-        hosts.breaker(&"down.example".to_owned()).unwrap().state(),
+        hosts
+            .breaker(&"down.example:80".to_owned())
+            .unwrap()
+            .state(),
         State::Open
     );
     // Another host is served; so is a request naming no host, judged by the policy's own
@@ -344,8 +424,8 @@ async fn a_health_report_lists_each_host_and_one_host_down_degrades_it() {
     assert_eq!(
         hosts,
         [
-            (Some("down.example"), Status::Unavailable),
-            (Some("up.example"), Status::Healthy)
+            (Some("down.example:80"), Status::Unavailable),
+            (Some("up.example:80"), Status::Healthy)
         ]
     );
     assert_eq!(report.status, Status::Degraded);
