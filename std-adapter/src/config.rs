@@ -343,9 +343,18 @@ fn remove_at(doc: &mut Value, path: &serde_path_to_error::Path) -> bool {
 
 impl PolicyConfig {
     /// Reads and checks a TOML document.
+    ///
+    /// TOML's `nan` and `inf` are refused where they stand (a JSON value cannot hold them, and
+    /// read as one they would silently mean "unset").
     pub fn from_toml(text: &str) -> Result<PolicyConfig, ConfigError> {
-        let value: Value = toml::from_str(text)
+        let doc: toml::Value = toml::from_str(text)
             .map_err(|e| ConfigError::one(".", format!("not a TOML document: {}", e.message())))?;
+        let problems = non_finite_numbers(&doc);
+        if !problems.is_empty() {
+            return Err(ConfigError { problems });
+        }
+        let value = serde_json::to_value(doc)
+            .map_err(|e| ConfigError::one(".", format!("not a TOML document: {e}")))?;
         PolicyConfig::from_value(value)
     }
 
@@ -573,6 +582,39 @@ fn fold(s: &str) -> String {
             }
         })
         .collect()
+}
+
+/// Every `nan` and `inf` in a TOML document, each a problem at its dotted path. Walked with a
+/// stack of its own, so a deeply nested document cannot exhaust the thread's.
+fn non_finite_numbers(doc: &toml::Value) -> Vec<ConfigProblem> {
+    let mut problems = Vec::new();
+    let mut todo: Vec<(String, &toml::Value)> = vec![(String::new(), doc)];
+    while let Some((path, value)) = todo.pop() {
+        match value {
+            toml::Value::Float(x) if !x.is_finite() => problems.push(ConfigProblem {
+                path: if path.is_empty() { ".".into() } else { path },
+                message: format!("must be a finite number, not {x}"),
+                setting: None,
+            }),
+            toml::Value::Table(table) => todo.extend(table.iter().map(|(key, v)| {
+                let path = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                (path, v)
+            })),
+            toml::Value::Array(items) => todo.extend(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (format!("{path}.{i}"), v)),
+            ),
+            _ => {}
+        }
+    }
+    problems.sort_by(|a, b| a.path.cmp(&b.path));
+    problems
 }
 
 fn scalar(text: &str) -> Value {

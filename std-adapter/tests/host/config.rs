@@ -141,6 +141,22 @@ async fn a_policy_from_the_file_calls_like_one_built_in_code() {
 }
 
 #[test]
+fn nan_and_inf_are_refused_where_they_stand_not_read_as_unset() {
+    let e = err_toml(
+        "[policies.db]\nmax_attempts = nan\nbreaker = { failure_rate = { multiple = inf } }\n\
+         [policies.api]\nbudget = { fraction = -inf }\n",
+    );
+    assert_eq!(
+        lines(&e),
+        [
+            "policies.api.budget.fraction: must be a finite number, not -inf",
+            "policies.db.breaker.failure_rate.multiple: must be a finite number, not inf",
+            "policies.db.max_attempts: must be a finite number, not NaN",
+        ]
+    );
+}
+
+#[test]
 fn json_reads_as_toml_does() {
     let json = r#"{
         "presets": { "default": { "max_attempts": 4, "breaker": { "consecutive_failures": 7 } } },
