@@ -43,10 +43,8 @@ pub(crate) use guard::{Report, Slept};
 pub use options::CallOptions;
 #[cfg(feature = "tokio")]
 use options::DEFAULT_OPTIONS;
-#[cfg(feature = "tokio")]
-use steps::BreakerParts;
-use steps::CallParts;
 pub use steps::{AdaptiveLimit, Bulkhead, Limiter};
+use steps::{BreakerParts, CallParts};
 #[cfg(feature = "tokio")]
 pub use stream::CallStream;
 
@@ -322,16 +320,16 @@ impl<K, L> Policy<K, L> {
     /// The parts of one call.
     #[inline]
     pub(crate) fn parts(&self) -> CallParts<'_> {
-        let breaker = self.breaker.as_ref().map(Breaker::shared);
-        Parts {
-            // Events carry the breaker's name; only a call without a breaker needs the policy's.
-            name: if breaker.is_none() {
-                Some(self.name)
-            } else {
-                None
-            },
+        let Parts {
+            name,
             breaker,
-            budget: self.budget.as_ref().map(Budget::shared),
+            budget,
+            ..
+        } = self.breaker_parts();
+        Parts {
+            name,
+            breaker,
+            budget,
             limiter: self.limiter.as_ref().map(Limiter::shared),
             quota: self.quota.as_deref(),
             bulkhead: self.bulkhead.as_ref().map(|b| b.inner.slots()),
@@ -348,12 +346,12 @@ impl<K, L> Policy<K, L> {
 
     /// The parts of one call of a policy that has no optional part (checked by the caller):
     /// the breaker (or none) and the budget (or none), the others known absent, so a call built
-    /// from them neither reads nor keeps them.
-    #[cfg(feature = "tokio")]
+    /// from them neither reads nor keeps them. [`Policy::parts`] starts from these.
     #[inline]
     pub(crate) fn breaker_parts(&self) -> BreakerParts<'_> {
         let breaker = self.breaker.as_ref().map(Breaker::shared);
         Parts {
+            // Events carry the breaker's name; only a call without a breaker needs the policy's.
             name: if breaker.is_none() {
                 Some(self.name)
             } else {

@@ -360,5 +360,4 @@ pub(crate) type CallParts<'a> = Parts<
 /// The parts of one call of a policy with no optional part: the breaker (or none) and the
 /// budget (or none), the others known absent, so a call built from them carries no code for
 /// them.
-#[cfg(feature = "tokio")]
 pub(crate) type BreakerParts<'a> = Parts<&'a SharedBreaker, &'a SharedBudget>;
